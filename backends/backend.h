@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backends/backend.h - the one contract between blkfs's page cache and storage.
+ *
+ * A backend (ram, aio, nbd, null) or a filter (log, delay, fault, powerloss)
+ * implements struct blk_backend_ops. core/ talks to storage only through this
+ * header, and this header includes nothing from core/.
+ *
+ * Rules the cache keeps, and a backend may assert():
+ *  - READ/WRITE: pos and len are multiples of geo.lbs, 0 < len <= geo.max_io,
+ *    pos + len <= geo.size; every iovec base and length is a multiple of
+ *    geo.dma_align; the iovec lengths add up to len.
+ *  - DISCARD/WRITE_ZEROES: pos and len are multiples of geo.lbs, inside the
+ *    device, any length (a backend splits them itself if it must); no iovec.
+ *  - FLUSH: pos = len = 0; completes once every write that completed before
+ *    the flush was submitted is on stable storage.
+ *  - The cache owns each blk_io (and the memory its iovec points at) from
+ *    submit until end_io; end_io is called exactly once, with 0 or -errno,
+ *    from any thread, possibly before submit() returns. A submit() that
+ *    returns -errno did not take the I/O and will not call end_io.
+ *  - Neither side holds a lock across submit() or inside end_io that the
+ *    other side could need.
+ */
+#ifndef BLKFS_BACKEND_H
+#define BLKFS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* ERR_PTR / PTR_ERR / IS_ERR, as in the kernel and liburing. */
+#define BLK_MAX_ERRNO 4095
+static inline void *ERR_PTR(long err) { return (void *)err; }
+static inline long PTR_ERR(const void *p) { return (long)p; }
+static inline bool IS_ERR(const void *p)
+{
+	return (unsigned long)p >= (unsigned long)-BLK_MAX_ERRNO;
+}
+static inline bool IS_ERR_OR_NULL(const void *p) { return !p || IS_ERR(p); }
+
+/*
+ * Geometry is the backend's word (like the kernel's queue_limits): the cache
+ * shapes every I/O to it. All sizes in bytes.
+ */
+struct blk_geometry {
+	uint64_t size;		/* multiple of lbs */
+	uint32_t lbs;		/* logical block size: 512 .. 64K, power of two */
+	uint32_t pbs;		/* physical block size: >= lbs, power of two */
+	uint32_t io_min;	/* preferred minimum I/O size */
+	uint32_t io_opt;	/* optimal I/O size */
+	uint32_t max_io;	/* largest single READ/WRITE; multiple of pbs */
+	uint32_t dma_align;	/* iovec base/len alignment a data op needs (1: any) */
+};
+
+enum blk_op {
+	BLK_READ,
+	BLK_WRITE,
+	BLK_FLUSH,
+	BLK_DISCARD,		/* contents become zero; memory/space may be freed */
+	BLK_WRITE_ZEROES,	/* contents become zero */
+};
+
+struct blk_io {
+	enum blk_op op;
+	uint64_t pos;			/* bytes */
+	uint64_t len;			/* bytes */
+	const struct iovec *iov;	/* READ/WRITE: slices of cache memory */
+	int iovcnt;
+	void (*end_io)(struct blk_io *io, int res);
+	void *private;			/* the submitter's */
+};
+
+/* One `key = value` line of a [device NAME] section that core/ did not take. */
+struct blk_param {
+	const char *key;
+	const char *value;
+	int line;
+	bool used;		/* set by blk_param_get() */
+};
+
+/* What open() gets: the device's config section, and where to say what is wrong. */
+struct blk_params {
+	const char *file;	/* config file name, for messages */
+	int line;		/* line of the [device NAME] header */
+	const char *dev;	/* device name */
+	struct blk_geometry geo; /* from the config; a 0 field was not given */
+	struct blk_param *v;
+	int n;
+	char *err;		/* open() writes "FILE:LINE: KEY: message" here */
+	size_t errlen;
+};
+
+struct blk_backend;
+
+struct blk_backend_ops {
+	const char *name;
+	bool is_filter;		/* passes I/O on to ->next */
+	/* NULL-terminated list of the config keys open() takes (config checks it) */
+	const char *const *keys;
+	const char *help;	/* one line for `blkfs --help` */
+	/*
+	 * Parse own keys with blk_param_*(), open the storage, and return the
+	 * backend (embedding struct blk_backend first) or ERR_PTR(-errno) with
+	 * p->err filled. @next is the layer below for a filter, else NULL.
+	 */
+	struct blk_backend *(*open)(struct blk_params *p, struct blk_backend *next);
+	void (*close)(struct blk_backend *be);
+	void (*geometry)(struct blk_backend *be, struct blk_geometry *geo);
+	int (*submit)(struct blk_backend *be, struct blk_io *io);
+	/* Optional: append "name value\n" lines of backend counters; returns length. */
+	size_t (*stat)(struct blk_backend *be, char *buf, size_t len);
+};
+
+struct blk_backend {
+	const struct blk_backend_ops *ops;
+	struct blk_backend *next;	/* filters only */
+};
+
+static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
+{
+	return be->ops->submit(be, io);
+}
+
+/* backends/registry.c */
+const struct blk_backend_ops *blk_backend_find(const char *name);
+/* "ram, null, ..." for messages; a static string */
+const char *blk_backend_names(void);
+
+/* backends/params.c: helpers for a backend's open() */
+/* The value of @key (and mark it used), or NULL if the section has none. */
+const char *blk_param_get(struct blk_params *p, const char *key);
+/* The line @key is on, or the section's line when absent. */
+int blk_param_line(const struct blk_params *p, const char *key);
+/*
+ * Format "FILE:LINE: KEY: message" into p->err (LINE from blk_param_line())
+ * and return -EINVAL. @key may be NULL for a message about the section.
+ */
+int blk_param_error(struct blk_params *p, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A size: decimal digits with an optional K/M/G/T (binary, as dd) suffix. */
+int blk_parse_size(const char *s, uint64_t *out);
+/* @key as a size; @def when absent. -EINVAL (with p->err) when malformed. */
+int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out);
+/* @key as yes/no/true/false/1/0/on/off; @def when absent. */
+int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out);
+
+/* Round helpers shared by everyone who shapes I/O. */
+static inline bool blk_is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
+static inline bool blk_aligned(uint64_t v, uint64_t a) { return (v & (a - 1)) == 0; }
+
+#endif

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/conf.h - the blkfs.conf parser: a pure buffer-to-struct function, no I/O.
+ *
+ * Format (INI):
+ *   # or ; at the start of a line, or after whitespace, starts a comment.
+ *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
+ *   [device NAME]  backend, size, logical_block_size, physical_block_size,
+ *                  io_min, io_opt, max_io, cache_block_size, and the keys the
+ *                  backend lists in its ops->keys.
+ * Sizes: digits with an optional K/M/G/T suffix (binary: K = 1024, as dd).
+ * Every error is "FILE:LINE: KEY: message" and says what is allowed.
+ */
+#ifndef BLKFS_CONF_H
+#define BLKFS_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backends/backend.h"
+
+#define CONF_NAME_MAX 32	/* device name length, without the NUL */
+#define CONF_MAX_DEVICES 64
+#define CONF_MIN_BLOCK 512
+#define CONF_MAX_BLOCK (64u << 10)
+#define CONF_MIN_FOLIO (4u << 10)
+#define CONF_MAX_FOLIO (2u << 20)
+
+struct conf_cache {
+	uint64_t size;			/* bytes; default 256M */
+	uint32_t folio_size;		/* bytes; default 64K */
+	/* dirty thresholds, resolved to bytes (the config takes N% of size or bytes) */
+	uint64_t dirty_background;	/* bytes, resolved; default 10% */
+	uint64_t dirty_limit;		/* bytes, resolved; default 40% */
+	uint32_t dirty_expire_ms;	/* default 5000 */
+	int line;			/* line of [cache], 0 if absent */
+};
+
+struct conf_device {
+	char name[CONF_NAME_MAX + 1];
+	int line;			/* line of [device NAME] */
+	const struct blk_backend_ops *ops;
+	/*
+	 * As the config gives them; 0 = not given. conf fills the documented
+	 * defaults where the config gives the value and the rule is local
+	 * (pbs = lbs, io_min = pbs, max_io = 1M, io_opt = max_io) when `size`
+	 * is given, i.e. for backends that take their geometry from the config.
+	 */
+	struct blk_geometry geo;
+	uint32_t cache_block_size;	/* 0 = auto */
+	/*
+	 * Every key of the section in file order, with its line; the keys conf
+	 * took itself are marked used, the backend's are not.
+	 */
+	struct blk_param *params;
+	int nr_params;
+};
+
+struct conf {
+	const char *file;		/* as given to conf_parse_buf() */
+	struct conf_cache cache;
+	struct conf_device *devs;
+	int nr_devs;
+	char *strings;			/* owned storage for all strings above */
+};
+
+/**
+ * conf_parse_buf - parse a whole config
+ * @buf: the text (need not be NUL-terminated)
+ * @len: its length
+ * @file: name used in messages
+ * @c: filled on success; release with conf_free()
+ * @err: receives "FILE:LINE: KEY: message" on failure
+ * @errlen: size of @err
+ *
+ * Returns: 0, or -EINVAL (with @err set; @c is left empty), -ENOMEM.
+ * Checks everything that can be checked without opening a backend:
+ * syntax, unknown sections and keys, duplicate devices and keys, block
+ * sizes (powers of two, 512..64K, physical >= logical), size a multiple of
+ * the logical block size, folio_size >= every logical block size, cache
+ * size bounds, cache_block_size.
+ */
+int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c,
+		   char *err, size_t errlen);
+
+/** conf_free - release what conf_parse_buf() allocated; @c may be zeroed. */
+void conf_free(struct conf *c);
+
+/**
+ * conf_check_geometry - check a device's final geometry (after the backend
+ * reported it) against the cache and the config
+ * @c: the config
+ * @d: the device
+ * @geo: what the backend says
+ * @err, @errlen: "FILE:LINE: KEY: message" naming both values on conflict
+ *
+ * Returns: 0 or -EINVAL.
+ */
+int conf_check_geometry(const struct conf *c, const struct conf_device *d,
+			const struct blk_geometry *geo, char *err, size_t errlen);
+
+/**
+ * conf_cache_block - the block size the cache tracks state in (DESIGN.md):
+ * start at the logical block size and double while below 4096 and the
+ * device size is a multiple of the doubled size; @forced (non-zero) wins.
+ */
+uint32_t conf_cache_block(const struct blk_geometry *geo, uint32_t forced);
+
+#endif

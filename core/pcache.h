@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/pcache.h - blkfs's page cache: folios with per-block uptodate/dirty
+ * state in front of a backend, writeback shaped to the device geometry.
+ *
+ * Lock order (outer first): pc->lock (index, LRU, free list)
+ *                           -> folio->lock (block state, waiters)
+ *                           -> dev->err_lock (errseq, error counters).
+ * No lock is held across a backend submit() or while the caller replies.
+ */
+#ifndef BLKFS_PCACHE_H
+#define BLKFS_PCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "../backends/backend.h"
+
+struct pc_cache;
+struct pc_dev;
+struct pc_folio;
+
+struct pc_cache_params {
+	uint64_t size;			/* bytes of folio memory: the hard bound */
+	uint32_t folio_size;		/* power of two, 4K..2M */
+	uint32_t min_block;		/* smallest cache block of any device */
+	uint64_t dirty_background;	/* bytes: the flusher starts above this */
+	uint64_t dirty_limit;		/* bytes: writers wait above this */
+	uint32_t dirty_expire_ms;	/* dirty data older than this is written */
+};
+
+/* Counters of one device; all monotonic except the *_bytes gauges. */
+struct pc_stats {
+	uint64_t user_read_bytes, user_write_bytes;
+	uint64_t user_reads, user_writes;
+	uint64_t backend_read_bytes, backend_write_bytes;
+	uint64_t backend_read_ios, backend_write_ios;
+	uint64_t backend_flushes, backend_discards;
+	uint64_t direct_read_bytes, direct_write_bytes;
+	uint64_t cache_hits, cache_misses;	/* in cache blocks */
+	uint64_t writeback_errors, read_errors;
+	uint64_t split_ios;			/* I/Os cut at max_io */
+	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
+	uint64_t dirty_bytes, writeback_bytes, cached_bytes; /* gauges */
+};
+
+/* An errseq_t, as in the kernel: a counter, an errno, and a seen flag. */
+typedef uint32_t pc_errseq_t;
+
+/**
+ * pc_cache_create - allocate the folio pool (touched once, reused forever)
+ * @p: parameters; size / folio_size folios, at least 8
+ *
+ * Returns: the cache, or ERR_PTR(-errno).
+ * Does not start threads: call pc_cache_start() in the process that serves.
+ */
+struct pc_cache *pc_cache_create(const struct pc_cache_params *p);
+
+/** pc_cache_start - start the background flusher. Returns: 0 or -errno. */
+int pc_cache_start(struct pc_cache *pc);
+
+/**
+ * pc_cache_destroy - stop the flusher and free everything. Devices must have
+ * been removed with pc_dev_remove(); dirty data still cached is dropped.
+ */
+void pc_cache_destroy(struct pc_cache *pc);
+
+/**
+ * pc_dev_add - put a backend behind the cache
+ * @pc: the cache
+ * @name: device name (copied)
+ * @be: the opened backend stack; the device does not close it
+ * @cache_block: forced cache block size, 0 = conf_cache_block() rule
+ *
+ * Returns: the device or ERR_PTR(-EINVAL) if the geometry does not fit the
+ * cache (folio smaller than the cache block).
+ */
+struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
+			  struct blk_backend *be, uint32_t cache_block);
+
+/** pc_dev_remove - drop a device's folios (write nothing) and free it. */
+void pc_dev_remove(struct pc_dev *dev);
+
+const char *pc_dev_name(const struct pc_dev *dev);
+void pc_dev_geometry(const struct pc_dev *dev, struct blk_geometry *geo);
+uint32_t pc_dev_cache_block(const struct pc_dev *dev);
+void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st);
+
+/**
+ * pc_write - buffered write
+ * @dev: device
+ * @buf: data
+ * @len: bytes
+ * @pos: byte offset
+ *
+ * Copies @buf into folios and marks the covered blocks uptodate and dirty
+ * under one acquisition of each folio's lock. A block only partly covered
+ * and not uptodate is read first (only that block).
+ *
+ * Returns: bytes written (shortened at the device end), -ENOSPC if @pos is
+ * at or past the end, or -errno (a failed read of a partial block, or the
+ * device's sticky writeback error once dirty data reached the dirty limit).
+ * Locking: takes pc->lock and folio locks; may sleep for free folios.
+ */
+ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos);
+
+/* Up to PC_READ_MAX bytes per pc_read_begin(): the FUSE request bound. */
+#define PC_READ_MAX (1u << 20)
+#define PC_READ_IOV (PC_READ_MAX / 4096 + 2)
+
+/* A buffered read's result: slices of folio memory, valid until pc_read_end(). */
+struct pc_read {
+	struct iovec iov[PC_READ_IOV];
+	int iovcnt;
+	struct pc_folio *folios[PC_READ_IOV];
+	int nr_folios;
+};
+
+/**
+ * pc_read_begin - buffered read without a copy
+ * @dev: device
+ * @rd: receives iovecs into folio memory and the folio references behind them
+ * @len: bytes wanted (at most PC_READ_MAX are served)
+ * @pos: byte offset
+ *
+ * Fetches the blocks that are not uptodate (contiguous missing blocks merged
+ * into one backend read, split at max_io). Returns bytes available in
+ * @rd->iov (0 at or past the end), or -errno; on success the caller replies
+ * from @rd->iov and then calls pc_read_end().
+ */
+ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos);
+void pc_read_end(struct pc_read *rd);
+
+/** pc_read - pc_read_begin() + copy into @buf + pc_read_end(). */
+ssize_t pc_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos);
+
+/**
+ * pc_direct_write - O_DIRECT write, bypassing the cache
+ *
+ * @pos and @len must be multiples of the logical block size (-EINVAL).
+ * Dirty cached data overlapping the range is written back first; cached data
+ * overlapping it is dropped afterwards. Returns bytes written (shortened at
+ * the end), -ENOSPC at or past the end, or -errno.
+ */
+ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos);
+
+/** pc_direct_read - O_DIRECT read; same alignment rules; 0 at or past the end. */
+ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos);
+
+/**
+ * pc_discard - drop cached data in the range and discard it on the backend
+ * (reads return zeros afterwards). pc_write_zeroes - the same with
+ * BLK_WRITE_ZEROES. Both take logical-block-aligned ranges inside the device.
+ * Returns: 0 or -errno.
+ */
+int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len);
+int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len);
+
+/** pc_errseq_sample - what an opener records to see later errors once. */
+pc_errseq_t pc_errseq_sample(struct pc_dev *dev);
+
+/**
+ * pc_fsync - write every dirty block of @dev, wait for writeback already in
+ * flight, flush the backend.
+ * @since: the caller's errseq (from pc_errseq_sample()); advanced
+ *
+ * Returns: 0, or the first writeback error since @since (reported once per
+ * @since), or the error of this call's own writes or flush.
+ */
+int pc_fsync(struct pc_dev *dev, pc_errseq_t *since);
+
+/**
+ * pc_dev_sync_final - write back everything before the device goes away:
+ * up to @attempts rounds with backoff while writes fail, then a flush.
+ * @lost: receives the dirty bytes that could not be written
+ *
+ * Returns: 0, or the last error (then *@lost > 0 or the flush failed).
+ */
+int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost);
+
+#endif

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/pcache_int.h - private structures of the page cache, shared by
+ * pcache.c (index, folios, read/write paths) and writeback.c (writeback,
+ * flusher). Lock order: pc->lock -> folio->lock -> dev->err_lock.
+ */
+#ifndef BLKFS_PCACHE_INT_H
+#define BLKFS_PCACHE_INT_H
+
+#include <pthread.h>
+
+#include "bitmap.h"
+#include "list.h"
+#include "pcache.h"
+
+/* Where a folio is filed; protected by pc->lock. */
+enum folio_list {
+	FOLIO_FREE,	/* on pc->free: no device */
+	FOLIO_LRU,	/* on pc->lru: candidate for eviction */
+	FOLIO_PARKED,	/* on pc->parked: found dirty or under writeback by a scan */
+};
+
+struct pc_folio {
+	/* protected by pc->lock */
+	struct pc_dev *dev;		/* NULL when free */
+	uint64_t index;			/* device offset / folio_size */
+	struct pc_folio *hnext;		/* dev->hash chain */
+	struct list_head lru;		/* pc->free, pc->lru or pc->parked */
+	struct list_head dev_node;	/* dev->folios */
+	enum folio_list where;
+	int ref;			/* atomic; taken under pc->lock or from a ref */
+
+	/* protected by lock */
+	pthread_mutex_t lock;
+	pthread_cond_t wait;		/* excl, users, wb_ios changes */
+	uint32_t users;			/* shared holders copying data in */
+	bool excl;			/* exclusive holder: fill, RMW, invalidate */
+	uint32_t waiters;
+	uint32_t wb_ios;		/* writeback segments in flight */
+	uint32_t nr_dirty;		/* dirty blocks */
+	uint64_t dirtied_ms;		/* when nr_dirty went 0 -> >0 */
+	unsigned long *state;		/* bits [0,n) uptodate, [n,2n) dirty */
+
+	char *data;			/* folio_size bytes of pool memory */
+};
+
+struct pc_dev {
+	struct pc_cache *pc;
+	char *name;
+	struct blk_backend *be;
+	struct blk_geometry geo;
+	uint32_t cblk;			/* cache block size */
+	uint32_t cblk_shift;
+	uint32_t nr_blks;		/* cache blocks per folio */
+
+	/* protected by pc->lock */
+	struct pc_folio **hash;
+	uint32_t hash_bits;
+	struct list_head folios;
+	uint64_t nr_folios;
+	struct list_head node;		/* pc->devs */
+
+	/* protected by err_lock */
+	pthread_mutex_t err_lock;
+	pc_errseq_t wb_err;
+	int failing;			/* errno of the last failed writeback; 0 after a success */
+	uint32_t nr_fails;		/* consecutive failed writeback passes */
+	uint64_t retry_after_ms;	/* the flusher leaves a failing device alone until then */
+	struct blk_ratelimit err_rl;
+
+	struct pc_stats st;		/* atomic counters; gauges computed in pc_dev_stats() */
+	uint64_t dirty_bytes;		/* atomic */
+	uint64_t wb_bytes;		/* atomic */
+	uint64_t uptodate_blks;		/* atomic */
+};
+
+struct pc_cache {
+	pthread_mutex_t lock;
+	pthread_cond_t free_cond;	/* a folio became free or clean; dirty dropped */
+	struct list_head free, lru, parked;
+	struct list_head devs;
+	uint32_t alloc_waiters;		/* threads waiting for a folio or dirty room */
+
+	char *mem;			/* the pool, 2 MiB aligned */
+	size_t mem_len;
+	char *map_base;			/* the mapping behind it */
+	size_t map_len;
+	struct pc_folio *folios;
+	unsigned long *bitmaps;
+	uint32_t nr_folios;
+	uint32_t folio_size;
+	uint32_t folio_shift;
+	uint32_t bm_words;		/* per folio */
+
+	uint64_t dirty_bytes;		/* atomic: all devices */
+	uint64_t wb_bytes;		/* atomic: all devices */
+	uint64_t dirty_background, dirty_limit;
+	uint32_t dirty_expire_ms;
+
+	/* flusher */
+	pthread_t flusher;
+	bool flusher_running;
+	pthread_mutex_t fl_lock;
+	pthread_cond_t fl_cond;
+	bool fl_kick;			/* fl_lock */
+	bool fl_stop;			/* fl_lock */
+};
+
+/* A set of I/Os someone waits for. */
+struct pc_batch {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending;
+	int err;
+};
+
+void pc_batch_init(struct pc_batch *b);
+void pc_batch_add(struct pc_batch *b);
+void pc_batch_done(struct pc_batch *b, int res);
+int pc_batch_wait(struct pc_batch *b);
+void pc_batch_destroy(struct pc_batch *b);
+
+static inline uint64_t folio_pos(const struct pc_cache *pc, const struct pc_folio *f)
+{
+	return f->index << pc->folio_shift;
+}
+
+static inline void folio_get(struct pc_folio *f)
+{
+	__atomic_add_fetch(&f->ref, 1, __ATOMIC_RELAXED);
+}
+
+void folio_put(struct pc_folio *f);
+/* Move a folio that turned clean from the parked list back to the LRU. */
+void folio_unpark(struct pc_cache *pc, struct pc_folio *f);
+/* Account blocks that turned dirty (nr > 0) or clean (nr < 0). Caller holds f->lock. */
+void folio_account_dirty_locked(struct pc_dev *dev, struct pc_folio *f, long nr);
+/* Wait until no writeback I/O is in flight on @f. Caller holds f->lock. */
+void folio_wait_wb_locked(struct pc_folio *f);
+
+/* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
+int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,
+	       uint64_t older_than_ms, struct pc_folio ***out);
+void pc_put_all(struct pc_folio **v, int n);
+
+/* writeback.c */
+enum wb_mode { WB_ALL, WB_EXPIRED };
+/* Write the dirty blocks of @v (sorted by index); wait if @wait. Returns 0 or -errno. */
+int wb_folios(struct pc_dev *dev, struct pc_folio **v, int n, bool wait);
+int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
+int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
+void wb_kick(struct pc_cache *pc);
+int wb_flusher_start(struct pc_cache *pc);
+void wb_flusher_stop(struct pc_cache *pc);
+/* Submit one I/O and wait for it. */
+int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		   const struct iovec *iov, int iovcnt);
+/*
+ * Submit a data I/O over @iov, split at max_io by slicing the vector (no
+ * copy), adding each piece to @batch. @iov must live until the batch ends.
+ */
+void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		     const struct iovec *iov, int iovcnt, struct pc_batch *batch);
+/* The same, waiting for it. */
+int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			 const struct iovec *iov, int iovcnt);
+
+void pc_errseq_set(struct pc_dev *dev, int err);
+
+#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
+
+#endif

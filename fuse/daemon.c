@@ -1,0 +1,785 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/daemon.c - the FUSE side of blkfs: libfuse3 low-level operations that
+ * present each device as a regular file with block-device semantics, the
+ * session (multithreaded, 1 MiB requests, direct mode with shared mmap
+ * allowed), and the final writeback when the mount goes away.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "bf.h"
+
+#define BF_ROOT_INO 1
+#define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
+#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (DESIGN.md) */
+#define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
+#define BF_MAX_THREADS 16
+
+#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
+#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
+#endif
+
+/* One open device file. */
+struct bf_file {
+	struct bf_dev *dev;
+	bool direct;		/* opened with O_DIRECT */
+	pc_errseq_t since;	/* writeback errors this opener has seen */
+};
+
+static struct bf_daemon *bf_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
+{
+	if (ino < 2 || ino >= (fuse_ino_t)d->nr_devs + 2)
+		return NULL;
+	return &d->devs[ino - 2];
+}
+
+/* ------------------------------------------------------------ devices */
+
+int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
+{
+	struct pc_cache_params cp = { 0 };
+	int i, ret;
+
+	d->devs = calloc((size_t)d->conf.nr_devs, sizeof(*d->devs));
+	if (!d->devs)
+		return -ENOMEM;
+	for (i = 0; i < d->conf.nr_devs; i++) {
+		struct conf_device *cd = &d->conf.devs[i];
+		struct bf_dev *bd = &d->devs[i];
+		struct blk_params p = {
+			.file = d->conf.file,
+			.line = cd->line,
+			.dev = cd->name,
+			.geo = cd->geo,
+			.v = cd->params,
+			.n = cd->nr_params,
+			.err = err,
+			.errlen = errlen,
+		};
+		struct blk_backend *be;
+
+		err[0] = 0;
+		be = cd->ops->open(&p, NULL);
+		if (IS_ERR(be)) {
+			if (!err[0])
+				snprintf(err, errlen, "%s:%d: [device %s]: cannot open the %s backend: %s",
+					 d->conf.file, cd->line, cd->name, cd->ops->name,
+					 strerror((int)-PTR_ERR(be)));
+			ret = (int)PTR_ERR(be);
+			goto out_close;
+		}
+		bd->cd = cd;
+		bd->be = be;
+		bd->ino = (uint64_t)i + 2;
+		d->nr_devs = i + 1;
+		be->ops->geometry(be, &bd->geo);
+		ret = conf_check_geometry(&d->conf, cd, &bd->geo, err, errlen);
+		if (ret)
+			goto out_close;
+		bd->cblk = conf_cache_block(&bd->geo, cd->cache_block_size);
+	}
+	if (!create_cache)
+		return 0;
+
+	cp.size = d->conf.cache.size;
+	cp.folio_size = d->conf.cache.folio_size;
+	cp.dirty_background = d->conf.cache.dirty_background;
+	cp.dirty_limit = d->conf.cache.dirty_limit;
+	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
+	d->pc = pc_cache_create(&cp);
+	if (IS_ERR(d->pc)) {
+		ret = (int)PTR_ERR(d->pc);
+		d->pc = NULL;
+		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
+			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
+		goto out_close;
+	}
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		bd->pc = pc_dev_add(d->pc, bd->cd->name, bd->be, bd->cblk);
+		if (IS_ERR(bd->pc)) {
+			ret = (int)PTR_ERR(bd->pc);
+			bd->pc = NULL;
+			snprintf(err, errlen, "%s:%d: [device %s]: the cache cannot take this device: %s",
+				 d->conf.file, bd->cd->line, bd->cd->name, strerror(-ret));
+			goto out_close;
+		}
+	}
+	return 0;
+
+out_close:
+	bf_close_devices(d);
+	return ret;
+}
+
+void bf_close_devices(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		if (bd->pc)
+			pc_dev_remove(bd->pc);
+		bd->pc = NULL;
+	}
+	if (d->pc)
+		pc_cache_destroy(d->pc);
+	d->pc = NULL;
+	for (i = 0; i < d->nr_devs; i++) {
+		struct blk_backend *be = d->devs[i].be;
+
+		while (be) {
+			struct blk_backend *next = be->next;
+
+			be->ops->close(be);
+			be = next;
+		}
+	}
+	free(d->devs);
+	d->devs = NULL;
+	d->nr_devs = 0;
+}
+
+/* ----------------------------------------------------------- attributes */
+
+static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
+{
+	struct bf_dev *bd = dev_of_ino(d, ino);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	if (!bd) {
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+		st->st_blksize = 4096;
+		return;
+	}
+	st->st_mode = S_IFREG | 0600;
+	st->st_nlink = 1;
+	st->st_size = (off_t)bd->geo.size;
+	st->st_blocks = (blkcnt_t)(bd->geo.size / 512);
+	/* the block the cache tracks state in: writes of this size never read first */
+	st->st_blksize = bd->cblk;
+}
+
+/* --------------------------------------------------------------- session */
+
+static void bf_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* reads through splice were ~20x slower here; the kernel must not cache for us */
+	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+			FUSE_CAP_WRITEBACK_CACHE);
+	/* O_TRUNC reaches open(), which ignores it: a plain `dd of=` keeps the device */
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	if (conn->capable & FUSE_CAP_ASYNC_DIO)
+		conn->want |= FUSE_CAP_ASYNC_DIO;
+	conn->max_write = BF_MAX_WRITE;
+	conn->max_read = 0;
+	conn->max_background = BF_MAX_BACKGROUND;
+	conn->congestion_threshold = BF_MAX_BACKGROUND * 3 / 4;
+}
+
+static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct bf_daemon *d = bf_of(req);
+	struct fuse_entry_param e;
+	int i;
+
+	if (parent != BF_ROOT_INO) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	for (i = 0; i < d->nr_devs; i++) {
+		if (strcmp(name, d->devs[i].cd->name))
+			continue;
+		memset(&e, 0, sizeof(e));
+		e.ino = d->devs[i].ino;
+		e.attr_timeout = BF_TIMEOUT;
+		e.entry_timeout = BF_TIMEOUT;
+		fill_attr(d, e.ino, &e.attr);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	fuse_reply_err(req, ENOENT);
+}
+
+static void bf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = bf_of(req);
+	struct stat st;
+
+	(void)fi;
+	if (ino != BF_ROOT_INO && !dev_of_ino(d, ino)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fill_attr(d, ino, &st);
+	fuse_reply_attr(req, &st, BF_TIMEOUT);
+}
+
+/*
+ * A device has the size it has: truncate to that size succeeds and changes
+ * nothing, any other size is EINVAL. Times may be set (touch works) and are
+ * not kept; owner and mode belong to the config.
+ */
+static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = bf_of(req);
+	struct bf_dev *bd = dev_of_ino(d, ino);
+
+	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!bd) {
+			fuse_reply_err(req, EISDIR);
+			return;
+		}
+		if ((uint64_t)attr->st_size != bd->geo.size) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+	}
+	bf_getattr(req, ino, fi);
+}
+
+static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = bf_of(req);
+	struct bf_dev *bd = dev_of_ino(d, ino);
+	struct bf_file *f;
+
+	if (!bd) {
+		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
+		return;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	f->dev = bd;
+	f->direct = fi->flags & O_DIRECT;
+	f->since = pc_errseq_sample(bd->pc);
+	fi->fh = (uint64_t)(uintptr_t)f;
+	/*
+	 * Direct mode: every read and write reaches this daemon, in requests of
+	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
+	 * semantics hold. Shared mmap still works: INIT negotiated
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (see bf_io_writev).
+	 */
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->noflush = 1;
+	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in bf_io_writev() */
+	/* O_TRUNC is ignored, as a block device ignores it */
+	fuse_reply_open(req, fi);
+}
+
+static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	free((struct bf_file *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static struct bf_file *file_of(struct fuse_file_info *fi)
+{
+	return (struct bf_file *)(uintptr_t)fi->fh;
+}
+
+/* Per-thread buffer for O_DIRECT reads (pool-like: touched once, reused). */
+static pthread_key_t dbuf_key;
+static pthread_once_t dbuf_once = PTHREAD_ONCE_INIT;
+
+static void dbuf_key_init(void)
+{
+	pthread_key_create(&dbuf_key, free);
+}
+
+static char *direct_buf(void)
+{
+	char *b;
+
+	pthread_once(&dbuf_once, dbuf_key_init);
+	b = pthread_getspecific(dbuf_key);
+	if (!b) {
+		if (posix_memalign((void **)&b, 65536, BF_MAX_WRITE))
+			return NULL;
+		memset(b, 0, BF_MAX_WRITE);
+		pthread_setspecific(dbuf_key, b);
+	}
+	return b;
+}
+
+static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct bf_file *f = file_of(fi);
+	struct pc_read rd;
+	ssize_t ret;
+
+	(void)ino;
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (f->direct) {
+		char *buf = direct_buf();
+
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (size > BF_MAX_WRITE)
+			size = BF_MAX_WRITE;
+		ret = pc_direct_read(f->dev->pc, buf, size, (uint64_t)off);
+		if (ret < 0)
+			fuse_reply_err(req, (int)-ret);
+		else
+			fuse_reply_buf(req, buf, (size_t)ret);
+		return;
+	}
+	/* reply straight from folio memory: the kernel's copy is the only one */
+	ret = pc_read_begin(f->dev->pc, &rd, size, (uint64_t)off);
+	if (ret < 0) {
+		fuse_reply_err(req, (int)-ret);
+		return;
+	}
+	if (ret == 0)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_iov(req, rd.iov, rd.iovcnt);
+	pc_read_end(&rd);
+}
+
+static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct bf_file *f = file_of(fi);
+	ssize_t ret;
+
+	(void)ino;
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/*
+	 * Kernel page-cache writeback of a shared mapping may come through a
+	 * handle opened with O_DIRECT; it is buffered data, never refused.
+	 */
+	if (f->direct && !fi->writepage)
+		ret = pc_direct_write(f->dev->pc, buf, size, (uint64_t)off);
+	else
+		ret = pc_write(f->dev->pc, buf, size, (uint64_t)off);
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else
+		fuse_reply_write(req, (size_t)ret);
+}
+
+static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct bf_file *f = file_of(fi);
+
+	(void)ino;
+	(void)datasync;
+	fuse_reply_err(req, -pc_fsync(f->dev->pc, &f->since));
+}
+
+static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* As the kernel's blkdev_fallocate(). */
+static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct bf_file *f = file_of(fi);
+	uint64_t size = f->dev->geo.size, start = (uint64_t)off, n = (uint64_t)len;
+	int ret;
+
+	(void)ino;
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (off < 0 || len <= 0 || start >= size) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (n > size - start) {
+		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		n = size - start;
+	}
+	if ((start | n) & (f->dev->geo.lbs - 1)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	switch (mode) {
+	case FALLOC_FL_ZERO_RANGE:
+	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
+		ret = pc_write_zeroes(f->dev->pc, start, n);
+		break;
+	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
+		ret = pc_discard(f->dev->pc, start, n);
+		break;
+	default:
+		ret = -EOPNOTSUPP;
+	}
+	fuse_reply_err(req, -ret);
+}
+
+static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino != BF_ROOT_INO) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	fuse_reply_open(req, fi);
+}
+
+static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = bf_of(req);
+	size_t used = 0, cap = size < 65536 ? size : 65536;
+	char *buf = malloc(cap ? cap : 1);
+	off_t i;
+
+	(void)fi;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (i = off; i < d->nr_devs + 2; i++) {
+		struct stat st;
+		const char *name = i == 0 ? "." : i == 1 ? ".." : d->devs[i - 2].cd->name;
+		fuse_ino_t child = i < 2 ? BF_ROOT_INO : d->devs[i - 2].ino;
+		size_t need;
+
+		fill_attr(d, child, &st);
+		need = fuse_add_direntry(req, buf + used, cap - used, name, &st, i + 1);
+		if (need > cap - used)
+			break;
+		used += need;
+	}
+	(void)ino;
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void bf_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct bf_daemon *d = bf_of(req);
+	struct statvfs sv;
+	uint64_t total = 0;
+	int i;
+
+	(void)ino;
+	for (i = 0; i < d->nr_devs; i++)
+		total += d->devs[i].geo.size;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = total / 4096;
+	sv.f_files = (fsfilcnt_t)d->nr_devs + 1;
+	sv.f_namemax = CONF_NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* Names are the config's: nothing is created, removed or renamed. */
+static void bf_mknod(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, dev_t r)
+{
+	(void)p; (void)n; (void)m; (void)r;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
+{
+	(void)p; (void)n; (void)m;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
+{
+	(void)p; (void)n;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_symlink(fuse_req_t req, const char *l, fuse_ino_t p, const char *n)
+{
+	(void)l; (void)p; (void)n;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_rename(fuse_req_t req, fuse_ino_t p, const char *n, fuse_ino_t np,
+		      const char *nn, unsigned int flags)
+{
+	(void)p; (void)n; (void)np; (void)nn; (void)flags;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t np, const char *nn)
+{
+	(void)ino; (void)np; (void)nn;
+	fuse_reply_err(req, EPERM);
+}
+
+static void bf_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
+		      struct fuse_file_info *fi)
+{
+	(void)p; (void)n; (void)m; (void)fi;
+	fuse_reply_err(req, EPERM);
+}
+
+static const struct fuse_lowlevel_ops bf_ops = {
+	.init = bf_init,
+	.lookup = bf_lookup,
+	.getattr = bf_getattr,
+	.setattr = bf_setattr,
+	.open = bf_open,
+	.release = bf_release,
+	.read = bf_read,
+	.write = bf_write,
+	.fsync = bf_fsync,
+	.flush = bf_flush,
+	.fallocate = bf_fallocate,
+	.opendir = bf_opendir,
+	.readdir = bf_readdir,
+	.statfs = bf_statfs,
+	.mknod = bf_mknod,
+	.mkdir = bf_mkdir,
+	.rmdir = bf_unlink,
+	.unlink = bf_unlink,
+	.symlink = bf_symlink,
+	.rename = bf_rename,
+	.link = bf_link,
+	.create = bf_create,
+};
+
+/* --------------------------------------------------------- custom I/O */
+
+/*
+ * libfuse 3.14 does not know FUSE_DIRECT_IO_ALLOW_MMAP, and without it the
+ * kernel refuses shared mmap of a direct-mode file (ENODEV). Reading
+ * /dev/fuse ourselves (fuse_session_custom_io) lets us see the INIT request
+ * and add the flag to the INIT reply when the kernel offers it.
+ */
+static uint64_t init_unique;	/* written by the reader of INIT, read by its replier */
+static bool init_allow_mmap;
+static struct bf_daemon *io_daemon;
+
+/*
+ * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
+ * the kernel serializes direct writes to one file (fio with several jobs).
+ * OPEN requests are remembered by their unique id until their reply passes.
+ */
+#ifndef FOPEN_PARALLEL_DIRECT_WRITES
+#define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
+#endif
+#define OPEN_SLOTS 64
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t open_uniques[OPEN_SLOTS];	/* open_lock; 0 = empty */
+static unsigned open_next;			/* open_lock */
+
+static void open_remember(uint64_t unique)
+{
+	pthread_mutex_lock(&open_lock);
+	open_uniques[open_next++ % OPEN_SLOTS] = unique;	/* oldest entry (a failed open) goes */
+	pthread_mutex_unlock(&open_lock);
+}
+
+static bool open_forget(uint64_t unique)
+{
+	bool found = false;
+	unsigned i;
+
+	pthread_mutex_lock(&open_lock);
+	for (i = 0; i < OPEN_SLOTS; i++) {
+		if (open_uniques[i] == unique) {
+			open_uniques[i] = 0;
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&open_lock);
+	return found;
+}
+
+static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
+{
+	ssize_t r = read(fd, buf, len);
+
+	(void)userdata;
+	if (r >= (ssize_t)sizeof(struct fuse_in_header) &&
+	    ((const struct fuse_in_header *)buf)->opcode == FUSE_OPEN)
+		open_remember(((const struct fuse_in_header *)buf)->unique);
+	if (r >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) &&
+	    !__atomic_load_n(&init_unique, __ATOMIC_ACQUIRE)) {
+		const struct fuse_in_header *in = buf;
+
+		if (in->opcode == FUSE_INIT) {
+			const struct fuse_init_in *ii = (const void *)(in + 1);
+
+			init_allow_mmap = (ii->flags & FUSE_INIT_EXT) &&
+					  ((uint64_t)ii->flags2 << 32 & FUSE_DIRECT_IO_ALLOW_MMAP);
+			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
+		}
+	}
+	return r < 0 ? -errno : r;
+}
+
+static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	const struct fuse_out_header *oh = iov[0].iov_base;
+	uint64_t unique = __atomic_load_n(&init_unique, __ATOMIC_ACQUIRE);
+	struct fuse_open_out oo;
+	struct fuse_init_out out;
+	bool is_init = unique && oh->unique == unique && !oh->error;
+	ssize_t r;
+
+	(void)userdata;
+	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4 &&
+	    init_allow_mmap) {
+		memcpy(&out, iov[1].iov_base, iov[1].iov_len < sizeof(out) ? iov[1].iov_len : sizeof(out));
+		out.flags |= FUSE_INIT_EXT;
+		out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+		iov[1].iov_base = &out;
+	}
+	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && open_forget(oh->unique)) {
+		memcpy(&oo, iov[1].iov_base, sizeof(oo));
+		oo.open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
+		iov[1].iov_base = &oo;
+	}
+	r = writev(fd, iov, count);
+	if (r < 0)
+		r = -errno;
+	if (is_init) {
+		__atomic_store_n(&init_unique, 0, __ATOMIC_RELEASE);
+		if (r >= 0 && io_daemon)
+			bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
+	}
+	return r;
+}
+
+static const struct fuse_custom_io bf_io = {
+	.read = bf_io_read,
+	.writev = bf_io_writev,
+};
+
+/* ------------------------------------------------------------- serving */
+
+int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen)
+{
+	char opts[1024];
+	char *argv[] = { "blkfs", "-o", opts, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+	struct fuse_loop_config *lc;
+	struct fuse_session *se;
+	size_t used = 0;
+	int dummy, ret, i, code = 0;
+
+	snprintf(opts, sizeof(opts), "fsname=blkfs,subtype=blkfs%s%s",
+		 fuse_opts && *fuse_opts ? "," : "", fuse_opts ? fuse_opts : "");
+	se = fuse_session_new(&args, &bf_ops, sizeof(bf_ops), d);
+	if (!se) {
+		fprintf(stderr, "blkfs: bad FUSE options: %s\n", opts);
+		return 1;
+	}
+	/* fuse_session_mount() replaces this placeholder with the /dev/fuse fd */
+	dummy = open("/dev/null", O_RDWR | O_CLOEXEC);
+	io_daemon = d;
+	if (dummy < 0 || fuse_session_custom_io(se, &bf_io, dummy)) {
+		fprintf(stderr, "blkfs: cannot set up FUSE I/O\n");
+		code = 1;
+		goto out_destroy;
+	}
+	if (fuse_session_mount(se, d->mnt)) {
+		fprintf(stderr, "blkfs: cannot mount %s (see the message above)\n", d->mnt);
+		close(dummy);
+		code = 1;
+		goto out_destroy;
+	}
+	close(dummy);
+	if (fuse_set_signal_handlers(se)) {
+		fprintf(stderr, "blkfs: cannot install signal handlers\n");
+		code = 1;
+		goto out_unmount;
+	}
+	ret = pc_cache_start(d->pc);
+	if (ret) {
+		fprintf(stderr, "blkfs: cannot start the flusher: %s\n", strerror(-ret));
+		code = 1;
+		goto out_signals;
+	}
+
+	lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, BF_MAX_THREADS);
+	fuse_loop_cfg_set_clone_fd(lc, 0);
+	ret = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	if (ret < 0 && ret != -ENODEV)
+		blk_log("request loop ended: %s", strerror(-ret));
+
+out_signals:
+	fuse_remove_signal_handlers(se);
+	/* everything dirty goes to the backend before the mount disappears */
+	for (i = 0; i < d->nr_devs; i++) {
+		uint64_t lost = 0;
+		struct pc_stats st;
+		int err = pc_dev_sync_final(d->devs[i].pc, 5, &lost);
+
+		pc_dev_stats(d->devs[i].pc, &st);
+		if (err || lost) {
+			code = 1;
+			blk_log("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
+				(unsigned long long)lost, strerror(err ? -err : EIO));
+			used += (size_t)snprintf(status + used, statuslen - used,
+						 "lost %s %llu %s\n", d->devs[i].cd->name,
+						 (unsigned long long)lost, strerror(err ? -err : EIO));
+		} else {
+			used += (size_t)snprintf(status + used, statuslen - used,
+						 "ok %s %llu\n", d->devs[i].cd->name,
+						 (unsigned long long)st.backend_write_bytes);
+		}
+		if (used >= statuslen)
+			used = statuslen - 1;
+	}
+out_unmount:
+	fuse_session_unmount(se);
+out_destroy:
+	fuse_session_destroy(se);
+	io_daemon = NULL;
+	return code;
+}

@@ -1,0 +1,658 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/main.c - the `blkfs` command: mount (daemonize, report readiness or
+ * the error to the terminal), umount (unmount, wait for the daemon's final
+ * writeback, report what was lost), check, help and version.
+ *
+ * Runtime files live in $BLKFS_RUNDIR (default /run/blkfs): for a mount
+ * point P, K = P with '/' replaced by '_'; K.pid (the daemon), K.log (its
+ * messages), K.status (written when it exits: "ok DEV BYTES" or
+ * "lost DEV BYTES REASON" per device).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "bf.h"
+
+#define CONF_MAX_BYTES (1u << 20)
+
+static const char usage[] =
+"Usage:\n"
+"  blkfs mount MNT [-c CONFIG] [-f] [-o FUSE_OPTS]\n"
+"  blkfs umount MNT\n"
+"  blkfs check [-c CONFIG]\n"
+"  blkfs --help | --version\n"
+"\n"
+"blkfs presents block devices as files: `blkfs mount /mnt/blk` shows one file\n"
+"per device of the config (/mnt/blk/ram0, ...), which programs use as they use\n"
+"/dev/sdX: dd, fio, losetup, mkfs. Every buffered write goes through blkfs's\n"
+"own page cache (per-block uptodate/dirty state, writeback shaped to the\n"
+"device's geometry); O_DIRECT opens bypass it.\n"
+"\n"
+"Commands:\n"
+"  mount MNT    Mount the devices of CONFIG at directory MNT. Returns once the\n"
+"               mount is usable; the daemon keeps running in the background.\n"
+"               SIGTERM or SIGINT to the daemon: write back, unmount, exit.\n"
+"  umount MNT   Unmount, wait until the daemon has written every dirty block\n"
+"               to its backend and exited. Exit status 1 if any data could\n"
+"               not be written (it says how much, on which device).\n"
+"  check        Parse CONFIG and open its backends without mounting.\n"
+"\n"
+"Options:\n"
+"  -c CONFIG    Config file (default: ./blkfs.conf, else /etc/blkfs.conf).\n"
+"  -f           Stay in the foreground, messages to stderr.\n"
+"  -o OPTS      Extra FUSE mount options, comma separated (e.g. allow_other).\n"
+"\n"
+"Config (INI; # or ; starts a comment; sizes take K/M/G/T, binary):\n"
+"  [cache]\n"
+"  size = 256M              hard bound on cached data\n"
+"  folio_size = 64K         cache unit, power of two 4K..2M, >= every logical block\n"
+"  dirty_background = 10%%   the flusher starts above this (or bytes)\n"
+"  dirty_limit = 40%%        writers wait above this (or bytes)\n"
+"  dirty_expire = 5s        dirty data older than this is written back\n"
+"\n"
+"  [device ram0]\n"
+"  backend = ram            ram: sparse RAM arena; null: drops writes, reads zeros\n"
+"  size = 1G\n"
+"  logical_block_size = 512 O_DIRECT alignment, 512..64K\n"
+"  physical_block_size = 4096\n"
+"  max_io = 1M              largest single backend I/O\n"
+"  io_min, io_opt           default: physical block size, max_io\n"
+"  cache_block_size = auto  block of per-block state; a smaller power of two\n"
+"                           forces finer tracking\n"
+"\n"
+"Environment: BLKFS_RUNDIR (default /run/blkfs) holds MNT's .pid, .log, .status.\n";
+
+/* ------------------------------------------------------------ run files */
+
+static const char *rundir(void)
+{
+	const char *d = getenv("BLKFS_RUNDIR");
+
+	return d && *d ? d : "/run/blkfs";
+}
+
+static void run_file(char *out, size_t len, const char *mnt, const char *ext)
+{
+	char key[PATH_MAX];
+	size_t i;
+
+	snprintf(key, sizeof(key), "%s", mnt);
+	for (i = 0; key[i]; i++)
+		if (key[i] == '/')
+			key[i] = '_';
+	if (snprintf(out, len, "%s/%s.%s", rundir(), key, ext) >= (int)len)
+		out[len - 1] = 0;	/* PATH_MAX-long mount points: truncated, still unique enough */
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	char *p;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, 0755) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	char tmp[PATH_MAX + 8];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	if (fclose(f))
+		return -errno;
+	return rename(tmp, path) ? -errno : 0;
+}
+
+/*
+ * The canonical path of a mount point without stat()ing it: a dead or hung
+ * FUSE mount blocks or fails on stat, so only its parent is resolved.
+ */
+static int canon_mnt(const char *arg, char *out, size_t len)
+{
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	const char *base;
+	char *slash;
+	size_t n;
+
+	snprintf(tmp, sizeof(tmp), "%s", arg);
+	n = strlen(tmp);
+	while (n > 1 && tmp[n - 1] == '/')
+		tmp[--n] = 0;
+	slash = strrchr(tmp, '/');
+	if (!slash) {
+		base = tmp;
+		snprintf(parent, sizeof(parent), ".");
+	} else if (slash == tmp) {
+		base = tmp + 1;
+		snprintf(parent, sizeof(parent), "/");
+	} else {
+		*slash = 0;
+		base = slash + 1;
+		snprintf(parent, sizeof(parent), "%s", tmp);
+	}
+	if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+		/* "/", "x/.", "..": resolve it all */
+		if (!realpath(arg, out))
+			return -errno;
+		return 0;
+	}
+	{
+		char rp[PATH_MAX];
+
+		if (!realpath(parent, rp))
+			return -errno;
+		if (snprintf(out, len, "%s/%s", strcmp(rp, "/") ? rp : "", base) >= (int)len)
+			return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+/* Decode the octal escapes of /proc/self/mountinfo paths. */
+static void unescape(char *s)
+{
+	char *d = s;
+
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] && s[3]) {
+			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 4;
+		} else {
+			*d++ = *s++;
+		}
+	}
+	*d = 0;
+}
+
+/* The filesystem type mounted at @mnt ("fuse.blkfs", ...), "" if none. */
+static void mount_type(const char *mnt, char *type, size_t len)
+{
+	char line[4096];
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+
+	type[0] = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *save, *tok, *fields[12];
+		int n = 0;
+		char *sep;
+
+		for (tok = strtok_r(line, " \n", &save); tok && n < 12; tok = strtok_r(NULL, " \n", &save))
+			fields[n++] = tok;
+		if (n < 7)
+			continue;
+		unescape(fields[4]);
+		if (strcmp(fields[4], mnt))
+			continue;
+		/* optional fields end with "-", then the type */
+		sep = NULL;
+		for (int i = 6; i < n; i++) {
+			if (!strcmp(fields[i], "-") && i + 1 < n) {
+				sep = fields[i + 1];
+				break;
+			}
+		}
+		if (sep)
+			snprintf(type, len, "%s", sep);	/* the last one listed is on top */
+	}
+	fclose(f);
+}
+
+static char *read_conf(const char *path, size_t *len)
+{
+	char *buf;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return NULL;
+	buf = malloc(CONF_MAX_BYTES + 1);
+	if (!buf) {
+		fclose(f);
+		errno = ENOMEM;
+		return NULL;
+	}
+	*len = fread(buf, 1, CONF_MAX_BYTES + 1, f);
+	if (ferror(f) || *len > CONF_MAX_BYTES) {
+		int e = ferror(f) ? errno : EFBIG;
+
+		fclose(f);
+		free(buf);
+		errno = e;
+		return NULL;
+	}
+	fclose(f);
+	buf[*len] = 0;
+	return buf;
+}
+
+static const char *pick_conf(const char *arg)
+{
+	if (arg)
+		return arg;
+	if (!access("blkfs.conf", F_OK))
+		return "blkfs.conf";
+	return "/etc/blkfs.conf";
+}
+
+static int load_conf(struct bf_daemon *d, const char *path)
+{
+	char err[1024];
+	size_t len;
+	char *buf = read_conf(path, &len);
+	int ret;
+
+	d->conf_path = path;
+	if (!buf) {
+		fprintf(stderr, "blkfs: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	ret = conf_parse_buf(buf, len, path, &d->conf, err, sizeof(err));
+	free(buf);
+	if (ret) {
+		fprintf(stderr, "%s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- mount */
+
+void bf_ready(struct bf_daemon *d)
+{
+	char nul = 0;
+
+	if (d->ready_fd < 0)
+		return;
+	/* a NUL ends the parent's echo of our stderr: success */
+	if (write(d->ready_fd, &nul, 1) < 0) {
+		/* the parent is gone; nothing to tell */
+	}
+	fflush(stderr);
+	dup2(d->log_fd, STDERR_FILENO);
+	close(d->ready_fd);
+	d->ready_fd = -1;
+	blk_log("mounted %s at %s (pid %d)", d->conf_path, d->mnt, (int)getpid());
+}
+
+/* Parent side of daemonizing: echo the child's messages; a NUL means mounted. */
+static int wait_for_child(pid_t pid, int fd)
+{
+	char buf[4096];
+	int status;
+	ssize_t n, i;
+
+	for (;;) {
+		n = read(fd, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		for (i = 0; i < n; i++) {
+			if (buf[i] == 0) {
+				fwrite(buf, 1, (size_t)i, stderr);
+				return 0;
+			}
+		}
+		fwrite(buf, 1, (size_t)n, stderr);
+	}
+	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status))
+		return WEXITSTATUS(status);
+	return 1;
+}
+
+static int cmd_mount(int argc, char **argv)
+{
+	struct bf_daemon d = { .ready_fd = -1, .log_fd = -1 };
+	const char *conf_arg = NULL, *fuse_opts = NULL;
+	char mnt[PATH_MAX], type[64], err[1024], path[PATH_MAX], pidtxt[32];
+	char status[4096] = "";
+	struct stat st;
+	int opt, pipefd[2], code, ret;
+	pid_t pid;
+
+	optind = 1;
+	while ((opt = getopt(argc, argv, "c:fo:h")) != -1) {
+		switch (opt) {
+		case 'c':
+			conf_arg = optarg;
+			break;
+		case 'f':
+			d.foreground = true;
+			break;
+		case 'o':
+			fuse_opts = optarg;
+			break;
+		default:
+			fputs(usage, stderr);
+			return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		fprintf(stderr, "blkfs mount: expected one mount point\n%s", usage);
+		return 2;
+	}
+	ret = canon_mnt(argv[optind], mnt, sizeof(mnt));
+	if (ret) {
+		fprintf(stderr, "blkfs: %s: %s\n", argv[optind], strerror(-ret));
+		return 1;
+	}
+	mount_type(mnt, type, sizeof(type));
+	if (!strcmp(type, "fuse.blkfs")) {
+		fprintf(stderr, "blkfs: %s: already mounted (blkfs); `blkfs umount %s` first\n",
+			mnt, mnt);
+		return 1;
+	}
+	if (stat(mnt, &st)) {
+		fprintf(stderr, "blkfs: mount point %s: %s\n", mnt, strerror(errno));
+		return 1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "blkfs: mount point %s: not a directory\n", mnt);
+		return 1;
+	}
+	if (load_conf(&d, pick_conf(conf_arg)))
+		return 1;
+	d.mnt = mnt;
+
+	ret = mkdir_p(rundir());
+	if (ret) {
+		fprintf(stderr, "blkfs: %s: %s\n", rundir(), strerror(-ret));
+		goto out_conf;
+	}
+	if (!d.foreground) {
+		if (pipe2(pipefd, O_CLOEXEC)) {
+			perror("blkfs: pipe");
+			goto out_conf;
+		}
+		fflush(NULL);
+		pid = fork();
+		if (pid < 0) {
+			perror("blkfs: fork");
+			goto out_conf;
+		}
+		if (pid > 0) {
+			close(pipefd[1]);
+			code = wait_for_child(pid, pipefd[0]);
+			conf_free(&d.conf);
+			return code;
+		}
+		/* the daemon: its stderr goes to the parent until it is ready */
+		close(pipefd[0]);
+		setsid();
+		d.ready_fd = pipefd[1];
+		dup2(d.ready_fd, STDERR_FILENO);
+		ret = open("/dev/null", O_RDWR);
+		if (ret >= 0) {
+			dup2(ret, STDIN_FILENO);
+			dup2(ret, STDOUT_FILENO);
+			if (ret > 2)
+				close(ret);
+		}
+		run_file(path, sizeof(path), mnt, "log");
+		d.log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (d.log_fd < 0) {
+			fprintf(stderr, "blkfs: %s: %s\n", path, strerror(errno));
+			_exit(1);
+		}
+	}
+
+	ret = bf_open_devices(&d, true, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "%s\n", err);
+		conf_free(&d.conf);
+		return 1;
+	}
+	run_file(path, sizeof(path), mnt, "status");
+	unlink(path);
+	run_file(path, sizeof(path), mnt, "pid");
+	snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)getpid());
+	write_file(path, pidtxt);
+
+	code = bf_serve(&d, fuse_opts, status, sizeof(status));
+	if (d.ready_fd >= 0) {
+		/* never became ready: the parent reports our messages */
+		close(d.ready_fd);
+		d.ready_fd = -1;
+	}
+	blk_log("%s: exiting with status %d", mnt, code);
+	run_file(path, sizeof(path), mnt, "status");
+	write_file(path, *status ? status : (code ? "failed\n" : ""));
+	run_file(path, sizeof(path), mnt, "pid");
+	unlink(path);
+	bf_close_devices(&d);
+	conf_free(&d.conf);
+	return code;
+
+out_conf:
+	conf_free(&d.conf);
+	return 1;
+}
+
+/* --------------------------------------------------------------- umount */
+
+static bool pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+static pid_t read_pid(const char *mnt)
+{
+	char path[PATH_MAX], buf[32];
+	ssize_t n;
+	int fd;
+
+	run_file(path, sizeof(path), mnt, "pid");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	return (pid_t)atoi(buf);
+}
+
+static void wait_pid_gone(pid_t pid, const char *mnt)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	uint64_t start = blk_now_ms();
+	bool said = false;
+
+	while (pid_alive(pid)) {
+		if (pfd >= 0) {
+			struct pollfd p = { .fd = pfd, .events = POLLIN };
+
+			poll(&p, 1, 1000);
+		} else {
+			usleep(20000);
+		}
+		if (!said && blk_now_ms() - start > 2000 && pid_alive(pid)) {
+			fprintf(stderr, "blkfs: %s: waiting for the daemon (pid %d) to write back its cache\n",
+				mnt, (int)pid);
+			said = true;
+		}
+	}
+	if (pfd >= 0)
+		close(pfd);
+}
+
+static int report_status(const char *mnt)
+{
+	char path[PATH_MAX], line[512];
+	unsigned long long bytes, written = 0;
+	char dev[128], why[256];
+	int lost = 0, ndev = 0;
+	FILE *f;
+
+	run_file(path, sizeof(path), mnt, "status");
+	f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "blkfs: %s: unmounted, but the daemon left no status: "
+			"data it had not written back may be lost\n", mnt);
+		return 1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "ok %127s %llu", dev, &bytes) == 2) {
+			ndev++;
+			written += bytes;
+		} else if (sscanf(line, "lost %127s %llu %255[^\n]", dev, &bytes, why) == 3) {
+			ndev++;
+			lost++;
+			fprintf(stderr, "blkfs: %s: %llu bytes of %s could not be written to its backend: %s\n",
+				mnt, bytes, dev, why);
+		} else if (!strncmp(line, "failed", 6)) {
+			lost++;
+		}
+	}
+	fclose(f);
+	unlink(path);
+	if (lost) {
+		fprintf(stderr, "blkfs: %s: unmounted; data was lost\n", mnt);
+		return 1;
+	}
+	printf("blkfs: %s: unmounted; all data written back (%d device%s)\n", mnt, ndev,
+	       ndev == 1 ? "" : "s");
+	(void)written;
+	return 0;
+}
+
+static int cmd_umount(int argc, char **argv)
+{
+	char mnt[PATH_MAX], type[64];
+	pid_t pid;
+	int ret;
+
+	if (argc != 2) {
+		fprintf(stderr, "blkfs umount: expected one mount point\n%s", usage);
+		return 2;
+	}
+	ret = canon_mnt(argv[1], mnt, sizeof(mnt));
+	if (ret) {
+		fprintf(stderr, "blkfs: %s: %s\n", argv[1], strerror(-ret));
+		return 1;
+	}
+	mount_type(mnt, type, sizeof(type));
+	if (strcmp(type, "fuse.blkfs")) {
+		fprintf(stderr, "blkfs: %s: not a blkfs mount%s%s%s\n", mnt, *type ? " (it is " : "",
+			type, *type ? ")" : "");
+		return 1;
+	}
+	pid = read_pid(mnt);
+	if (umount2(mnt, 0)) {
+		if (errno == EBUSY)
+			fprintf(stderr, "blkfs: %s: busy: a process has a device file open, or a loop "
+				"device or filesystem still sits on one (see fuser -vm %s, losetup -a)\n",
+				mnt, mnt);
+		else if (errno == EPERM)
+			fprintf(stderr, "blkfs: %s: unmount needs root\n", mnt);
+		else
+			fprintf(stderr, "blkfs: %s: unmount: %s\n", mnt, strerror(errno));
+		return 1;
+	}
+	if (!pid_alive(pid)) {
+		char path[PATH_MAX];
+
+		run_file(path, sizeof(path), mnt, "status");
+		if (access(path, F_OK)) {
+			fprintf(stderr, "blkfs: %s: unmounted; the daemon was not running, so what it "
+				"had not written back is lost\n", mnt);
+			return 1;
+		}
+	}
+	wait_pid_gone(pid, mnt);
+	return report_status(mnt);
+}
+
+/* ---------------------------------------------------------------- check */
+
+static int cmd_check(int argc, char **argv)
+{
+	struct bf_daemon d = { .ready_fd = -1, .log_fd = -1 };
+	const char *conf_arg = NULL;
+	char err[1024];
+	int opt, i;
+
+	optind = 1;
+	while ((opt = getopt(argc, argv, "c:h")) != -1) {
+		if (opt != 'c') {
+			fputs(usage, stderr);
+			return 2;
+		}
+		conf_arg = optarg;
+	}
+	if (load_conf(&d, pick_conf(conf_arg)))
+		return 1;
+	if (bf_open_devices(&d, false, err, sizeof(err))) {
+		fprintf(stderr, "%s\n", err);
+		conf_free(&d.conf);
+		return 1;
+	}
+	printf("%s: ok\n", d.conf_path);
+	printf("  cache: %llu bytes in folios of %u\n", (unsigned long long)d.conf.cache.size,
+	       d.conf.cache.folio_size);
+	for (i = 0; i < d.nr_devs; i++) {
+		struct bf_dev *bd = &d.devs[i];
+
+		printf("  %s: %s, %llu bytes, logical %u, physical %u, max_io %u, cache block %u\n",
+		       bd->cd->name, bd->cd->ops->name, (unsigned long long)bd->geo.size,
+		       bd->geo.lbs, bd->geo.pbs, bd->geo.max_io, bd->cblk);
+	}
+	bf_close_devices(&d);
+	conf_free(&d.conf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf("blkfs %s\n", BLKFS_VERSION);
+		return 0;
+	}
+	if (!strcmp(argv[1], "mount"))
+		return cmd_mount(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "umount") || !strcmp(argv[1], "unmount"))
+		return cmd_umount(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "check"))
+		return cmd_check(argc - 1, argv + 1);
+	fprintf(stderr, "blkfs: unknown command '%s'\n%s", argv[1], usage);
+	return 2;
+}
