@@ -715,6 +715,7 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	se = fuse_session_new(&args, &bf_ops, sizeof(bf_ops), d);
 	if (!se) {
 		fprintf(stderr, "blkfs: bad FUSE options: %s\n", opts);
+		fuse_opt_free_args(&args);
 		return 1;
 	}
 	/* fuse_session_mount() replaces this placeholder with the /dev/fuse fd */
@@ -780,6 +781,7 @@ out_unmount:
 	fuse_session_unmount(se);
 out_destroy:
 	fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
 	io_daemon = NULL;
 	return code;
 }

@@ -1,0 +1,507 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034,SC2119,SC2120  # LOG, STATUS etc. are for the tests
+# tests/integ/lib.sh - sourced by every integration test (nbdkit's
+# tests/functions.sh is the model).
+#
+#   . "$(dirname "$0")/lib.sh"
+#   require_root; require_fuse; require dd cmp
+#   start_blkfs "[device ram0]
+#   backend = ram
+#   size = 64M"                   # sets MNT, CONF, DAEMON_PID, LOG, PIDFILE
+#   ddev if=data of="$MNT/ram0" bs=1M conv=notrunc
+#   stop_blkfs                    # blkfs umount; exit 0, mount and daemon gone
+#
+# Every test gets its own temp dir $TDIR (under $BLKFS_TEST_BASE when the
+# runner sets it) and its own $BLKFS_RUNDIR inside it. An EXIT trap always
+# cleans up, also after a failure or a signal: FUSE connections of mounts
+# still there are aborted through fusectl (a hung daemon would otherwise
+# block umount and every reader in an uninterruptible wait), then filesystems
+# mounted on top, loop devices and blkfs mounts are detached, daemons killed
+# and $TDIR removed. Nothing here ever stats a path that may be a hung
+# mount: mount state is read from /proc/self/mountinfo only.
+#
+# With BLKFS_LIB_NOINIT=1 only the functions are defined (tests/integ/run
+# uses them to find and clean what a test left behind).
+
+_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+: "${BLKFS:=$_LIB_DIR/../../build/blkfs}"
+: "${BLKFS_TESTBIN:=$_LIB_DIR/../../build/integ}"
+export BLKFS BLKFS_TESTBIN
+
+# ---------------------------------------------------------------------------
+# Messages and assertions
+
+info() { printf '# %s\n' "$*"; }
+skip() { printf 'SKIP: %s\n' "$*" >&2; exit 77; }
+fail() {
+	printf 'FAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+# require CMD...: skip (77) unless every command is there.
+require() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || skip "$c not found"
+	done
+}
+
+require_root() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root"
+}
+
+require_fuse() {
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	grep -qw fuse /proc/filesystems || skip "kernel has no fuse"
+}
+
+# The blkfs binary and the C helpers are build products: missing is an error.
+require_blkfs() {
+	[ -x "$BLKFS" ] || fail "BLKFS=$BLKFS is not an executable (run make)"
+}
+
+require_helper() {
+	local h
+	for h in "$@"; do
+		[ -x "$BLKFS_TESTBIN/$h" ] ||
+			fail "helper $BLKFS_TESTBIN/$h missing (make $BLKFS_TESTBIN/$h)"
+	done
+}
+
+# expect_fail CMD...: CMD must exit non-zero.
+expect_fail() {
+	if "$@"; then
+		fail "expected to fail but succeeded: $*"
+	fi
+	return 0
+}
+
+# errno_msg NAME: strerror() text of an errno name (EINVAL -> Invalid argument).
+errno_msg() {
+	case $1 in
+	EPERM) echo "Operation not permitted" ;;
+	ENOENT) echo "No such file or directory" ;;
+	EIO) echo "Input/output error" ;;
+	EBADF) echo "Bad file descriptor" ;;
+	EACCES) echo "Permission denied" ;;
+	EBUSY) echo "Device or resource busy" ;;
+	EEXIST) echo "File exists" ;;
+	ENODEV) echo "No such device" ;;
+	ENOTDIR) echo "Not a directory" ;;
+	EISDIR) echo "Is a directory" ;;
+	EINVAL) echo "Invalid argument" ;;
+	EFBIG) echo "File too large" ;;
+	ENOSPC) echo "No space left on device" ;;
+	EROFS) echo "Read-only file system" ;;
+	ENOSYS) echo "Function not implemented" ;;
+	EOPNOTSUPP | ENOTSUP) echo "Operation not supported" ;;
+	ENOTCONN) echo "Transport endpoint is not connected" ;;
+	*) fail "errno_msg: unknown errno name $1" ;;
+	esac
+}
+
+# expect_errno NAME CMD...: CMD must fail and say strerror(NAME) on stderr.
+expect_errno() {
+	local name=$1 msg out rc
+	shift
+	msg=$(errno_msg "$name")
+	out=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?
+	[ "$rc" -ne 0 ] || fail "expected $name but succeeded: $*"
+	case $out in
+	*"$msg"*) ;;
+	*) fail "expected $name ($msg) from: $*; got exit $rc: $out" ;;
+	esac
+}
+
+# assert_eq WHAT EXPECTED ACTUAL
+assert_eq() {
+	[ "$2" = "$3" ] || fail "$1: expected '$2', got '$3'"
+}
+
+# ---------------------------------------------------------------------------
+# Mount state, read from /proc/self/mountinfo only (never stat a mount that
+# may hang).
+
+# mounts_at PATH: "MAJ:MIN FSTYPE" of every mount at PATH, bottom to top.
+mounts_at() {
+	awk -v p="$1" '$5 == p {
+		for (i = 7; i <= NF; i++) if ($i == "-") { print $3, $(i + 1); break }
+	}' /proc/self/mountinfo
+}
+
+is_mounted() {
+	[ -n "$(mounts_at "$1")" ]
+}
+
+# mounts_under DIR: mount points at or below DIR, deepest (last mounted) first.
+mounts_under() {
+	awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' \
+		/proc/self/mountinfo | tac
+}
+
+# fuse_mounts: "MOUNTPOINT FSTYPE" of every FUSE mount.
+fuse_mounts() {
+	awk '{ for (i = 7; i <= NF; i++) if ($i == "-") {
+		if ($(i + 1) ~ /^fuse/) print $5, $(i + 1); break } }' /proc/self/mountinfo
+}
+
+fusectl_ensure() {
+	awk '$3 == "fusectl" { f = 1 } END { exit !f }' /proc/mounts && return 0
+	[ -d /sys/fs/fuse/connections ] || return 1
+	mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
+}
+
+# abort_fuse PATH: abort the FUSE connection of every FUSE mount at PATH.
+# The connection's number is its device number (MIN when MAJ is 0).
+abort_fuse() {
+	local dev type maj min conn
+	fusectl_ensure || true
+	while read -r dev type; do
+		case $type in fuse*) ;; *) continue ;; esac
+		maj=${dev%%:*}
+		min=${dev##*:}
+		conn=$(((maj << 20) | min))
+		if [ -e "/sys/fs/fuse/connections/$conn/abort" ]; then
+			echo 1 >"/sys/fs/fuse/connections/$conn/abort" 2>/dev/null || true
+		fi
+	done < <(mounts_at "$1")
+}
+
+# ---------------------------------------------------------------------------
+# Processes
+
+# pid_alive PID: running and not a zombie.
+pid_alive() {
+	local st
+	[ -n "${1:-}" ] && [ -r "/proc/$1/status" ] || return 1
+	st=$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ]
+}
+
+# wait_gone SECONDS PID...: 0 once none of PID is alive.
+wait_gone() {
+	local t=$1 p alive i
+	shift
+	for ((i = 0; i <= t * 10; i++)); do
+		alive=0
+		for p in "$@"; do pid_alive "$p" && alive=1; done
+		[ "$alive" -eq 0 ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# kill_pids PID...: SIGTERM, then SIGKILL after a few seconds.
+kill_pids() {
+	local p live=()
+	for p in "$@"; do
+		[ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] && continue
+		pid_alive "$p" && live+=("$p")
+	done
+	[ "${#live[@]}" -gt 0 ] || return 0
+	kill -TERM "${live[@]}" 2>/dev/null || true
+	wait_gone 5 "${live[@]}" && return 0
+	kill -KILL "${live[@]}" 2>/dev/null || true
+	wait_gone 5 "${live[@]}" || true
+}
+
+# pids_matching STRING: processes whose command line contains STRING
+# (a unique temp path), not this shell.
+pids_matching() {
+	local p cmd
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] && continue
+		cmd=$({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null) || continue
+		case $cmd in *"$1"*) echo "$p" ;; esac
+	done
+}
+
+# ---------------------------------------------------------------------------
+# Loop devices
+
+# loops_under DIR: loop devices whose backing file is below DIR.
+loops_under() {
+	losetup -l -n -O NAME,BACK-FILE 2>/dev/null |
+		awk -v d="$1/" 'index($2, d) == 1 { print $1 }'
+}
+
+# ---------------------------------------------------------------------------
+# Runtime files
+
+# rundir_key PATH: the key blkfs derives from a mount point's realpath.
+rundir_key() {
+	local p=$1
+	echo "${p//\//_}"
+}
+
+# show_logs [DIR]: print every daemon log and status file (on failure).
+show_logs() {
+	local d=${1:-${BLKFS_RUNDIR:-}} f
+	[ -n "$d" ] && [ -d "$d" ] || return 0
+	for f in "$d"/*.log "$d"/*.status; do
+		[ -f "$f" ] || continue
+		printf -- '--- %s (last 100 lines)\n' "$f" >&2
+		tail -n 100 "$f" >&2
+	done
+}
+
+# log_problems [DIR]: sanitizer reports, failed assertions and crashes in
+# the daemon logs (the daemon's stderr goes to its log once it is ready).
+log_problems() {
+	local d=${1:-${BLKFS_RUNDIR:-}}
+	[ -n "$d" ] && [ -d "$d" ] || return 0
+	grep -HE 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:|Assertion .* failed|SUMMARY: [A-Za-z]+Sanitizer' \
+		"$d"/*.log 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------------------
+# Teardown of everything below a directory: used by the EXIT trap (for
+# $TDIR) and by tests/integ/run (for a test's whole base directory).
+#
+# Order matters: aborting the FUSE connections first makes every later step
+# fast even when a daemon hangs (requests fail with ENOTCONN instead of
+# waiting), then filesystems on top, loop devices, the FUSE mounts, the
+# processes, and last the files.
+cleanup_tree() {
+	local dir=$1 m l p pids
+	[ -n "$dir" ] && [ -d "$dir" ] || return 0
+	for m in $(mounts_under "$dir"); do
+		abort_fuse "$m"
+	done
+	for m in $(mounts_under "$dir"); do
+		case $(mounts_at "$m" | tail -n 1) in
+		*" fuse"*) ;;
+		*) umount -l "$m" 2>/dev/null || true ;;
+		esac
+	done
+	for l in $(loops_under "$dir"); do
+		losetup -d "$l" 2>/dev/null || true
+	done
+	for m in $(mounts_under "$dir"); do
+		umount -l "$m" 2>/dev/null || true
+	done
+	pids=()
+	for p in "$dir"/run/*.pid "$dir"/*/run/*.pid; do
+		[ -f "$p" ] && pids+=("$(cat "$p" 2>/dev/null)")
+	done
+	for p in $(pids_matching "$dir"); do
+		pids+=("$p")
+	done
+	[ "${#pids[@]}" -eq 0 ] || kill_pids "${pids[@]}"
+	if [ -z "$(mounts_under "$dir")" ]; then
+		rm -rf --one-file-system "$dir"
+	else
+		echo "lib.sh: not removing $dir: still mounted below it" >&2
+	fi
+}
+
+[ "${BLKFS_LIB_NOINIT:-0}" = 1 ] && return 0
+
+# ---------------------------------------------------------------------------
+# Per-test set-up
+
+TEST_NAME=$(basename "$0" .sh)
+TDIR=$(mktemp -d "${BLKFS_TEST_BASE:-${TMPDIR:-/tmp}}/blkfs-$TEST_NAME.XXXXXX")
+TDIR=$(realpath -e "$TDIR")
+export BLKFS_RUNDIR=$TDIR/run
+mkdir -p "$BLKFS_RUNDIR"
+
+_NMNT=0
+_MNTS=()		# blkfs mount points this test created
+_TOPMNTS=()		# filesystems mounted on top (ext4 on a loop device)
+_LOOPS=()		# loop devices this test attached
+_BGPIDS=()		# background processes to kill at exit
+declare -A _PID_OF=()	# mount point -> daemon pid
+
+_cleanup() {
+	local rc=$? i m
+	trap - EXIT INT TERM
+	set +e
+	if [ "$rc" -eq 0 ]; then
+		for m in "${_MNTS[@]}" "${_TOPMNTS[@]}"; do
+			if is_mounted "$m"; then
+				echo "FAIL: the test ended with $m still mounted" >&2
+				rc=1
+			fi
+		done
+	fi
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+		show_logs
+	fi
+	for m in "${_MNTS[@]}"; do
+		is_mounted "$m" && abort_fuse "$m"
+	done
+	for ((i = ${#_TOPMNTS[@]} - 1; i >= 0; i--)); do
+		is_mounted "${_TOPMNTS[i]}" && umount -l "${_TOPMNTS[i]}" 2>/dev/null
+	done
+	for m in "${_LOOPS[@]}"; do
+		losetup "$m" >/dev/null 2>&1 && losetup -d "$m" 2>/dev/null
+	done
+	for m in "${_MNTS[@]}"; do
+		while is_mounted "$m"; do umount -l "$m" 2>/dev/null || break; done
+	done
+	[ "${#_BGPIDS[@]}" -eq 0 ] || kill_pids "${_BGPIDS[@]}"
+	[ "${#_PID_OF[@]}" -eq 0 ] || kill_pids "${_PID_OF[@]}"
+	if [ "$rc" -eq 0 ] && [ -n "$(log_problems)" ]; then
+		log_problems >&2
+		show_logs
+		echo "FAIL: the daemon log reports problems (above)" >&2
+		rc=1
+	fi
+	cleanup_tree "$TDIR"
+	exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------
+# blkfs mounts
+
+# new_mountpoint: make an empty directory for a mount; sets MNT (realpath).
+new_mountpoint() {
+	_NMNT=$((_NMNT + 1))
+	MNT=$TDIR/mnt$_NMNT
+	mkdir "$MNT"
+	MNT=$(realpath -e "$MNT")
+	PIDFILE=$BLKFS_RUNDIR/$(rundir_key "$MNT").pid
+	LOG=$BLKFS_RUNDIR/$(rundir_key "$MNT").log
+	STATUS=$BLKFS_RUNDIR/$(rundir_key "$MNT").status
+}
+
+# write_conf TEXT_OR_FILE: sets CONF to a file with that config.
+write_conf() {
+	if [ -f "$1" ]; then
+		CONF=$1
+	else
+		CONF=$TDIR/blkfs$((_NMNT + 1)).conf
+		printf '%s\n' "$1" >"$CONF"
+	fi
+}
+
+# start_blkfs CONF_TEXT_OR_FILE [MOUNT ARGS...]: mount at a new temp mount
+# point; sets MNT, CONF, PIDFILE, LOG, STATUS, DAEMON_PID. Fails the test
+# unless `blkfs mount` exits 0 with the mount usable and the daemon running.
+start_blkfs() {
+	local out rc i
+	write_conf "$1"
+	shift
+	new_mountpoint
+	_MNTS+=("$MNT")
+	out=$("$BLKFS" mount "$MNT" -c "$CONF" "$@" 2>&1) && rc=0 || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		printf '%s\n' "$out" >&2
+		fail "blkfs mount $MNT -c $CONF $* exited $rc"
+	fi
+	is_mounted "$MNT" || fail "blkfs mount returned 0 but $MNT is not in mountinfo"
+	case $(mounts_at "$MNT") in
+	*" fuse"*) ;;
+	*) fail "$MNT: not a FUSE mount: $(mounts_at "$MNT")" ;;
+	esac
+	[ "$(mounts_at "$MNT" | wc -l)" -eq 1 ] ||
+		fail "$MNT: mounted more than once: $(mounts_at "$MNT" | tr '\n' ' ')"
+	for ((i = 0; i < 50; i++)); do
+		[ -s "$PIDFILE" ] && break
+		sleep 0.1
+	done
+	[ -s "$PIDFILE" ] || fail "blkfs mount returned 0 but wrote no $PIDFILE"
+	DAEMON_PID=$(cat "$PIDFILE")
+	pid_alive "$DAEMON_PID" || fail "daemon pid $DAEMON_PID from $PIDFILE is not running"
+	_PID_OF[$MNT]=$DAEMON_PID
+	info "mounted $MNT (daemon $DAEMON_PID)"
+}
+
+# stop_blkfs [MNT]: `blkfs umount MNT` must exit 0, and when it returns the
+# mount must be gone and the daemon must have exited.
+stop_blkfs() {
+	local mnt=${1:-$MNT} pid out rc
+	pid=${_PID_OF[$mnt]:-}
+	out=$("$BLKFS" umount "$mnt" 2>&1) && rc=0 || rc=$?
+	[ -z "$out" ] || printf '%s\n' "$out"
+	if [ "$rc" -ne 0 ]; then
+		fail "blkfs umount $mnt exited $rc"
+	fi
+	! is_mounted "$mnt" || fail "blkfs umount $mnt exited 0 but it is still mounted"
+	if [ -n "$pid" ] && pid_alive "$pid"; then
+		fail "blkfs umount $mnt returned while daemon $pid still runs"
+	fi
+	unset "_PID_OF[$mnt]"
+	if [ -n "$(log_problems)" ]; then
+		fail "the daemon log reports problems: $(log_problems)"
+	fi
+	info "unmounted $mnt"
+}
+
+# assert_live MNT: the mount is there (checked before writing into it, since
+# dd onto an unmounted mount point silently creates a plain file).
+assert_live() {
+	is_mounted "$1" || fail "$1 is not mounted"
+	case $(mounts_at "$1" | tail -n 1) in
+	*" fuse"*) ;;
+	*) fail "$1: top mount is not FUSE" ;;
+	esac
+}
+
+# ddev OPERANDS...: dd into or out of a device file: checks that the of=
+# target's directory is mounted, adds conv=nocreat and status=none.
+ddev() {
+	local a of=
+	for a in "$@"; do
+		case $a in of=*) of=${a#of=} ;; esac
+	done
+	[ -z "$of" ] || assert_live "$(dirname "$of")"
+	dd "$@" conv=nocreat status=none
+}
+
+# ---------------------------------------------------------------------------
+# Loop devices and filesystems on top
+
+# attach_loop FILE [LOSETUP ARGS...]: sets LOOP.
+attach_loop() {
+	local f=$1
+	shift
+	LOOP=$(losetup -f --show "$@" "$f") || fail "losetup $f failed"
+	_LOOPS+=("$LOOP")
+	info "attached $LOOP -> $f"
+}
+
+detach_loop() {
+	losetup -d "$1" || fail "losetup -d $1 failed"
+}
+
+# mount_top DEV DIR [MOUNT ARGS...]: mount a filesystem; unmounted at exit.
+mount_top() {
+	local dev=$1 dir=$2
+	shift 2
+	mkdir -p "$dir"
+	mount "$@" "$dev" "$dir" || fail "mount $dev $dir failed"
+	_TOPMNTS+=("$dir")
+}
+
+# ---------------------------------------------------------------------------
+# Data
+
+# mkdata FILE BYTES: random data.
+mkdata() {
+	head -c "$2" /dev/urandom >"$1"
+	[ "$(stat -c %s "$1")" -eq "$2" ] || fail "mkdata $1 $2: short"
+}
+
+# cmp_range A AOFF B BOFF LEN: the byte ranges are identical.
+cmp_range() {
+	cmp <(dd if="$1" iflag=skip_bytes,count_bytes skip="$2" count="$5" bs=1M status=none) \
+		<(dd if="$3" iflag=skip_bytes,count_bytes skip="$4" count="$5" bs=1M status=none) ||
+		fail "differ: $1@$2 vs $3@$4, $5 bytes"
+}
+
+# assert_zero FILE OFF LEN: the range reads as zeros.
+assert_zero() {
+	cmp -n "$3" <(dd if="$1" iflag=skip_bytes,count_bytes skip="$2" count="$3" bs=1M status=none) \
+		/dev/zero || fail "$1@$2 +$3 is not all zeros (or short)"
+}
+
+# vmrss_kb PID
+vmrss_kb() {
+	awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
+}
