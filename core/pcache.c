@@ -43,6 +43,7 @@
 #include "pcache_int.h"
 
 #define POOL_ALIGN (2u << 20)
+#define CONF_MAX_DEVS_SNAPSHOT 64
 
 /* ---------------------------------------------------------------- batches */
 
@@ -506,63 +507,77 @@ static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
 	return stuck;
 }
 
-/* Without a flusher thread the caller writes back itself (unit tests, final sync). */
-static int pc_writeback_all_sync(struct pc_cache *pc)
+/*
+ * Without a flusher thread the caller writes back itself (unit tests).
+ * Returns the first error of @dev's own writeback (another device's failure
+ * is not this caller's), and in @bytes what was written.
+ */
+static int pc_writeback_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 {
+	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
 	struct list_head *pos, *n;
-	int err = 0, ret;
+	int nr = 0, i, err = 0, ret;
 
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *d = list_entry(pos, struct pc_dev, node);
+	pthread_mutex_lock(&pc->lock);
+	list_for_each_safe(pos, n, &pc->devs)
+		if (nr < CONF_MAX_DEVS_SNAPSHOT)
+			devs[nr++] = list_entry(pos, struct pc_dev, node);
+	pthread_mutex_unlock(&pc->lock);
+	*bytes = 0;
+	for (i = 0; i < nr; i++) {
+		uint64_t b = 0;
 
-		if (!__atomic_load_n(&d->dirty_bytes, __ATOMIC_RELAXED))
+		if (!__atomic_load_n(&devs[i]->dirty_bytes, __ATOMIC_RELAXED))
 			continue;
-		ret = wb_dev(d, WB_ALL, true);
-		if (ret && !err)
+		ret = wb_dev_bytes(devs[i], WB_ALL, true, &b);
+		*bytes += b;
+		if (ret && devs[i] == dev && !err)
 			err = ret;
 	}
 	return err;
 }
 
+static void timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(c, m, &ts);
+}
+
 /*
  * No folio is free or clean: get writeback going and wait for it. Caller
  * holds pc->lock; it is dropped and retaken. Returns -errno when waiting
- * cannot help (the dirty data belongs to a device whose writes fail).
+ * cannot help (the dirty data belongs to @dev and its writes fail).
  */
 static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 {
-	struct timespec ts;
+	uint64_t bytes;
 	int err;
 
 	if (!pc->flusher_running) {
 		pthread_mutex_unlock(&pc->lock);
-		err = pc_writeback_all_sync(pc);
+		err = pc_writeback_all_sync(pc, dev, &bytes);
 		pthread_mutex_lock(&pc->lock);
-		if (err)
-			return err;	/* writes fail: waiting would loop forever */
-		if (list_empty(&pc->free)) {
-			/* folios may be held by other threads: give them a moment */
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 10 * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
+		if (err && dev_failing(dev))
+			return err;	/* our own data cannot leave: waiting would loop forever */
+		if (!bytes) {
+			/* nothing to write: folios are held by other threads */
 			pc->alloc_waiters++;
-			pthread_cond_timedwait(&pc->free_cond, &pc->lock, &ts);
+			timed_wait_ms(&pc->free_cond, &pc->lock, 10);
 			pc->alloc_waiters--;
 		}
 		return 0;
 	}
 	pc->alloc_waiters++;
 	wb_kick(pc);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 100 * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&pc->free_cond, &pc->lock, &ts);
+	timed_wait_ms(&pc->free_cond, &pc->lock, 100);
 	pc->alloc_waiters--;
 	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = dev_failing(dev)))
 		return -err;
@@ -752,7 +767,6 @@ static int pc_balance_dirty(struct pc_dev *dev)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t dirty;
-	struct timespec ts;
 	int err;
 
 	for (;;) {
@@ -773,20 +787,18 @@ static int pc_balance_dirty(struct pc_dev *dev)
 			return 0;
 		}
 		if (!pc->flusher_running) {
+			uint64_t bytes;
+
 			pthread_mutex_unlock(&pc->lock);
-			err = pc_writeback_all_sync(pc);
+			err = pc_writeback_all_sync(pc, dev, &bytes);
 			if (err && dev_failing(dev))
 				return err;
+			if (!bytes)
+				return 0;	/* nothing this thread can write: go on */
 			continue;
 		}
 		pc->alloc_waiters++;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&pc->free_cond, &pc->lock, &ts);
+		timed_wait_ms(&pc->free_cond, &pc->lock, 50);
 		pc->alloc_waiters--;
 		pthread_mutex_unlock(&pc->lock);
 	}
@@ -862,6 +874,8 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		err = folio_read_blocks(dev, f, first, 1);
 	if (!err && read_tail)
 		err = folio_read_blocks(dev, f, last, 1);
+	if (err)
+		STAT_ADD(dev, read_errors, 1);
 	if (!err)
 		memcpy(f->data + off, src, n);
 
@@ -981,7 +995,6 @@ static int folios_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t 
 	}
 
 	/* exclusive holds, in ascending index order (the lock order for excl) */
-	hits = 0;
 	for (i = 0; i < n; i++) {
 		if (!need[i])
 			continue;
@@ -1035,6 +1048,8 @@ static int folios_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t 
 	pc_batch_destroy(&batch);
 	free(iov);
 	STAT_ADD(dev, cache_misses, misses);
+	/* blocks found uptodate: counted before the holds (fills by others since are hits too) */
+	STAT_ADD(dev, cache_hits, hits);
 
 out_release:
 	for (i = 0; i < n; i++) {

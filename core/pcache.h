@@ -32,7 +32,11 @@ struct pc_cache_params {
 	uint32_t dirty_expire_ms;	/* dirty data older than this is written */
 };
 
-/* Counters of one device; all monotonic except the *_bytes gauges. */
+/*
+ * Counters of one device; all monotonic except the gauges dirty_bytes (dirty,
+ * not yet under writeback), writeback_bytes (under writeback) and
+ * cached_bytes. backend_* count I/Os that succeeded.
+ */
 struct pc_stats {
 	uint64_t user_read_bytes, user_write_bytes;
 	uint64_t user_reads, user_writes;
@@ -103,6 +107,8 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st);
  * Returns: bytes written (shortened at the device end), -ENOSPC if @pos is
  * at or past the end, or -errno (a failed read of a partial block, or the
  * device's sticky writeback error once dirty data reached the dirty limit).
+ * An error after some folios were written returns the bytes written before
+ * it (folio by folio, in order); the folio that failed was not changed.
  * Locking: takes pc->lock and folio locks; may sleep for free folios.
  */
 ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos);
@@ -129,7 +135,10 @@ struct pc_read {
  * Fetches the blocks that are not uptodate (contiguous missing blocks merged
  * into one backend read, split at max_io). Returns bytes available in
  * @rd->iov (0 at or past the end), or -errno; on success the caller replies
- * from @rd->iov and then calls pc_read_end().
+ * from @rd->iov and then calls pc_read_end(). The read is never short but
+ * at the device end or PC_READ_MAX. When the cache cannot pin every folio
+ * of the range at once, @rd->iov is one slice of a per-thread bounce buffer
+ * instead, valid until the same thread's next pc_read_begin().
  */
 ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos);
 void pc_read_end(struct pc_read *rd);
@@ -159,7 +168,11 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos);
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len);
 int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len);
 
-/** pc_errseq_sample - what an opener records to see later errors once. */
+/**
+ * pc_errseq_sample - what an opener records to see later errors once. An
+ * error nobody has seen yet samples as 0, so a new opener's first fsync
+ * reports it too (the kernel's rule).
+ */
 pc_errseq_t pc_errseq_sample(struct pc_dev *dev);
 
 /**

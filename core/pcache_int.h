@@ -148,6 +148,8 @@ enum wb_mode { WB_ALL, WB_EXPIRED };
 /* Write the dirty blocks of @v (sorted by index); wait if @wait. Returns 0 or -errno. */
 int wb_folios(struct pc_dev *dev, struct pc_folio **v, int n, bool wait);
 int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
+/* The same, reporting the bytes it submitted. */
+int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes);
 int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
 void wb_kick(struct pc_cache *pc);
 int wb_flusher_start(struct pc_cache *pc);

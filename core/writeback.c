@@ -422,7 +422,7 @@ int wb_folios(struct pc_dev *dev, struct pc_folio **v, int n, bool wait)
 	return wb_folios_bytes(dev, v, n, wait, NULL);
 }
 
-static int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes)
+int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes)
 {
 	uint64_t now = blk_now_ms(), older = 0;
 	struct pc_folio **v;
