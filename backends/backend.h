@@ -79,8 +79,13 @@ struct blk_param {
 	bool used;		/* set by blk_param_get() */
 };
 
-/* What open() gets: the device's config section, and where to say what is wrong. */
+/*
+ * What open() gets: the device's config section, and where to say what is
+ * wrong. A filter's keys are written `NAME.key` in the config (`delay.write`);
+ * blk_param_*() add the prefix, so the filter asks for "write".
+ */
 struct blk_params {
+	const char *prefix;	/* "delay." for a filter, NULL for a backend */
 	const char *file;	/* config file name, for messages */
 	int line;		/* line of the [device NAME] header */
 	const char *dev;	/* device name */
@@ -92,6 +97,22 @@ struct blk_params {
 };
 
 struct blk_backend;
+
+/*
+ * A live knob, shown as .sys/DEV/NAME/ATTR in the mount (NAME = ops->name):
+ * `cat` calls show, `echo VALUE >` calls store.
+ */
+struct blk_attr {
+	const char *name;
+	/* Write the value and a newline into @buf; returns the length or -errno. */
+	int (*show)(struct blk_backend *be, char *buf, size_t len);
+	/*
+	 * Parse and apply @buf (not NUL-terminated; a trailing newline is
+	 * allowed). A bad value returns -EINVAL and changes nothing.
+	 * NULL: read-only.
+	 */
+	int (*store)(struct blk_backend *be, const char *buf, size_t len);
+};
 
 struct blk_backend_ops {
 	const char *name;
@@ -110,6 +131,8 @@ struct blk_backend_ops {
 	int (*submit)(struct blk_backend *be, struct blk_io *io);
 	/* Optional: append "name value\n" lines of backend counters; returns length. */
 	size_t (*stat)(struct blk_backend *be, char *buf, size_t len);
+	/* Optional: live knobs, ended by an entry whose name is NULL. */
+	const struct blk_attr *attrs;
 };
 
 struct blk_backend {
@@ -124,8 +147,10 @@ static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
 
 /* backends/registry.c */
 const struct blk_backend_ops *blk_backend_find(const char *name);
-/* "ram, null, ..." for messages; a static string */
+/* "ram, null, ..." for messages (backends only, not filters); a static string */
 const char *blk_backend_names(void);
+/* "log, delay, ..." (filters only) */
+const char *blk_filter_names(void);
 
 /* backends/params.c: helpers for a backend's open() */
 /* The value of @key (and mark it used), or NULL if the section has none. */

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/null.c - a device that stores nothing, like the kernel's null_blk:
+ * writes are dropped, reads return zeros, and every I/O completes before
+ * submit() returns. With it behind the cache, a benchmark measures blkfs's
+ * own cost (FUSE, cache, writeback shaping) and nothing else.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends_int.h"
+
+struct null_dev {
+	struct blk_backend be;		/* must come first */
+	struct blk_geometry geo;	/* set at open, read-only after */
+};
+
+static struct blk_backend *null_open(struct blk_params *p, struct blk_backend *next)
+{
+	struct null_dev *nd;
+	struct blk_geometry geo;
+	int ret;
+
+	(void)next;
+	ret = be_geo_from_params(p, "null", &geo);
+	if (ret)
+		return ERR_PTR(ret);
+	nd = calloc(1, sizeof(*nd));
+	if (!nd) {
+		blk_param_error(p, NULL, "out of memory");
+		return ERR_PTR(-ENOMEM);
+	}
+	nd->be.ops = &null_backend_ops;
+	nd->geo = geo;
+	return &nd->be;
+}
+
+static void null_close(struct blk_backend *be)
+{
+	free(be);
+}
+
+static void null_geometry(struct blk_backend *be, struct blk_geometry *geo)
+{
+	*geo = ((struct null_dev *)be)->geo;
+}
+
+/* Only called inside assert(): the contract's rules for an I/O (backend.h). */
+static bool null_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
+{
+	uint64_t sum = 0;
+	int i;
+
+	if (io->op == BLK_FLUSH)
+		return io->pos == 0 && io->len == 0;
+	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
+	    io->pos > geo->size || io->len > geo->size - io->pos)
+		return false;
+	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
+		return true;
+	if (!io->len || io->len > geo->max_io)
+		return false;
+	for (i = 0; i < io->iovcnt; i++)
+		sum += io->iov[i].iov_len;
+	return sum == io->len;
+}
+
+static int null_submit(struct blk_backend *be, struct blk_io *io)
+{
+	struct null_dev *nd = (struct null_dev *)be;
+	int i;
+
+	assert(null_io_valid(&nd->geo, io));
+	(void)nd;
+	if (io->op == BLK_READ)
+		for (i = 0; i < io->iovcnt; i++)
+			memset(io->iov[i].iov_base, 0, io->iov[i].iov_len);
+	io->end_io(io, 0);
+	return 0;
+}
+
+static const char *const null_keys[] = { NULL };
+
+const struct blk_backend_ops null_backend_ops = {
+	.name = "null",
+	.keys = null_keys,
+	.help = "null: stores nothing, reads zeros (like null_blk); size from the config",
+	.open = null_open,
+	.close = null_close,
+	.geometry = null_geometry,
+	.submit = null_submit,
+};

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/params.c - what a backend's open() uses to read its config keys:
+ * lookup (marking a key used, so the config can name keys nobody took),
+ * sizes and booleans, and "FILE:LINE: KEY: message" errors. Also the
+ * geometry-from-config helper shared by the ram and null backends.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backends_int.h"
+
+/* A filter asks for "write"; its line in the config says "delay.write". */
+static struct blk_param *param_find(const struct blk_params *p, const char *key)
+{
+	size_t plen = p->prefix ? strlen(p->prefix) : 0;
+	int i;
+
+	if (!key)
+		return NULL;
+	for (i = 0; i < p->n; i++) {
+		const char *k = p->v[i].key;
+
+		if (k && !strncmp(k, p->prefix ? p->prefix : "", plen) &&
+		    !strcmp(k + plen, key))
+			return &p->v[i];
+	}
+	return NULL;
+}
+
+const char *blk_param_get(struct blk_params *p, const char *key)
+{
+	struct blk_param *v = param_find(p, key);
+
+	if (!v)
+		return NULL;
+	v->used = true;
+	return v->value;
+}
+
+int blk_param_line(const struct blk_params *p, const char *key)
+{
+	struct blk_param *v = param_find(p, key);
+
+	return v ? v->line : p->line;
+}
+
+int blk_param_error(struct blk_params *p, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!p->err || !p->errlen)
+		return -EINVAL;
+	if (key)
+		n = snprintf(p->err, p->errlen, "%s:%d: %s%s: ", p->file ? p->file : "?",
+			     blk_param_line(p, key), p->prefix ? p->prefix : "", key);
+	else
+		n = snprintf(p->err, p->errlen, "%s:%d: [device %s]: ",
+			     p->file ? p->file : "?", p->line, p->dev ? p->dev : "?");
+	/* A prefix that filled the buffer leaves it truncated but terminated. */
+	if (n < 0 || (size_t)n >= p->errlen)
+		return -EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(p->err + n, p->errlen - n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+int blk_parse_size(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	unsigned int shift = 0;
+	const char *c = s;
+
+	if (!s || *c < '0' || *c > '9')
+		return -EINVAL;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		unsigned int d = *c - '0';
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	switch (*c) {
+	case 'K': case 'k': shift = 10; break;
+	case 'M': case 'm': shift = 20; break;
+	case 'G': case 'g': shift = 30; break;
+	case 'T': case 't': shift = 40; break;
+	case '\0': break;
+	default: return -EINVAL;
+	}
+	if (shift) {
+		c++;
+		/* "KiB" says binary in so many words; "KB" might mean 1000: refused. */
+		if (c[0] == 'i' && c[1] == 'B')
+			c += 2;
+	}
+	if (*c)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = v << shift;
+	return 0;
+}
+
+int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out)
+{
+	const char *s = blk_param_get(p, key);
+	int ret;
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	ret = blk_parse_size(s, out);
+	if (ret == -ERANGE)
+		return blk_param_error(p, key, "'%s' is too large", s);
+	if (ret)
+		return blk_param_error(p, key,
+			"'%s' is not a size (digits with an optional K, M, G or T suffix, binary as dd)",
+			s);
+	return 0;
+}
+
+int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
+{
+	static const char *const yes[] = { "yes", "true", "1", "on" };
+	static const char *const no[] = { "no", "false", "0", "off" };
+	const char *s = blk_param_get(p, key);
+	size_t i;
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return blk_param_error(p, key, "'%s' is not yes/no/true/false/1/0/on/off", s);
+}
+
+int be_geo_from_params(struct blk_params *p, const char *backend,
+		       struct blk_geometry *geo)
+{
+	*geo = p->geo;
+	if (!geo->size)
+		return blk_param_error(p, "size", "the %s backend needs a size", backend);
+	if (!geo->lbs)
+		geo->lbs = 512;
+	if (!geo->pbs)
+		geo->pbs = geo->lbs;
+	if (!geo->io_min)
+		geo->io_min = geo->pbs;
+	if (!geo->max_io)
+		geo->max_io = geo->pbs > (1u << 20) ? geo->pbs : 1u << 20;
+	if (!geo->io_opt)
+		geo->io_opt = geo->max_io;
+	geo->dma_align = 1;
+
+	if (!blk_is_pow2(geo->lbs) || geo->lbs < 512 || geo->lbs > (64u << 10))
+		return blk_param_error(p, "logical_block_size",
+			"%u is not a power of two from 512 to 65536", geo->lbs);
+	if (!blk_is_pow2(geo->pbs) || geo->pbs < geo->lbs)
+		return blk_param_error(p, "physical_block_size",
+			"%u is not a power of two >= logical_block_size (%u)",
+			geo->pbs, geo->lbs);
+	if (!blk_aligned(geo->size, geo->lbs))
+		return blk_param_error(p, "size",
+			"%llu is not a multiple of logical_block_size (%u)",
+			(unsigned long long)geo->size, geo->lbs);
+	if (!blk_aligned(geo->max_io, geo->pbs))
+		return blk_param_error(p, "max_io",
+			"%u is not a multiple of physical_block_size (%u)",
+			geo->max_io, geo->pbs);
+	return 0;
+}

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/registry.c - the backends and filters blkfs is built with, found
+ * by the name a config gives. Adding one is one line in backend_table[] (and
+ * its extern in backends_int.h); ops->is_filter says which list it joins.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends_int.h"
+
+static const struct blk_backend_ops *const backend_table[] = {
+	&ram_backend_ops,
+	&null_backend_ops,
+	&aio_backend_ops,
+};
+
+#define NR_BACKENDS (sizeof(backend_table) / sizeof(backend_table[0]))
+
+const struct blk_backend_ops *blk_backend_find(const char *name)
+{
+	size_t i;
+
+	if (!name)
+		return NULL;
+	for (i = 0; i < NR_BACKENDS; i++)
+		if (!strcmp(backend_table[i]->name, name))
+			return backend_table[i];
+	return NULL;
+}
+
+/*
+ * "ram, null, ..." and "log, delay, ...": built from the table once, so the
+ * lists in messages can never go stale.
+ */
+struct name_list {
+	pthread_once_t once;
+	bool filters;
+	char buf[256];
+};
+
+static struct name_list backend_names = { PTHREAD_ONCE_INIT, false, "" };
+static struct name_list filter_names = { PTHREAD_ONCE_INIT, true, "" };
+
+static void name_list_build(struct name_list *l)
+{
+	size_t i, off = 0;
+
+	for (i = 0; i < NR_BACKENDS; i++) {
+		size_t room = sizeof(l->buf) - off;
+		int n;
+
+		if (backend_table[i]->is_filter != l->filters)
+			continue;
+		n = snprintf(l->buf + off, room, "%s%s", off ? ", " : "",
+			     backend_table[i]->name);
+		/* Names are short; a table that outgrows the buffer is cut at a name. */
+		if (n < 0 || (size_t)n >= room) {
+			l->buf[off] = '\0';
+			break;
+		}
+		off += n;
+	}
+}
+
+static void backend_names_init(void)
+{
+	name_list_build(&backend_names);
+}
+
+static void filter_names_init(void)
+{
+	name_list_build(&filter_names);
+}
+
+const char *blk_backend_names(void)
+{
+	pthread_once(&backend_names.once, backend_names_init);
+	return backend_names.buf;
+}
+
+const char *blk_filter_names(void)
+{
+	pthread_once(&filter_names.once, filter_names_init);
+	return filter_names.buf;
+}
