@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/stack.h"
 #include "bf.h"
 
 #define BF_ROOT_INO 1
@@ -62,25 +63,9 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 	for (i = 0; i < d->conf.nr_devs; i++) {
 		struct conf_device *cd = &d->conf.devs[i];
 		struct bf_dev *bd = &d->devs[i];
-		struct blk_params p = {
-			.file = d->conf.file,
-			.line = cd->line,
-			.dev = cd->name,
-			.geo = cd->geo,
-			.v = cd->params,
-			.n = cd->nr_params,
-			.err = err,
-			.errlen = errlen,
-		};
-		struct blk_backend *be;
+		struct blk_backend *be = stack_open(&d->conf, cd, err, errlen);
 
-		err[0] = 0;
-		be = cd->ops->open(&p, NULL);
 		if (IS_ERR(be)) {
-			if (!err[0])
-				snprintf(err, errlen, "%s:%d: [device %s]: cannot open the %s backend: %s",
-					 d->conf.file, cd->line, cd->name, cd->ops->name,
-					 strerror((int)-PTR_ERR(be)));
 			ret = (int)PTR_ERR(be);
 			goto out_close;
 		}
@@ -143,16 +128,8 @@ void bf_close_devices(struct bf_daemon *d)
 	if (d->pc)
 		pc_cache_destroy(d->pc);
 	d->pc = NULL;
-	for (i = 0; i < d->nr_devs; i++) {
-		struct blk_backend *be = d->devs[i].be;
-
-		while (be) {
-			struct blk_backend *next = be->next;
-
-			be->ops->close(be);
-			be = next;
-		}
-	}
+	for (i = 0; i < d->nr_devs; i++)
+		stack_close(d->devs[i].be);
 	free(d->devs);
 	d->devs = NULL;
 	d->nr_devs = 0;

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/stack.h - open a device's backend and its filters, in config order:
+ * `filters = log, delay` gives cache -> log -> delay -> backend.
+ */
+#ifndef BLKFS_STACK_H
+#define BLKFS_STACK_H
+
+#include "../backends/backend.h"
+#include "conf.h"
+
+/**
+ * stack_open - open @d's backend, then its filters from the bottom up
+ * @c: the config (file name for messages)
+ * @d: the device; its params' used flags are updated
+ * @err, @errlen: "FILE:LINE: KEY: message" on failure
+ *
+ * Returns: the top of the stack (what the cache submits to), or
+ * ERR_PTR(-errno); on failure nothing stays open.
+ */
+struct blk_backend *stack_open(const struct conf *c, struct conf_device *d, char *err,
+			       size_t errlen);
+
+/** stack_close - close every layer, top first. */
+void stack_close(struct blk_backend *top);
+
+#endif
