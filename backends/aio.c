@@ -1,0 +1,1274 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/aio.c - real storage behind the cache: a block device (partition,
+ * whole disk, loop device) or an image file, through Linux AIO (libaio) and
+ * O_DIRECT. Data goes between folio memory and the device with no copy and
+ * no second page cache; a block device's geometry is read from the device.
+ *
+ * Threads and queues (all under ad->lock, never held across a syscall that
+ * does I/O, nor while end_io runs):
+ *  - submit() takes a request from the free list and appends it to the
+ *    submission queue (sq). The caller that finds nobody submitting becomes
+ *    the submitter: it moves queued requests into the kernel, up to
+ *    AIO_BATCH per io_submit(), while fewer than queue_depth are in flight.
+ *    A caller that finds a submitter at work only queues (flat combining:
+ *    one io_submit() for many callers under load, no thread hop when idle).
+ *    I/O beyond queue_depth waits in the sq, never fails, never blocks.
+ *  - The reaper thread sleeps on an eventfd that every iocb signals
+ *    (IOCB_FLAG_RESFD) and that the others write to wake it. It reaps
+ *    events, resubmits the rest of short transfers, retries after EAGAIN,
+ *    refills the kernel from the sq, and calls every end_io: one thread,
+ *    no lock held, so an end_io may free its blk_io or submit() again.
+ *  - The worker thread runs what has no asynchronous form: fdatasync() for
+ *    FLUSH where the kernel refuses IOCB_CMD_FDSYNC, fallocate() and
+ *    BLKZEROOUT for DISCARD / WRITE_ZEROES, and writing zeroes where those
+ *    are refused. It hands each result to the reaper through the done list.
+ *
+ * Request life: free -> sq -> kernel -> (sq again after a short transfer)
+ * -> done-in-reaper -> end_io -> free; or free -> wq -> worker -> done ->
+ * end_io -> free. nr_pending counts requests between submit() and the
+ * return of their end_io; close() waits for it to reach zero.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libaio.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "backends_int.h"
+
+#define AIO_DEF_QD	64
+#define AIO_MAX_QD	1024
+#define AIO_BATCH	64		/* iocbs per io_submit() */
+#define AIO_EVENTS	128		/* events per io_getevents() */
+#define AIO_DEF_MAX_IO	(1u << 20)
+#define AIO_ZERO_BUF	(1u << 20)	/* the write-zeroes fallback's buffer */
+#define AIO_RETRY_MS	1		/* after io_submit() said EAGAIN */
+#define AIO_MIN_ALIGN	512u
+
+#ifndef IOV_MAX
+#define IOV_MAX		1024		/* the kernel's UIO_MAXIOV */
+#endif
+
+struct aio_req {
+	struct iocb iocb;	/* must come first: events give back &iocb */
+	struct blk_io *io;
+	struct aio_req *next;	/* on sq, wq, done or free; ad->lock */
+	uint64_t done;		/* READ/WRITE: bytes transferred so far */
+	uint64_t cur;		/* bytes in the iocb now submitted */
+	struct iovec *vec;	/* the rest of io->iov when it must be copied */
+	int res;		/* on the done list: what end_io gets */
+};
+
+struct aio_list {
+	struct aio_req *head, *tail;
+};
+
+struct aio_dev {
+	struct blk_backend be;		/* must come first */
+	struct blk_geometry geo;	/* set at open, read-only after */
+	int fd;
+	int efd;			/* eventfd: completions and wakeups */
+	bool bdev;			/* a block device, else an image file */
+	unsigned int qd;
+	io_context_t ctx;
+	pthread_t reaper, worker;
+	char path[PATH_MAX];		/* as resolved, for messages */
+
+	pthread_mutex_t lock;
+	pthread_cond_t wq_cond;		/* the worker waits for wq or stop */
+	struct aio_list sq;		/* lock: waiting for a slot */
+	struct aio_list wq;		/* lock: for the worker */
+	struct aio_list done;		/* lock: for the reaper to end */
+	struct aio_req *free;		/* lock: unused requests */
+	unsigned int inflight;		/* lock: iocbs in (or on the way to) the kernel */
+	unsigned int nr_sq;		/* lock */
+	unsigned int nr_wq;		/* lock: waiting for or in the worker */
+	uint64_t nr_pending;		/* lock: submitted, end_io not yet returned */
+	bool submitting;		/* lock: a thread is in aio_drain()'s loop */
+	bool backoff;			/* lock: EAGAIN; the reaper retries on a timer */
+	bool stopping;			/* lock: close() has begun */
+	bool worker_stop;		/* lock */
+	bool no_fdsync;			/* lock: the kernel refused IOCB_CMD_FDSYNC */
+	/*
+	 * Bumped (release) before each io_submit(), read (acquire) after each
+	 * io_getevents(). The syscalls already order a request's fields
+	 * before its completion; this says so to ThreadSanitizer, which
+	 * cannot see through the kernel (`make tsan` runs the daemon).
+	 */
+	unsigned long kernel_seq;
+
+	/* Worker thread only. */
+	bool no_punch;			/* FALLOC_FL_PUNCH_HOLE refused */
+	bool no_zero_range;		/* FALLOC_FL_ZERO_RANGE refused */
+	bool no_zeroout;		/* BLKZEROOUT refused */
+	void *zero_buf;			/* AIO_ZERO_BUF of zeros, made on first use */
+
+	/* Counters for ->stat; lock. */
+	uint64_t nr_submitted;		/* iocbs the kernel took */
+	uint64_t nr_submit_calls;	/* io_submit() calls that took some */
+	uint64_t nr_completed;		/* end_io calls */
+	uint64_t nr_errors;		/* end_io calls with an error */
+	uint64_t nr_short;		/* short transfers resubmitted */
+	uint64_t nr_eagain;		/* io_submit() said EAGAIN */
+	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
+};
+
+/* ---- lists (caller holds ad->lock or owns the list) ---- */
+
+static void list_add_tail(struct aio_list *l, struct aio_req *req)
+{
+	req->next = NULL;
+	if (l->tail)
+		l->tail->next = req;
+	else
+		l->head = req;
+	l->tail = req;
+}
+
+static struct aio_req *list_pop(struct aio_list *l)
+{
+	struct aio_req *req = l->head;
+
+	if (req) {
+		l->head = req->next;
+		if (!l->head)
+			l->tail = NULL;
+		req->next = NULL;
+	}
+	return req;
+}
+
+/* Put @src (in its order) in front of @dst. */
+static void list_splice_head(struct aio_list *dst, struct aio_list *src)
+{
+	if (!src->head)
+		return;
+	src->tail->next = dst->head;
+	if (!dst->tail)
+		dst->tail = src->tail;
+	dst->head = src->head;
+	src->head = src->tail = NULL;
+}
+
+static void list_splice_tail(struct aio_list *dst, struct aio_list *src)
+{
+	if (!src->head)
+		return;
+	if (dst->tail)
+		dst->tail->next = src->head;
+	else
+		dst->head = src->head;
+	dst->tail = src->tail;
+	src->head = src->tail = NULL;
+}
+
+/* ---- the reaper's eventfd ---- */
+
+static void aio_wake(struct aio_dev *ad)
+{
+	uint64_t one = 1;
+
+	/* Only fails when the counter would overflow: it is then non-zero anyway. */
+	while (write(ad->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- building iocbs ---- */
+
+/*
+ * Point req->iocb at what is left of a READ/WRITE from byte req->done on.
+ * The cache's own iovec goes to the kernel (no copy) unless the transfer
+ * resumes mid-segment after a short one: then the rest, at most IOV_MAX
+ * segments (what one iocb takes), is copied so the first can be trimmed.
+ */
+static int aio_prep_rw(struct aio_dev *ad, struct aio_req *req)
+{
+	struct blk_io *io = req->io;
+	const struct iovec *iov = io->iov;
+	uint64_t skip = req->done;
+	int i = 0, n, k;
+
+	while (skip && skip >= iov[i].iov_len) {
+		skip -= iov[i].iov_len;
+		i++;
+	}
+	iov += i;
+	n = io->iovcnt - i;
+	if (n > IOV_MAX)
+		n = IOV_MAX;
+	if (skip) {
+		/*
+		 * Sized once: a later continuation starts at or after this
+		 * segment, so it never needs more entries.
+		 */
+		if (!req->vec) {
+			req->vec = malloc(sizeof(*req->vec) * n);
+			if (!req->vec)
+				return -ENOMEM;
+		}
+		memcpy(req->vec, iov, sizeof(*iov) * n);
+		req->vec[0].iov_base = (char *)req->vec[0].iov_base + skip;
+		req->vec[0].iov_len -= skip;
+		iov = req->vec;
+	}
+	if (n == io->iovcnt - i) {
+		req->cur = io->len - req->done;
+	} else {
+		/* More segments than one iocb takes: this part, then the rest. */
+		req->cur = 0;
+		for (k = 0; k < n; k++)
+			req->cur += iov[k].iov_len;
+	}
+	if (io->op == BLK_READ)
+		io_prep_preadv(&req->iocb, ad->fd, iov, n, io->pos + req->done);
+	else
+		io_prep_pwritev(&req->iocb, ad->fd, iov, n, io->pos + req->done);
+	req->iocb.data = req;
+	io_set_eventfd(&req->iocb, ad->efd);
+	return 0;
+}
+
+static void aio_prep_fdsync(struct aio_dev *ad, struct aio_req *req)
+{
+	io_prep_fdsync(&req->iocb, ad->fd);
+	req->iocb.data = req;
+	io_set_eventfd(&req->iocb, ad->efd);
+}
+
+/* ---- submission ---- */
+
+/*
+ * Move queued requests into the kernel while slots are free. One thread at
+ * a time does it (ad->submitting); the others' requests, queued meanwhile,
+ * are seen by its next look at the sq, which happens under the same lock
+ * hold that clears ->submitting, so none is left behind. When it stops
+ * with requests queued, either all slots are taken (a completion calls
+ * this again from the reaper) or io_submit() said EAGAIN (the reaper
+ * retries on a timer; @from_reaper: it is the caller, so it is not woken,
+ * or it would retry at once, in a loop).
+ */
+static void aio_drain(struct aio_dev *ad, bool from_reaper)
+{
+	struct iocb *batch[AIO_BATCH];
+	bool wake = false;
+
+	pthread_mutex_lock(&ad->lock);
+	if (ad->submitting) {
+		pthread_mutex_unlock(&ad->lock);
+		return;
+	}
+	ad->submitting = true;
+	while (ad->sq.head && ad->inflight < ad->qd) {
+		struct aio_list refused = { NULL, NULL }, to_worker = { NULL, NULL };
+		struct aio_list back = { NULL, NULL };
+		int n = 0, i = 0, calls = 0, submitted = 0, nr_back;
+		bool eagain = false, fdsync_refused = false;
+
+		while (n < AIO_BATCH && ad->sq.head && ad->inflight < ad->qd) {
+			batch[n++] = &list_pop(&ad->sq)->iocb;
+			ad->nr_sq--;
+			ad->inflight++;
+		}
+		pthread_mutex_unlock(&ad->lock);
+
+		__atomic_fetch_add(&ad->kernel_seq, 1, __ATOMIC_RELEASE);
+		while (i < n) {
+			struct aio_req *req;
+			int ret = io_submit(ad->ctx, n - i, batch + i);
+
+			if (ret > 0) {
+				/* Those iocbs may complete, and be freed, from here on. */
+				i += ret;
+				submitted += ret;
+				calls++;
+				continue;
+			}
+			if (ret == -EINTR)
+				continue;
+			if (ret == -EAGAIN || ret == 0) {
+				eagain = true;
+				break;
+			}
+			/* The kernel refused batch[i] alone; the rest may go. */
+			req = (struct aio_req *)batch[i++];
+			if (req->io->op == BLK_FLUSH && ret == -EINVAL) {
+				fdsync_refused = true;
+				list_add_tail(&to_worker, req);
+			} else {
+				req->res = ret;
+				list_add_tail(&refused, req);
+			}
+		}
+
+		for (nr_back = 0; i < n; i++, nr_back++)
+			list_add_tail(&back, (struct aio_req *)batch[i]);
+
+		pthread_mutex_lock(&ad->lock);
+		ad->nr_submitted += submitted;
+		ad->nr_submit_calls += calls;
+		ad->inflight -= n - submitted;
+		if (fdsync_refused)
+			ad->no_fdsync = true;
+		if (refused.head) {
+			list_splice_tail(&ad->done, &refused);
+			wake = true;
+		}
+		if (to_worker.head) {
+			struct aio_req *r;
+
+			for (r = to_worker.head; r; r = r->next)
+				ad->nr_wq++;
+			list_splice_tail(&ad->wq, &to_worker);
+			pthread_cond_signal(&ad->wq_cond);
+		}
+		if (eagain) {
+			list_splice_head(&ad->sq, &back);
+			ad->nr_sq += nr_back;
+			ad->nr_eagain++;
+			ad->backoff = true;
+			if (!from_reaper)
+				wake = true;
+			break;
+		}
+	}
+	ad->submitting = false;
+	pthread_mutex_unlock(&ad->lock);
+	if (wake)
+		aio_wake(ad);
+}
+
+/* Only called inside assert(): the contract's rules for an I/O (backend.h). */
+static bool aio_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
+{
+	uint64_t sum = 0;
+	int i;
+
+	if (io->op == BLK_FLUSH)
+		return io->pos == 0 && io->len == 0;
+	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
+	    io->pos > geo->size || io->len > geo->size - io->pos)
+		return false;
+	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
+		return true;
+	if (!io->len || io->len > geo->max_io || io->iovcnt <= 0)
+		return false;
+	for (i = 0; i < io->iovcnt; i++) {
+		if (!blk_aligned((uintptr_t)io->iov[i].iov_base, geo->dma_align) ||
+		    !blk_aligned(io->iov[i].iov_len, geo->dma_align))
+			return false;
+		sum += io->iov[i].iov_len;
+	}
+	return sum == io->len;
+}
+
+static int aio_submit(struct blk_backend *be, struct blk_io *io)
+{
+	struct aio_dev *ad = (struct aio_dev *)be;
+	struct aio_req *req;
+	bool to_sq = false, wake = false;
+	int ret;
+
+	assert(aio_io_valid(&ad->geo, io));
+	if (io->op > BLK_WRITE_ZEROES)
+		return -EOPNOTSUPP;
+
+	pthread_mutex_lock(&ad->lock);
+	req = ad->free;
+	if (req)
+		ad->free = req->next;
+	pthread_mutex_unlock(&ad->lock);
+	if (!req) {
+		/* More requests than ever before: the free list grows to the peak. */
+		req = malloc(sizeof(*req));
+		if (!req)
+			return -ENOMEM;
+	}
+	memset(req, 0, sizeof(*req));
+	req->io = io;
+
+	if (io->op == BLK_READ || io->op == BLK_WRITE) {
+		ret = aio_prep_rw(ad, req);
+		if (ret) {
+			free(req);
+			return ret;
+		}
+	} else if (io->op == BLK_FLUSH) {
+		aio_prep_fdsync(ad, req);
+	}
+
+	pthread_mutex_lock(&ad->lock);
+	/*
+	 * After close() began only an end_io may still submit (the reaper is
+	 * there until nr_pending is 0); once it has left, nothing can.
+	 */
+	if (ad->stopping && !ad->nr_pending) {
+		req->next = ad->free;
+		ad->free = req;
+		pthread_mutex_unlock(&ad->lock);
+		return -ESHUTDOWN;
+	}
+	ad->nr_pending++;
+	if (io->op == BLK_READ || io->op == BLK_WRITE ||
+	    (io->op == BLK_FLUSH && !ad->no_fdsync)) {
+		list_add_tail(&ad->sq, req);
+		ad->nr_sq++;
+		to_sq = true;
+	} else if (io->op != BLK_FLUSH && !io->len) {
+		/* An empty DISCARD / WRITE_ZEROES: nothing to do but end it. */
+		list_add_tail(&ad->done, req);
+		wake = true;
+	} else {
+		/* fdatasync(), fallocate(), ioctls: the worker's. */
+		list_add_tail(&ad->wq, req);
+		ad->nr_wq++;
+		pthread_cond_signal(&ad->wq_cond);
+	}
+	pthread_mutex_unlock(&ad->lock);
+
+	if (to_sq)
+		aio_drain(ad, false);
+	if (wake)
+		aio_wake(ad);
+	return 0;
+}
+
+/* ---- the reaper ---- */
+
+/*
+ * What one event means for its request: ended (on @ends), to be continued
+ * (on @again, iocb rebuilt), or a FLUSH for the worker (on @to_worker).
+ */
+static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct aio_list *ends,
+		      struct aio_list *again, struct aio_list *to_worker, bool *fdsync_refused)
+{
+	struct aio_req *req = (struct aio_req *)ev->obj;
+	long res = (long)ev->res;
+
+	if (req->io->op == BLK_FLUSH) {
+		/* Some kernels take the iocb and fail it instead of refusing it. */
+		if (res == -EINVAL) {
+			*fdsync_refused = true;
+			list_add_tail(to_worker, req);
+			return;
+		}
+		req->res = res < 0 ? (int)res : 0;
+		list_add_tail(ends, req);
+		return;
+	}
+	if (res < 0) {
+		req->res = (int)res;
+		list_add_tail(ends, req);
+		return;
+	}
+	/*
+	 * A transfer of nothing would only repeat; one that is not a whole
+	 * number of blocks cannot be resumed with O_DIRECT: both are -EIO,
+	 * never retried in silence.
+	 */
+	if (res == 0 || (uint64_t)res > req->cur || !blk_aligned(res, ad->geo.lbs)) {
+		req->res = -EIO;
+		list_add_tail(ends, req);
+		return;
+	}
+	req->done += res;
+	if (req->done == req->io->len) {
+		req->res = 0;
+		list_add_tail(ends, req);
+		return;
+	}
+	if ((uint64_t)res < req->cur)
+		__atomic_add_fetch(&ad->nr_short, 1, __ATOMIC_RELAXED);
+	req->res = aio_prep_rw(ad, req);
+	list_add_tail(req->res ? ends : again, req);
+}
+
+static void aio_reap(struct aio_dev *ad, struct aio_list *ends)
+{
+	struct aio_list again = { NULL, NULL }, to_worker = { NULL, NULL };
+	struct io_event ev[AIO_EVENTS];
+	struct timespec zero = { 0, 0 };
+	bool fdsync_refused = false;
+	unsigned int reaped = 0, nr_again = 0, nr_worker = 0;
+	struct aio_req *r;
+	int n, i;
+
+	do {
+		n = io_getevents(ad->ctx, 0, AIO_EVENTS, ev, &zero);
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			break;		/* EFAULT/EINVAL: cannot happen with a live ctx */
+		if (n)
+			__atomic_load_n(&ad->kernel_seq, __ATOMIC_ACQUIRE);
+		for (i = 0; i < n; i++)
+			aio_event(ad, &ev[i], ends, &again, &to_worker, &fdsync_refused);
+		reaped += n;
+	} while (n == AIO_EVENTS || n == -EINTR);
+
+	for (r = again.head; r; r = r->next)
+		nr_again++;
+	for (r = to_worker.head; r; r = r->next)
+		nr_worker++;
+	pthread_mutex_lock(&ad->lock);
+	ad->inflight -= reaped;
+	/* Resumed transfers go first: they are the oldest. */
+	list_splice_head(&ad->sq, &again);
+	ad->nr_sq += nr_again;
+	if (fdsync_refused)
+		ad->no_fdsync = true;
+	if (nr_worker) {
+		list_splice_tail(&ad->wq, &to_worker);
+		ad->nr_wq += nr_worker;
+		pthread_cond_signal(&ad->wq_cond);
+	}
+	pthread_mutex_unlock(&ad->lock);
+}
+
+/*
+ * End every request on @ends, then give them back to the free list. The
+ * counters move first, so a caller woken by its end_io sees itself counted;
+ * nr_pending only after, so close() cannot finish while an end_io runs.
+ */
+static void aio_end(struct aio_dev *ad, struct aio_list *ends)
+{
+	uint64_t nr = 0, nr_err = 0;
+	struct aio_req *req;
+
+	if (!ends->head)
+		return;
+	for (req = ends->head; req; req = req->next) {
+		nr++;
+		if (req->res)
+			nr_err++;
+	}
+	pthread_mutex_lock(&ad->lock);
+	ad->nr_completed += nr;
+	ad->nr_errors += nr_err;
+	pthread_mutex_unlock(&ad->lock);
+
+	for (req = ends->head; req; req = req->next) {
+		struct blk_io *io = req->io;
+
+		free(req->vec);
+		req->vec = NULL;
+		req->io = NULL;
+		/* May free @io, or submit(): no lock is held here. */
+		io->end_io(io, req->res);
+	}
+
+	pthread_mutex_lock(&ad->lock);
+	ends->tail->next = ad->free;
+	ad->free = ends->head;
+	ends->head = ends->tail = NULL;
+	ad->nr_pending -= nr;
+	pthread_mutex_unlock(&ad->lock);
+}
+
+static void *aio_reaper_fn(void *arg)
+{
+	struct aio_dev *ad = arg;
+	struct pollfd pfd = { .fd = ad->efd, .events = POLLIN };
+	bool backoff = false;
+
+	for (;;) {
+		struct aio_list ends = { NULL, NULL };
+		uint64_t cnt;
+		bool stop;
+
+		if (poll(&pfd, 1, backoff ? AIO_RETRY_MS : -1) > 0)
+			while (read(ad->efd, &cnt, sizeof(cnt)) < 0 && errno == EINTR)
+				;
+
+		pthread_mutex_lock(&ad->lock);
+		list_splice_tail(&ends, &ad->done);
+		ad->backoff = false;
+		pthread_mutex_unlock(&ad->lock);
+
+		aio_reap(ad, &ends);
+		/* Refill the kernel first: the device works while end_io runs. */
+		aio_drain(ad, true);
+		aio_end(ad, &ends);
+
+		pthread_mutex_lock(&ad->lock);
+		backoff = ad->backoff;
+		stop = ad->stopping && !ad->nr_pending;
+		pthread_mutex_unlock(&ad->lock);
+		if (stop)
+			return NULL;
+	}
+}
+
+/* ---- the worker: what has no asynchronous form ---- */
+
+/* The error says the call cannot do this here, not that the storage failed. */
+static bool aio_unsupported(int err)
+{
+	return err == EOPNOTSUPP || err == EINVAL || err == ENOTTY || err == ENOSYS;
+}
+
+/* O_DIRECT writes from a buffer of zeros: what works on anything writable. */
+static int aio_write_zeroes(struct aio_dev *ad, uint64_t pos, uint64_t len)
+{
+	if (!ad->zero_buf) {
+		size_t align = ad->geo.dma_align > 4096 ? ad->geo.dma_align : 4096;
+
+		if (posix_memalign(&ad->zero_buf, align, AIO_ZERO_BUF))
+			return -ENOMEM;
+		memset(ad->zero_buf, 0, AIO_ZERO_BUF);
+	}
+	pthread_mutex_lock(&ad->lock);
+	ad->nr_zero_writes++;
+	pthread_mutex_unlock(&ad->lock);
+	while (len) {
+		size_t n = len < AIO_ZERO_BUF ? len : AIO_ZERO_BUF;
+		ssize_t r = pwrite(ad->fd, ad->zero_buf, n, pos);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0 || !blk_aligned(r, ad->geo.lbs))
+			return -EIO;
+		pos += r;
+		len -= r;
+	}
+	return 0;
+}
+
+/*
+ * DISCARD and WRITE_ZEROES. Both leave zeros (backend.h); DISCARD may also
+ * give the space back. On a block device BLKDISCARD would not do: a device
+ * may return anything from discarded blocks. fallocate(PUNCH_HOLE) on a
+ * block device is the kernel's zeroing discard (write-zeroes with unmap,
+ * failing rather than writing), and BLKZEROOUT zeroes keeping the blocks
+ * mapped, writing zero pages itself where the device has no command for it.
+ */
+static int aio_zero_range(struct aio_dev *ad, enum blk_op op, uint64_t pos, uint64_t len)
+{
+	int err;
+
+	if (op == BLK_DISCARD && !ad->no_punch) {
+		if (!fallocate(ad->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       (off_t)pos, (off_t)len))
+			return 0;
+		err = errno;
+		if (!aio_unsupported(err))
+			return -err;
+		ad->no_punch = true;
+	}
+	if (ad->bdev && !ad->no_zeroout) {
+		uint64_t range[2] = { pos, len };
+
+		if (!ioctl(ad->fd, BLKZEROOUT, range))
+			return 0;
+		err = errno;
+		if (!aio_unsupported(err))
+			return -err;
+		ad->no_zeroout = true;
+	}
+	if (!ad->bdev && !ad->no_zero_range) {
+		if (!fallocate(ad->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+			       (off_t)pos, (off_t)len))
+			return 0;
+		err = errno;
+		if (!aio_unsupported(err))
+			return -err;
+		ad->no_zero_range = true;
+	}
+	return aio_write_zeroes(ad, pos, len);
+}
+
+static int aio_sync_op(struct aio_dev *ad, struct blk_io *io)
+{
+	switch (io->op) {
+	case BLK_FLUSH:
+		/* Covers every write that completed before: all that FLUSH promises. */
+		return fdatasync(ad->fd) ? -errno : 0;
+	case BLK_DISCARD:
+	case BLK_WRITE_ZEROES:
+		return aio_zero_range(ad, io->op, io->pos, io->len);
+	default:
+		return -EOPNOTSUPP;
+	}
+}
+
+static void *aio_worker_fn(void *arg)
+{
+	struct aio_dev *ad = arg;
+
+	pthread_mutex_lock(&ad->lock);
+	for (;;) {
+		struct aio_req *req = list_pop(&ad->wq);
+
+		if (!req) {
+			if (ad->worker_stop)
+				break;
+			pthread_cond_wait(&ad->wq_cond, &ad->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&ad->lock);
+		req->res = aio_sync_op(ad, req->io);
+		pthread_mutex_lock(&ad->lock);
+		ad->nr_wq--;
+		list_add_tail(&ad->done, req);
+		pthread_mutex_unlock(&ad->lock);
+		aio_wake(ad);
+		pthread_mutex_lock(&ad->lock);
+	}
+	pthread_mutex_unlock(&ad->lock);
+	return NULL;
+}
+
+/* ---- open: config, the storage, its geometry ---- */
+
+/* A plain decimal from @min to @max; @def when absent. */
+static int aio_param_uint(struct blk_params *p, const char *key, unsigned int def,
+			  unsigned int min, unsigned int max, unsigned int *out)
+{
+	const char *s = blk_param_get(p, key);
+	unsigned long v;
+	char *end;
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
+		return blk_param_error(p, key, "'%s' is not a number from %u to %u", s, min, max);
+	*out = (unsigned int)v;
+	return 0;
+}
+
+/* Does the section have @key? (conf fills some fields with defaults.) */
+static bool aio_key_in_section(const struct blk_params *p, const char *key)
+{
+	int i;
+
+	for (i = 0; i < p->n; i++)
+		if (p->v[i].key && !strcmp(p->v[i].key, key))
+			return true;
+	return false;
+}
+
+/*
+ * Did the config give geometry field @key, with value @val? conf fills
+ * defaults for what is absent only when `size` is given, so without a
+ * size any non-zero field was given; with one, the key must be there.
+ * (A non-zero size itself was always given: conf never makes one up.)
+ */
+static bool aio_geo_given(const struct blk_params *p, const char *key, uint64_t val)
+{
+	return val && (!p->geo.size || aio_key_in_section(p, key));
+}
+
+/* @path relative to the directory of the config file, as a user reads it. */
+static int aio_resolve_path(struct blk_params *p, const char *path, char *out, size_t len)
+{
+	const char *slash = p->file ? strrchr(p->file, '/') : NULL;
+	int n;
+
+	if (!*path)
+		return blk_param_error(p, "path", "is empty (a block device or an image file)");
+	if (path[0] == '/' || !slash)
+		n = snprintf(out, len, "%s", path);
+	else
+		n = snprintf(out, len, "%.*s/%s", (int)(slash - p->file), p->file, path);
+	if (n < 0 || (size_t)n >= len)
+		return blk_param_error(p, "path", "%s is too long", path);
+	return 0;
+}
+
+/* A number from sysfs; 0 when it is not there. */
+static uint64_t aio_sysfs_u64(const char *fmt, unsigned int maj, unsigned int min)
+{
+	char name[128], buf[32];
+	uint64_t v = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(name, sizeof(name), fmt, maj, min);
+	fd = open(name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	v = strtoull(buf, NULL, 10);
+	return v;
+}
+
+static int aio_bdev_geometry(struct aio_dev *ad, struct blk_params *p)
+{
+	const struct blk_geometry *cfg = &p->geo;
+	struct blk_geometry *g = &ad->geo;
+	unsigned int pbs = 0, io_min = 0, io_opt = 0;
+	unsigned short max_sectors = 0;
+	uint32_t dev_max;
+	uint64_t size;
+	int lbs;
+
+	if (ioctl(ad->fd, BLKGETSIZE64, &size) || ioctl(ad->fd, BLKSSZGET, &lbs))
+		return blk_param_error(p, "path", "%s: cannot read the device's size and block size: %s",
+				       ad->path, strerror(errno));
+	if (ioctl(ad->fd, BLKPBSZGET, &pbs) || !pbs)
+		pbs = lbs;
+	if (ioctl(ad->fd, BLKIOMIN, &io_min))
+		io_min = 0;
+	if (ioctl(ad->fd, BLKIOOPT, &io_opt))
+		io_opt = 0;
+	/* queue/max_sectors_kb in 512-byte sectors (capped at 65535 by the ioctl). */
+	if (ioctl(ad->fd, BLKSECTGET, &max_sectors))
+		max_sectors = 0;
+
+	if (lbs < 512 || lbs > 65536 || !blk_is_pow2(lbs))
+		return blk_param_error(p, "path", "%s has logical blocks of %d bytes (allowed: 512 ... 64K)",
+				       ad->path, lbs);
+	if (pbs < (unsigned int)lbs || !blk_is_pow2(pbs))
+		pbs = lbs;
+	if (!size)
+		return blk_param_error(p, "path", "%s is empty (0 bytes)", ad->path);
+
+	if (cfg->size && cfg->size != size)
+		return blk_param_error(p, "size", "config says %llu but %s has %llu",
+				       (unsigned long long)cfg->size, ad->path,
+				       (unsigned long long)size);
+	if (aio_geo_given(p, "logical_block_size", cfg->lbs) && cfg->lbs != (uint32_t)lbs)
+		return blk_param_error(p, "logical_block_size", "config says %u but %s has %d",
+				       cfg->lbs, ad->path, lbs);
+	if (aio_geo_given(p, "physical_block_size", cfg->pbs) && cfg->pbs != pbs)
+		return blk_param_error(p, "physical_block_size", "config says %u but %s has %u",
+				       cfg->pbs, ad->path, pbs);
+
+	g->size = size;
+	g->lbs = lbs;
+	g->pbs = pbs;
+	g->dma_align = lbs;
+
+	/*
+	 * max_io: what the device takes in one request, at most 1M unless the
+	 * config asks for more; a config may ask for less. Above the device's
+	 * limit the kernel would split each I/O again: refused with both numbers.
+	 */
+	dev_max = max_sectors ? (uint32_t)max_sectors << 9 : AIO_DEF_MAX_IO;
+	dev_max -= dev_max % pbs;
+	if (dev_max < pbs)
+		dev_max = pbs;
+	if (aio_geo_given(p, "max_io", cfg->max_io)) {
+		if (cfg->max_io > dev_max)
+			return blk_param_error(p, "max_io",
+				"config says %u but %s takes at most %u per I/O (max_sectors_kb)",
+				cfg->max_io, ad->path, dev_max);
+		if (cfg->max_io % pbs)
+			return blk_param_error(p, "max_io",
+				"%u is not a multiple of the physical block size of %s (%u)",
+				cfg->max_io, ad->path, pbs);
+		g->max_io = cfg->max_io;
+	} else {
+		g->max_io = dev_max < AIO_DEF_MAX_IO ? dev_max : AIO_DEF_MAX_IO;
+	}
+
+	/* Hints: the config's word where given, else the device's. */
+	if (aio_geo_given(p, "io_min", cfg->io_min))
+		g->io_min = cfg->io_min;
+	else
+		g->io_min = io_min >= (unsigned int)lbs && !(io_min % lbs) ? io_min : pbs;
+	if (aio_geo_given(p, "io_opt", cfg->io_opt))
+		g->io_opt = cfg->io_opt;
+	else
+		g->io_opt = io_opt && !(io_opt % lbs) ? io_opt : g->max_io;
+	return 0;
+}
+
+/*
+ * The alignment O_DIRECT needs on an image file: what the filesystem says
+ * (statx DIOALIGN, Linux 6.1), else the logical block size of the device
+ * under it, else 512. Returns 0 when the filesystem says it cannot.
+ */
+static uint32_t aio_file_dio_align(struct aio_dev *ad, const struct stat *st)
+{
+	uint64_t v;
+
+#ifdef STATX_DIOALIGN
+	struct statx sx;
+
+	if (!statx(ad->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) &&
+	    (sx.stx_mask & STATX_DIOALIGN)) {
+		uint32_t a = sx.stx_dio_offset_align;
+
+		if (!a)
+			return 0;
+		if (sx.stx_dio_mem_align > a)
+			a = sx.stx_dio_mem_align;
+		return a > AIO_MIN_ALIGN ? a : AIO_MIN_ALIGN;
+	}
+#endif
+	v = aio_sysfs_u64("/sys/dev/block/%u:%u/queue/logical_block_size",
+			  major(st->st_dev), minor(st->st_dev));
+	if (!v)	/* a partition: its queue is its disk's */
+		v = aio_sysfs_u64("/sys/dev/block/%u:%u/../queue/logical_block_size",
+				  major(st->st_dev), minor(st->st_dev));
+	if (!blk_is_pow2(v) || v < AIO_MIN_ALIGN || v > 65536)
+		v = AIO_MIN_ALIGN;
+	return (uint32_t)v;
+}
+
+static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const struct stat *st)
+{
+	struct blk_params q = *p;	/* a copy: a size from the file is not the config's */
+	uint32_t align;
+	void *buf;
+	ssize_t r;
+	int ret;
+
+	if (!q.geo.size) {
+		uint32_t lbs = q.geo.lbs ? q.geo.lbs : 512;
+
+		q.geo.size = (uint64_t)st->st_size / lbs * lbs;
+		if (!q.geo.size)
+			return blk_param_error(p, "size",
+				"not given, and %s holds %lld bytes, less than one logical block (%u)",
+				ad->path, (long long)st->st_size, lbs);
+	}
+	ret = be_geo_from_params(&q, "aio", &ad->geo);
+	if (ret)
+		return ret;
+
+	if ((uint64_t)st->st_size < ad->geo.size && ftruncate(ad->fd, (off_t)ad->geo.size))
+		return blk_param_error(p, "size", "cannot extend %s from %lld to %llu bytes: %s",
+				       ad->path, (long long)st->st_size,
+				       (unsigned long long)ad->geo.size, strerror(errno));
+
+	align = aio_file_dio_align(ad, st);
+	if (!align)
+		return blk_param_error(p, "path",
+			"the filesystem holding %s cannot do O_DIRECT on it (statx reports no direct I/O alignment)",
+			ad->path);
+	if (align > ad->geo.lbs)
+		return blk_param_error(p, "logical_block_size",
+			"%u is too small for %s: its filesystem does O_DIRECT only in multiples of %u bytes (set logical_block_size = %u, or keep the image on another filesystem)",
+			ad->geo.lbs, ad->path, align, align);
+	ad->geo.dma_align = align;
+
+	/* The proof: one logical block read with O_DIRECT into aligned memory. */
+	if (posix_memalign(&buf, align > 4096 ? align : 4096, ad->geo.lbs))
+		return blk_param_error(p, NULL, "out of memory");
+	do {
+		r = pread(ad->fd, buf, ad->geo.lbs, 0);
+	} while (r < 0 && errno == EINTR);
+	ret = errno;
+	free(buf);
+	if (r < 0 && ret == EINVAL)
+		return blk_param_error(p, "path",
+			"the filesystem holding %s refuses O_DIRECT reads of %u bytes (%s); it cannot do O_DIRECT at this logical_block_size (tmpfs could not at all before Linux 6.6): put the image on ext4, xfs or btrfs",
+			ad->path, ad->geo.lbs, strerror(ret));
+	if (r < 0)
+		return blk_param_error(p, "path", "%s: O_DIRECT read of the first block: %s",
+				       ad->path, strerror(ret));
+	if (r != (ssize_t)ad->geo.lbs)
+		return blk_param_error(p, "path", "%s: O_DIRECT read of the first block returned %zd of %u bytes",
+				       ad->path, r, ad->geo.lbs);
+	return 0;
+}
+
+/* Open @ad->path, creating an image file if @create; reports errors itself. */
+static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
+			 bool exclusive, bool *created)
+{
+	int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+	struct stat st;
+	int err;
+
+	*created = false;
+	if (stat(ad->path, &st)) {
+		err = errno;
+		if (err != ENOENT || !create)
+			return blk_param_error(p, "path", "%s: %s%s", ad->path, strerror(err),
+					       err == ENOENT ? " (create = yes makes an image file)" : "");
+		if (!p->geo.size)
+			return blk_param_error(p, "size", "needed to create %s (create = yes)",
+					       ad->path);
+		flags |= O_CREAT | O_EXCL;
+	} else if (S_ISBLK(st.st_mode)) {
+		if (exclusive)
+			flags |= O_EXCL;
+	} else if (!S_ISREG(st.st_mode)) {
+		return blk_param_error(p, "path", "%s is not a block device or a regular file",
+				       ad->path);
+	}
+
+	ad->fd = open(ad->path, flags, 0666);
+	if (ad->fd >= 0) {
+		*created = flags & O_CREAT;
+		return 0;
+	}
+	err = errno;
+	/* Old tmpfs makes the file, then fails the O_DIRECT open: take it back. */
+	if ((flags & O_CREAT) && err != EEXIST && !stat(ad->path, &st) &&
+	    S_ISREG(st.st_mode) && !st.st_size)
+		unlink(ad->path);
+	if (err == EBUSY && (flags & O_EXCL) && !(flags & O_CREAT))
+		return blk_param_error(p, "path",
+			"%s is in use (mounted, or held by a filesystem, RAID, LVM or another program); refused as mkfs would (exclusive = no overrides this)",
+			ad->path);
+	if (err == EINVAL)
+		return blk_param_error(p, "path",
+			"%s: open with O_DIRECT: %s (its filesystem cannot do O_DIRECT; tmpfs could not before Linux 6.6)",
+			ad->path, strerror(err));
+	return blk_param_error(p, "path", "%s: %s", ad->path, strerror(err));
+}
+
+/* The reaper and worker take no signals: the daemon's handlers run elsewhere. */
+static int aio_start_threads(struct aio_dev *ad)
+{
+	sigset_t all, old;
+	int ret;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&ad->reaper, NULL, aio_reaper_fn, ad);
+	if (!ret) {
+		ret = pthread_create(&ad->worker, NULL, aio_worker_fn, ad);
+		if (ret) {
+			pthread_mutex_lock(&ad->lock);
+			ad->stopping = true;
+			pthread_mutex_unlock(&ad->lock);
+			aio_wake(ad);
+			pthread_join(ad->reaper, NULL);
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret)
+		return -ret;
+	pthread_setname_np(ad->reaper, "blkfs-aio-reap");
+	pthread_setname_np(ad->worker, "blkfs-aio-work");
+	return 0;
+}
+
+static void aio_free_reqs(struct aio_dev *ad)
+{
+	while (ad->free) {
+		struct aio_req *req = ad->free;
+
+		ad->free = req->next;
+		free(req);
+	}
+}
+
+static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *next)
+{
+	bool create, exclusive, created = false;
+	const char *path;
+	struct aio_dev *ad;
+	struct stat st;
+	unsigned int i;
+	int ret;
+
+	(void)next;
+	ad = calloc(1, sizeof(*ad));
+	if (!ad) {
+		blk_param_error(p, NULL, "out of memory");
+		return ERR_PTR(-ENOMEM);
+	}
+	ad->fd = -1;
+	ad->efd = -1;
+
+	/* Every key first, so each is marked used whatever fails later. */
+	path = blk_param_get(p, "path");
+	ret = aio_param_uint(p, "queue_depth", AIO_DEF_QD, 1, AIO_MAX_QD, &ad->qd);
+	if (!ret)
+		ret = blk_param_bool(p, "create", false, &create);
+	if (!ret)
+		ret = blk_param_bool(p, "exclusive", true, &exclusive);
+	if (ret)
+		goto out_free;
+	if (!path) {
+		ret = blk_param_error(p, "path",
+				      "missing (required: a block device or an image file)");
+		goto out_free;
+	}
+	ret = aio_resolve_path(p, path, ad->path, sizeof(ad->path));
+	if (ret)
+		goto out_free;
+	/* Refuse a bad config before a file is created for it. */
+	if (create && p->geo.size) {
+		struct blk_geometry geo;
+
+		ret = be_geo_from_params(p, "aio", &geo);
+		if (ret)
+			goto out_free;
+	}
+
+	ret = aio_open_path(ad, p, create, exclusive, &created);
+	if (ret)
+		goto out_free;
+	if (fstat(ad->fd, &st)) {
+		ret = -errno;
+		blk_param_error(p, "path", "%s: %s", ad->path, strerror(-ret));
+		goto out_close;
+	}
+	ad->bdev = S_ISBLK(st.st_mode);
+	if (ad->bdev)
+		ret = aio_bdev_geometry(ad, p);
+	else
+		ret = aio_file_geometry(ad, p, &st);
+	if (ret)
+		goto out_close;
+
+	ret = -pthread_mutex_init(&ad->lock, NULL);
+	if (ret) {
+		blk_param_error(p, NULL, "cannot set up the aio backend: %s", strerror(-ret));
+		goto out_close;
+	}
+	ret = -pthread_cond_init(&ad->wq_cond, NULL);
+	if (ret) {
+		blk_param_error(p, NULL, "cannot set up the aio backend: %s", strerror(-ret));
+		goto out_destroy_lock;
+	}
+	/* queue_depth requests up front: the free list grows only past it. */
+	for (i = 0; i < ad->qd; i++) {
+		struct aio_req *req = malloc(sizeof(*req));
+
+		if (!req) {
+			ret = -ENOMEM;
+			blk_param_error(p, NULL, "out of memory");
+			goto out_free_reqs;
+		}
+		req->next = ad->free;
+		ad->free = req;
+	}
+	ad->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ad->efd < 0) {
+		ret = -errno;
+		blk_param_error(p, NULL, "eventfd: %s", strerror(-ret));
+		goto out_free_reqs;
+	}
+	ret = io_setup((int)ad->qd, &ad->ctx);
+	if (ret) {
+		blk_param_error(p, "queue_depth",
+			"io_setup(%u): %s%s", ad->qd, strerror(-ret),
+			ret == -EAGAIN ? " (raise /proc/sys/fs/aio-max-nr, or lower queue_depth)" : "");
+		goto out_close_efd;
+	}
+	ret = aio_start_threads(ad);
+	if (ret) {
+		blk_param_error(p, NULL, "cannot start the aio threads: %s", strerror(-ret));
+		goto out_destroy_ctx;
+	}
+	ad->be.ops = &aio_backend_ops;
+	return &ad->be;
+
+out_destroy_ctx:
+	io_destroy(ad->ctx);
+out_close_efd:
+	close(ad->efd);
+out_free_reqs:
+	aio_free_reqs(ad);
+	pthread_cond_destroy(&ad->wq_cond);
+out_destroy_lock:
+	pthread_mutex_destroy(&ad->lock);
+out_close:
+	close(ad->fd);
+	if (created)
+		unlink(ad->path);
+out_free:
+	free(ad);
+	return ERR_PTR(ret);
+}
+
+/* ---- close, geometry, stat ---- */
+
+static void aio_close(struct blk_backend *be)
+{
+	struct aio_dev *ad = (struct aio_dev *)be;
+
+	/* The reaper leaves once every request submitted so far has ended. */
+	pthread_mutex_lock(&ad->lock);
+	ad->stopping = true;
+	pthread_mutex_unlock(&ad->lock);
+	aio_wake(ad);
+	pthread_join(ad->reaper, NULL);
+
+	pthread_mutex_lock(&ad->lock);
+	ad->worker_stop = true;
+	pthread_cond_signal(&ad->wq_cond);
+	pthread_mutex_unlock(&ad->lock);
+	pthread_join(ad->worker, NULL);
+
+	assert(!ad->inflight && !ad->sq.head && !ad->wq.head && !ad->done.head);
+	io_destroy(ad->ctx);
+	close(ad->efd);
+	close(ad->fd);
+	aio_free_reqs(ad);
+	free(ad->zero_buf);
+	pthread_cond_destroy(&ad->wq_cond);
+	pthread_mutex_destroy(&ad->lock);
+	free(ad);
+}
+
+static void aio_geometry(struct blk_backend *be, struct blk_geometry *geo)
+{
+	*geo = ((struct aio_dev *)be)->geo;
+}
+
+static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
+{
+	struct aio_dev *ad = (struct aio_dev *)be;
+	unsigned long long nr_short = __atomic_load_n(&ad->nr_short, __ATOMIC_RELAXED);
+	int n;
+
+	if (!len)
+		return 0;
+	pthread_mutex_lock(&ad->lock);
+	/*
+	 * inflight: iocbs in the kernel; queued: waiting for a slot; worker:
+	 * FLUSH (fdatasync fallback), DISCARD, WRITE_ZEROES waiting or running;
+	 * fdsync: 1 while FLUSH goes through IOCB_CMD_FDSYNC.
+	 */
+	n = snprintf(buf, len,
+		     "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
+		     "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
+		     "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
+		     "aio_fdsync %d\n",
+		     ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
+		     (unsigned long long)ad->nr_submitted,
+		     (unsigned long long)ad->nr_submit_calls,
+		     (unsigned long long)ad->nr_completed,
+		     (unsigned long long)ad->nr_errors, nr_short,
+		     (unsigned long long)ad->nr_eagain,
+		     (unsigned long long)ad->nr_zero_writes, !ad->no_fdsync);
+	pthread_mutex_unlock(&ad->lock);
+	if (n < 0)
+		return 0;
+	return (size_t)n < len ? (size_t)n : len - 1;
+}
+
+static const char *const aio_keys[] = { "path", "queue_depth", "create", "exclusive", NULL };
+
+const struct blk_backend_ops aio_backend_ops = {
+	.name = "aio",
+	.keys = aio_keys,
+	.help = "aio: a block device or image file through libaio and O_DIRECT (path = ..., queue_depth, create, exclusive)",
+	.open = aio_open,
+	.close = aio_close,
+	.geometry = aio_geometry,
+	.submit = aio_submit,
+	.stat = aio_stat,
+};

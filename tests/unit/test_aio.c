@@ -1,0 +1,1236 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_aio.c - the aio backend (libaio + O_DIRECT) through the
+ * contract (backend.h): on image files in a temp dir on a filesystem that
+ * does O_DIRECT (skipped where none does), and, when run as root with
+ * losetup, on loop devices with 512- and 4096-byte sectors (always detached
+ * again in the fixture's teardown). Opened from hand-built struct
+ * blk_params, as core/ would after parsing a config. Completions arrive on
+ * the backend's reaper thread, so every test waits on a counter.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "../../backends/backend.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+/* ---- completion counting ---- */
+
+struct waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int outstanding;
+	int ended;
+	int errors;
+};
+
+struct test_io {
+	struct blk_io io;	/* must come first */
+	struct waiter *w;
+	int calls;		/* under w->lock */
+	int res;
+	struct iovec iov[4];
+};
+
+static void waiter_init(struct waiter *w)
+{
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->outstanding = w->ended = w->errors = 0;
+}
+
+static void test_end_io(struct blk_io *io, int res)
+{
+	struct test_io *t = (struct test_io *)io;
+	struct waiter *w = t->w;
+
+	pthread_mutex_lock(&w->lock);
+	t->calls++;
+	t->res = res;
+	w->ended++;
+	if (res)
+		w->errors++;
+	w->outstanding--;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void waiter_add(struct waiter *w, int n)
+{
+	pthread_mutex_lock(&w->lock);
+	w->outstanding += n;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Wait until nothing is outstanding; fail after 10 s. */
+static void waiter_wait(struct waiter *w)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&w->lock);
+	while (w->outstanding > 0) {
+		if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT) {
+			int left = w->outstanding;
+
+			pthread_mutex_unlock(&w->lock);
+			cr_assert_fail("%d I/Os never completed", left);
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void tio_init(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
+		     uint64_t len)
+{
+	memset(t, 0, sizeof(*t));
+	t->w = w;
+	t->io.op = op;
+	t->io.pos = pos;
+	t->io.len = len;
+	t->io.end_io = test_end_io;
+}
+
+static void submit_async(struct blk_backend *be, struct test_io *t)
+{
+	int ret;
+
+	waiter_add(t->w, 1);
+	ret = blk_submit(be, &t->io);
+	if (ret)
+		waiter_add(t->w, -1);
+	cr_assert_eq(ret, 0, "submit op %d pos %llu len %llu: %d", t->io.op,
+		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ret);
+}
+
+/* Submit, wait, and return end_io's result. */
+static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+		 const struct iovec *iov, int iovcnt)
+{
+	struct waiter w;
+	struct test_io t;
+
+	waiter_init(&w);
+	tio_init(&t, &w, op, pos, len);
+	t.io.iov = iov;
+	t.io.iovcnt = iovcnt;
+	submit_async(be, &t);
+	waiter_wait(&w);
+	cr_assert_eq(t.calls, 1, "end_io called %d times", t.calls);
+	return t.res;
+}
+
+static int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf, uint64_t len)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+
+	return do_io(be, op, pos, len, &iov, 1);
+}
+
+static void *abuf(size_t len)
+{
+	void *p = NULL;
+
+	cr_assert_eq(posix_memalign(&p, 4096, len ? len : 4096), 0);
+	memset(p, 0xA5, len);
+	return p;
+}
+
+static void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (unsigned char)(((pos + i) * 31 + seed * 7 + ((pos + i) >> 9)) | 1);
+}
+
+static bool all_zero(const unsigned char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (buf[i])
+			return false;
+	return true;
+}
+
+/* A counter from ->stat, by name. */
+static uint64_t stat_get(struct blk_backend *be, const char *name)
+{
+	char buf[1024], *s;
+	size_t n, len = strlen(name);
+
+	cr_assert_not_null(be->ops->stat);
+	n = be->ops->stat(be, buf, sizeof(buf));
+	cr_assert(n > 0 && n < sizeof(buf));
+	for (s = buf; s && *s; s = strchr(s, '\n'), s = s ? s + 1 : NULL)
+		if (!strncmp(s, name, len) && s[len] == ' ')
+			return strtoull(s + len + 1, NULL, 10);
+	cr_assert_fail("no %s in stat:\n%s", name, buf);
+	return 0;
+}
+
+/* ---- the temp dir and hand-built params ---- */
+
+static char tdir[512];		/* this test's directory; removed by teardown */
+static char loopdev[64];	/* attached by this test; detached by teardown */
+
+/* A directory on a filesystem that takes O_DIRECT, or skip the test. */
+static void tdir_setup(void)
+{
+	static const char *const bases[] = { "/var/tmp", "build", "/tmp" };
+	size_t i;
+
+	for (i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
+		char probe[PATH_MAX + 16];
+		void *buf;
+		int fd;
+
+		snprintf(tdir, sizeof(tdir), "%s/blkfs-aio-XXXXXX", bases[i]);
+		if (!mkdtemp(tdir))
+			continue;
+		snprintf(probe, sizeof(probe), "%s/probe", tdir);
+		fd = open(probe, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			bool ok;
+
+			buf = abuf(4096);
+			ok = !ftruncate(fd, 4096) && pread(fd, buf, 4096, 0) == 4096;
+			free(buf);
+			close(fd);
+			unlink(probe);
+			if (ok) {
+				char *real = realpath(tdir, NULL);
+
+				snprintf(tdir, sizeof(tdir), "%s", real);
+				free(real);
+				return;
+			}
+		}
+		rmdir(tdir);
+	}
+	tdir[0] = '\0';
+}
+
+static void run(const char *cmd)
+{
+	int st = system(cmd);
+
+	(void)st;
+}
+
+static void tdir_teardown(void)
+{
+	char cmd[PATH_MAX + 64];
+
+	if (loopdev[0]) {
+		snprintf(cmd, sizeof(cmd), "losetup -d %s 2>/dev/null", loopdev);
+		run(cmd);
+		loopdev[0] = '\0';
+	}
+	if (tdir[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tdir);
+		run(cmd);
+		tdir[0] = '\0';
+	}
+}
+
+static void need_tdir(void)
+{
+	if (!tdir[0])
+		cr_skip_test("no filesystem here takes O_DIRECT");
+}
+
+#define TD_MAXP 8
+
+struct test_dev {
+	struct blk_params p;
+	struct blk_param v[TD_MAXP];
+	char vals[TD_MAXP][PATH_MAX];
+	char conf[PATH_MAX];
+	char err[1024];
+};
+
+/* A [device disk0] at line 3 of "<tdir>/blkfs.conf"; keys go on lines 4, 5, ... */
+static void td_init(struct test_dev *td, uint64_t size, uint32_t lbs)
+{
+	memset(td, 0, sizeof(*td));
+	snprintf(td->conf, sizeof(td->conf), "%s/blkfs.conf", tdir);
+	td->p.file = td->conf;
+	td->p.line = 3;
+	td->p.dev = "disk0";
+	td->p.geo.size = size;
+	td->p.geo.lbs = lbs;
+	td->p.v = td->v;
+	td->p.err = td->err;
+	td->p.errlen = sizeof(td->err);
+	/* as conf hands them over: its own key, already used */
+	td->v[0].key = "backend";
+	td->v[0].value = "aio";
+	td->v[0].line = 4;
+	td->v[0].used = true;
+	td->p.n = 1;
+}
+
+static int td_line(const struct test_dev *td, const char *key)
+{
+	int i;
+
+	for (i = 0; i < td->p.n; i++)
+		if (!strcmp(td->v[i].key, key))
+			return td->v[i].line;
+	return td->p.line;
+}
+
+static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	int i = td->p.n++;
+
+	cr_assert(i < TD_MAXP);
+	va_start(ap, fmt);
+	vsnprintf(td->vals[i], sizeof(td->vals[i]), fmt, ap);
+	va_end(ap);
+	td->v[i].key = key;
+	td->v[i].value = td->vals[i];
+	td->v[i].line = 4 + i;
+	/* conf takes its own keys (and marks them used); the backend the rest. */
+	td->v[i].used = !strcmp(key, "size") || strstr(key, "block_size") ||
+			!strcmp(key, "max_io") || !strncmp(key, "io_", 3);
+}
+
+static struct blk_backend *td_open(struct test_dev *td)
+{
+	const struct blk_backend_ops *ops = blk_backend_find("aio");
+
+	cr_assert_not_null(ops);
+	td->err[0] = '\0';
+	return ops->open(&td->p, NULL);
+}
+
+static struct blk_backend *td_open_ok(struct test_dev *td)
+{
+	struct blk_backend *be = td_open(td);
+	int i;
+
+	cr_assert(!IS_ERR_OR_NULL(be), "open: %s", td->err);
+	for (i = 0; i < td->p.n; i++)
+		cr_assert(td->v[i].used, "key %s not marked used", td->v[i].key);
+	return be;
+}
+
+/* Open must fail with -EINVAL and "<conf>:<line of key>: key: " + @contains. */
+static void td_open_fails(struct test_dev *td, const char *key, const char *contains)
+{
+	struct blk_backend *be = td_open(td);
+	char prefix[PATH_MAX + 64];
+
+	cr_assert(IS_ERR(be), "open succeeded");
+	cr_assert_eq(PTR_ERR(be), -EINVAL, "open: %ld (%s)", PTR_ERR(be), td->err);
+	snprintf(prefix, sizeof(prefix), "%s:%d: %s: ", td->conf, td_line(td, key), key);
+	cr_assert(!strncmp(td->err, prefix, strlen(prefix)), "error '%s' does not start with '%s'",
+		  td->err, prefix);
+	cr_assert(strstr(td->err, contains), "error '%s' does not say '%s'", td->err, contains);
+}
+
+static void tpath(char *out, size_t len, const char *name)
+{
+	snprintf(out, len, "%s/%s", tdir, name);
+}
+
+/* A plain file of @len bytes, written with a pattern. */
+static void make_file(const char *name, uint64_t len)
+{
+	char path[PATH_MAX];
+	unsigned char *buf = malloc(len ? len : 1);
+	int fd;
+
+	tpath(path, sizeof(path), name);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert(fd >= 0);
+	fill_pattern(buf, len, 0, 99);
+	cr_assert_eq(pwrite(fd, buf, len, 0), (ssize_t)len);
+	close(fd);
+	free(buf);
+}
+
+static uint64_t file_size(const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	tpath(path, sizeof(path), name);
+	cr_assert_eq(stat(path, &st), 0, "stat %s", path);
+	return st.st_size;
+}
+
+/* An image of @size created by the backend (create = yes, relative path). */
+static struct blk_backend *open_image(struct test_dev *td, uint64_t size, unsigned int qd)
+{
+	td_init(td, size, 0);
+	td_set(td, "path", "disk.img");
+	td_set(td, "create", "yes");
+	if (qd)
+		td_set(td, "queue_depth", "%u", qd);
+	return td_open_ok(td);
+}
+
+TestSuite(aio, .init = tdir_setup, .fini = tdir_teardown, .timeout = 30);
+
+/* ---- open, config, geometry ---- */
+
+Test(aio, registered)
+{
+	const struct blk_backend_ops *ops = blk_backend_find("aio");
+	const char *const *k;
+	bool path = false, qd = false, create = false, excl = false;
+
+	cr_assert_not_null(ops);
+	cr_assert_str_eq(ops->name, "aio");
+	cr_assert(!ops->is_filter);
+	cr_assert(strstr(blk_backend_names(), "aio"));
+	for (k = ops->keys; *k; k++) {
+		path |= !strcmp(*k, "path");
+		qd |= !strcmp(*k, "queue_depth");
+		create |= !strcmp(*k, "create");
+		excl |= !strcmp(*k, "exclusive");
+	}
+	cr_assert(path && qd && create && excl);
+}
+
+Test(aio, create_makes_the_file)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 0);
+	cr_assert_eq(file_size("disk.img"), 4 * MiB);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 4 * MiB);
+	cr_assert_eq(g.lbs, 512);
+	cr_assert_eq(g.pbs, 512);
+	cr_assert_eq(g.max_io, 1 * MiB);
+	cr_assert(g.dma_align >= 512 && g.dma_align <= g.lbs && blk_is_pow2(g.dma_align),
+		  "dma_align %u", g.dma_align);
+	cr_assert_eq(stat_get(be, "aio_queue_depth"), 64);
+	be->ops->close(be);
+}
+
+Test(aio, create_needs_size)
+{
+	struct test_dev td;
+	char path[PATH_MAX];
+
+	need_tdir();
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "new.img");
+	td_set(&td, "create", "yes");
+	td_open_fails(&td, "size", "needed to create");
+	tpath(path, sizeof(path), "new.img");
+	cr_assert_eq(access(path, F_OK), -1, "%s was created", path);
+}
+
+Test(aio, bad_geometry_creates_nothing)
+{
+	struct test_dev td;
+	char path[PATH_MAX];
+
+	need_tdir();
+	td_init(&td, 1 * MiB, 768);
+	td_set(&td, "path", "new.img");
+	td_set(&td, "create", "yes");
+	cr_assert(IS_ERR(td_open(&td)));
+	cr_assert(strstr(td.err, "logical_block_size"), "%s", td.err);
+	tpath(path, sizeof(path), "new.img");
+	cr_assert_eq(access(path, F_OK), -1, "a refused config left %s behind", path);
+}
+
+Test(aio, missing_path_error)
+{
+	struct test_dev td;
+	char want[PATH_MAX + 32];
+
+	need_tdir();
+	td_init(&td, 1 * MiB, 0);
+	td_set(&td, "queue_depth", "4");
+	td_set(&td, "path", "nothere.img");
+	tpath(want, sizeof(want), "nothere.img");
+	strcat(want, ": No such file or directory");
+	td_open_fails(&td, "path", want);
+	cr_assert(strstr(td.err, "create = yes"), "%s", td.err);
+
+	td_init(&td, 1 * MiB, 0);
+	td_open_fails(&td, "path", "missing");
+}
+
+Test(aio, absolute_path_and_directory)
+{
+	struct test_dev td;
+	char path[PATH_MAX];
+	struct blk_backend *be;
+
+	need_tdir();
+	make_file("abs.img", 64 * KiB);
+	tpath(path, sizeof(path), "abs.img");
+	td_init(&td, 0, 0);
+	td.p.file = "elsewhere/blkfs.conf";	/* absolute paths ignore it */
+	td_set(&td, "path", "%s", path);
+	be = td_open_ok(&td);
+	be->ops->close(be);
+
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "%s", tdir);
+	td_open_fails(&td, "path", "not a block device or a regular file");
+}
+
+Test(aio, bad_keys)
+{
+	static const char *const bad[] = { "0", "1025", "abc", "-1", "8x", "" };
+	struct test_dev td;
+	size_t i;
+
+	need_tdir();
+	make_file("k.img", 64 * KiB);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		td_init(&td, 0, 0);
+		td_set(&td, "path", "k.img");
+		td_set(&td, "queue_depth", "%s", bad[i]);
+		td_open_fails(&td, "queue_depth", "is not a number from 1 to 1024");
+	}
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "k.img");
+	td_set(&td, "create", "maybe");
+	td_open_fails(&td, "create", "'maybe' is not yes/no");
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "k.img");
+	td_set(&td, "exclusive", "2");
+	td_open_fails(&td, "exclusive", "'2' is not yes/no");
+}
+
+Test(aio, size_from_existing_file)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+
+	need_tdir();
+	make_file("old.img", 1 * MiB + 1000);
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "old.img");
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 1 * MiB + 512, "size %llu", (unsigned long long)g.size);
+	cr_assert_eq(g.lbs, 512);
+	be->ops->close(be);
+
+	td_init(&td, 0, 4096);
+	td_set(&td, "path", "old.img");
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 1 * MiB);
+	cr_assert_eq(g.lbs, 4096);
+	cr_assert_eq(g.pbs, 4096);
+	be->ops->close(be);
+	cr_assert_eq(file_size("old.img"), 1 * MiB + 1000, "the file was changed");
+
+	/* Smaller than one block, and no size given. */
+	make_file("tiny.img", 100);
+	td_init(&td, 0, 0);
+	td_set(&td, "path", "tiny.img");
+	td_open_fails(&td, "size", "less than one logical block");
+}
+
+Test(aio, size_extends_or_limits)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+	unsigned char *buf = abuf(4096), *want = malloc(4096);
+
+	need_tdir();
+	make_file("small.img", 64 * KiB);
+	td_init(&td, 2 * MiB, 0);
+	td_set(&td, "path", "small.img");
+	be = td_open_ok(&td);
+	cr_assert_eq(file_size("small.img"), 2 * MiB, "not extended");
+	/* What was there stays; the extension reads as zeros. */
+	cr_assert_eq(do_rw(be, BLK_READ, 60 * KiB, buf, 4096), 0);
+	fill_pattern(want, 4096, 60 * KiB, 99);
+	cr_assert_eq(memcmp(buf, want, 4096), 0);
+	cr_assert_eq(do_rw(be, BLK_READ, 1 * MiB, buf, 4096), 0);
+	cr_assert(all_zero(buf, 4096));
+	be->ops->close(be);
+
+	/* A larger file: only `size` of it is the device. */
+	td_init(&td, 1 * MiB, 0);
+	td_set(&td, "path", "small.img");
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 1 * MiB);
+	be->ops->close(be);
+	cr_assert_eq(file_size("small.img"), 2 * MiB);
+	free(buf);
+	free(want);
+}
+
+/* ---- data ---- */
+
+Test(aio, write_read_multi_segment)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *a = abuf(64 * KiB), *b = abuf(64 * KiB), *c = abuf(64 * KiB);
+	unsigned char *want = malloc(64 * KiB), *disk = malloc(64 * KiB);
+	struct iovec wv[3], rv[4];
+	char path[PATH_MAX];
+	int fd;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 0);
+
+	/* 4K + 512 + 8K = 12.5K at an odd sector, from three separate buffers. */
+	fill_pattern(want, 12800, 3 * 512, 1);
+	memcpy(a, want, 4096);
+	memcpy(b, want + 4096, 512);
+	memcpy(c, want + 4608, 8192);
+	wv[0] = (struct iovec){ a, 4096 };
+	wv[1] = (struct iovec){ b, 512 };
+	wv[2] = (struct iovec){ c, 8192 };
+	cr_assert_eq(do_io(be, BLK_WRITE, 3 * 512, 12800, wv, 3), 0);
+
+	/* Read back cut differently: 512, 1024, 3584 + 7680. */
+	memset(a, 0, 64 * KiB);
+	memset(b, 0, 64 * KiB);
+	rv[0] = (struct iovec){ a, 512 };
+	rv[1] = (struct iovec){ b, 1024 };
+	rv[2] = (struct iovec){ a + 4096, 3584 };
+	rv[3] = (struct iovec){ b + 8192, 7680 };
+	cr_assert_eq(do_io(be, BLK_READ, 3 * 512, 12800, rv, 4), 0);
+	cr_assert_eq(memcmp(a, want, 512), 0);
+	cr_assert_eq(memcmp(b, want + 512, 1024), 0);
+	cr_assert_eq(memcmp(a + 4096, want + 1536, 3584), 0);
+	cr_assert_eq(memcmp(b + 8192, want + 5120, 7680), 0);
+
+	/* And it is in the file, at that offset (the write went through). */
+	tpath(path, sizeof(path), "disk.img");
+	fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(pread(fd, disk, 12800 + 1024, 1024), 12800 + 1024);
+	cr_assert(all_zero(disk, 512));
+	cr_assert_eq(memcmp(disk + 512, want, 12800), 0);
+	cr_assert(all_zero(disk + 512 + 12800, 512));
+	close(fd);
+
+	/* One max_io read over the whole first MiB. */
+	{
+		unsigned char *big = abuf(1 * MiB);
+
+		cr_assert_eq(do_rw(be, BLK_READ, 0, big, 1 * MiB), 0);
+		cr_assert(all_zero(big, 1536));
+		cr_assert_eq(memcmp(big + 1536, want, 12800), 0);
+		cr_assert(all_zero(big + 1536 + 12800, 1 * MiB - 1536 - 12800));
+		free(big);
+	}
+	cr_assert_eq(stat_get(be, "aio_errors"), 0);
+	be->ops->close(be);
+	free(a);
+	free(b);
+	free(c);
+	free(want);
+	free(disk);
+}
+
+/* More iovecs than one iocb takes (IOV_MAX): the backend goes on in pieces. */
+Test(aio, more_iovecs_than_iov_max)
+{
+	enum { NV = 2048, SEG = 512 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+	struct iovec *v = calloc(NV, sizeof(*v));
+	unsigned char *buf = abuf((size_t)NV * SEG), *want = malloc((size_t)NV * SEG);
+	int i;
+
+	need_tdir();
+	td_init(&td, 4 * MiB, 0);
+	td.p.geo.max_io = 1 * MiB;
+	td_set(&td, "path", "disk.img");
+	td_set(&td, "create", "yes");
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	if (g.dma_align > SEG) {
+		be->ops->close(be);
+		cr_skip_test("dma_align %u", g.dma_align);
+	}
+	/* Segments in reverse memory order, so a wrong seam shows. */
+	fill_pattern(want, (size_t)NV * SEG, 0, 5);
+	for (i = 0; i < NV; i++) {
+		v[i].iov_base = buf + (size_t)(NV - 1 - i) * SEG;
+		v[i].iov_len = SEG;
+		memcpy(v[i].iov_base, want + (size_t)i * SEG, SEG);
+	}
+	cr_assert_eq(do_io(be, BLK_WRITE, 1 * MiB, (uint64_t)NV * SEG, v, NV), 0);
+	memset(buf, 0, (size_t)NV * SEG);
+	cr_assert_eq(do_rw(be, BLK_READ, 1 * MiB, buf, (uint64_t)NV * SEG), 0);
+	cr_assert_eq(memcmp(buf, want, (size_t)NV * SEG), 0);
+	be->ops->close(be);
+	free(v);
+	free(buf);
+	free(want);
+}
+
+/* 512 I/Os at once against queue_depth 8: none fails, each ends once. */
+Test(aio, more_inflight_than_queue_depth)
+{
+	enum { N = 512, BS = 4096 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct test_io *t = calloc(N, sizeof(*t));
+	unsigned char *buf = abuf((size_t)N * BS), *want = malloc((size_t)N * BS);
+	struct waiter w;
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 8);
+	waiter_init(&w);
+	fill_pattern(want, (size_t)N * BS, 0, 3);
+	memcpy(buf, want, (size_t)N * BS);
+	/* Shuffled offsets, so neighbours in the queue are not neighbours on disk. */
+	for (i = 0; i < N; i++) {
+		int blk = (i * 167) % N;
+
+		tio_init(&t[i], &w, BLK_WRITE, (uint64_t)blk * BS, BS);
+		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
+		t[i].io.iov = t[i].iov;
+		t[i].io.iovcnt = 1;
+		submit_async(be, &t[i]);
+		cr_assert_leq(stat_get(be, "aio_inflight"), 8);
+	}
+	waiter_wait(&w);
+	for (i = 0; i < N; i++) {
+		cr_assert_eq(t[i].calls, 1, "io %d ended %d times", i, t[i].calls);
+		cr_assert_eq(t[i].res, 0, "io %d: %d", i, t[i].res);
+	}
+	cr_assert_eq(stat_get(be, "aio_inflight"), 0);
+	cr_assert_eq(stat_get(be, "aio_queued"), 0);
+	cr_assert_eq(stat_get(be, "aio_completed"), N);
+
+	/* Read it all back the same way, into a cleared buffer. */
+	memset(buf, 0, (size_t)N * BS);
+	for (i = 0; i < N; i++) {
+		int blk = (i * 389) % N;
+
+		tio_init(&t[i], &w, BLK_READ, (uint64_t)blk * BS, BS);
+		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
+		t[i].io.iov = t[i].iov;
+		t[i].io.iovcnt = 1;
+		submit_async(be, &t[i]);
+	}
+	waiter_wait(&w);
+	for (i = 0; i < N; i++)
+		cr_assert_eq(t[i].calls, 1);
+	cr_assert_eq(w.errors, 0);
+	cr_assert_eq(memcmp(buf, want, (size_t)N * BS), 0);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	be->ops->close(be);
+	free(t);
+	free(buf);
+	free(want);
+}
+
+/* Many threads submitting at once (the submitter hand-off). */
+struct hammer {
+	struct blk_backend *be;
+	struct waiter *w;
+	struct test_io *t;
+	unsigned char *buf;
+	int first, n;
+};
+
+static void *hammer_fn(void *arg)
+{
+	struct hammer *h = arg;
+	int i;
+
+	for (i = h->first; i < h->first + h->n; i++) {
+		tio_init(&h->t[i], h->w, BLK_WRITE, (uint64_t)i * 4096, 4096);
+		h->t[i].iov[0] = (struct iovec){ h->buf + (size_t)i * 4096, 4096 };
+		h->t[i].io.iov = h->t[i].iov;
+		h->t[i].io.iovcnt = 1;
+		waiter_add(h->w, 1);
+		if (blk_submit(h->be, &h->t[i].io))
+			waiter_add(h->w, -1);
+	}
+	return NULL;
+}
+
+Test(aio, concurrent_submitters)
+{
+	enum { NT = 4, PER = 128, N = NT * PER };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct test_io *t = calloc(N, sizeof(*t));
+	unsigned char *buf = abuf((size_t)N * 4096), *back = abuf((size_t)N * 4096);
+	struct hammer h[NT];
+	pthread_t th[NT];
+	struct waiter w;
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 16);
+	waiter_init(&w);
+	fill_pattern(buf, (size_t)N * 4096, 0, 11);
+	for (i = 0; i < NT; i++) {
+		h[i] = (struct hammer){ be, &w, t, buf, i * PER, PER };
+		pthread_create(&th[i], NULL, hammer_fn, &h[i]);
+	}
+	for (i = 0; i < NT; i++)
+		pthread_join(th[i], NULL);
+	waiter_wait(&w);
+	for (i = 0; i < N; i++)
+		cr_assert_eq(t[i].calls, 1, "io %d ended %d times", i, t[i].calls);
+	cr_assert_eq(w.ended, N);
+	cr_assert_eq(w.errors, 0);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, back, (uint64_t)N * 4096 / 2), 0);
+	cr_assert_eq(do_rw(be, BLK_READ, (uint64_t)N * 4096 / 2, back + N * 4096 / 2,
+			   (uint64_t)N * 4096 / 2), 0);
+	cr_assert_eq(memcmp(buf, back, (size_t)N * 4096), 0);
+	be->ops->close(be);
+	free(t);
+	free(buf);
+	free(back);
+}
+
+/* ---- submitting from inside end_io ---- */
+
+struct chain {
+	struct test_io t;	/* must come first */
+	struct blk_backend *be;
+	unsigned char *buf;
+	int next, count;	/* I/O number this is, and how many in all */
+	int rounds;		/* end_io calls */
+	int errors;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool finished;
+};
+
+/* Each write's end_io submits the next write, then a read of what it wrote. */
+static void chain_end_io(struct blk_io *io, int res)
+{
+	struct chain *c = (struct chain *)io;
+	int ret;
+
+	c->rounds++;
+	if (res)
+		c->errors++;
+	if (++c->next < c->count) {
+		c->t.io.op = (c->next & 1) ? BLK_READ : BLK_WRITE;
+		c->t.io.pos = (uint64_t)(c->next / 2) * 4096;
+		c->t.iov[0] = (struct iovec){ c->buf + (size_t)(c->next / 2) * 4096, 4096 };
+		if (c->t.io.op == BLK_READ)
+			c->t.iov[0].iov_base = c->buf + (size_t)c->count * 4096;
+		ret = blk_submit(c->be, &c->t.io);
+		if (!ret)
+			return;
+		c->errors++;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->finished = true;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+Test(aio, submit_from_end_io)
+{
+	enum { COUNT = 400 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct chain c;
+	struct timespec ts;
+	unsigned char *back = abuf(COUNT / 2 * 4096);
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 1);
+	memset(&c, 0, sizeof(c));
+	c.be = be;
+	c.count = COUNT;
+	c.buf = abuf((size_t)(COUNT + 1) * 4096);
+	fill_pattern(c.buf, (size_t)COUNT * 4096, 0, 13);
+	pthread_mutex_init(&c.lock, NULL);
+	pthread_cond_init(&c.cond, NULL);
+	c.t.io.op = BLK_WRITE;
+	c.t.io.pos = 0;
+	c.t.io.len = 4096;
+	c.t.iov[0] = (struct iovec){ c.buf, 4096 };
+	c.t.io.iov = c.t.iov;
+	c.t.io.iovcnt = 1;
+	c.t.io.end_io = chain_end_io;
+	cr_assert_eq(blk_submit(be, &c.t.io), 0);
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&c.lock);
+	while (!c.finished)
+		cr_assert_neq(pthread_cond_timedwait(&c.cond, &c.lock, &ts), ETIMEDOUT,
+			      "stuck after %d rounds", c.rounds);
+	pthread_mutex_unlock(&c.lock);
+	cr_assert_eq(c.rounds, COUNT);
+	cr_assert_eq(c.errors, 0);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, back, COUNT / 2 * 4096), 0);
+	cr_assert_eq(memcmp(back, c.buf, COUNT / 2 * 4096), 0);
+	be->ops->close(be);
+	free(c.buf);
+	free(back);
+}
+
+/* ---- FLUSH, DISCARD, WRITE_ZEROES ---- */
+
+Test(aio, flush)
+{
+	enum { N = 64 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct test_io *t = calloc(N + 8, sizeof(*t));
+	unsigned char *buf = abuf(N * 4096);
+	struct waiter w;
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 4);
+	fill_pattern(buf, N * 4096, 0, 17);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, 4096), 0);
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, 0), 0);
+
+	/* Flushes mixed into a stream of writes: each ends once, all succeed. */
+	waiter_init(&w);
+	for (i = 0; i < N + 8; i++) {
+		if (i % 9 == 8) {
+			tio_init(&t[i], &w, BLK_FLUSH, 0, 0);
+		} else {
+			int k = i - i / 9;
+
+			tio_init(&t[i], &w, BLK_WRITE, (uint64_t)k * 4096, 4096);
+			t[i].iov[0] = (struct iovec){ buf + (size_t)k * 4096, 4096 };
+			t[i].io.iov = t[i].iov;
+			t[i].io.iovcnt = 1;
+		}
+		submit_async(be, &t[i]);
+	}
+	waiter_wait(&w);
+	for (i = 0; i < N + 8; i++) {
+		cr_assert_eq(t[i].calls, 1);
+		cr_assert_eq(t[i].res, 0, "op %d: %d", i, t[i].res);
+	}
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, 0), 0);
+	/* ext4, xfs, btrfs and block devices take IOCB_CMD_FDSYNC on this kernel. */
+	cr_log_info("aio_fdsync %llu", (unsigned long long)stat_get(be, "aio_fdsync"));
+	be->ops->close(be);
+	free(t);
+	free(buf);
+}
+
+static void check_zeroing(struct blk_backend *be, enum blk_op op, uint32_t lbs)
+{
+	unsigned char *buf = abuf(1 * MiB), *want = malloc(1 * MiB);
+	uint64_t zpos = 3 * lbs, zlen = 256 * KiB + lbs;	/* not 4K-aligned when lbs is 512 */
+
+	fill_pattern(want, 1 * MiB, 0, 23);
+	memcpy(buf, want, 1 * MiB);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, 1 * MiB), 0);
+	cr_assert_eq(do_io(be, op, zpos, zlen, NULL, 0), 0, "op %d", op);
+	memset(want + zpos, 0, zlen);
+	memset(buf, 0xEE, 1 * MiB);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, buf, 1 * MiB), 0);
+	cr_assert_eq(memcmp(buf, want, 1 * MiB), 0, "op %d did not leave zeros, or hit neighbours", op);
+	/* Length 0 is a no-op that still ends. */
+	cr_assert_eq(do_io(be, op, 0, 0, NULL, 0), 0);
+	free(buf);
+	free(want);
+}
+
+Test(aio, discard_reads_zeros)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 0);
+	check_zeroing(be, BLK_DISCARD, 512);
+	be->ops->close(be);
+}
+
+Test(aio, write_zeroes_reads_zeros)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 0);
+	check_zeroing(be, BLK_WRITE_ZEROES, 512);
+	/* The whole device at once. */
+	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, 0, 4 * MiB, NULL, 0), 0);
+	be->ops->close(be);
+}
+
+/* ---- errors and close ---- */
+
+/* The file shrinks under the backend: a read past its end is -EIO, not zeros. */
+Test(aio, read_past_eof_is_eio)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(8192);
+	char path[PATH_MAX];
+
+	need_tdir();
+	be = open_image(&td, 1 * MiB, 0);
+	tpath(path, sizeof(path), "disk.img");
+	cr_assert_eq(truncate(path, 4096), 0);
+	cr_assert_eq(do_rw(be, BLK_READ, 64 * KiB, buf, 4096), -EIO);
+	/* Half there: the first part comes, the rest is an error. */
+	cr_assert_eq(do_rw(be, BLK_READ, 0, buf, 8192), -EIO);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, buf, 4096), 0);
+	cr_assert_geq(stat_get(be, "aio_errors"), 2);
+	be->ops->close(be);
+	free(buf);
+}
+
+/* close() with hundreds of I/Os queued: every end_io runs before it returns. */
+Test(aio, close_waits_for_everything)
+{
+	enum { N = 256 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct test_io *t = calloc(N, sizeof(*t));
+	unsigned char *buf = abuf(N * 4096);
+	struct waiter w;
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 2);
+	waiter_init(&w);
+	for (i = 0; i < N; i++) {
+		enum blk_op op = i % 17 == 16 ? BLK_FLUSH : i % 13 == 12 ? BLK_DISCARD : BLK_WRITE;
+
+		tio_init(&t[i], &w, op, op == BLK_FLUSH ? 0 : (uint64_t)i * 4096,
+			 op == BLK_FLUSH ? 0 : 4096);
+		if (op == BLK_WRITE) {
+			t[i].iov[0] = (struct iovec){ buf + (size_t)i * 4096, 4096 };
+			t[i].io.iov = t[i].iov;
+			t[i].io.iovcnt = 1;
+		}
+		submit_async(be, &t[i]);
+	}
+	be->ops->close(be);
+	pthread_mutex_lock(&w.lock);
+	cr_assert_eq(w.ended, N, "%d of %d ended before close returned", w.ended, N);
+	pthread_mutex_unlock(&w.lock);
+	for (i = 0; i < N; i++)
+		cr_assert_eq(t[i].calls, 1);
+	cr_assert_eq(w.errors, 0);
+	free(t);
+	free(buf);
+}
+
+Test(aio, stat_lines)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	char buf[1024];
+	size_t n;
+
+	need_tdir();
+	be = open_image(&td, 1 * MiB, 0);
+	n = be->ops->stat(be, buf, sizeof(buf));
+	cr_assert(n > 0 && buf[n - 1] == '\n');
+	cr_assert(!strncmp(buf, "aio_queue_depth 64\naio_inflight 0\naio_queued 0\n", 47), "%s", buf);
+	/* A short buffer is cut, terminated. */
+	n = be->ops->stat(be, buf, 10);
+	cr_assert_eq(n, 9);
+	cr_assert_eq(buf[9], '\0');
+	cr_assert_eq(be->ops->stat(be, buf, 0), 0);
+	be->ops->close(be);
+}
+
+/* ---- loop devices (root and losetup only) ---- */
+
+/* Attach a loop device over a fresh @size file with @sector-byte sectors. */
+static void loop_attach(uint64_t size, unsigned int sector)
+{
+	char back[PATH_MAX], cmd[PATH_MAX + 128];
+	FILE *f;
+	int fd;
+
+	need_tdir();
+	if (geteuid())
+		cr_skip_test("loop devices need root");
+	tpath(back, sizeof(back), "loop.back");
+	fd = open(back, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "losetup -f --show --sector-size %u '%s' 2>/dev/null",
+		 sector, back);
+	f = popen(cmd, "r");
+	if (!f)
+		cr_skip_test("no losetup");
+	if (!fgets(loopdev, sizeof(loopdev), f))
+		loopdev[0] = '\0';
+	pclose(f);
+	loopdev[strcspn(loopdev, "\n")] = '\0';
+	if (strncmp(loopdev, "/dev/loop", 9)) {
+		loopdev[0] = '\0';
+		cr_skip_test("losetup -f could not attach a loop device");
+	}
+}
+
+static void td_init_loop(struct test_dev *td)
+{
+	td_init(td, 0, 0);
+	td_set(td, "path", "%s", loopdev);
+}
+
+Test(aio, loop_4096_geometry_and_data)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+
+	loop_attach(8 * MiB, 4096);
+	td_init_loop(&td);
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 8 * MiB);
+	cr_assert_eq(g.lbs, 4096);
+	cr_assert_eq(g.pbs, 4096);
+	cr_assert_eq(g.dma_align, 4096);
+	cr_assert(g.max_io >= 4096 && g.max_io <= 1 * MiB && g.max_io % 4096 == 0,
+		  "max_io %u", g.max_io);
+	cr_assert(g.io_min >= 4096 && g.io_opt >= g.io_min, "io_min %u io_opt %u",
+		  g.io_min, g.io_opt);
+	{
+		unsigned char *buf = abuf(64 * KiB), *want = malloc(64 * KiB);
+
+		fill_pattern(want, 64 * KiB, 0, 29);
+		memcpy(buf, want, 64 * KiB);
+		cr_assert_eq(do_rw(be, BLK_WRITE, 4 * MiB, buf, 64 * KiB), 0);
+		cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, 0), 0);
+		memset(buf, 0, 64 * KiB);
+		cr_assert_eq(do_rw(be, BLK_READ, 4 * MiB, buf, 64 * KiB), 0);
+		cr_assert_eq(memcmp(buf, want, 64 * KiB), 0);
+		free(buf);
+		free(want);
+	}
+	check_zeroing(be, BLK_DISCARD, 4096);
+	check_zeroing(be, BLK_WRITE_ZEROES, 4096);
+	be->ops->close(be);
+}
+
+Test(aio, loop_512_geometry)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	struct blk_geometry g;
+
+	loop_attach(4 * MiB, 512);
+	td_init_loop(&td);
+	td_set(&td, "queue_depth", "16");
+	be = td_open_ok(&td);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, 4 * MiB);
+	cr_assert_eq(g.lbs, 512);
+	cr_assert_eq(g.dma_align, 512);
+	check_zeroing(be, BLK_WRITE_ZEROES, 512);
+	check_zeroing(be, BLK_DISCARD, 512);
+	be->ops->close(be);
+}
+
+Test(aio, loop_config_contradicts_device)
+{
+	struct test_dev td;
+	char want[128];
+	struct blk_backend *be;
+
+	loop_attach(8 * MiB, 4096);
+
+	td_init_loop(&td);
+	td.p.geo.lbs = 512;
+	td_set(&td, "logical_block_size", "512");
+	snprintf(want, sizeof(want), "config says 512 but %s has 4096", loopdev);
+	td_open_fails(&td, "logical_block_size", want);
+
+	td_init_loop(&td);
+	td.p.geo.pbs = 8192;
+	td_set(&td, "physical_block_size", "8192");
+	snprintf(want, sizeof(want), "config says 8192 but %s has 4096", loopdev);
+	td_open_fails(&td, "physical_block_size", want);
+
+	/* As conf hands it: size given, so lbs/pbs/... hold its defaults. */
+	td_init_loop(&td);
+	td.p.geo.size = 16 * MiB;
+	td.p.geo.lbs = 512;
+	td.p.geo.pbs = 512;
+	td.p.geo.max_io = 1 * MiB;
+	td_set(&td, "size", "16M");
+	snprintf(want, sizeof(want), "config says %llu but %s has %llu",
+		 16 * MiB, loopdev, 8 * MiB);
+	td_open_fails(&td, "size", want);
+
+	/* The same with the right size: the defaults conf filled do not count. */
+	td.p.geo.size = 8 * MiB;
+	be = td_open_ok(&td);
+	be->ops->close(be);
+
+	/* Agreeing values are fine. */
+	td_init_loop(&td);
+	td.p.geo.lbs = 4096;
+	td_set(&td, "logical_block_size", "4096");
+	be = td_open_ok(&td);
+	be->ops->close(be);
+}
+
+/* Two exclusive opens of one device: the second is refused, with why. */
+Test(aio, loop_exclusive)
+{
+	struct test_dev td1, td2;
+	struct blk_backend *be1, *be2;
+
+	loop_attach(4 * MiB, 512);
+	td_init_loop(&td1);
+	be1 = td_open_ok(&td1);
+
+	td_init_loop(&td2);
+	td_open_fails(&td2, "path", "is in use");
+	cr_assert(strstr(td2.err, "exclusive = no"), "%s", td2.err);
+
+	td_init_loop(&td2);
+	td_set(&td2, "exclusive", "no");
+	be2 = td_open_ok(&td2);
+	be2->ops->close(be2);
+	be1->ops->close(be1);
+
+	/* Released at close. */
+	td_init_loop(&td2);
+	be2 = td_open_ok(&td2);
+	be2->ops->close(be2);
+}
