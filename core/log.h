@@ -27,5 +27,6 @@ struct blk_ratelimit {
 bool blk_ratelimit(struct blk_ratelimit *rl, const char *what);
 
 uint64_t blk_now_ms(void);
+uint64_t blk_now_ns(void);
 
 #endif

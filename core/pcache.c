@@ -239,8 +239,11 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	dev->cblk = cblk;
 	dev->cblk_shift = ilog2_u64(cblk);
 	dev->nr_blks = pc->folio_size / cblk;
+	dev->max_io = geo.max_io;
+	dev->read_ahead = 128u << 10;
 	list_init(&dev->folios);
 	pthread_mutex_init(&dev->err_lock, NULL);
+	pthread_mutex_init(&dev->acct_lock, NULL);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
 
 	pthread_mutex_lock(&pc->lock);
@@ -298,9 +301,36 @@ void pc_dev_remove(struct pc_dev *dev)
 	list_del_init(&dev->node);
 	pthread_mutex_unlock(&pc->lock);
 	pthread_mutex_destroy(&dev->err_lock);
+	pthread_mutex_destroy(&dev->acct_lock);
 	free(dev->hash);
 	free(dev->name);
 	free(dev);
+}
+
+int pc_dev_set_max_io(struct pc_dev *dev, uint64_t bytes)
+{
+	if (!bytes || bytes % dev->geo.pbs || bytes > dev->geo.max_io)
+		return -EINVAL;
+	__atomic_store_n(&dev->max_io, (uint32_t)bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
+uint32_t pc_dev_max_io(const struct pc_dev *dev)
+{
+	return (uint32_t)dev_max_io(dev);
+}
+
+int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes)
+{
+	if (bytes > (64u << 20) || bytes % 512)
+		return -EINVAL;
+	__atomic_store_n(&dev->read_ahead, (uint32_t)bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
+uint32_t pc_dev_read_ahead(const struct pc_dev *dev)
+{
+	return __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
 }
 
 const char *pc_dev_name(const struct pc_dev *dev)
@@ -326,6 +356,11 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 
 	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	pthread_mutex_lock(&dev->acct_lock);
+	st->in_flight = dev->acct_in_flight;
+	if (dev->acct_in_flight)	/* the busy period so far counts too */
+		st->io_ticks_ms += (blk_now_ns() - dev->acct_busy_since_ns) / 1000000;
+	pthread_mutex_unlock(&dev->acct_lock);
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;
@@ -814,6 +849,7 @@ static int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t bl
 	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
 
 	STAT_ADD(dev, cache_misses, nr);
+	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
 	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
 }
 
@@ -1390,8 +1426,6 @@ static int pc_zero_range(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		pc_invalidate_range(dev, pos & ~mask, dev->cblk);
 	if (end & mask)
 		pc_invalidate_range(dev, tail_start, dev->cblk);
-	if (!err)
-		STAT_ADD(dev, backend_discards, 1);
 	return err;
 }
 
@@ -1415,8 +1449,6 @@ int pc_fsync(struct pc_dev *dev, pc_errseq_t *since)
 	ferr = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
 	if (ferr)
 		pc_errseq_set(dev, ferr);
-	else
-		STAT_ADD(dev, backend_flushes, 1);
 	ret = errseq_check_and_advance(dev, since);
 	if (!ret)
 		ret = err ? err : ferr;
@@ -1434,11 +1466,8 @@ int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost)
 		if (i + 1 < attempts)
 			usleep((useconds_t)(100000u << (i < 5 ? i : 5)));
 	}
-	if (!err) {
+	if (!err)
 		err = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
-		if (!err)
-			STAT_ADD(dev, backend_flushes, 1);
-	}
 	*lost = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	return err;
 }

@@ -34,20 +34,28 @@ struct pc_cache_params {
 
 /*
  * Counters of one device; all monotonic except the gauges dirty_bytes (dirty,
- * not yet under writeback), writeback_bytes (under writeback) and
- * cached_bytes. backend_* count I/Os that succeeded.
+ * not yet under writeback), writeback_bytes (under writeback), cached_bytes
+ * and in_flight. backend_* count I/Os that succeeded; *_ticks_ms add up each
+ * backend I/O's time from submit to completion, io_ticks_ms the time with
+ * at least one in flight (the fields of the kernel's /sys/block/X/stat).
  */
+#define PC_HIST_BUCKETS 18	/* backend write sizes: <= 512 << i, the last open-ended */
 struct pc_stats {
 	uint64_t user_read_bytes, user_write_bytes;
 	uint64_t user_reads, user_writes;
 	uint64_t backend_read_bytes, backend_write_bytes;
 	uint64_t backend_read_ios, backend_write_ios;
-	uint64_t backend_flushes, backend_discards;
+	uint64_t backend_flushes, backend_discards, backend_discard_bytes;
+	uint64_t read_ticks_ms, write_ticks_ms, discard_ticks_ms, flush_ticks_ms;
+	uint64_t io_ticks_ms, time_in_queue_ms;
 	uint64_t direct_read_bytes, direct_write_bytes;
 	uint64_t cache_hits, cache_misses;	/* in cache blocks */
+	uint64_t rmw_read_bytes;		/* read to complete a partial block */
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
+	uint64_t write_hist[PC_HIST_BUCKETS];
+	uint64_t in_flight;			/* gauge */
 	uint64_t dirty_bytes, writeback_bytes, cached_bytes; /* gauges */
 };
 
@@ -92,6 +100,23 @@ const char *pc_dev_name(const struct pc_dev *dev);
 void pc_dev_geometry(const struct pc_dev *dev, struct blk_geometry *geo);
 uint32_t pc_dev_cache_block(const struct pc_dev *dev);
 void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st);
+
+/**
+ * pc_dev_set_max_io - change the largest backend I/O live (max_sectors_kb)
+ * @bytes: a multiple of the physical block size, at most the backend's own
+ *	   max_io (the device's max_hw_sectors_kb)
+ * Returns: 0 or -EINVAL (nothing changed).
+ */
+int pc_dev_set_max_io(struct pc_dev *dev, uint64_t bytes);
+uint32_t pc_dev_max_io(const struct pc_dev *dev);
+
+/**
+ * pc_dev_set_read_ahead - bytes a sequential reader gets fetched ahead of
+ * its reads (read_ahead_kb); 0 turns readahead off.
+ * Returns: 0 or -EINVAL (more than 64 MiB, or not a multiple of 512).
+ */
+int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes);
+uint32_t pc_dev_read_ahead(const struct pc_dev *dev);
 
 /**
  * pc_write - buffered write

@@ -69,6 +69,13 @@ struct pc_dev {
 	struct blk_ratelimit err_rl;
 
 	struct pc_stats st;		/* atomic counters; gauges computed in pc_dev_stats() */
+	uint32_t max_io;		/* atomic: live max_sectors_kb * 1024 */
+	uint32_t read_ahead;		/* atomic: live read_ahead_kb * 1024 */
+
+	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
+	pthread_mutex_t acct_lock;
+	uint64_t acct_in_flight;
+	uint64_t acct_busy_since_ns;
 	uint64_t dirty_bytes;		/* atomic */
 	uint64_t wb_bytes;		/* atomic */
 	uint64_t uptodate_blks;		/* atomic */
@@ -170,5 +177,14 @@ int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 void pc_errseq_set(struct pc_dev *dev, int err);
 
 #define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
+
+/* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */
+uint64_t acct_begin(struct pc_dev *dev);
+void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res);
+
+static inline uint64_t dev_max_io(const struct pc_dev *dev)
+{
+	return __atomic_load_n(&dev->max_io, __ATOMIC_RELAXED);
+}
 
 #endif

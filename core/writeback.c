@@ -22,27 +22,79 @@
 
 /* ----------------------------------------------------- plain submission */
 
+/* ----------------------------------------------------------- accounting */
+
+uint64_t acct_begin(struct pc_dev *dev)
+{
+	uint64_t now = blk_now_ns();
+
+	pthread_mutex_lock(&dev->acct_lock);
+	if (!dev->acct_in_flight++)
+		dev->acct_busy_since_ns = now;
+	pthread_mutex_unlock(&dev->acct_lock);
+	return now;
+}
+
+static unsigned hist_bucket(uint64_t len)
+{
+	unsigned b = 0;
+
+	while (b < PC_HIST_BUCKETS - 1 && (512ull << b) < len)
+		b++;
+	return b;
+}
+
+void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+{
+	uint64_t now = blk_now_ns(), ms = (now - start_ns) / 1000000;
+
+	pthread_mutex_lock(&dev->acct_lock);
+	if (!--dev->acct_in_flight)
+		dev->st.io_ticks_ms += (now - dev->acct_busy_since_ns) / 1000000;
+	pthread_mutex_unlock(&dev->acct_lock);
+	STAT_ADD(dev, time_in_queue_ms, ms);
+	if (res)
+		return;
+	switch (op) {
+	case BLK_READ:
+		STAT_ADD(dev, backend_read_ios, 1);
+		STAT_ADD(dev, backend_read_bytes, len);
+		STAT_ADD(dev, read_ticks_ms, ms);
+		break;
+	case BLK_WRITE:
+		STAT_ADD(dev, backend_write_ios, 1);
+		STAT_ADD(dev, backend_write_bytes, len);
+		STAT_ADD(dev, write_ticks_ms, ms);
+		STAT_ADD(dev, write_hist[hist_bucket(len)], 1);
+		break;
+	case BLK_FLUSH:
+		STAT_ADD(dev, backend_flushes, 1);
+		STAT_ADD(dev, flush_ticks_ms, ms);
+		break;
+	case BLK_DISCARD:
+	case BLK_WRITE_ZEROES:
+		STAT_ADD(dev, backend_discards, 1);
+		STAT_ADD(dev, backend_discard_bytes, len);
+		STAT_ADD(dev, discard_ticks_ms, ms);
+		break;
+	}
+}
+
+/* ----------------------------------------------------- plain submission */
+
 struct pc_sio {
 	struct blk_io io;
 	struct pc_dev *dev;
 	struct pc_batch *batch;
+	uint64_t start_ns;
 	struct iovec iov[];	/* the slice, when split */
 };
 
 static void sio_end_io(struct blk_io *io, int res)
 {
 	struct pc_sio *s = (struct pc_sio *)io;
-	struct pc_dev *dev = s->dev;
 
-	if (!res) {
-		if (io->op == BLK_READ) {
-			STAT_ADD(dev, backend_read_ios, 1);
-			STAT_ADD(dev, backend_read_bytes, io->len);
-		} else if (io->op == BLK_WRITE) {
-			STAT_ADD(dev, backend_write_ios, 1);
-			STAT_ADD(dev, backend_write_bytes, io->len);
-		}
-	}
+	acct_end(s->dev, io->op, io->len, s->start_ns, res);
 	pc_batch_done(s->batch, res);
 	free(s);
 }
@@ -56,6 +108,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.end_io = sio_end_io;
 	s->io.private = s;
 	pc_batch_add(batch);
+	s->start_ns = acct_begin(dev);
 	ret = blk_submit(dev->be, &s->io);
 	if (ret < 0)
 		sio_end_io(&s->io, ret);
@@ -65,7 +118,7 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
 {
 	size_t skip = 0;	/* bytes of iov[0] already sent */
-	uint64_t max = dev->geo.max_io;
+	uint64_t max = dev_max_io(dev);
 
 	assert(op == BLK_READ || op == BLK_WRITE);
 	assert(len && !(pos & (dev->geo.lbs - 1)) && !(len & (dev->geo.lbs - 1)));
@@ -163,6 +216,7 @@ struct wb_io {
 	struct blk_io io;
 	struct pc_dev *dev;
 	struct pc_batch *batch;
+	uint64_t start_ns;
 	struct wb_io *next;	/* builder's ready list */
 	int nsegs, cap;
 	struct wb_seg *segs;
@@ -171,6 +225,7 @@ struct wb_io {
 
 struct wb_builder {
 	struct pc_dev *dev;
+	uint64_t max_io;	/* read once: max_sectors_kb may change meanwhile */
 	struct pc_batch *batch;
 	struct wb_io *cur;	/* still growing */
 	struct wb_io *ready;	/* closed, to submit once no folio lock is held */
@@ -181,9 +236,9 @@ struct wb_builder {
 
 static void wb_end_io(struct blk_io *io, int res);
 
-static struct wb_io *wb_io_alloc(struct pc_dev *dev)
+static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
-	int cap = (int)(dev->geo.max_io / dev->pc->folio_size) + 2;
+	int cap = (int)(max_io / dev->pc->folio_size) + 2;
 	struct wb_io *w;
 
 	w = malloc(sizeof(*w) + (size_t)cap * (sizeof(struct wb_seg) + sizeof(struct iovec)));
@@ -224,6 +279,7 @@ static void wb_submit_ready(struct wb_builder *b)
 		w->batch = b->batch;
 		b->bytes += w->io.len;
 		pc_batch_add(b->batch);
+		w->start_ns = acct_begin(b->dev);
 		ret = blk_submit(b->dev->be, &w->io);
 		if (ret < 0)
 			wb_end_io(&w->io, ret);
@@ -238,7 +294,7 @@ static void wb_submit_ready(struct wb_builder *b)
 static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off, uint32_t len)
 {
 	struct pc_dev *dev = b->dev;
-	uint64_t max = dev->geo.max_io;
+	uint64_t max = b->max_io;
 
 	while (len) {
 		uint64_t p = folio_pos(dev->pc, f) + off;
@@ -248,7 +304,7 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 		if (w && (w->io.pos + w->io.len != p || w->io.len == max || w->nsegs == w->cap))
 			wb_close(b);
 		if (!b->cur) {
-			b->cur = wb_io_alloc(dev);
+			b->cur = wb_io_alloc(dev, max);
 			if (!b->cur) {
 				/* put the blocks back: they stay dirty for a later pass */
 				uint32_t b0 = off >> dev->cblk_shift;
@@ -286,9 +342,8 @@ static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
 	uint64_t now = blk_now_ms();
 	bool log;
 
+	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	if (!res) {
-		STAT_ADD(dev, backend_write_ios, 1);
-		STAT_ADD(dev, backend_write_bytes, w->io.len);
 		pthread_mutex_lock(&dev->err_lock);
 		dev->failing = 0;
 		dev->nr_fails = 0;
@@ -364,7 +419,7 @@ static void wb_end_io(struct blk_io *io, int res)
 static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool sync, uint64_t *bytes)
 {
 	uint32_t nb = dev->nr_blks;
-	struct wb_builder b = { .dev = dev };
+	struct wb_builder b = { .dev = dev, .max_io = dev_max_io(dev) };
 	struct pc_batch batch;
 	int i, err;
 

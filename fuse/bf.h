@@ -22,6 +22,20 @@ struct bf_dev {
 	uint64_t ino;
 };
 
+#define BF_ROOT_INO 1
+#define BF_SYS_INO (1u << 20)	/* .sys nodes: BF_SYS_INO + index in d->nodes */
+
+/* A directory or attribute of the .sys tree. */
+struct bf_node {
+	uint64_t ino, parent;
+	const char *name;
+	bool dir;
+	struct bf_dev *dev;
+	const struct bf_dev_attr *da;	/* device attribute, or */
+	struct blk_backend *be;		/* a layer's blk_attr */
+	const struct blk_attr *ba;
+};
+
 struct bf_daemon {
 	struct conf conf;
 	const char *conf_path;
@@ -32,6 +46,8 @@ struct bf_daemon {
 	int ready_fd;			/* daemon mode: pipe to the waiting parent, else -1 */
 	int log_fd;			/* daemon mode: stderr after readiness */
 	bool foreground;
+	struct bf_node *nodes;		/* the .sys tree, built before mounting */
+	size_t nr_nodes, cap_nodes;
 };
 
 /* daemon.c */
@@ -49,6 +65,15 @@ void bf_close_devices(struct bf_daemon *d);
  * lines for the status file.
  */
 int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen);
+
+/* sysfs.c */
+int bf_sys_build(struct bf_daemon *d);
+struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino);
+struct bf_node *bf_sys_lookup(struct bf_daemon *d, uint64_t parent, const char *name);
+struct bf_node *bf_sys_child(struct bf_daemon *d, uint64_t parent, size_t idx);
+bool bf_sys_writable(const struct bf_node *n);
+int bf_sys_show(struct bf_node *n, char *buf, size_t len);
+int bf_sys_store(struct bf_node *n, const char *buf, size_t len);
 
 /* main.c */
 void bf_ready(struct bf_daemon *d);

@@ -21,7 +21,6 @@
 #include "../core/stack.h"
 #include "bf.h"
 
-#define BF_ROOT_INO 1
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
 #define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (DESIGN.md) */
 #define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
@@ -31,12 +30,17 @@
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #endif
 
-/* One open device file. */
+/* One open device file, or .sys attribute. */
 struct bf_file {
 	struct bf_dev *dev;
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
+	struct bf_node *node;	/* .sys attribute: its snapshot at open */
+	size_t len;
+	char buf[];
 };
+
+#define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
 
 static struct bf_daemon *bf_of(fuse_req_t req)
 {
@@ -107,6 +111,11 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			goto out_close;
 		}
 	}
+	ret = bf_sys_build(d);
+	if (ret) {
+		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
+		goto out_close;
+	}
 	return 0;
 
 out_close:
@@ -133,6 +142,9 @@ void bf_close_devices(struct bf_daemon *d)
 	free(d->devs);
 	d->devs = NULL;
 	d->nr_devs = 0;
+	free(d->nodes);
+	d->nodes = NULL;
+	d->nr_nodes = d->cap_nodes = 0;
 }
 
 /* ----------------------------------------------------------- attributes */
@@ -140,11 +152,19 @@ void bf_close_devices(struct bf_daemon *d)
 static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 {
 	struct bf_dev *bd = dev_of_ino(d, ino);
+	struct bf_node *n = bf_sys_node(d, ino);
 
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
+	if (n) {
+		st->st_mode = n->dir ? S_IFDIR | 0555 : S_IFREG | (bf_sys_writable(n) ? 0644 : 0444);
+		st->st_nlink = n->dir ? 2 : 1;
+		st->st_size = n->dir ? 0 : 4096;	/* as sysfs: the content is made at open */
+		st->st_blksize = 4096;
+		return;
+	}
 	if (!bd) {
 		st->st_mode = S_IFDIR | 0755;
 		st->st_nlink = 2;
@@ -182,10 +202,21 @@ static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct bf_daemon *d = bf_of(req);
 	struct fuse_entry_param e;
+	struct bf_node *n;
 	int i;
 
+	n = bf_sys_lookup(d, parent, name);
+	if (n) {
+		memset(&e, 0, sizeof(e));
+		e.ino = n->ino;
+		e.attr_timeout = BF_TIMEOUT;
+		e.entry_timeout = BF_TIMEOUT;
+		fill_attr(d, e.ino, &e.attr);
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	if (parent != BF_ROOT_INO) {
-		fuse_reply_err(req, ENOTDIR);
+		fuse_reply_err(req, bf_sys_node(d, parent) ? ENOENT : ENOTDIR);
 		return;
 	}
 	for (i = 0; i < d->nr_devs; i++) {
@@ -208,7 +239,7 @@ static void bf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 
 	(void)fi;
-	if (ino != BF_ROOT_INO && !dev_of_ino(d, ino)) {
+	if (ino != BF_ROOT_INO && !dev_of_ino(d, ino) && !bf_sys_node(d, ino)) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -232,6 +263,13 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
+		struct bf_node *n = bf_sys_node(d, ino);
+
+		if (n && !n->dir) {
+			/* `echo x > attr` without O_TRUNC reaching open: nothing to cut */
+			bf_getattr(req, ino, fi);
+			return;
+		}
 		if (!bd) {
 			fuse_reply_err(req, EISDIR);
 			return;
@@ -244,12 +282,53 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	bf_getattr(req, ino, fi);
 }
 
+/* A .sys attribute: a snapshot of its value for readers, a store per write. */
+static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
+{
+	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct bf_file *f;
+	int len = 0;
+
+	if (n->dir) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (wr && !bf_sys_writable(n)) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	f = calloc(1, sizeof(*f) + BF_SYS_BUF);
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	f->node = n;
+	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
+		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
+		if (len < 0) {
+			free(f);
+			fuse_reply_err(req, -len);
+			return;
+		}
+	}
+	f->len = (size_t)len < BF_SYS_BUF ? (size_t)len : BF_SYS_BUF;
+	fi->fh = (uint64_t)(uintptr_t)f;
+	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
+	fi->nonseekable = 0;
+	fuse_reply_open(req, fi);
+}
+
 static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
 	struct bf_dev *bd = dev_of_ino(d, ino);
+	struct bf_node *n = bf_sys_node(d, ino);
 	struct bf_file *f;
 
+	if (n) {
+		sys_open(req, n, fi);
+		return;
+	}
 	if (!bd) {
 		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
 		return;
@@ -325,6 +404,12 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (f->node) {
+		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
+
+		fuse_reply_buf(req, f->buf + o, size < f->len - o ? size : f->len - o);
+		return;
+	}
 	if (f->direct) {
 		char *buf = direct_buf();
 
@@ -365,6 +450,15 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (f->node) {
+		int err = off ? -EINVAL : bf_sys_store(f->node, buf, size);
+
+		if (err)
+			fuse_reply_err(req, -err);
+		else
+			fuse_reply_write(req, size);
+		return;
+	}
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
@@ -385,6 +479,10 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	(void)ino;
 	(void)datasync;
+	if (f->node) {
+		fuse_reply_err(req, 0);
+		return;
+	}
 	fuse_reply_err(req, -pc_fsync(f->dev->pc, &f->since));
 }
 
@@ -400,10 +498,15 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 			 struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	uint64_t size = f->dev->geo.size, start = (uint64_t)off, n = (uint64_t)len;
+	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
 	int ret;
 
 	(void)ino;
+	if (f->node) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	size = f->dev->geo.size;
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -439,7 +542,9 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (ino != BF_ROOT_INO) {
+	struct bf_node *n = bf_sys_node(bf_of(req), ino);
+
+	if (ino != BF_ROOT_INO && !(n && n->dir)) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -459,6 +564,29 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	if (ino != BF_ROOT_INO) {
+		/* a .sys directory: ".", "..", then its children */
+		struct bf_node *self = bf_sys_node(d, ino);
+
+		for (i = off; self; i++) {
+			struct bf_node *c = i < 2 ? NULL : bf_sys_child(d, ino, (size_t)(i - 2));
+			struct stat st;
+			size_t need;
+
+			if (i >= 2 && !c)
+				break;
+			fill_attr(d, i == 0 ? ino : i == 1 ? self->parent : c->ino, &st);
+			need = fuse_add_direntry(req, buf + used, cap - used,
+						 i == 0 ? "." : i == 1 ? ".." : c->name, &st, i + 1);
+			if (need > cap - used)
+				break;
+			used += need;
+		}
+		fuse_reply_buf(req, buf, used);
+		free(buf);
+		return;
+	}
+	/* the root lists the devices; .sys is found by name only */
 	for (i = off; i < d->nr_devs + 2; i++) {
 		struct stat st;
 		const char *name = i == 0 ? "." : i == 1 ? ".." : d->devs[i - 2].cd->name;

@@ -9,6 +9,7 @@
  * messages), K.status (written when it exits: "ok DEV BYTES" or
  * "lost DEV BYTES REASON" per device).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -35,6 +36,7 @@ static const char usage[] =
 "  blkfs mount MNT [-c CONFIG] [-f] [-o FUSE_OPTS]\n"
 "  blkfs umount MNT\n"
 "  blkfs check [-c CONFIG]\n"
+"  blkfs stat MNT [DEV] [--json]\n"
 "  blkfs --help | --version\n"
 "\n"
 "blkfs presents block devices as files: `blkfs mount /mnt/blk` shows one file\n"
@@ -51,6 +53,11 @@ static const char usage[] =
 "               to its backend and exited. Exit status 1 if any data could\n"
 "               not be written (it says how much, on which device).\n"
 "  check        Parse CONFIG and open its backends without mounting.\n"
+"  stat MNT     Counters of every device (or DEV) of the mount: user and\n"
+"               backend bytes and I/Os, cache hits, dirty and cached bytes,\n"
+"               read-modify-write reads, splits, errors, backend write sizes.\n"
+"               --json for programs. The same lives in MNT/.sys/DEV/blkfs_stat,\n"
+"               next to a /sys/block/DEV-like tree (stat, queue/max_sectors_kb, ...).\n"
 "\n"
 "Options:\n"
 "  -c CONFIG    Config file (default: ./blkfs.conf, else /etc/blkfs.conf).\n"
@@ -633,6 +640,129 @@ static int cmd_check(int argc, char **argv)
 	return 0;
 }
 
+/* ----------------------------------------------------------------- stat */
+
+static bool is_byte_counter(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 6 && !strcmp(name + n - 6, "_bytes");
+}
+
+static void human(unsigned long long v, char *buf, size_t len)
+{
+	const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double d = (double)v;
+	int u = 0;
+
+	while (d >= 1024 && u < 5) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", v);
+	else
+		snprintf(buf, len, "%.1f %s", d, unit[u]);
+}
+
+static int stat_one(const char *mnt, const char *dev, bool json, bool first)
+{
+	char path[PATH_MAX], line[256], name[128], hb[32];
+	unsigned long long v;
+	bool first_field = true;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.sys/%s/blkfs_stat", mnt, dev);
+	f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "blkfs stat: %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	if (json)
+		printf("%s\n  \"%s\": {", first ? "" : ",", dev);
+	else
+		printf("%s%s:\n", first ? "" : "\n", dev);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%127s %llu", name, &v) != 2)
+			continue;
+		if (json) {
+			printf("%s\n    \"%s\": %llu", first_field ? "" : ",", name, v);
+		} else if (!strncmp(name, "write_size_", 11)) {
+			if (v)
+				printf("  %-28s %llu\n", name, v);
+		} else if (is_byte_counter(name)) {
+			human(v, hb, sizeof(hb));
+			printf("  %-28s %llu (%s)\n", name, v, hb);
+		} else {
+			printf("  %-28s %llu\n", name, v);
+		}
+		first_field = false;
+	}
+	fclose(f);
+	if (json)
+		printf("\n  }");
+	return 0;
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	char mnt[PATH_MAX], type[64], path[PATH_MAX];
+	const char *dev = NULL;
+	bool json = false, first = true;
+	struct dirent *de;
+	int i, ret = 0;
+	DIR *dir;
+
+	mnt[0] = 0;
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = true;
+		else if (!mnt[0]) {
+			ret = canon_mnt(argv[i], mnt, sizeof(mnt));
+			if (ret) {
+				fprintf(stderr, "blkfs: %s: %s\n", argv[i], strerror(-ret));
+				return 1;
+			}
+		} else if (!dev)
+			dev = argv[i];
+		else {
+			fputs(usage, stderr);
+			return 2;
+		}
+	}
+	if (!mnt[0]) {
+		fprintf(stderr, "blkfs stat: expected a mount point\n%s", usage);
+		return 2;
+	}
+	mount_type(mnt, type, sizeof(type));
+	if (strcmp(type, "fuse.blkfs")) {
+		fprintf(stderr, "blkfs: %s: not a blkfs mount\n", mnt);
+		return 1;
+	}
+	if (json)
+		printf("{");
+	if (dev) {
+		ret = stat_one(mnt, dev, json, true);
+	} else {
+		snprintf(path, sizeof(path), "%s/.sys", mnt);
+		dir = opendir(path);
+		if (!dir) {
+			fprintf(stderr, "blkfs stat: %s: %s\n", path, strerror(errno));
+			return 1;
+		}
+		while ((de = readdir(dir))) {
+			if (de->d_name[0] == '.')
+				continue;
+			ret |= stat_one(mnt, de->d_name, json, first);
+			first = false;
+		}
+		closedir(dir);
+	}
+	if (json)
+		printf("\n}\n");
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -653,6 +783,8 @@ int main(int argc, char **argv)
 		return cmd_umount(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
 	fprintf(stderr, "blkfs: unknown command '%s'\n%s", argv[1], usage);
 	return 2;
 }

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/sysfs.c - the mount's .sys tree: /MNT/.sys/DEV/ mirrors the kernel's
+ * /sys/block/DEV/ (size, stat, queue/...), adds blkfs_stat, and shows each
+ * filter's live knobs under .sys/DEV/FILTER/. Files are served in direct
+ * mode from a snapshot taken at open; a write is one store, and a bad value
+ * fails with EINVAL and changes nothing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+
+struct bf_dev_attr {
+	const char *name;
+	int (*show)(struct bf_dev *bd, char *buf, size_t len);
+	int (*store)(struct bf_dev *bd, const char *buf, size_t len);
+};
+
+#define SHOW(buf, len, ...) snprintf(buf, len, __VA_ARGS__)
+
+/* Parse a non-negative decimal with an optional trailing newline. */
+static int parse_u64(const char *buf, size_t len, uint64_t *out)
+{
+	char tmp[32], *end;
+	unsigned long long v;
+
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		len--;
+	if (!len || len >= sizeof(tmp))
+		return -EINVAL;
+	memcpy(tmp, buf, len);
+	tmp[len] = 0;
+	if (tmp[0] < '0' || tmp[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(tmp, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int show_size(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%llu\n", (unsigned long long)(bd->geo.size / 512));
+}
+
+/* The 17 fields of Documentation/block/stat.rst, for what reaches the backend. */
+static int show_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct pc_stats st;
+
+	pc_dev_stats(bd->pc, &st);
+	return SHOW(buf, len,
+		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
+		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
+		    (unsigned long long)st.backend_read_ios, 0ULL,
+		    (unsigned long long)(st.backend_read_bytes / 512),
+		    (unsigned long long)st.read_ticks_ms,
+		    (unsigned long long)st.backend_write_ios, 0ULL,
+		    (unsigned long long)(st.backend_write_bytes / 512),
+		    (unsigned long long)st.write_ticks_ms,
+		    (unsigned long long)st.in_flight,
+		    (unsigned long long)st.io_ticks_ms,
+		    (unsigned long long)st.time_in_queue_ms,
+		    (unsigned long long)st.backend_discards, 0ULL,
+		    (unsigned long long)(st.backend_discard_bytes / 512),
+		    (unsigned long long)st.discard_ticks_ms,
+		    (unsigned long long)st.backend_flushes,
+		    (unsigned long long)st.flush_ticks_ms);
+}
+
+static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct pc_stats st;
+	struct blk_backend *be;
+	size_t n = 0;
+	unsigned i;
+
+	pc_dev_stats(bd->pc, &st);
+#define F(name) n += (size_t)snprintf(buf + n, len - n, "%s %llu\n", #name, \
+				      (unsigned long long)st.name); if (n >= len) return (int)len
+	F(user_read_bytes); F(user_write_bytes); F(user_reads); F(user_writes);
+	F(backend_read_bytes); F(backend_write_bytes); F(backend_read_ios); F(backend_write_ios);
+	F(backend_flushes); F(backend_discards); F(backend_discard_bytes);
+	F(direct_read_bytes); F(direct_write_bytes);
+	F(rmw_read_bytes); F(split_ios); F(writeback_copy_bytes);
+	F(dirty_bytes); F(writeback_bytes); F(cached_bytes);
+	F(cache_hits); F(cache_misses); F(writeback_errors); F(read_errors);
+#undef F
+	/* backend write sizes: write_size_<=N (bytes) count */
+	for (i = 0; i < PC_HIST_BUCKETS; i++) {
+		if (i == PC_HIST_BUCKETS - 1)
+			n += (size_t)snprintf(buf + n, len - n, "write_size_gt_%llu %llu\n",
+					      512ULL << (i - 1), (unsigned long long)st.write_hist[i]);
+		else
+			n += (size_t)snprintf(buf + n, len - n, "write_size_le_%llu %llu\n",
+					      512ULL << i, (unsigned long long)st.write_hist[i]);
+		if (n >= len)
+			return (int)len;
+	}
+	/* then each layer's own counters (the ram backend's arena_bytes, ...) */
+	for (be = bd->be; be; be = be->next)
+		if (be->ops->stat && n < len)
+			n += be->ops->stat(be, buf + n, len - n);
+	return (int)(n < len ? n : len);
+}
+
+static int show_lbs(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->geo.lbs);
+}
+
+static int show_pbs(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->geo.pbs);
+}
+
+static int show_io_min(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->geo.io_min);
+}
+
+static int show_io_opt(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->geo.io_opt);
+}
+
+static int show_max_hw(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->geo.max_io / 1024);
+}
+
+static int show_max_sectors(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", pc_dev_max_io(bd->pc) / 1024);
+}
+
+static int store_max_sectors(struct bf_dev *bd, const char *buf, size_t len)
+{
+	uint64_t kb;
+
+	if (parse_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
+		return -EINVAL;
+	return pc_dev_set_max_io(bd->pc, kb * 1024);
+}
+
+static int show_read_ahead(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", pc_dev_read_ahead(bd->pc) / 1024);
+}
+
+static int store_read_ahead(struct bf_dev *bd, const char *buf, size_t len)
+{
+	uint64_t kb;
+
+	if (parse_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
+		return -EINVAL;
+	return pc_dev_set_read_ahead(bd->pc, kb * 1024);
+}
+
+static int show_zero(struct bf_dev *bd, char *buf, size_t len)
+{
+	(void)bd;
+	return SHOW(buf, len, "0\n");
+}
+
+static int show_cache_block(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%u\n", bd->cblk);
+}
+
+static const struct bf_dev_attr dev_attrs[] = {
+	{ "size", show_size, NULL },
+	{ "stat", show_stat, NULL },
+	{ "blkfs_stat", show_blkfs_stat, NULL },
+	{ "ro", show_zero, NULL },
+	{ "cache_block_size", show_cache_block, NULL },
+	{ NULL, NULL, NULL },
+};
+
+static const struct bf_dev_attr queue_attrs[] = {
+	{ "logical_block_size", show_lbs, NULL },
+	{ "hw_sector_size", show_lbs, NULL },
+	{ "physical_block_size", show_pbs, NULL },
+	{ "minimum_io_size", show_io_min, NULL },
+	{ "optimal_io_size", show_io_opt, NULL },
+	{ "max_hw_sectors_kb", show_max_hw, NULL },
+	{ "max_sectors_kb", show_max_sectors, store_max_sectors },
+	{ "read_ahead_kb", show_read_ahead, store_read_ahead },
+	{ "rotational", show_zero, NULL },
+	{ NULL, NULL, NULL },
+};
+
+/* ------------------------------------------------------------ the tree */
+
+static struct bf_node *add_node(struct bf_daemon *d, uint64_t parent, const char *name,
+				bool dir)
+{
+	struct bf_node *n;
+
+	if (d->nr_nodes == d->cap_nodes) {
+		size_t cap = d->cap_nodes ? d->cap_nodes * 2 : 64;
+		struct bf_node *v = realloc(d->nodes, cap * sizeof(*v));
+
+		if (!v)
+			return NULL;
+		d->nodes = v;
+		d->cap_nodes = cap;
+	}
+	n = &d->nodes[d->nr_nodes];
+	memset(n, 0, sizeof(*n));
+	n->ino = BF_SYS_INO + d->nr_nodes;
+	n->parent = parent;
+	n->name = name;
+	n->dir = dir;
+	d->nr_nodes++;
+	return n;
+}
+
+int bf_sys_build(struct bf_daemon *d)
+{
+	struct bf_node *root, *dn, *qn, *fn, *n;
+	uint64_t root_ino, dev_ino, q_ino, f_ino;
+	const struct bf_dev_attr *a;
+	const struct blk_attr *ba;
+	struct blk_backend *be;
+	int i;
+
+	root = add_node(d, BF_ROOT_INO, ".sys", true);
+	if (!root)
+		return -ENOMEM;
+	root_ino = root->ino;
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		dn = add_node(d, root_ino, bd->cd->name, true);
+		if (!dn)
+			return -ENOMEM;
+		dev_ino = dn->ino;
+		for (a = dev_attrs; a->name; a++) {
+			n = add_node(d, dev_ino, a->name, false);
+			if (!n)
+				return -ENOMEM;
+			n->dev = bd;
+			n->da = a;
+		}
+		qn = add_node(d, dev_ino, "queue", true);
+		if (!qn)
+			return -ENOMEM;
+		q_ino = qn->ino;
+		for (a = queue_attrs; a->name; a++) {
+			n = add_node(d, q_ino, a->name, false);
+			if (!n)
+				return -ENOMEM;
+			n->dev = bd;
+			n->da = a;
+		}
+		for (be = bd->be; be; be = be->next) {
+			if (!be->ops->attrs)
+				continue;
+			fn = add_node(d, dev_ino, be->ops->name, true);
+			if (!fn)
+				return -ENOMEM;
+			f_ino = fn->ino;
+			for (ba = be->ops->attrs; ba->name; ba++) {
+				n = add_node(d, f_ino, ba->name, false);
+				if (!n)
+					return -ENOMEM;
+				n->dev = bd;
+				n->be = be;
+				n->ba = ba;
+			}
+		}
+	}
+	return 0;
+}
+
+struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino)
+{
+	if (ino < BF_SYS_INO || ino >= BF_SYS_INO + d->nr_nodes)
+		return NULL;
+	return &d->nodes[ino - BF_SYS_INO];
+}
+
+struct bf_node *bf_sys_lookup(struct bf_daemon *d, uint64_t parent, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < d->nr_nodes; i++)
+		if (d->nodes[i].parent == parent && !strcmp(d->nodes[i].name, name))
+			return &d->nodes[i];
+	return NULL;
+}
+
+/* The i-th child of @parent (readdir order), or NULL. */
+struct bf_node *bf_sys_child(struct bf_daemon *d, uint64_t parent, size_t idx)
+{
+	size_t i;
+
+	for (i = 0; i < d->nr_nodes; i++)
+		if (d->nodes[i].parent == parent && !idx--)
+			return &d->nodes[i];
+	return NULL;
+}
+
+bool bf_sys_writable(const struct bf_node *n)
+{
+	return n->da ? n->da->store != NULL : n->ba && n->ba->store != NULL;
+}
+
+int bf_sys_show(struct bf_node *n, char *buf, size_t len)
+{
+	if (n->da)
+		return n->da->show(n->dev, buf, len);
+	if (n->ba && n->ba->show)
+		return n->ba->show(n->be, buf, len);
+	return -EINVAL;
+}
+
+int bf_sys_store(struct bf_node *n, const char *buf, size_t len)
+{
+	if (n->da && n->da->store)
+		return n->da->store(n->dev, buf, len);
+	if (n->ba && n->ba->store)
+		return n->ba->store(n->be, buf, len);
+	return -EACCES;
+}
