@@ -14,8 +14,9 @@
  * decides what other keys the section may hold, can come after them. What
  * spans sections (folio_size against every logical block size) is checked at
  * the end. So errors come out in file order, except that a section's syntax
- * errors come before its other errors, and its backend is checked before its
- * other keys.
+ * errors come before its other errors, and its backend and then its
+ * `filters` list are checked before its other keys (they decide which
+ * other keys are allowed).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -63,7 +64,7 @@ static const char *const cache_keys[CK_NR] = {
 };
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
-	       DK_MAX_IO, DK_CBS, DK_NR };
+	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -74,6 +75,7 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_IO_OPT] = "io_opt",
 	[DK_MAX_IO] = "max_io",
 	[DK_CBS] = "cache_block_size",
+	[DK_FILTERS] = "filters",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE };
@@ -495,6 +497,131 @@ static int unknown_dev_key(struct conf_parser *p, const struct conf_device *d,
 			"unknown key for backend %s (allowed: %s)", d->ops->name, list);
 }
 
+/*
+ * `filters = log, delay`: names separated by commas and/or whitespace, each
+ * a registered filter, each once (a second instance would share the first's
+ * `NAME.key` settings and .sys directory), at most CONF_MAX_FILTERS.
+ */
+static int parse_filters(struct conf_parser *p, struct conf_device *d,
+			 const struct blk_param *prm)
+{
+	const char *s = prm->value;
+	struct show_str v;
+
+	d->nr_filters = 0;
+	for (;;) {
+		const struct blk_backend_ops *ops;
+		char name[SHOW_MAX + 2];	/* one more: show() adds "..." */
+		size_t n;
+		int i;
+
+		while (*s == ',' || is_space(*s))
+			s++;
+		if (!*s)
+			break;
+		n = strcspn(s, ", \t\r\v\f");
+		memcpy(name, s, n < sizeof(name) - 1 ? n : sizeof(name) - 1);
+		name[n < sizeof(name) - 1 ? n : sizeof(name) - 1] = '\0';
+		s += n;
+		ops = n < sizeof(name) - 1 ? blk_backend_find(name) : NULL;
+		if (!ops)
+			return conf_err(p, prm->line, prm->key,
+					"%s is not a filter (allowed: a list of %s)",
+					show(&v, name), blk_filter_names());
+		if (!ops->is_filter)
+			return conf_err(p, prm->line, prm->key,
+					"%s is a backend, not a filter (allowed: a list of %s)",
+					ops->name, blk_filter_names());
+		for (i = 0; i < d->nr_filters; i++)
+			if (d->filters[i] == ops)
+				return conf_err(p, prm->line, prm->key,
+						"%s is listed twice (allowed: each filter once)",
+						ops->name);
+		if (d->nr_filters == CONF_MAX_FILTERS)
+			return conf_err(p, prm->line, prm->key,
+					"too many filters (allowed: at most %d)",
+					CONF_MAX_FILTERS);
+		d->filters[d->nr_filters++] = ops;
+	}
+	if (!d->nr_filters)
+		return conf_err(p, prm->line, prm->key,
+				"no filter names (allowed: a list of %s, separated by commas or spaces)",
+				blk_filter_names());
+	return 0;
+}
+
+/* "a, b" from @ops' keys, each with @prefix, into @list; "" if none. */
+static void key_list(const struct blk_backend_ops *ops, const char *prefix,
+		     char *list, size_t len)
+{
+	const char *const *k;
+	size_t n = 0;
+
+	list[0] = '\0';
+	for (k = ops->keys; k && *k; k++) {
+		int r = snprintf(list + n, len - n, "%s%s%s", n ? ", " : "", prefix, *k);
+
+		if (r < 0 || (size_t)r >= len - n) {
+			list[n] = '\0';
+			break;
+		}
+		n += r;
+	}
+}
+
+/*
+ * @prm is neither a core nor a backend key: it may be a filter's setting,
+ * FILTER.KEY. The filter must be one of the device's `filters` (@fprm, NULL
+ * when the section has none) and list KEY in its ops->keys. Returns 0 if
+ * it is, else -EINVAL with the message.
+ */
+static int filter_key(struct conf_parser *p, const struct conf_device *d,
+		      const struct blk_param *prm, const struct blk_param *fprm)
+{
+	const char *dot = strchr(prm->key, '.');
+	const struct blk_backend_ops *ops = NULL;
+	char name[SHOW_MAX + 2], list[512];
+	struct show_str v;
+	size_t n;
+	int i;
+
+	if (!dot || dot == prm->key)
+		return unknown_dev_key(p, d, prm);
+	n = dot - prm->key;
+	if (n < sizeof(name)) {
+		memcpy(name, prm->key, n);
+		name[n] = '\0';
+		ops = blk_backend_find(name);
+	}
+	if (!ops || !ops->is_filter)
+		return conf_err(p, prm->line, prm->key,
+				"unknown key: not a key of backend %s, and %.*s is not a filter (allowed filter settings: FILTER.KEY with FILTER one of %s)",
+				d->ops->name, (int)(n < SHOW_MAX ? n : SHOW_MAX), prm->key,
+				blk_filter_names());
+	for (i = 0; i < d->nr_filters; i++)
+		if (d->filters[i] == ops)
+			break;
+	if (i == d->nr_filters) {
+		if (fprm)
+			return conf_err(p, prm->line, prm->key,
+					"the %s filter is not in this device's filters (filters = %s)",
+					ops->name, show(&v, fprm->value));
+		return conf_err(p, prm->line, prm->key,
+				"the %s filter is not in this device's filters (no filters key; add filters = %s)",
+				ops->name, ops->name);
+	}
+	if (!backend_has_key(ops, dot + 1)) {
+		snprintf(name, sizeof(name), "%s.", ops->name);
+		key_list(ops, name, list, sizeof(list));
+		if (!list[0])
+			return conf_err(p, prm->line, prm->key,
+					"unknown key for filter %s (it takes no keys)", ops->name);
+		return conf_err(p, prm->line, prm->key,
+				"unknown key for filter %s (allowed: %s)", ops->name, list);
+	}
+	return 0;
+}
+
 /* Check one core key's value on its own; cross-key rules come later. */
 static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 		     uint64_t *out)
@@ -562,6 +689,7 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 static int finish_device(struct conf_parser *p, struct conf_device *d)
 {
 	const struct blk_param *at[DK_NR] = { NULL };
+	const struct blk_param *fprm = NULL;
 	uint64_t val[DK_NR] = { 0 };
 	struct size_str s1, s3;
 	struct show_str v;
@@ -591,12 +719,27 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 				"%s is a filter, not a backend (allowed: %s)",
 				d->ops->name, blk_backend_names());
 
+	/* Then the filters: they decide which FILTER.KEY keys are allowed. */
+	for (i = 0; i < d->nr_params; i++) {
+		if (!strcmp(d->params[i].key, "filters")) {
+			fprm = &d->params[i];
+			ret = parse_filters(p, d, fprm);
+			if (ret)
+				return ret;
+			break;
+		}
+	}
+
 	for (i = 0; i < d->nr_params; i++) {
 		struct blk_param *prm = &d->params[i];
 		int k = dev_key_index(prm->key);
 
-		if (k < 0 && !backend_has_key(d->ops, prm->key))
-			return unknown_dev_key(p, d, prm);
+		/* A filter's key stays unused: its open() takes it. */
+		if (k < 0 && !backend_has_key(d->ops, prm->key)) {
+			ret = filter_key(p, d, prm, fprm);
+			if (ret)
+				return ret;
+		}
 		/*
 		 * Every earlier key is known and unique, so this scan is
 		 * bounded by the number of allowed keys, not of lines.
@@ -610,7 +753,7 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 			continue;
 		prm->used = true;
 		at[k] = prm;
-		if (k == DK_BACKEND)
+		if (k == DK_BACKEND || k == DK_FILTERS)
 			continue;
 		ret = dev_value(p, k, prm, &val[k]);
 		if (ret)

@@ -6,8 +6,11 @@
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
- *                  io_min, io_opt, max_io, cache_block_size, and the keys the
- *                  backend lists in its ops->keys.
+ *                  io_min, io_opt, max_io, cache_block_size, filters, the
+ *                  keys the backend lists in its ops->keys, and FILTER.KEY
+ *                  for each filter in `filters` and each key it lists.
+ * `filters = log, delay` (commas and/or spaces) stacks filters between the
+ * cache and the backend, the first listed on top (nearest the cache).
  * Sizes: digits with an optional K/M/G/T suffix (binary: K = 1024, as dd).
  * Every error is "FILE:LINE: KEY: message" and says what is allowed.
  */
@@ -21,6 +24,7 @@
 
 #define CONF_NAME_MAX 32	/* device name length, without the NUL */
 #define CONF_MAX_DEVICES 64
+#define CONF_MAX_FILTERS 8	/* filters per device */
 #define CONF_MIN_BLOCK 512
 #define CONF_MAX_BLOCK (64u << 10)
 #define CONF_MIN_FOLIO (4u << 10)
@@ -49,8 +53,15 @@ struct conf_device {
 	struct blk_geometry geo;
 	uint32_t cache_block_size;	/* 0 = auto */
 	/*
+	 * `filters`, in config order: filters[0] is on top (the cache submits
+	 * to it), filters[nr_filters - 1] sits just above the backend.
+	 */
+	const struct blk_backend_ops *filters[CONF_MAX_FILTERS];
+	int nr_filters;
+	/*
 	 * Every key of the section in file order, with its line; the keys conf
-	 * took itself are marked used, the backend's are not.
+	 * took itself are marked used, the backend's and the filters' (`log.path`)
+	 * are not: their open() takes them with blk_param_get().
 	 */
 	struct blk_param *params;
 	int nr_params;
@@ -75,7 +86,9 @@ struct conf {
  *
  * Returns: 0, or -EINVAL (with @err set; @c is left empty), -ENOMEM.
  * Checks everything that can be checked without opening a backend:
- * syntax, unknown sections and keys, duplicate devices and keys, block
+ * syntax, unknown sections and keys, filter names (registered, each once,
+ * at most CONF_MAX_FILTERS) and FILTER.KEY keys (the filter is listed in
+ * `filters` and takes KEY), duplicate devices and keys, block
  * sizes (powers of two, 512..64K, physical >= logical), size a multiple of
  * the logical block size, folio_size >= every logical block size, cache
  * size bounds, cache_block_size.

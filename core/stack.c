@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* core/stack.c - opening and closing a device's backend stack. */
+/*
+ * core/stack.c - opening and closing a device's backend stack: the backend
+ * first, then each filter of `filters` from the bottom (listed last) to the
+ * top (listed first), so every filter's open() sees the layer below it
+ * already open and can ask for its geometry.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,7 +39,29 @@ static struct blk_backend *open_layer(const struct conf *c, struct conf_device *
 struct blk_backend *stack_open(const struct conf *c, struct conf_device *d, char *err,
 			       size_t errlen)
 {
-	return open_layer(c, d, d->ops, NULL, NULL, err, errlen);
+	struct blk_backend *top;
+	int i;
+
+	top = open_layer(c, d, d->ops, NULL, NULL, err, errlen);
+	if (IS_ERR(top))
+		return top;
+	for (i = d->nr_filters - 1; i >= 0; i--) {
+		const struct blk_backend_ops *ops = d->filters[i];
+		char prefix[64];
+		struct blk_backend *be;
+
+		/* The filter reads `log.path` as "path"; params.c adds this. */
+		snprintf(prefix, sizeof(prefix), "%s.", ops->name);
+		be = open_layer(c, d, ops, prefix, top, err, errlen);
+		if (IS_ERR(be)) {
+			stack_close(top);
+			return be;
+		}
+		/* A filter that forgot to link itself would cut the stack in two. */
+		be->next = top;
+		top = be;
+	}
+	return top;
 }
 
 void stack_close(struct blk_backend *top)

@@ -455,7 +455,7 @@ Test(conf, unknown_key_lists_core_and_backend_keys)
 
 	cr_assert_not_null(ram);
 	n = snprintf(want, sizeof(want),
-		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size");
+		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters");
 	for (k = ram->keys; k && *k; k++)
 		n += snprintf(want + n, sizeof(want) - n, ", %s", *k);
 	snprintf(want + n, sizeof(want) - n, ")");
@@ -493,6 +493,123 @@ Test(conf, backend_keys_pass_through)
 			continue;
 		cr_assert_not(p->used, "backend key %s marked used", ram->keys[i]);
 	}
+}
+
+/* ------------------------------------------------------------------ */
+/* filters */
+
+Test(conf, filters_registered)
+{
+	const struct blk_backend_ops *log = blk_backend_find("log");
+	const struct blk_backend_ops *delay = blk_backend_find("delay");
+
+	cr_assert_not_null(log);
+	cr_assert_not_null(delay);
+	cr_assert(log->is_filter && delay->is_filter);
+	cr_assert_str_eq(blk_filter_names(), "log, delay");
+	cr_assert_null(strstr(blk_backend_names(), "log"), "%s", blk_backend_names());
+	cr_assert_null(strstr(blk_backend_names(), "delay"), "%s", blk_backend_names());
+	cr_assert_not_null(strstr(blk_backend_names(), "ram"));
+}
+
+Test(conf, filters_list)
+{
+	const struct blk_backend_ops *log = blk_backend_find("log");
+	const struct blk_backend_ops *delay = blk_backend_find("delay");
+	const struct conf_device *d;
+	const struct blk_param *prm;
+
+	expect_ok(RAM0 "filters = log, delay\nlog.path = /tmp/t\ndelay.write = 2ms\n");
+	d = &c.devs[0];
+	cr_assert_eq(d->nr_filters, 2);
+	cr_assert_eq(d->filters[0], log);
+	cr_assert_eq(d->filters[1], delay);
+	prm = param(d, "filters");
+	cr_assert_not_null(prm);
+	cr_assert(prm->used, "filters is conf's own key");
+	/* The filters' keys are left for their open() (blk_param_get with a prefix). */
+	prm = param(d, "log.path");
+	cr_assert_not_null(prm);
+	cr_assert_str_eq(prm->value, "/tmp/t");
+	cr_assert_eq(prm->line, 5);
+	cr_assert_not(prm->used);
+	prm = param(d, "delay.write");
+	cr_assert_not_null(prm);
+	cr_assert_str_eq(prm->value, "2ms");
+	cr_assert_not(prm->used);
+	conf_free(&c);
+
+	/* Spaces only, the other order, a trailing comma, keys before the list. */
+	expect_ok(RAM0 "delay.read = 1ms-5ms\nfilters =   delay\tlog ,\nlog.append = yes\n");
+	d = &c.devs[0];
+	cr_assert_eq(d->nr_filters, 2);
+	cr_assert_eq(d->filters[0], delay);
+	cr_assert_eq(d->filters[1], log);
+	conf_free(&c);
+
+	expect_ok(RAM0 "filters = log\n");
+	cr_assert_eq(c.devs[0].nr_filters, 1);
+	conf_free(&c);
+
+	/* No filters key: none, and the device's other fields as before. */
+	expect_ok(RAM0);
+	cr_assert_eq(c.devs[0].nr_filters, 0);
+	cr_assert_null(c.devs[0].filters[0]);
+	cr_assert_eq(CONF_MAX_FILTERS, 8);
+}
+
+Test(conf, filters_list_errors)
+{
+	char want[512];
+
+	snprintf(want, sizeof(want),
+		 F ":4: filters: nope is not a filter (allowed: a list of %s)", blk_filter_names());
+	expect_err(RAM0 "filters = log, nope\n", want);
+	expect_err(RAM0 "filters = ram\n",
+		   F ":4: filters: ram is a backend, not a filter (allowed: a list of log, delay)");
+	expect_err(RAM0 "filters = log, delay, log\n",
+		   F ":4: filters: log is listed twice (allowed: each filter once)");
+	expect_err(RAM0 "filters = ,\n",
+		   F ":4: filters: no filter names (allowed: a list of log, delay");
+	expect_err(RAM0 "filters = LOG\n", F ":4: filters: LOG is not a filter");
+	/* Names are not cut at a prefix: "logx" is not "log". */
+	expect_err(RAM0 "filters = logx\n", F ":4: filters: logx is not a filter");
+	/* A long name is shown cut, and the message stays one line. */
+	expect_err(RAM0 "filters = log aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+		   F ":4: filters: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa... is not a filter");
+	expect_err(RAM0 "filters = log\nfilters = delay\n",
+		   F ":5: filters: duplicate key (first given on line 4)");
+	/* The list is checked before the keys it allows, wherever it is. */
+	expect_err(RAM0 "log.path = x\nfilters = nope\n", F ":5: filters: nope is not a filter");
+	/* A filter cannot be the backend. */
+	expect_err("[device ram0]\nbackend = log\nsize = 1G\n",
+		   F ":2: backend: log is a filter, not a backend");
+}
+
+Test(conf, filter_key_errors)
+{
+	/* The filter must be listed. */
+	expect_err(RAM0 "log.path = /tmp/trace\n",
+		   F ":4: log.path: the log filter is not in this device's filters (no filters key; add filters = log)");
+	expect_err(RAM0 "filters = delay\nlog.path = /tmp/trace\n",
+		   F ":5: log.path: the log filter is not in this device's filters (filters = delay)");
+	/* The key must be one the filter takes. */
+	expect_err(RAM0 "filters = delay\ndelay.wrte = 2ms\n",
+		   F ":5: delay.wrte: unknown key for filter delay (allowed: delay.read, delay.write, delay.flush, delay.discard)");
+	expect_err(RAM0 "filters = log\nlog. = x\n",
+		   F ":5: log.: unknown key for filter log (allowed: log.path, log.append)");
+	expect_err(RAM0 "filters = log\nlog.path.x = x\n",
+		   F ":5: log.path.x: unknown key for filter log");
+	/* A prefix that is no filter at all. */
+	expect_err(RAM0 "filters = delay\ndealy.write = 2ms\n",
+		   F ":5: dealy.write: unknown key: not a key of backend ram, and dealy is not a filter (allowed filter settings: FILTER.KEY with FILTER one of log, delay)");
+	expect_err(RAM0 "ram.size = 1G\n", F ":4: ram.size: unknown key: not a key of backend ram, and ram is not a filter");
+	expect_err(RAM0 ".x = 1\n", F ":4: .x: unknown key for backend ram (allowed: backend,");
+	/* A filter key given twice. */
+	expect_err(RAM0 "filters = log\nlog.path = a\nlog.path = b\n",
+		   F ":6: log.path: duplicate key (first given on line 5)");
+	/* Bare filter keys are not the filter's. */
+	expect_err(RAM0 "filters = log\npath = a\n", F ":5: path: unknown key for backend ram");
 }
 
 /* ------------------------------------------------------------------ */

@@ -1,0 +1,1329 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_filters.c - the log and delay filters over the fake
+ * backend, and core/stack.c opening a device's filter stack.
+ *
+ * Filters are opened from hand-built struct blk_params with the prefix
+ * core/stack.c gives them ("log.", "delay.") and next = the fake. Every
+ * test checks that each I/O the filter took completes to its submitter
+ * exactly once, with the result the layer below gave.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "../../backends/backend.h"
+#include "../../core/conf.h"
+#include "../../core/stack.h"
+#include "fake_backend.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define MS (1000000ull)		/* ns */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts))
+		;
+}
+
+/* ---- I/Os with completion tracking ---- */
+
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+static unsigned long nr_done;		/* done_lock: completions since reset */
+
+struct tio {
+	struct blk_io io;		/* must come first */
+	struct iovec iov;
+	int calls;			/* done_lock */
+	int res;			/* done_lock */
+	uint64_t submit_ns, done_ns;
+};
+
+static void tio_end_io(struct blk_io *io, int res)
+{
+	struct tio *t = (struct tio *)io;
+
+	pthread_mutex_lock(&done_lock);
+	t->calls++;
+	t->res = res;
+	t->done_ns = now_ns();
+	nr_done++;
+	pthread_cond_broadcast(&done_cv);
+	pthread_mutex_unlock(&done_lock);
+}
+
+static void done_reset(void)
+{
+	pthread_mutex_lock(&done_lock);
+	nr_done = 0;
+	pthread_mutex_unlock(&done_lock);
+}
+
+/* Wait for @n completions in all; false after @timeout_ms. */
+static bool done_wait(unsigned long n, unsigned int timeout_ms)
+{
+	uint64_t end = now_ns() + timeout_ms * MS;
+	bool ok;
+
+	pthread_mutex_lock(&done_lock);
+	while (nr_done < n && now_ns() < end) {
+		pthread_mutex_unlock(&done_lock);
+		sleep_ms(1);
+		pthread_mutex_lock(&done_lock);
+	}
+	ok = nr_done >= n;
+	pthread_mutex_unlock(&done_lock);
+	return ok;
+}
+
+static int tio_calls(struct tio *t)
+{
+	int c;
+
+	pthread_mutex_lock(&done_lock);
+	c = t->calls;
+	pthread_mutex_unlock(&done_lock);
+	return c;
+}
+
+/* Data ops get a buffer of their own (freed by tio_free). */
+static void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len)
+{
+	memset(t, 0, sizeof(*t));
+	t->io.op = op;
+	t->io.pos = pos;
+	t->io.len = len;
+	t->io.end_io = tio_end_io;
+	if (op == BLK_READ || op == BLK_WRITE) {
+		t->iov.iov_base = malloc(len);
+		cr_assert_not_null(t->iov.iov_base);
+		memset(t->iov.iov_base, 0x5a, len);
+		t->iov.iov_len = len;
+		t->io.iov = &t->iov;
+		t->io.iovcnt = 1;
+	}
+}
+
+static void tio_free(struct tio *t)
+{
+	free(t->iov.iov_base);
+	t->iov.iov_base = NULL;
+}
+
+static int tio_submit(struct blk_backend *be, struct tio *t)
+{
+	t->submit_ns = now_ns();
+	return blk_submit(be, &t->io);
+}
+
+/* ---- a fake below, a filter above ---- */
+
+static char tdir[64];
+static struct fake_be *fb;
+
+static void setup(void)
+{
+	const struct blk_geometry geo = {
+		.size = 64 * MiB, .lbs = 512, .pbs = 4096, .max_io = 64 * KiB,
+	};
+
+	snprintf(tdir, sizeof(tdir), "/tmp/blkfs-test-filters.XXXXXX");
+	cr_assert_not_null(mkdtemp(tdir));
+	fb = fake_create(&geo);
+	cr_assert_not_null(fb);
+	done_reset();
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	if (fb)
+		fake_destroy(fb);
+	fb = NULL;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tdir);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", tdir);
+}
+
+TestSuite(log, .init = setup, .fini = teardown);
+TestSuite(delay, .init = setup, .fini = teardown);
+TestSuite(stack, .init = setup, .fini = teardown);
+
+/* Up to 8 `key = value` lines of a filter's config, as conf leaves them. */
+struct tparams {
+	struct blk_params p;
+	struct blk_param v[8];
+	char file[128];
+	char prefix[16];
+	char err[512];
+};
+
+static void tparams_init(struct tparams *tp, const char *filter)
+{
+	memset(tp, 0, sizeof(*tp));
+	snprintf(tp->file, sizeof(tp->file), "%s/blkfs.conf", tdir);
+	snprintf(tp->prefix, sizeof(tp->prefix), "%s.", filter);
+	tp->p.prefix = tp->prefix;
+	tp->p.file = tp->file;
+	tp->p.line = 7;
+	tp->p.dev = "fake0";
+	tp->p.v = tp->v;
+	tp->p.err = tp->err;
+	tp->p.errlen = sizeof(tp->err);
+}
+
+/* Add "@key = @value" on line @line; @key with its prefix, as the config has it. */
+static void tparams_add(struct tparams *tp, const char *key, const char *value, int line)
+{
+	cr_assert_lt(tp->p.n, 8);
+	tp->v[tp->p.n].key = key;
+	tp->v[tp->p.n].value = value;
+	tp->v[tp->p.n].line = line;
+	tp->p.n++;
+}
+
+static struct blk_backend *filter_open(struct tparams *tp, const char *name)
+{
+	const struct blk_backend_ops *ops = blk_backend_find(name);
+	struct blk_backend *be;
+
+	cr_assert_not_null(ops, "filter %s", name);
+	cr_assert(ops->is_filter);
+	be = ops->open(&tp->p, fake_backend(fb));
+	cr_assert(!IS_ERR_OR_NULL(be), "open %s: %ld: %s", name,
+		  IS_ERR(be) ? PTR_ERR(be) : 0, tp->err);
+	cr_assert_eq(be->ops, ops);
+	cr_assert_eq(be->next, fake_backend(fb));
+	return be;
+}
+
+/* Open must fail with @err and a message containing @want. */
+static void filter_open_fails_with(struct tparams *tp, const char *name, long err,
+				   const char *want)
+{
+	struct blk_backend *be = blk_backend_find(name)->open(&tp->p, fake_backend(fb));
+
+	cr_assert(IS_ERR(be), "open %s succeeded; wanted \"%s\"", name, want);
+	cr_assert_eq(PTR_ERR(be), err, "%ld", PTR_ERR(be));
+	cr_assert(strstr(tp->err, want), "message\n  \"%s\"\nlacks\n  \"%s\"", tp->err, want);
+}
+
+static void filter_open_fails(struct tparams *tp, const char *name, const char *want)
+{
+	filter_open_fails_with(tp, name, -EINVAL, want);
+}
+
+static const struct blk_attr *attr_find(struct blk_backend *be, const char *name)
+{
+	const struct blk_attr *a;
+
+	for (a = be->ops->attrs; a && a->name; a++)
+		if (!strcmp(a->name, name))
+			return a;
+	cr_assert_fail("no attr %s in %s", name, be->ops->name);
+	return NULL;
+}
+
+/* The attr's value as `cat` shows it, in a static buffer. */
+static const char *attr_show(struct blk_backend *be, const char *name)
+{
+	static char buf[4096];
+	const struct blk_attr *a = attr_find(be, name);
+	int n = a->show(be, buf, sizeof(buf));
+
+	cr_assert_gt(n, 0, "show %s: %d", name, n);
+	cr_assert_lt((size_t)n, sizeof(buf));
+	cr_assert_eq(buf[n - 1], '\n', "show %s: no newline", name);
+	cr_assert_eq(buf[n], '\0');
+	return buf;
+}
+
+static int attr_store(struct blk_backend *be, const char *name, const char *val)
+{
+	const struct blk_attr *a = attr_find(be, name);
+
+	cr_assert_not_null(a->store, "%s is read-only", name);
+	return a->store(be, val, strlen(val));
+}
+
+/* The value of counter @name in ->stat. */
+static unsigned long long stat_value(struct blk_backend *be, const char *name)
+{
+	char buf[512], *line, *save = NULL;
+	size_t n = be->ops->stat(be, buf, sizeof(buf));
+
+	cr_assert(n > 0 && n < sizeof(buf));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t k = strlen(name);
+
+		if (!strncmp(line, name, k) && line[k] == ' ')
+			return strtoull(line + k + 1, NULL, 10);
+	}
+	cr_assert_fail("no %s in stat", name);
+	return 0;
+}
+
+/* ---- the trace ---- */
+
+struct trace_line {
+	double time;
+	char op[16];
+	unsigned long long pos, len;
+	int res;
+	unsigned long long lat_us;
+};
+
+#define TRACE_MAX 4096
+
+struct trace {
+	int nr_headers;
+	int n;
+	struct trace_line l[TRACE_MAX];
+};
+
+/* Parse the trace at @path, checking every line's format strictly. */
+static void trace_read(const char *path, struct trace *t)
+{
+	static const char pat[] =
+		"^[0-9]+\\.[0-9]{6} (READ|WRITE|FLUSH|DISCARD|WRITE_ZEROES) [0-9]+ [0-9]+ (0|-[1-9][0-9]*) [0-9]+$";
+	FILE *f = fopen(path, "r");
+	char line[512];
+	double last = 0;
+	regex_t re;
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	cr_assert_eq(regcomp(&re, pat, REG_EXTENDED | REG_NOSUB), 0);
+	memset(t, 0, sizeof(*t));
+	while (fgets(line, sizeof(line), f)) {
+		struct trace_line *l;
+		size_t n = strlen(line);
+
+		cr_assert(n && line[n - 1] == '\n', "incomplete line: %s", line);
+		line[n - 1] = '\0';
+		if (line[0] == '#') {
+			cr_assert(strstr(line, "TIME OP POS LEN RESULT LATENCY_US"), "%s", line);
+			t->nr_headers++;
+			last = 0;	/* each open starts its clock at 0 */
+			continue;
+		}
+		cr_assert_eq(regexec(&re, line, 0, NULL, 0), 0, "bad trace line: \"%s\"", line);
+		cr_assert_lt(t->n, TRACE_MAX);
+		l = &t->l[t->n++];
+		cr_assert_eq(sscanf(line, "%lf %15s %llu %llu %d %llu", &l->time, l->op, &l->pos,
+				    &l->len, &l->res, &l->lat_us), 6, "%s", line);
+		cr_assert_geq(l->time, last, "TIME went back: %s", line);
+		last = l->time;
+	}
+	regfree(&re);
+	fclose(f);
+}
+
+static void trace_path(char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/trace", tdir);
+}
+
+static struct blk_backend *log_open_in_tdir(struct tparams *tp)
+{
+	tparams_init(tp, "log");
+	tparams_add(tp, "log.path", "trace", 8);
+	return filter_open(tp, "log");
+}
+
+/* ================================================================== */
+/* log */
+
+Test(log, one_line_per_op)
+{
+	static const struct {
+		enum blk_op op;
+		uint64_t pos, len;
+		const char *name;
+	} ops[] = {
+		{ BLK_READ, 4096, 8192, "READ" },
+		{ BLK_WRITE, 512, 65536, "WRITE" },
+		{ BLK_FLUSH, 0, 0, "FLUSH" },
+		{ BLK_DISCARD, 1 * MiB, 3 * MiB, "DISCARD" },
+		{ BLK_WRITE_ZEROES, 64 * MiB - 512, 512, "WRITE_ZEROES" },
+	};
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct trace *t = malloc(sizeof(*t));
+	char path[128];
+	size_t i;
+
+	cr_assert_not_null(t);
+	for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		struct tio io;
+
+		tio_init(&io, ops[i].op, ops[i].pos, ops[i].len);
+		cr_assert_eq(tio_submit(be, &io), 0);
+		/* The fake completes inline: the parent is done before submit returns. */
+		cr_assert_eq(io.calls, 1, "%s: end_io called %d times", ops[i].name, io.calls);
+		cr_assert_eq(io.res, 0);
+		tio_free(&io);
+	}
+	cr_assert_eq(stat_value(be, "log_lines"), 5);
+
+	/* Complete lines are in the file as soon as the I/O completed: no close needed. */
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->nr_headers, 1);
+	cr_assert_eq(t->n, 5);
+	for (i = 0; i < 5; i++) {
+		cr_assert_str_eq(t->l[i].op, ops[i].name);
+		cr_assert_eq(t->l[i].pos, ops[i].pos, "%s", ops[i].name);
+		cr_assert_eq(t->l[i].len, ops[i].len, "%s", ops[i].name);
+		cr_assert_eq(t->l[i].res, 0);
+		cr_assert_lt(t->l[i].time, 60.0);
+	}
+	/* What the filter passed down is what it was given. */
+	cr_assert_eq(fake_log_len(fb), 5);
+	for (i = 0; i < 5; i++) {
+		struct fake_op fo;
+
+		cr_assert(fake_log_get(fb, i, &fo));
+		cr_assert_eq(fo.op, ops[i].op);
+		cr_assert_eq(fo.pos, ops[i].pos);
+		cr_assert_eq(fo.len, ops[i].len);
+	}
+	cr_assert_eq(fake_violations(fb), 0);
+	be->ops->close(be);
+	free(t);
+}
+
+Test(log, data_passes_through)
+{
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct tio w, r;
+
+	tio_init(&w, BLK_WRITE, 8192, 4096);
+	memset(w.iov.iov_base, 0xa7, 4096);
+	cr_assert_eq(tio_submit(be, &w), 0);
+	tio_init(&r, BLK_READ, 8192, 4096);
+	memset(r.iov.iov_base, 0, 4096);
+	cr_assert_eq(tio_submit(be, &r), 0);
+	cr_assert_eq(memcmp(w.iov.iov_base, r.iov.iov_base, 4096), 0);
+	tio_free(&w);
+	tio_free(&r);
+	be->ops->close(be);
+}
+
+Test(log, errors_are_logged_and_passed_up)
+{
+	struct fake_fault f = { .op_mask = FAKE_OP(BLK_WRITE), .countdown = 2, .err = -EIO };
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct trace *t = malloc(sizeof(*t));
+	struct tio io[4];
+	char path[128];
+	int i;
+
+	cr_assert_not_null(t);
+	fake_fault_set(fb, &f);
+	for (i = 0; i < 3; i++) {
+		tio_init(&io[i], BLK_WRITE, (uint64_t)i * 4096, 4096);
+		cr_assert_eq(tio_submit(be, &io[i]), 0);
+	}
+	f = (struct fake_fault){ .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 1, .err = -ENOSPC };
+	fake_fault_set(fb, &f);
+	tio_init(&io[3], BLK_FLUSH, 0, 0);
+	cr_assert_eq(tio_submit(be, &io[3]), 0);
+
+	cr_assert_eq(io[0].calls, 1);
+	cr_assert_eq(io[0].res, 0);
+	cr_assert_eq(io[1].calls, 1);
+	cr_assert_eq(io[1].res, -EIO);
+	cr_assert_eq(io[2].calls, 1);
+	cr_assert_eq(io[2].res, 0);
+	cr_assert_eq(io[3].calls, 1);
+	cr_assert_eq(io[3].res, -ENOSPC);
+
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 4);
+	cr_assert_eq(t->l[0].res, 0);
+	cr_assert_eq(t->l[1].res, -EIO);
+	cr_assert_eq(t->l[1].pos, 4096);
+	cr_assert_eq(t->l[2].res, 0);
+	cr_assert_str_eq(t->l[3].op, "FLUSH");
+	cr_assert_eq(t->l[3].res, -ENOSPC);
+	for (i = 0; i < 4; i++)
+		tio_free(&io[i]);
+	be->ops->close(be);
+	free(t);
+}
+
+/* Latency is submit to completion, in the layer below's time. */
+Test(log, latency_and_late_completion)
+{
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct trace *t = malloc(sizeof(*t));
+	struct tio a, b;
+	char path[128];
+
+	cr_assert_not_null(t);
+	fake_set_mode(fb, FAKE_MANUAL);
+	tio_init(&a, BLK_WRITE, 0, 4096);
+	tio_init(&b, BLK_READ, 65536, 512);
+	cr_assert_eq(tio_submit(be, &a), 0);
+	cr_assert_eq(tio_submit(be, &b), 0);
+	cr_assert_eq(fake_pending(fb), 2);
+	cr_assert_eq(tio_calls(&a) + tio_calls(&b), 0, "completed before the layer below did");
+	sleep_ms(30);
+	/* Out of order: the READ first. */
+	cr_assert(fake_complete_one(fb, 1));
+	cr_assert_eq(tio_calls(&b), 1);
+	cr_assert_eq(tio_calls(&a), 0);
+	cr_assert(fake_complete_one(fb, 0));
+	cr_assert_eq(tio_calls(&a), 1);
+
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 2);
+	cr_assert_str_eq(t->l[0].op, "READ");
+	cr_assert_str_eq(t->l[1].op, "WRITE");
+	cr_assert_geq(t->l[0].lat_us, 30000, "%llu", t->l[0].lat_us);
+	cr_assert_geq(t->l[1].lat_us, 30000, "%llu", t->l[1].lat_us);
+	cr_assert_lt(t->l[1].lat_us, 10000000, "%llu", t->l[1].lat_us);
+	cr_assert_geq(t->l[1].time, 0.030);
+	tio_free(&a);
+	tio_free(&b);
+	be->ops->close(be);
+	free(t);
+}
+
+/* Many threads, completions on the fake's thread in shuffled order. */
+struct log_worker {
+	struct blk_backend *be;
+	int id;
+};
+
+#define LW_THREADS 4
+#define LW_IOS 300
+
+static void *log_worker_main(void *arg)
+{
+	struct log_worker *w = arg;
+	struct tio *io = calloc(LW_IOS, sizeof(*io));
+	int i;
+
+	if (!io)
+		return (void *)1;
+	for (i = 0; i < LW_IOS; i++) {
+		uint64_t pos = ((uint64_t)w->id * LW_IOS + (uint64_t)i) * 4096;
+
+		tio_init(&io[i], i % 7 == 6 ? BLK_FLUSH : BLK_WRITE,
+			 i % 7 == 6 ? 0 : pos, i % 7 == 6 ? 0 : 4096);
+		if (tio_submit(w->be, &io[i]))
+			return (void *)1;
+	}
+	return io;
+}
+
+Test(log, threads_and_deferred_completions)
+{
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct log_worker w[LW_THREADS];
+	struct tio *ios[LW_THREADS];
+	pthread_t th[LW_THREADS];
+	struct trace *t = malloc(sizeof(*t));
+	unsigned long writes = 0, flushes = 0;
+	char path[128];
+	int i, j;
+
+	cr_assert_not_null(t);
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_set_delay(fb, 300);
+	for (i = 0; i < LW_THREADS; i++) {
+		w[i] = (struct log_worker){ .be = be, .id = i };
+		cr_assert_eq(pthread_create(&th[i], NULL, log_worker_main, &w[i]), 0);
+	}
+	for (i = 0; i < LW_THREADS; i++) {
+		void *r;
+
+		cr_assert_eq(pthread_join(th[i], &r), 0);
+		cr_assert(r && r != (void *)1, "worker %d failed", i);
+		ios[i] = r;
+	}
+	cr_assert(done_wait(LW_THREADS * LW_IOS, 20000), "completions missing");
+	for (i = 0; i < LW_THREADS; i++) {
+		for (j = 0; j < LW_IOS; j++) {
+			cr_assert_eq(tio_calls(&ios[i][j]), 1, "thread %d io %d", i, j);
+			cr_assert_eq(ios[i][j].res, 0);
+			tio_free(&ios[i][j]);
+		}
+		free(ios[i]);
+	}
+	be->ops->close(be);
+
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, LW_THREADS * LW_IOS);
+	for (i = 0; i < t->n; i++) {
+		if (!strcmp(t->l[i].op, "WRITE"))
+			writes++;
+		else if (!strcmp(t->l[i].op, "FLUSH"))
+			flushes++;
+	}
+	cr_assert_eq(writes + flushes, LW_THREADS * LW_IOS);
+	cr_assert_eq(flushes, LW_THREADS * (LW_IOS / 7));
+	free(t);
+}
+
+/* A layer below that refuses every I/O (submit returns -errno). */
+static int refuse_submit(struct blk_backend *be, struct blk_io *io)
+{
+	(void)be;
+	(void)io;
+	return -EBUSY;
+}
+
+static void refuse_geometry(struct blk_backend *be, struct blk_geometry *geo)
+{
+	(void)be;
+	memset(geo, 0, sizeof(*geo));
+}
+
+static const struct blk_backend_ops refuse_ops = {
+	.name = "refuse",
+	.geometry = refuse_geometry,
+	.submit = refuse_submit,
+};
+
+Test(log, refused_below_is_refused_above)
+{
+	struct blk_backend refuse = { .ops = &refuse_ops };
+	struct trace *t = malloc(sizeof(*t));
+	struct blk_backend *be;
+	struct tparams tp;
+	struct tio io;
+	char path[128];
+
+	cr_assert_not_null(t);
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", "trace", 8);
+	be = blk_backend_find("log")->open(&tp.p, &refuse);
+	cr_assert(!IS_ERR_OR_NULL(be), "%s", tp.err);
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), -EBUSY);
+	cr_assert_eq(io.calls, 0, "a refused I/O must not complete");
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 1);
+	cr_assert_eq(t->l[0].res, -EBUSY);
+	tio_free(&io);
+	be->ops->close(be);
+	free(t);
+}
+
+Test(log, geometry_is_the_layer_belows)
+{
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct blk_geometry g;
+
+	be->ops->geometry(be, &g);
+	cr_assert_eq(memcmp(&g, fake_geometry(fb), sizeof(g)), 0);
+	be->ops->close(be);
+}
+
+Test(log, path_relative_to_config_and_append)
+{
+	struct trace *t = malloc(sizeof(*t));
+	struct blk_backend *be;
+	struct tparams tp;
+	char path[192], want[192];
+	struct tio io;
+
+	cr_assert_not_null(t);
+	cr_assert_eq(mkdir(strcat(strcpy(path, tdir), "/sub"), 0755), 0);
+
+	/* Relative: next to the config file, shown absolute. */
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", "sub/t1", 8);
+	be = filter_open(&tp, "log");
+	snprintf(want, sizeof(want), "%s/sub/t1\n", tdir);
+	cr_assert_str_eq(attr_show(be, "path"), want);
+	cr_assert_null(attr_find(be, "path")->store, "path is read-only");
+	cr_assert(tp.v[0].used, "log.path not taken");
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	be->ops->close(be);
+
+	/* append = no (the default) truncates. */
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", "sub/t1", 8);
+	tparams_add(&tp, "log.append", "no", 9);
+	be = filter_open(&tp, "log");
+	cr_assert(tp.v[1].used);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	be->ops->close(be);
+	snprintf(path, sizeof(path), "%s/sub/t1", tdir);
+	trace_read(path, t);
+	cr_assert_eq(t->nr_headers, 1);
+	cr_assert_eq(t->n, 1);
+
+	/* append = yes keeps what is there; each open adds a header. */
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", path, 8);	/* absolute this time */
+	tparams_add(&tp, "log.append", "yes", 9);
+	be = filter_open(&tp, "log");
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	be->ops->close(be);
+	trace_read(path, t);
+	cr_assert_eq(t->nr_headers, 2);
+	cr_assert_eq(t->n, 3);
+
+	/* A config file given without a directory: relative to the cwd. */
+	tparams_init(&tp, "log");
+	tp.p.file = "blkfs.conf";
+	tparams_add(&tp, "log.path", "t2", 8);
+	cr_assert_eq(chdir(tdir), 0);
+	be = filter_open(&tp, "log");
+	snprintf(want, sizeof(want), "%s/t2\n", tdir);
+	cr_assert_str_eq(attr_show(be, "path"), want);
+	be->ops->close(be);
+	cr_assert_eq(chdir("/"), 0);
+	tio_free(&io);
+	free(t);
+}
+
+Test(log, open_errors)
+{
+	struct tparams tp;
+	char want[256];
+
+	tparams_init(&tp, "log");
+	snprintf(want, sizeof(want), "%s:7: log.path: the log filter needs a trace file", tp.file);
+	filter_open_fails(&tp, "log", want);
+
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", "nodir/trace", 9);
+	snprintf(want, sizeof(want), "%s:9: log.path: cannot open %s/nodir/trace: No such file or directory",
+		 tp.file, tdir);
+	filter_open_fails_with(&tp, "log", -ENOENT, want);
+
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "log.path", "trace", 9);
+	tparams_add(&tp, "log.append", "maybe", 10);
+	snprintf(want, sizeof(want), "%s:10: log.append: 'maybe' is not yes/no", tp.file);
+	filter_open_fails(&tp, "log", want);
+
+	/* Keys of another filter or unprefixed are not the log filter's. */
+	tparams_init(&tp, "log");
+	tparams_add(&tp, "path", "trace", 9);
+	tparams_add(&tp, "delay.path", "trace", 10);
+	filter_open_fails(&tp, "log", "log.path: the log filter needs a trace file");
+}
+
+Test(log, enabled_attr)
+{
+	struct trace *t = malloc(sizeof(*t));
+	static const char *const bad[] = { "2", "", "\n", "yes please", "1\n\n", "enabled", "-1" };
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	char path[128];
+	struct tio io;
+	size_t i;
+
+	cr_assert_not_null(t);
+	cr_assert_str_eq(attr_show(be, "enabled"), "1\n");
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), 0);
+
+	cr_assert_eq(attr_store(be, "enabled", "0\n"), 0);
+	cr_assert_str_eq(attr_show(be, "enabled"), "0\n");
+	for (i = 0; i < 3; i++)
+		cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(io.calls, 4, "every I/O completes once, traced or not");
+	cr_assert_eq(fake_log_len(fb), 4, "untraced I/O still reaches the layer below");
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(attr_store(be, "enabled", bad[i]), -EINVAL, "\"%s\"", bad[i]);
+		cr_assert_str_eq(attr_show(be, "enabled"), "0\n", "changed by \"%s\"", bad[i]);
+	}
+	cr_assert_eq(attr_store(be, "enabled", "1"), 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(attr_store(be, "enabled", "off"), 0);
+	cr_assert_str_eq(attr_show(be, "enabled"), "0\n");
+	cr_assert_eq(attr_store(be, "enabled", "on\n"), 0);
+	cr_assert_str_eq(attr_show(be, "enabled"), "1\n");
+
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 2);
+	cr_assert_eq(stat_value(be, "log_lines"), 2);
+	cr_assert_eq(stat_value(be, "log_write_errors"), 0);
+	tio_free(&io);
+	be->ops->close(be);
+	free(t);
+}
+
+/* Tracing switched off while an I/O is below: that I/O still gets its line. */
+Test(log, disable_with_io_in_flight)
+{
+	struct tparams tp;
+	struct blk_backend *be = log_open_in_tdir(&tp);
+	struct trace *t = malloc(sizeof(*t));
+	char path[128];
+	struct tio io;
+
+	cr_assert_not_null(t);
+	fake_set_mode(fb, FAKE_MANUAL);
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(attr_store(be, "enabled", "0"), 0);
+	cr_assert_eq(fake_complete_all(fb, false), 1);
+	cr_assert_eq(io.calls, 1);
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 1);
+	tio_free(&io);
+	be->ops->close(be);
+	free(t);
+}
+
+/* ================================================================== */
+/* delay */
+
+static struct blk_backend *delay_open_with(struct tparams *tp, const char *key,
+					   const char *value)
+{
+	tparams_init(tp, "delay");
+	if (key)
+		tparams_add(tp, key, value, 8);
+	return filter_open(tp, "delay");
+}
+
+/* The time from submit to the parent's completion, waiting for it. */
+static uint64_t wait_latency_ns(struct tio *io, unsigned int timeout_ms)
+{
+	uint64_t end = now_ns() + timeout_ms * MS;
+
+	while (tio_calls(io) == 0 && now_ns() < end)
+		sleep_ms(1);
+	cr_assert_eq(tio_calls(io), 1, "end_io called %d times", tio_calls(io));
+	return io->done_ns - io->submit_ns;
+}
+
+Test(delay, holds_each_op_its_time)
+{
+	static const struct {
+		const char *key;
+		enum blk_op op;
+		uint64_t pos, len;
+	} cases[] = {
+		{ "delay.read", BLK_READ, 0, 4096 },
+		{ "delay.write", BLK_WRITE, 4096, 4096 },
+		{ "delay.flush", BLK_FLUSH, 0, 0 },
+		{ "delay.discard", BLK_DISCARD, 0, 1 * MiB },
+		{ "delay.discard", BLK_WRITE_ZEROES, 1 * MiB, 1 * MiB },
+	};
+	size_t i, j;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tparams tp;
+		struct blk_backend *be = delay_open_with(&tp, cases[i].key, "30ms");
+		uint64_t lat;
+
+		cr_assert(tp.v[0].used, "%s not taken", cases[i].key);
+		/* The delayed op waits 30 ms... */
+		for (j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
+			struct tio io;
+			bool held = !strcmp(cases[j].key, cases[i].key);
+
+			tio_init(&io, cases[j].op, cases[j].pos, cases[j].len);
+			cr_assert_eq(tio_submit(be, &io), 0);
+			if (!held) {
+				/* ...the others go on at once (the fake completes inline). */
+				cr_assert_eq(tio_calls(&io), 1, "%s with only %s set",
+					     fake_op_name(cases[j].op), cases[i].key);
+				tio_free(&io);
+				continue;
+			}
+			cr_assert_eq(tio_calls(&io), 0, "%s not held", fake_op_name(cases[j].op));
+			lat = wait_latency_ns(&io, 5000);
+			cr_assert_geq(lat, 30 * MS, "%s: %llu ns", fake_op_name(cases[j].op),
+				      (unsigned long long)lat);
+			/* A generous bound: the machine may be busy, but not 10x late. */
+			cr_assert_lt(lat, 300 * MS, "%s: %llu ns", fake_op_name(cases[j].op),
+				     (unsigned long long)lat);
+			cr_assert_eq(io.res, 0);
+			tio_free(&io);
+		}
+		be->ops->close(be);
+	}
+}
+
+/* latency = delay + the layer below's time */
+Test(delay, adds_to_the_layer_belows_latency)
+{
+	struct tparams tp;
+	struct blk_backend *be = delay_open_with(&tp, "delay.write", "20ms");
+	uint64_t lat;
+	struct tio io;
+
+	fake_set_mode(fb, FAKE_MANUAL);
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(fake_pending(fb), 0, "passed on before its time");
+	cr_assert(fake_wait_pending(fb, 1, 5000));
+	cr_assert_geq(now_ns() - io.submit_ns, 20 * MS);
+	sleep_ms(20);
+	cr_assert_eq(tio_calls(&io), 0);
+	cr_assert(fake_complete_one(fb, 0));
+	lat = wait_latency_ns(&io, 1000);
+	cr_assert_geq(lat, 40 * MS, "%llu", (unsigned long long)lat);
+	tio_free(&io);
+	be->ops->close(be);
+}
+
+Test(delay, random_range_stays_in_range)
+{
+	struct tparams tp;
+	struct blk_backend *be = delay_open_with(&tp, "delay.read", "5ms-15ms");
+	uint64_t lo = UINT64_MAX, hi = 0;
+	struct tio io[40];
+	int i;
+
+	/* All at once: each one's own draw, not a queue behind the previous. */
+	for (i = 0; i < 40; i++) {
+		tio_init(&io[i], BLK_READ, (uint64_t)i * 512, 512);
+		cr_assert_eq(tio_submit(be, &io[i]), 0);
+	}
+	cr_assert(done_wait(40, 5000));
+	for (i = 0; i < 40; i++) {
+		uint64_t lat = wait_latency_ns(&io[i], 0);
+
+		cr_assert_geq(lat, 5 * MS, "io %d: %llu ns", i, (unsigned long long)lat);
+		cr_assert_lt(lat, 15 * MS + 200 * MS, "io %d: %llu ns", i,
+			     (unsigned long long)lat);
+		lo = lat < lo ? lat : lo;
+		hi = lat > hi ? lat : hi;
+		tio_free(&io[i]);
+	}
+	/* Drawn, not fixed: 40 uniform draws over 10 ms spread more than 3 ms. */
+	cr_assert_gt(hi - lo, 3 * MS, "lo %llu hi %llu", (unsigned long long)lo,
+		     (unsigned long long)hi);
+	cr_assert_eq(stat_value(be, "delayed_ios"), 40);
+	cr_assert_eq(stat_value(be, "delay_held_ios"), 0);
+	be->ops->close(be);
+}
+
+/* The heap: an I/O due earlier goes first, whatever the submission order. */
+Test(delay, earliest_due_goes_first)
+{
+	struct tparams tp;
+	struct blk_backend *be = delay_open_with(&tp, "delay.write", "200ms");
+	struct tio a, b, c;
+	struct fake_op fo;
+
+	tio_init(&a, BLK_WRITE, 0, 512);
+	tio_init(&b, BLK_WRITE, 512, 512);
+	tio_init(&c, BLK_WRITE, 1024, 512);
+	cr_assert_eq(tio_submit(be, &a), 0);
+	cr_assert_eq(attr_store(be, "write", "100ms"), 0);
+	cr_assert_eq(tio_submit(be, &b), 0);
+	cr_assert_eq(attr_store(be, "write", "10ms\n"), 0);
+	cr_assert_eq(tio_submit(be, &c), 0);
+	cr_assert_eq(stat_value(be, "delay_held_ios"), 3);
+	cr_assert(done_wait(3, 5000));
+	cr_assert(fake_log_get(fb, 0, &fo));
+	cr_assert_eq(fo.pos, 1024);
+	cr_assert(fake_log_get(fb, 1, &fo));
+	cr_assert_eq(fo.pos, 512);
+	cr_assert(fake_log_get(fb, 2, &fo));
+	cr_assert_eq(fo.pos, 0);
+	cr_assert_geq(wait_latency_ns(&a, 0), 200 * MS);
+	cr_assert_geq(wait_latency_ns(&b, 0), 100 * MS);
+	cr_assert_geq(wait_latency_ns(&c, 0), 10 * MS);
+	tio_free(&a);
+	tio_free(&b);
+	tio_free(&c);
+	be->ops->close(be);
+}
+
+Test(delay, attrs_round_trip)
+{
+	static const struct {
+		const char *in, *out;
+	} good[] = {
+		{ "2ms", "2ms\n" },
+		{ "2ms\n", "2ms\n" },
+		{ "500us", "500us\n" },
+		{ "1500us", "1500us\n" },
+		{ "2000us", "2ms\n" },
+		{ "1s", "1s\n" },
+		{ "3000ms", "3s\n" },
+		{ "0", "0\n" },
+		{ "0ms", "0\n" },
+		{ "1ms-5ms", "1ms-5ms\n" },
+		{ "1ms - 5ms\n", "1ms-5ms\n" },
+		{ "0-250us", "0-250us\n" },
+		{ "3ms-3ms", "3ms\n" },
+		{ "3600s", "3600s\n" },
+		{ "1000us-1s", "1ms-1s\n" },
+	};
+	static const char *const bad[] = {
+		"", "\n", "5", "fast", "2 ms", "2mss", "2MS", "-1ms", "5ms-1ms", "1ms-",
+		"-", "1ms-2ms-3ms", "3601s", "2h", "99999999999999999999999ms", "1.5ms",
+		"2ms\n\n", "1ns",
+		"1000000000000000000000000000000000000000000000000000000000000000000000us",
+	};
+	static const char *const names[] = { "read", "write", "flush", "discard" };
+	struct tparams tp;
+	struct blk_backend *be = delay_open_with(&tp, NULL, NULL);
+	size_t i, k;
+	char small[3];
+
+	for (k = 0; k < 4; k++) {
+		cr_assert_str_eq(attr_show(be, names[k]), "0\n");
+		for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+			cr_assert_eq(attr_store(be, names[k], good[i].in), 0, "%s \"%s\"",
+				     names[k], good[i].in);
+			cr_assert_str_eq(attr_show(be, names[k]), good[i].out, "%s \"%s\"",
+					 names[k], good[i].in);
+		}
+		cr_assert_eq(attr_store(be, names[k], "7ms-9ms"), 0);
+		for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			cr_assert_eq(attr_store(be, names[k], bad[i]), -EINVAL, "%s \"%s\"",
+				     names[k], bad[i]);
+			cr_assert_str_eq(attr_show(be, names[k]), "7ms-9ms\n",
+					 "%s changed by \"%s\"", names[k], bad[i]);
+		}
+		/* Not NUL-terminated: the length is what counts. */
+		cr_assert_eq(attr_find(be, names[k])->store(be, "4msXXXX", 3), 0);
+		cr_assert_str_eq(attr_show(be, names[k]), "4ms\n");
+	}
+	/* The others are untouched by one's store. */
+	cr_assert_eq(attr_store(be, "write", "1s"), 0);
+	cr_assert_str_eq(attr_show(be, "read"), "4ms\n");
+	/* A buffer too small for the value. */
+	cr_assert_lt(attr_find(be, "write")->show(be, small, sizeof(small)), 0);
+	be->ops->close(be);
+}
+
+Test(delay, open_values_and_errors)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	char want[256];
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.read", "1ms-5ms", 8);
+	tparams_add(&tp, "delay.write", "2ms", 9);
+	tparams_add(&tp, "delay.flush", "1s", 10);
+	tparams_add(&tp, "delay.discard", "0", 11);
+	be = filter_open(&tp, "delay");
+	cr_assert_str_eq(attr_show(be, "read"), "1ms-5ms\n");
+	cr_assert_str_eq(attr_show(be, "write"), "2ms\n");
+	cr_assert_str_eq(attr_show(be, "flush"), "1s\n");
+	cr_assert_str_eq(attr_show(be, "discard"), "0\n");
+	for (int i = 0; i < 4; i++)
+		cr_assert(tp.v[i].used, "%s", tp.v[i].key);
+	be->ops->close(be);
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.write", "fast", 12);
+	snprintf(want, sizeof(want), "%s:12: delay.write: 'fast' is not a delay (allowed: 0, ",
+		 tp.file);
+	filter_open_fails(&tp, "delay", want);
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.read", "5ms-1ms", 12);
+	filter_open_fails(&tp, "delay", "delay.read: '5ms-1ms' is not a delay");
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.flush", "2h", 12);
+	filter_open_fails(&tp, "delay", "delay.flush: '2h' is not a delay");
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.flush", "7200s", 12);
+	filter_open_fails(&tp, "delay", "delay.flush: '7200s' is too long (allowed: at most 1h");
+}
+
+/*
+ * Close with I/Os held and below: every one is passed on at once (a 10 s
+ * delay does not hold close up) and completes to its submitter once before
+ * close returns.
+ */
+Test(delay, close_with_io_in_flight)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio *io = calloc(200, sizeof(*io));
+	uint64_t t0;
+	int i;
+
+	cr_assert_not_null(io);
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.write", "10s", 8);
+	tparams_add(&tp, "delay.read", "0-2ms", 9);
+	be = filter_open(&tp, "delay");
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_set_delay(fb, 2000);
+	for (i = 0; i < 200; i++) {
+		tio_init(&io[i], i % 2 ? BLK_WRITE : BLK_READ, (uint64_t)i * 4096, 4096);
+		cr_assert_eq(tio_submit(be, &io[i]), 0);
+	}
+	sleep_ms(3);
+	t0 = now_ns();
+	be->ops->close(be);
+	cr_assert_lt(now_ns() - t0, 5000 * MS, "close waited for the delay");
+	/* Nothing completes after close returned, and nothing is left below. */
+	pthread_mutex_lock(&done_lock);
+	cr_assert_eq(nr_done, 200);
+	pthread_mutex_unlock(&done_lock);
+	cr_assert_eq(fake_pending(fb), 0);
+	for (i = 0; i < 200; i++) {
+		cr_assert_eq(io[i].calls, 1, "io %d: %d calls", i, io[i].calls);
+		cr_assert_eq(io[i].res, 0);
+		tio_free(&io[i]);
+	}
+	free(io);
+}
+
+/* Errors from below reach the submitter unchanged, after the delay. */
+Test(delay, errors_pass_through)
+{
+	struct fake_fault f = { .op_mask = FAKE_OP(BLK_WRITE), .countdown = 1, .err = -EIO };
+	struct tparams tp;
+	struct blk_backend *be = delay_open_with(&tp, "delay.write", "5ms");
+	struct blk_backend refuse = { .ops = &refuse_ops };
+	struct tio io;
+
+	fake_fault_set(fb, &f);
+	tio_init(&io, BLK_WRITE, 0, 512);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_geq(wait_latency_ns(&io, 5000), 5 * MS);
+	cr_assert_eq(io.res, -EIO);
+	be->ops->close(be);
+
+	/* Refused below: with no delay, submit says so; held, end_io says so. */
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.write", "5ms", 8);
+	be = blk_backend_find("delay")->open(&tp.p, &refuse);
+	cr_assert(!IS_ERR_OR_NULL(be), "%s", tp.err);
+	done_reset();
+	io.calls = 0;
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert(done_wait(1, 5000));
+	cr_assert_eq(io.calls, 1);
+	cr_assert_eq(io.res, -EBUSY);
+	cr_assert_eq(attr_store(be, "write", "0"), 0);
+	io.calls = 0;
+	cr_assert_eq(tio_submit(be, &io), -EBUSY);
+	cr_assert_eq(io.calls, 0);
+	be->ops->close(be);
+	tio_free(&io);
+}
+
+struct delay_worker {
+	struct blk_backend *be;
+	int id;
+	struct tio *io;
+};
+
+#define DW_THREADS 4
+#define DW_IOS 250
+
+static void *delay_worker_main(void *arg)
+{
+	struct delay_worker *w = arg;
+	int i;
+
+	for (i = 0; i < DW_IOS; i++) {
+		struct tio *t = &w->io[i];
+
+		tio_init(t, i % 3 ? BLK_WRITE : BLK_READ,
+			 ((uint64_t)w->id * DW_IOS + (uint64_t)i) * 4096, 4096);
+		if (tio_submit(w->be, t))
+			return (void *)1;
+	}
+	return NULL;
+}
+
+Test(delay, threads_submit_while_timer_runs)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	struct delay_worker w[DW_THREADS];
+	pthread_t th[DW_THREADS];
+	int i, j;
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.write", "0-3ms", 8);
+	tparams_add(&tp, "delay.read", "1ms", 9);
+	be = filter_open(&tp, "delay");
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_set_delay(fb, 200);
+	for (i = 0; i < DW_THREADS; i++) {
+		w[i] = (struct delay_worker){ .be = be, .id = i };
+		w[i].io = calloc(DW_IOS, sizeof(struct tio));
+		cr_assert_not_null(w[i].io);
+		cr_assert_eq(pthread_create(&th[i], NULL, delay_worker_main, &w[i]), 0);
+	}
+	for (i = 0; i < DW_THREADS; i++) {
+		void *r;
+
+		cr_assert_eq(pthread_join(th[i], &r), 0);
+		cr_assert_null(r, "worker %d: a submit failed", i);
+	}
+	cr_assert(done_wait(DW_THREADS * DW_IOS, 20000), "completions missing");
+	be->ops->close(be);
+	for (i = 0; i < DW_THREADS; i++) {
+		for (j = 0; j < DW_IOS; j++) {
+			cr_assert_eq(w[i].io[j].calls, 1, "thread %d io %d", i, j);
+			if (w[i].io[j].io.op == BLK_READ)
+				cr_assert_geq(w[i].io[j].done_ns - w[i].io[j].submit_ns, 1 * MS);
+			tio_free(&w[i].io[j]);
+		}
+		free(w[i].io);
+	}
+	cr_assert_eq(fake_violations(fb), 0);
+	cr_assert_eq(fake_total_count(fb, FAKE_ANY), DW_THREADS * DW_IOS);
+}
+
+/* ================================================================== */
+/* stack: conf + core/stack.c */
+
+static struct conf conf;
+static char cerr[1024];
+
+static void conf_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void conf_text(const char *fmt, ...)
+{
+	char text[2048], file[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	snprintf(file, sizeof(file), "%s/blkfs.conf", tdir);
+	cr_assert_eq(conf_parse_buf(text, strlen(text), file, &conf, cerr, sizeof(cerr)), 0,
+		     "%s", cerr);
+}
+
+Test(stack, filters_in_config_order)
+{
+	struct conf_device *d;
+	struct blk_backend *top;
+	struct blk_geometry g, below;
+	struct trace *t = malloc(sizeof(*t));
+	char path[128];
+	struct tio io;
+	int i;
+
+	cr_assert_not_null(t);
+	conf_text("[device r0]\nbackend = ram\nsize = 16M\nlogical_block_size = 512\n"
+		  "physical_block_size = 4096\nmax_io = 64K\n"
+		  "filters = log, delay\nlog.path = trace\ndelay.write = 1ms\n");
+	d = &conf.devs[0];
+	top = stack_open(&conf, d, cerr, sizeof(cerr));
+	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
+	cr_assert_str_eq(top->ops->name, "log");
+	cr_assert_not_null(top->next);
+	cr_assert_str_eq(top->next->ops->name, "delay");
+	cr_assert_not_null(top->next->next);
+	cr_assert_str_eq(top->next->next->ops->name, "ram");
+	cr_assert_null(top->next->next->next);
+	/* Every key taken by someone. */
+	for (i = 0; i < d->nr_params; i++)
+		cr_assert(d->params[i].used, "%s not taken", d->params[i].key);
+	/* The stack's geometry is the backend's. */
+	top->ops->geometry(top, &g);
+	top->next->next->ops->geometry(top->next->next, &below);
+	cr_assert_eq(memcmp(&g, &below, sizeof(g)), 0);
+	cr_assert_eq(g.max_io, 64 * KiB);
+	cr_assert_eq(g.pbs, 4096);
+
+	tio_init(&io, BLK_WRITE, 4096, 8192);
+	cr_assert_eq(tio_submit(top, &io), 0);
+	cr_assert_geq(wait_latency_ns(&io, 5000), 1 * MS);
+	cr_assert_eq(io.res, 0);
+	tio_free(&io);
+	stack_close(top);
+
+	trace_path(path, sizeof(path));
+	trace_read(path, t);
+	cr_assert_eq(t->n, 1);
+	cr_assert_str_eq(t->l[0].op, "WRITE");
+	cr_assert_eq(t->l[0].pos, 4096);
+	cr_assert_eq(t->l[0].len, 8192);
+	/* The log sits above the delay: its latency includes it. */
+	cr_assert_geq(t->l[0].lat_us, 1000);
+	conf_free(&conf);
+	free(t);
+}
+
+Test(stack, no_filters_is_the_backend)
+{
+	struct blk_backend *top;
+
+	conf_text("[device r0]\nbackend = ram\nsize = 1M\n");
+	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
+	cr_assert_str_eq(top->ops->name, "ram");
+	cr_assert_null(top->next);
+	stack_close(top);
+	conf_free(&conf);
+}
+
+/* A filter that fails to open closes what is open below it (ASan: no leak). */
+Test(stack, failure_closes_what_was_opened)
+{
+	struct blk_backend *top;
+	char want[256];
+
+	/* delay opens (above ram), then log fails: no log.path. */
+	conf_text("[device r0]\nbackend = ram\nsize = 1M\nfilters = log, delay\n"
+		  "delay.read = 1ms\n");
+	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	cr_assert(IS_ERR(top));
+	cr_assert_eq(PTR_ERR(top), -EINVAL);
+	snprintf(want, sizeof(want), "%s/blkfs.conf:1: log.path: the log filter needs a trace file",
+		 tdir);
+	cr_assert(strstr(cerr, want), "%s", cerr);
+	conf_free(&conf);
+
+	/* The lower filter fails: the backend is closed again. */
+	conf_text("[device r0]\nbackend = ram\nsize = 1M\nfilters = log, delay\n"
+		  "log.path = trace\ndelay.read = soon\n");
+	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	cr_assert(IS_ERR(top));
+	snprintf(want, sizeof(want), "%s/blkfs.conf:6: delay.read: 'soon' is not a delay", tdir);
+	cr_assert(strstr(cerr, want), "%s", cerr);
+	/* log was never opened: no trace file. */
+	trace_path(want, sizeof(want));
+	cr_assert_neq(access(want, F_OK), 0, "log opened before the layer below it");
+	conf_free(&conf);
+}
