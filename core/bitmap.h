@@ -91,6 +91,23 @@ static inline size_t bm_count(const unsigned long *bm, size_t start, size_t nr)
 	return n;
 }
 
+/* Copy bits [start, start+nr) of @src to bits [0, nr) of @dst. */
+static inline void bm_copy(unsigned long *dst, const unsigned long *src, size_t start, size_t nr)
+{
+	size_t i, words = BM_WORDS(nr), last = BM_WORDS(start + nr);
+
+	for (i = 0; i < words; i++) {
+		size_t bit = start + i * BM_BITS, w = bit / BM_BITS, off = bit % BM_BITS;
+		unsigned long v = src[w] >> off;
+
+		if (off && w + 1 < last)
+			v |= src[w + 1] << (BM_BITS - off);
+		dst[i] = v;
+	}
+	if (nr % BM_BITS)
+		dst[words - 1] &= (1UL << (nr % BM_BITS)) - 1;
+}
+
 /* True if every bit of [start, start+nr) is @val. */
 static inline bool bm_all(const unsigned long *bm, size_t start, size_t nr, bool val)
 {

@@ -239,6 +239,9 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	dev->cblk = cblk;
 	dev->cblk_shift = ilog2_u64(cblk);
 	dev->nr_blks = pc->folio_size / cblk;
+	/* a physical block inside one folio can be written whole from the cache */
+	if (geo.pbs > cblk && geo.pbs <= pc->folio_size)
+		dev->ppb = geo.pbs / cblk;
 	dev->max_io = geo.max_io;
 	dev->read_ahead = 128u << 10;
 	list_init(&dev->folios);
@@ -318,6 +321,12 @@ int pc_dev_set_max_io(struct pc_dev *dev, uint64_t bytes)
 uint32_t pc_dev_max_io(const struct pc_dev *dev)
 {
 	return (uint32_t)dev_max_io(dev);
+}
+
+void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop)
+{
+	dev->rmw_device = rmw_device;
+	dev->on_error_drop = on_error_drop;
 }
 
 int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes)
@@ -465,14 +474,14 @@ void folio_wait_wb_locked(struct pc_folio *f)
 }
 
 /* Exclusive hold: no shared writer copying, no other exclusive holder. */
-static void folio_excl_begin_locked(struct pc_folio *f)
+void folio_excl_begin_locked(struct pc_folio *f)
 {
 	while (f->excl || f->users)
 		folio_wait_locked(f);
 	f->excl = true;
 }
 
-static void folio_excl_end_locked(struct pc_folio *f)
+void folio_excl_end_locked(struct pc_folio *f)
 {
 	assert(f->excl);
 	f->excl = false;
@@ -840,7 +849,7 @@ static int pc_balance_dirty(struct pc_dev *dev)
 }
 
 /* Read whole cache blocks [blk, blk+nr) of @f from the backend. */
-static int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr)
+int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr)
 {
 	struct iovec iov = {
 		.iov_base = f->data + ((size_t)blk << dev->cblk_shift),

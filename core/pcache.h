@@ -51,6 +51,8 @@ struct pc_stats {
 	uint64_t direct_read_bytes, direct_write_bytes;
 	uint64_t cache_hits, cache_misses;	/* in cache blocks */
 	uint64_t rmw_read_bytes;		/* read to complete a partial block */
+	uint64_t partial_pblk_writes;		/* writes of part of a physical block (rmw = device) */
+	uint64_t dropped_bytes;			/* failed writeback dropped (on_error = drop) */
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
@@ -109,6 +111,17 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st);
  */
 int pc_dev_set_max_io(struct pc_dev *dev, uint64_t bytes);
 uint32_t pc_dev_max_io(const struct pc_dev *dev);
+
+/**
+ * pc_dev_set_policy - how writeback treats a device
+ * @rmw_device: false (rmw = cache): a write of part of a physical block
+ *	reads the rest into the cache once and writes the whole block; true
+ *	(rmw = device): the logical-block-aligned write goes as it is and the
+ *	device does its own read-modify-write
+ * @on_error_drop: false (keep): a failed write stays dirty and is retried;
+ *	true: it is dropped and counted. The next fsync reports the error either way.
+ */
+void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop);
 
 /**
  * pc_dev_set_read_ahead - bytes a sequential reader gets fetched ahead of

@@ -71,6 +71,10 @@ struct pc_dev {
 	struct pc_stats st;		/* atomic counters; gauges computed in pc_dev_stats() */
 	uint32_t max_io;		/* atomic: live max_sectors_kb * 1024 */
 	uint32_t read_ahead;		/* atomic: live read_ahead_kb * 1024 */
+	uint32_t ppb;			/* cache blocks per physical block when writes are
+					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
+	bool rmw_device;		/* set before serving */
+	bool on_error_drop;		/* set before serving */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -142,8 +146,14 @@ void folio_put(struct pc_folio *f);
 void folio_unpark(struct pc_cache *pc, struct pc_folio *f);
 /* Account blocks that turned dirty (nr > 0) or clean (nr < 0). Caller holds f->lock. */
 void folio_account_dirty_locked(struct pc_dev *dev, struct pc_folio *f, long nr);
+/* Exclusive hold of @f's blocks (fill, read-modify-write, invalidate). Caller holds f->lock. */
+void folio_excl_begin_locked(struct pc_folio *f);
+void folio_excl_end_locked(struct pc_folio *f);
 /* Wait until no writeback I/O is in flight on @f. Caller holds f->lock. */
 void folio_wait_wb_locked(struct pc_folio *f);
+
+/* Read whole cache blocks [blk, blk+nr) of @f (caller holds excl); counted as rmw. */
+int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr);
 
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,

@@ -362,9 +362,10 @@ static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
 	pthread_mutex_unlock(&dev->err_lock);
 	log = blk_ratelimit(&dev->err_rl, dev->name);
 	if (log)
-		blk_log("%s: writeback of %llu bytes at %llu failed: %s; the data stays dirty",
+		blk_log("%s: writeback of %llu bytes at %llu failed: %s; %s",
 			dev->name, (unsigned long long)w->io.len,
-			(unsigned long long)w->io.pos, strerror(-res));
+			(unsigned long long)w->io.pos, strerror(-res),
+			dev->on_error_drop ? "dropped (on_error = drop)" : "the data stays dirty");
 }
 
 static void wb_end_io(struct blk_io *io, int res)
@@ -379,7 +380,9 @@ static void wb_end_io(struct blk_io *io, int res)
 		bool clean;
 
 		pthread_mutex_lock(&f->lock);
-		if (res) {
+		if (res && dev->on_error_drop) {
+			STAT_ADD(dev, dropped_bytes, s->len);
+		} else if (res) {
 			uint32_t b0 = s->off >> dev->cblk_shift;
 			uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b;
 			size_t nr = 0;
@@ -416,8 +419,83 @@ static void wb_end_io(struct blk_io *io, int res)
  * write to the device) and the call returns once everything it and others
  * had in flight on these folios is done; without, such folios are skipped.
  */
+/*
+ * The blocks of @f to write, into @mask: the dirty ones, widened to whole
+ * physical blocks where the cache holds the rest uptodate, so the device
+ * never has to read-modify-write. Caller holds f->lock.
+ */
+static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long *mask)
+{
+	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
+
+	bm_copy(mask, f->state, nb, nb);
+	if (!ppb)
+		return;
+	for (p = 0; p < nb; p += ppb) {
+		if (bm_all(mask, p, ppb, false) || bm_all(mask, p, ppb, true))
+			continue;
+		if (bm_all(f->state, p, ppb, true))
+			bm_set_range(mask, p, ppb);
+		else
+			STAT_ADD(dev, partial_pblk_writes, 1);
+	}
+}
+
+/* With rmw = cache: does @f hold part of a physical block dirty and the rest not uptodate? */
+static bool wb_rmw_needed(struct pc_dev *dev, struct pc_folio *f)
+{
+	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
+	bool need = false;
+
+	if (!ppb || dev->rmw_device)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	for (p = 0; p < nb && !need; p += ppb)
+		need = !bm_all(f->state, nb + p, ppb, false) && !bm_all(f->state, p, ppb, true);
+	pthread_mutex_unlock(&f->lock);
+	return need;
+}
+
+/*
+ * Read the missing blocks of @f's partly dirty physical blocks once, so
+ * writeback can send whole physical blocks (rmw = cache).
+ */
+static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
+{
+	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p, b, e;
+	unsigned long *got = calloc(BM_WORDS(nb), sizeof(unsigned long));
+	size_t up;
+
+	if (!got)
+		return;
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	/* under excl the uptodate bits hold still */
+	for (p = 0; p < nb; p += ppb) {
+		if (bm_all(f->state, nb + p, ppb, false))
+			continue;
+		for (b = p; b < p + ppb; b = e) {
+			b = (uint32_t)bm_find(f->state, b, p + ppb, false);
+			e = (uint32_t)bm_find(f->state, b, p + ppb, true);
+			if (b < e && !folio_read_blocks(dev, f, b, e - b))
+				bm_set_range(got, b, e - b);
+		}
+	}
+	pthread_mutex_lock(&f->lock);
+	for (b = 0; b < nb; b++)
+		if (bm_test(got, b)) {
+			up = bm_set_range(f->state, b, 1);
+			__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+		}
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	free(got);
+}
+
 static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool sync, uint64_t *bytes)
 {
+	unsigned long mask[BM_WORDS(2u << 20 >> 9)];
 	uint32_t nb = dev->nr_blks;
 	struct wb_builder b = { .dev = dev, .max_io = dev_max_io(dev) };
 	struct pc_batch batch;
@@ -443,10 +521,26 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 			pthread_mutex_lock(&f->lock);
 			folio_wait_wb_locked(f);
 		}
-		while ((s = bm_find(f->state, nb + s, 2 * (size_t)nb, true) - nb) < nb) {
+		if (f->nr_dirty && dev->ppb && !dev->rmw_device) {
+			pthread_mutex_unlock(&f->lock);
+			if (wb_rmw_needed(dev, f)) {
+				/* reading takes excl: submit what is built first */
+				wb_close(&b);
+				wb_submit_ready(&b);
+				wb_rmw_fill(dev, f);
+			}
+			pthread_mutex_lock(&f->lock);
+			if (f->wb_ios && !sync) {
+				pthread_mutex_unlock(&f->lock);
+				continue;
+			}
+			folio_wait_wb_locked(f);
+		}
+		wb_mask_locked(dev, f, mask);
+		while ((s = bm_find(mask, s, nb, true)) < nb) {
 			size_t cleared;
 
-			e = bm_find(f->state, nb + s, 2 * (size_t)nb, false) - nb;
+			e = bm_find(mask, s, nb, false);
 			cleared = bm_clear_range(f->state, nb + s, e - s);
 			folio_account_dirty_locked(dev, f, -(long)cleared);
 			wb_add_locked(&b, f, (uint32_t)(s << dev->cblk_shift),
