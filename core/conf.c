@@ -64,7 +64,7 @@ static const char *const cache_keys[CK_NR] = {
 };
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
-	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_NR };
+	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -76,6 +76,9 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_MAX_IO] = "max_io",
 	[DK_CBS] = "cache_block_size",
 	[DK_FILTERS] = "filters",
+	[DK_RMW] = "rmw",
+	[DK_ON_ERROR] = "on_error",
+	[DK_READ_AHEAD] = "read_ahead",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE };
@@ -637,6 +640,31 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 		ret = get_block_size(p, prm->key, prm->value, prm->line, &bs);
 		*out = bs;
 		return ret;
+	case DK_RMW:
+		if (strcmp(prm->value, "cache") && strcmp(prm->value, "device"))
+			return conf_err(p, prm->line, prm->key, "%s is not a choice (allowed: cache, device)",
+					show(&v, prm->value));
+		*out = !strcmp(prm->value, "device");
+		return 0;
+	case DK_ON_ERROR:
+		if (strcmp(prm->value, "keep") && strcmp(prm->value, "drop"))
+			return conf_err(p, prm->line, prm->key, "%s is not a choice (allowed: keep, drop)",
+					show(&v, prm->value));
+		*out = !strcmp(prm->value, "drop");
+		return 0;
+	case DK_READ_AHEAD:
+		if (!strcmp(prm->value, "off")) {
+			*out = 0;
+			return 0;
+		}
+		ret = get_size(p, prm->key, prm->value, prm->line, out);
+		if (ret)
+			return ret;
+		if (*out % 512 || *out > CONF_MAX_READ_AHEAD)
+			return conf_err(p, prm->line, prm->key,
+					"%s is out of range (allowed: off, 0, or a multiple of 512 up to %s)",
+					show(&v, prm->value), size_str(&s, CONF_MAX_READ_AHEAD));
+		return 0;
 	case DK_CBS:
 		if (!strcmp(prm->value, "auto")) {
 			*out = 0;
@@ -818,6 +846,9 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	}
 
 	d->cache_block_size = val[DK_CBS];
+	d->rmw_device = val[DK_RMW];
+	d->on_error_drop = val[DK_ON_ERROR];
+	d->read_ahead = at[DK_READ_AHEAD] ? (uint32_t)val[DK_READ_AHEAD] : CONF_DEF_READ_AHEAD;
 	g->size = val[DK_SIZE];
 	g->lbs = val[DK_LBS];
 	g->pbs = val[DK_PBS];

@@ -17,6 +17,7 @@
 #ifndef BLKFS_CONF_H
 #define BLKFS_CONF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,8 @@
 #define CONF_MAX_BLOCK (64u << 10)
 #define CONF_MIN_FOLIO (4u << 10)
 #define CONF_MAX_FOLIO (2u << 20)
+#define CONF_DEF_READ_AHEAD (128u << 10)
+#define CONF_MAX_READ_AHEAD (64u << 20)
 
 struct conf_cache {
 	uint64_t size;			/* bytes; default 256M */
@@ -52,6 +55,9 @@ struct conf_device {
 	 */
 	struct blk_geometry geo;
 	uint32_t cache_block_size;	/* 0 = auto */
+	bool rmw_device;		/* rmw = device (default cache) */
+	bool on_error_drop;		/* on_error = drop (default keep) */
+	uint32_t read_ahead;		/* bytes; default 128K, 0 = off */
 	/*
 	 * `filters`, in config order: filters[0] is on top (the cache submits
 	 * to it), filters[nr_filters - 1] sits just above the backend.

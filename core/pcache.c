@@ -243,7 +243,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	if (geo.pbs > cblk && geo.pbs <= pc->folio_size)
 		dev->ppb = geo.pbs / cblk;
 	dev->max_io = geo.max_io;
-	dev->read_ahead = 128u << 10;
+	dev->read_ahead = 0;	/* off until the owner sets it (conf: 128K) */
 	list_init(&dev->folios);
 	pthread_mutex_init(&dev->err_lock, NULL);
 	pthread_mutex_init(&dev->acct_lock, NULL);
@@ -1012,16 +1012,19 @@ static void folio_block_span(const struct pc_dev *dev, const struct pc_folio *f,
  * indexes, ascending): contiguous missing blocks, also across folios, go to
  * the backend as one read, split at max_io by slicing the vector.
  */
+/* Folios one fill may cover: a request plus its readahead. */
+#define PC_FILL_MAX (2 * PC_READ_IOV)
+
 static int folios_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len)
 {
-	bool need[PC_READ_IOV];
+	bool need[PC_FILL_MAX];
 	uint32_t b0, b1, hits = 0, misses = 0;
 	struct iovec *iov = NULL;
 	struct pc_batch batch;
 	uint64_t run_pos = 0, run_len = 0;
 	int i, iovcnt = 0, run_iov = 0, nr_need = 0, err = 0;
 
-	assert(n <= (int)PC_READ_IOV);
+	assert(n <= (int)PC_FILL_MAX);
 	for (i = 0; i < n; i++) {
 		struct pc_folio *f = v[i];
 		size_t up;
@@ -1117,6 +1120,63 @@ out_release:
 	return err;
 }
 
+static bool folios_uptodate(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos,
+			    uint64_t len)
+{
+	uint32_t b0, b1;
+	bool up = true;
+	int i;
+
+	for (i = 0; i < n && up; i++) {
+		folio_block_span(dev, v[i], pos, len, &b0, &b1);
+		pthread_mutex_lock(&v[i]->lock);
+		up = bm_all(v[i]->state, b0, b1 - b0 + 1, true);
+		pthread_mutex_unlock(&v[i]->lock);
+	}
+	return up;
+}
+
+/*
+ * Fill the request's folios. A sequential reader (this read starts where
+ * the last one ended) that misses gets read_ahead bytes more in the same
+ * backend read, into folios it does not pin; a random reader gets only what
+ * it asked for.
+ */
+static int pc_read_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t ra = __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
+	uint64_t prev = __atomic_exchange_n(&dev->ra_next, pos + len, __ATOMIC_RELAXED);
+	uint64_t end = pos + len, ra_end, idx;
+	struct pc_folio *all[PC_FILL_MAX];
+	int nr = n, i, err = 0;
+
+	if (!ra || prev != pos || end >= dev->geo.size || folios_uptodate(dev, v, n, pos, len))
+		return folios_fill(dev, v, n, pos, len);
+	ra_end = end + ra < dev->geo.size ? end + ra : dev->geo.size;
+	memcpy(all, v, sizeof(*v) * (size_t)n);
+	for (idx = ((end - 1) >> pc->folio_shift) + 1;
+	     idx <= (ra_end - 1) >> pc->folio_shift && nr < (int)PC_FILL_MAX; idx++) {
+		/* never wait for readahead: take what the cache has to spare */
+		struct pc_folio *f = folio_get_or_create(dev, idx, false, &err);
+
+		if (!f)
+			break;
+		all[nr++] = f;
+	}
+	if (nr > n)
+		ra_end = (all[nr - 1]->index + 1) << pc->folio_shift < ra_end ?
+			 (all[nr - 1]->index + 1) << pc->folio_shift : ra_end;
+	else
+		ra_end = end;
+	err = folios_fill(dev, all, nr, pos, ra_end - pos);
+	if (!err)
+		STAT_ADD(dev, readahead_bytes, ra_end - end);
+	for (i = n; i < nr; i++)
+		folio_put(all[i]);
+	return err;
+}
+
 void pc_read_end(struct pc_read *rd)
 {
 	int i;
@@ -1194,7 +1254,7 @@ ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64
 		}
 		rd->folios[rd->nr_folios++] = f;
 	}
-	err = folios_fill(dev, rd->folios, n, pos, len);
+	err = pc_read_fill(dev, rd->folios, n, pos, len);
 	if (err) {
 		pc_read_end(rd);
 		return err;

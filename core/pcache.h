@@ -50,6 +50,7 @@ struct pc_stats {
 	uint64_t io_ticks_ms, time_in_queue_ms;
 	uint64_t direct_read_bytes, direct_write_bytes;
 	uint64_t cache_hits, cache_misses;	/* in cache blocks */
+	uint64_t readahead_bytes;		/* read for sequential readers beyond their reads */
 	uint64_t rmw_read_bytes;		/* read to complete a partial block */
 	uint64_t partial_pblk_writes;		/* writes of part of a physical block (rmw = device) */
 	uint64_t dropped_bytes;			/* failed writeback dropped (on_error = drop) */

@@ -71,6 +71,7 @@ struct pc_dev {
 	struct pc_stats st;		/* atomic counters; gauges computed in pc_dev_stats() */
 	uint32_t max_io;		/* atomic: live max_sectors_kb * 1024 */
 	uint32_t read_ahead;		/* atomic: live read_ahead_kb * 1024 */
+	uint64_t ra_next;		/* atomic: where the last buffered read ended */
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
 	bool rmw_device;		/* set before serving */

@@ -110,6 +110,8 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 				 d->conf.file, bd->cd->line, bd->cd->name, strerror(-ret));
 			goto out_close;
 		}
+		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
+		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
 	}
 	ret = bf_sys_build(d);
 	if (ret) {
