@@ -81,7 +81,7 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_READ_AHEAD] = "read_ahead",
 };
 
-enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE };
+enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE, SEC_MOUNT };
 
 struct conf_parser {
 	struct conf *c;
@@ -939,6 +939,15 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
 	while (n && is_space(s[n - 1]))
 		n--;
 
+	if (n == 5 && !memcmp(s, "mount", 5)) {
+		if (c->mount.line)
+			return conf_err(p, p->line, hdr,
+					"duplicate section (first defined on line %d)",
+					c->mount.line);
+		c->mount.line = p->line;
+		p->sec = SEC_MOUNT;
+		return 0;
+	}
 	if (n == 5 && !memcmp(s, "cache", 5)) {
 		if (c->cache.line)
 			return conf_err(p, p->line, hdr,
@@ -950,7 +959,7 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
 	}
 	if (n < 6 || memcmp(s, "device", 6) || (n > 6 && !is_space(s[6])))
 		return conf_err(p, p->line, hdr,
-				"unknown section (allowed: [cache], [device NAME])");
+				"unknown section (allowed: [cache], [mount], [device NAME])");
 	s += 6;
 	n -= 6;
 	while (n && is_space(*s))
@@ -981,6 +990,25 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
 	d->line = p->line;
 	p->params_cap = 0;
 	p->sec = SEC_DEVICE;
+	return 0;
+}
+
+/* [mount]: how the kernel side of the mount behaves. */
+static int mount_key_line(struct conf_parser *p, const char *key, const char *val, int line)
+{
+	struct conf_mount *m = &p->c->mount;
+	struct show_str v;
+
+	if (strcmp(key, "kernel_cache"))
+		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache)");
+	if (m->kernel_cache_line)
+		return conf_err(p, line, key, "duplicate key (first given on line %d)",
+				m->kernel_cache_line);
+	if (strcmp(val, "none") && strcmp(val, "writeback"))
+		return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
+				show(&v, val));
+	m->kernel_cache_line = line;
+	m->kernel_writeback = !strcmp(val, "writeback");
 	return 0;
 }
 
@@ -1022,9 +1050,11 @@ static int key_line(struct conf_parser *p, const char *s, size_t n)
 		return cache_key_line(p, key, val, p->line);
 	case SEC_DEVICE:
 		return add_param(p, &p->c->devs[p->c->nr_devs - 1], key, val, p->line);
+	case SEC_MOUNT:
+		return mount_key_line(p, key, val, p->line);
 	default:
 		return conf_err(p, p->line, key,
-				"key outside a section (allowed: under [cache] or [device NAME])");
+				"key outside a section (allowed: under [cache], [mount] or [device NAME])");
 	}
 }
 

@@ -5,6 +5,7 @@
  * Format (INI):
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
+ *   [mount]        kernel_cache
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
  *                  io_min, io_opt, max_io, cache_block_size, filters, the
  *                  keys the backend lists in its ops->keys, and FILTER.KEY
@@ -43,6 +44,17 @@ struct conf_cache {
 	int line;			/* line of [cache], 0 if absent */
 };
 
+/*
+ * [mount] kernel_cache = none | writeback. none (default): every read and
+ * write reaches the daemon (FUSE direct mode). writeback: the kernel's page
+ * cache batches small writes first (FUSE writeback cache).
+ */
+struct conf_mount {
+	bool kernel_writeback;
+	int kernel_cache_line;
+	int line;			/* line of [mount], 0 if absent */
+};
+
 struct conf_device {
 	char name[CONF_NAME_MAX + 1];
 	int line;			/* line of [device NAME] */
@@ -76,6 +88,7 @@ struct conf_device {
 struct conf {
 	const char *file;		/* as given to conf_parse_buf() */
 	struct conf_cache cache;
+	struct conf_mount mount;
 	struct conf_device *devs;
 	int nr_devs;
 	char *strings;			/* owned storage for all strings above */

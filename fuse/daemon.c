@@ -185,10 +185,18 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 
 static void bf_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
-	/* reads through splice were ~20x slower here; the kernel must not cache for us */
+	struct bf_daemon *d = userdata;
+
+	/* reads through splice were ~20x slower here */
 	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
 			FUSE_CAP_WRITEBACK_CACHE);
+	/*
+	 * kernel_cache = writeback: the kernel's page cache takes small writes
+	 * and sends them on in large requests (4 KiB dd ran ~6x faster here),
+	 * at the price of owning the file size (see bf_open).
+	 */
+	if (d->conf.mount.kernel_writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 	/* O_TRUNC reaches open(), which ignores it: a plain `dd of=` keeps the device */
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
@@ -340,10 +348,27 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	if (d->conf.mount.kernel_writeback && (fi->flags & O_TRUNC)) {
+		/*
+		 * With the kernel's writeback cache the kernel owns the size: it
+		 * would believe the device empty after O_TRUNC and keep believing
+		 * it. Refused rather than ignored (README: kernel_cache).
+		 */
+		free(f);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
 	f->dev = bd;
 	f->direct = fi->flags & O_DIRECT;
 	f->since = pc_errseq_sample(bd->pc);
 	fi->fh = (uint64_t)(uintptr_t)f;
+	if (d->conf.mount.kernel_writeback) {
+		/* the kernel caches and handles O_DIRECT itself (writes back, invalidates) */
+		fi->keep_cache = 1;
+		fi->noflush = 0;
+		fuse_reply_open(req, fi);
+		return;
+	}
 	/*
 	 * Direct mode: every read and write reaches this daemon, in requests of
 	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
