@@ -312,6 +312,8 @@ _MNTS=()		# blkfs mount points this test created
 _TOPMNTS=()		# filesystems mounted on top (ext4 on a loop device)
 _LOOPS=()		# loop devices this test attached
 _BGPIDS=()		# background processes to kill at exit
+_XDIRS=()		# directories outside $TDIR (odirect_dir), removed at exit
+_NLOOPF=0
 declare -A _PID_OF=()	# mount point -> daemon pid
 
 _cleanup() {
@@ -349,6 +351,9 @@ _cleanup() {
 		echo "FAIL: the daemon log reports problems (above)" >&2
 		rc=1
 	fi
+	for m in "${_XDIRS[@]}"; do
+		cleanup_tree "$m"
+	done
 	cleanup_tree "$TDIR"
 	exit "$rc"
 }
@@ -384,11 +389,29 @@ write_conf() {
 # point; sets MNT, CONF, PIDFILE, LOG, STATUS, DAEMON_PID. Fails the test
 # unless `blkfs mount` exits 0 with the mount usable and the daemon running.
 start_blkfs() {
-	local out rc i
 	write_conf "$1"
 	shift
 	new_mountpoint
 	_MNTS+=("$MNT")
+	_mount_blkfs "$@"
+}
+
+# remount_blkfs MNT [MOUNT ARGS...]: mount $CONF again at MNT, a mount point
+# this test made and that is no longer mounted (after stop_blkfs or
+# kill9_blkfs); sets MNT, PIDFILE, LOG, STATUS, DAEMON_PID like start_blkfs.
+remount_blkfs() {
+	MNT=$1
+	shift
+	PIDFILE=$BLKFS_RUNDIR/$(rundir_key "$MNT").pid
+	LOG=$BLKFS_RUNDIR/$(rundir_key "$MNT").log
+	STATUS=$BLKFS_RUNDIR/$(rundir_key "$MNT").status
+	! is_mounted "$MNT" || fail "remount_blkfs: $MNT is still mounted"
+	_mount_blkfs "$@"
+}
+
+# _mount_blkfs [MOUNT ARGS...]: blkfs mount $MNT -c $CONF and the checks.
+_mount_blkfs() {
+	local out rc i
 	out=$("$BLKFS" mount "$MNT" -c "$CONF" "$@" 2>&1) && rc=0 || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		printf '%s\n' "$out" >&2
@@ -410,6 +433,23 @@ start_blkfs() {
 	pid_alive "$DAEMON_PID" || fail "daemon pid $DAEMON_PID from $PIDFILE is not running"
 	_PID_OF[$MNT]=$DAEMON_PID
 	info "mounted $MNT (daemon $DAEMON_PID)"
+}
+
+# kill9_blkfs [MNT]: a crash: SIGKILL the daemon of MNT (nothing is written
+# back), then clean up the dead mount as the EXIT trap would (abort the FUSE
+# connection, lazy unmount). MNT can be mounted again with remount_blkfs.
+kill9_blkfs() {
+	local mnt=${1:-$MNT} pid
+	pid=${_PID_OF[$mnt]:-}
+	[ -n "$pid" ] || fail "kill9_blkfs: no daemon known for $mnt"
+	pid_alive "$pid" || fail "kill9_blkfs: daemon $pid of $mnt is not running"
+	kill -KILL "$pid" || fail "kill -KILL $pid failed"
+	wait_gone 10 "$pid" || fail "daemon $pid still there 10 s after SIGKILL"
+	abort_fuse "$mnt"
+	while is_mounted "$mnt"; do umount -l "$mnt" 2>/dev/null || break; done
+	! is_mounted "$mnt" || fail "kill9_blkfs: cannot unmount $mnt"
+	unset "_PID_OF[$mnt]"
+	info "killed daemon $pid (SIGKILL), $mnt unmounted"
 }
 
 # stop_blkfs [MNT]: `blkfs umount MNT` must exit 0, and when it returns the
@@ -466,6 +506,28 @@ attach_loop() {
 	info "attached $LOOP -> $f"
 }
 
+# new_loop SIZE [LOSETUP ARGS...]: a loop device over a new sparse file of
+# SIZE bytes in $TDIR (e.g. new_loop 256M --sector-size 4096); sets LOOP and
+# LOOP_FILE. With --sector-size N the device must report N (else skip: the
+# kernel or losetup cannot). Detached at exit.
+new_loop() {
+	local size=$1 a prev='' want=''
+	shift
+	for a in "$@"; do
+		case $a in --sector-size=*) want=${a#--sector-size=} ;; esac
+		[ "$prev" != --sector-size ] || want=$a
+		prev=$a
+	done
+	[ -e /dev/loop-control ] || skip "no /dev/loop-control"
+	_NLOOPF=$((_NLOOPF + 1))
+	LOOP_FILE=$TDIR/loop$_NLOOPF.img
+	truncate -s "$size" "$LOOP_FILE" || fail "truncate -s $size $LOOP_FILE failed"
+	attach_loop "$LOOP_FILE" "$@"
+	if [ -n "$want" ] && [ "$(blockdev --getss "$LOOP")" != "$want" ]; then
+		skip "losetup $* made $LOOP with $(blockdev --getss "$LOOP")-byte sectors, not $want"
+	fi
+}
+
 detach_loop() {
 	losetup -d "$1" || fail "losetup -d $1 failed"
 }
@@ -477,6 +539,32 @@ mount_top() {
 	mkdir -p "$dir"
 	mount "$@" "$dev" "$dir" || fail "mount $dev $dir failed"
 	_TOPMNTS+=("$dir")
+}
+
+# odirect_dir: sets ODIRECT_DIR to a directory for image files on a
+# filesystem that takes O_DIRECT: $TDIR/img if $TDIR's does, else a new
+# directory under /var/tmp (removed at exit). Returns 1, ODIRECT_DIR empty,
+# when neither does (the caller skips what needs it).
+odirect_dir() {
+	local d
+	ODIRECT_DIR=
+	for d in "$TDIR/img" /var/tmp; do
+		if [ "$d" = /var/tmp ]; then
+			[ -d /var/tmp ] || continue
+			d=$(mktemp -d "/var/tmp/blkfs-$TEST_NAME.XXXXXX") || continue
+			d=$(realpath -e "$d")
+			_XDIRS+=("$d")
+		fi
+		mkdir -p "$d"
+		if dd if=/dev/zero of="$d/.odirect" bs=4096 count=1 oflag=direct \
+			status=none 2>/dev/null; then
+			rm -f "$d/.odirect"
+			ODIRECT_DIR=$d
+			return 0
+		fi
+		rm -rf "$d"
+	done
+	return 1
 }
 
 # ---------------------------------------------------------------------------

@@ -317,7 +317,7 @@ Test(conf, size_errors)
 
 Test(conf, section_errors)
 {
-	expect_err("[foo]\n", F ":1: [foo]: unknown section (allowed: [cache], [device NAME])");
+	expect_err("[foo]\n", F ":1: [foo]: unknown section (allowed: [cache], [mount], [device NAME])");
 	expect_err(RAM0 "[Cache]\n", F ":4: [Cache]: unknown section");
 	expect_err(RAM0 "[cache x]\n", F ":4: [cache x]: unknown section");
 	expect_err(RAM0 "[devices ram1]\n", F ":4: [devices ram1]: unknown section");
@@ -396,7 +396,7 @@ Test(conf, no_device)
 Test(conf, line_errors)
 {
 	expect_err("size = 1G\n" RAM0,
-		   F ":1: size: key outside a section (allowed: under [cache] or [device NAME])");
+		   F ":1: size: key outside a section (allowed: under [cache], [mount] or [device NAME])");
 	expect_err("[cache]\nhello world\n",
 		   F ":2: hello world: syntax error (allowed: `key = value`, `[section]`, or a # comment)");
 	expect_err("[cache]\n= 5\n", F ":2: =: syntax error: no key before '='");
@@ -1138,7 +1138,7 @@ Test(conf, control_chars_in_message)
 	expect_err("[cache]\nsize = 1\rG\n" RAM0, F ":2: size: 1?G is not a size");
 	/* the file name is echoed too */
 	cr_assert_eq(conf_parse_buf("[x]\n", 4, "a\nb", &c, err, sizeof(err)), -EINVAL);
-	cr_assert_str_eq(err, "a?b:1: [x]: unknown section (allowed: [cache], [device NAME])");
+	cr_assert_str_eq(err, "a?b:1: [x]: unknown section (allowed: [cache], [mount], [device NAME])");
 }
 
 Test(conf, long_lines_and_values)
@@ -1266,4 +1266,39 @@ Test(conf, random_mutations)
 		}
 	}
 	cr_assert_gt(ok, 0);
+}
+
+Test(conf, mount_section)
+{
+	const char *m = RAM0 "[mount]\nkernel_cache = writeback\n";
+
+	cr_assert_eq(conf_parse_buf(m, strlen(m), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert(c.mount.kernel_writeback);
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert(!c.mount.kernel_writeback);
+	conf_free(&c);
+	expect_err(RAM0 "[mount]\nkernel_cache = maybe\n",
+		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
+	expect_err(RAM0 "[mount]\ncolour = red\n",
+		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache)");
+	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
+}
+
+Test(conf, device_policies)
+{
+	const char *t = RAM0 "rmw = device\non_error = drop\nread_ahead = 1M\n";
+
+	cr_assert_eq(conf_parse_buf(t, strlen(t), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert(c.devs[0].rmw_device);
+	cr_assert(c.devs[0].on_error_drop);
+	cr_assert_eq(c.devs[0].read_ahead, 1u << 20);
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert(!c.devs[0].rmw_device && !c.devs[0].on_error_drop);
+	cr_assert_eq(c.devs[0].read_ahead, CONF_DEF_READ_AHEAD);
+	conf_free(&c);
+	expect_err(RAM0 "rmw = sometimes\n", F ":4: rmw: sometimes is not a choice (allowed: cache, device)");
+	expect_err(RAM0 "on_error = ignore\n", F ":4: on_error: ignore is not a choice (allowed: keep, drop)");
+	expect_err(RAM0 "read_ahead = 100\n", F ":4: read_ahead: 100 is out of range");
 }
