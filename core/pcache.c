@@ -807,7 +807,7 @@ static int errseq_check_and_advance(struct pc_dev *dev, pc_errseq_t *since)
  * at the background level. A device whose writeback keeps failing gets its
  * errno instead of a wait that could last forever.
  */
-static int pc_balance_dirty(struct pc_dev *dev)
+static int pc_balance_dirty(struct pc_dev *dev, bool may_pause)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t dirty;
@@ -819,8 +819,20 @@ static int pc_balance_dirty(struct pc_dev *dev)
 		if (dirty > pc->dirty_background && pc->flusher_running &&
 		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
 			wb_kick(pc);
-		if (dirty <= pc->dirty_limit)
+		if (dirty <= pc->dirty_limit) {
+			uint64_t setpoint = (pc->dirty_background + pc->dirty_limit) / 2;
+
+			/*
+			 * Between the setpoint and the limit, a short pause that
+			 * grows with the excess (as balance_dirty_pages): a writer
+			 * that outruns the backend slows to its speed smoothly
+			 * instead of running into the limit and stopping.
+			 */
+			if (may_pause && dirty > setpoint && pc->flusher_running)
+				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
+						   (pc->dirty_limit - setpoint + 1)));
 			return 0;
+		}
 		err = dev_failing(dev);
 		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
 			return -err;
@@ -953,7 +965,7 @@ ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
 
 		if (n > len - done)
 			n = (uint32_t)(len - done);
-		err = pc_balance_dirty(dev);
+		err = pc_balance_dirty(dev, done == 0);	/* one pause per request */
 		if (err)
 			break;
 		f = folio_get_or_create(dev, cur >> pc->folio_shift, true, &err);
