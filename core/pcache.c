@@ -860,6 +860,16 @@ static int pc_balance_dirty(struct pc_dev *dev, bool may_pause)
 	}
 }
 
+/* Read cache blocks [blk, blk+nr) of @f into @buf (rmw: counted so). */
+int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)nr << dev->cblk_shift };
+	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
+
+	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
+	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
+}
+
 /* Read whole cache blocks [blk, blk+nr) of @f from the backend. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr)
 {
@@ -992,7 +1002,7 @@ static void bounce_key_init(void)
 	pthread_key_create(&bounce_key, free);
 }
 
-static char *bounce_buf(void)
+char *pc_bounce_buf(void)
 {
 	char *b;
 
@@ -1203,7 +1213,7 @@ void pc_read_end(struct pc_read *rd)
 static ssize_t pc_read_bounce(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
 {
 	struct pc_cache *pc = dev->pc;
-	char *buf = bounce_buf();
+	char *buf = pc_bounce_buf();
 	size_t done = 0;
 	int err = 0;
 
@@ -1386,7 +1396,7 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 
 		iov.iov_base = (char *)buf + done;
 		if (needs_bounce(dev, iov.iov_base)) {
-			char *b = bounce_buf();
+			char *b = pc_bounce_buf();
 
 			if (!b)
 				return -ENOMEM;
@@ -1428,7 +1438,7 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 
 		iov.iov_base = (char *)buf + done;
 		if (bounce) {
-			iov.iov_base = bounce_buf();
+			iov.iov_base = pc_bounce_buf();
 			if (!iov.iov_base)
 				return -ENOMEM;
 			if (n > PC_READ_MAX)

@@ -156,6 +156,11 @@ void folio_wait_wb_locked(struct pc_folio *f);
 /* Read whole cache blocks [blk, blk+nr) of @f (caller holds excl); counted as rmw. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr);
 
+/* Read cache blocks [blk, blk+nr) of @f into @buf instead of the folio (rmw). */
+int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf);
+/* The calling thread's PC_READ_MAX-byte bounce buffer, 64K-aligned. */
+char *pc_bounce_buf(void);
+
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,
 	       uint64_t older_than_ms, struct pc_folio ***out);

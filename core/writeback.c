@@ -301,8 +301,12 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 		struct wb_io *w = b->cur;
 		uint32_t take;
 
-		if (w && (w->io.pos + w->io.len != p || w->io.len == max || w->nsegs == w->cap))
+		if (w && (w->io.pos + w->io.len != p || w->io.len == max || w->nsegs == w->cap)) {
+			/* the run goes on in a new I/O: a split at max_io */
+			if (w->io.pos + w->io.len == p)
+				STAT_ADD(dev, split_ios, 1);
 			wb_close(b);
+		}
 		if (!b->cur) {
 			b->cur = wb_io_alloc(dev, max);
 			if (!b->cur) {
@@ -332,8 +336,6 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 		__atomic_add_fetch(&dev->pc->wb_bytes, take, __ATOMIC_RELAXED);
 		off += take;
 		len -= take;
-		if (len)
-			STAT_ADD(dev, split_ios, 1);
 	}
 }
 
@@ -441,6 +443,8 @@ static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long
 	}
 }
 
+static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, uint32_t p);
+
 /* With rmw = cache: does @f hold part of a physical block dirty and the rest not uptodate? */
 static bool wb_rmw_needed(struct pc_dev *dev, struct pc_folio *f)
 {
@@ -451,46 +455,65 @@ static bool wb_rmw_needed(struct pc_dev *dev, struct pc_folio *f)
 		return false;
 	pthread_mutex_lock(&f->lock);
 	for (p = 0; p < nb && !need; p += ppb)
-		need = !bm_all(f->state, nb + p, ppb, false) && !bm_all(f->state, p, ppb, true);
+		need = pblk_needs_rmw(dev, f, p);
 	pthread_mutex_unlock(&f->lock);
 	return need;
 }
 
+/* Does physical block @p (first cache block) of @f need its missing part read? */
+static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, uint32_t p)
+{
+	uint32_t nb = dev->nr_blks, ppb = dev->ppb;
+
+	return !bm_all(f->state, nb + p, ppb, false) && !bm_all(f->state, p, ppb, true);
+}
+
 /*
- * Read the missing blocks of @f's partly dirty physical blocks once, so
- * writeback can send whole physical blocks (rmw = cache).
+ * Read the missing blocks of @f's partly dirty physical blocks, so
+ * writeback can send whole physical blocks (rmw = cache). Neighbouring
+ * physical blocks that need it share one read: from the first missing
+ * block to the last, into a bounce buffer, of which only the missing
+ * blocks are copied in (the ones between may be dirty).
  */
 static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 {
-	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p, b, e;
-	unsigned long *got = calloc(BM_WORDS(nb), sizeof(unsigned long));
-	size_t up;
+	uint32_t nb = dev->nr_blks, ppb = dev->ppb, sh = dev->cblk_shift;
+	uint32_t max_blks = PC_READ_MAX >> sh, p, q, b0, b1, b;
+	char *scratch = pc_bounce_buf();
+	size_t up = 0;
 
-	if (!got)
+	if (!scratch)
 		return;
 	pthread_mutex_lock(&f->lock);
 	folio_excl_begin_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	/* under excl the uptodate bits hold still */
-	for (p = 0; p < nb; p += ppb) {
-		if (bm_all(f->state, nb + p, ppb, false))
+	for (p = 0; p < nb; p = q) {
+		if (!pblk_needs_rmw(dev, f, p)) {
+			q = p + ppb;
 			continue;
-		for (b = p; b < p + ppb; b = e) {
-			b = (uint32_t)bm_find(f->state, b, p + ppb, false);
-			e = (uint32_t)bm_find(f->state, b, p + ppb, true);
-			if (b < e && !folio_read_blocks(dev, f, b, e - b))
-				bm_set_range(got, b, e - b);
+		}
+		b0 = (uint32_t)bm_find(f->state, p, p + ppb, false);
+		for (q = p + ppb; q < nb && pblk_needs_rmw(dev, f, q) &&
+		     q + ppb - b0 <= max_blks; q += ppb)
+			;
+		/* the last missing block of the span */
+		for (b1 = q; b1 > b0 && bm_test(f->state, b1 - 1); b1--)
+			;
+		if (folio_read_span(dev, f, b0, b1 - b0, scratch))
+			continue;
+		for (b = b0; b < b1; b++) {
+			if (bm_test(f->state, b))
+				continue;
+			memcpy(f->data + ((size_t)b << sh), scratch + ((size_t)(b - b0) << sh),
+			       (size_t)1 << sh);
+			up += bm_set_range(f->state, b, 1);
 		}
 	}
 	pthread_mutex_lock(&f->lock);
-	for (b = 0; b < nb; b++)
-		if (bm_test(got, b)) {
-			up = bm_set_range(f->state, b, 1);
-			__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
-		}
 	folio_excl_end_locked(f);
 	pthread_mutex_unlock(&f->lock);
-	free(got);
+	__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 }
 
 static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool sync, uint64_t *bytes)
@@ -500,6 +523,16 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 	struct wb_builder b = { .dev = dev, .max_io = dev_max_io(dev) };
 	struct pc_batch batch;
 	int i, err;
+
+	/*
+	 * rmw = cache: first complete the partly dirty physical blocks, all of
+	 * them, so that building the I/Os below never stops to read and runs
+	 * still merge across folios.
+	 */
+	if (dev->ppb && !dev->rmw_device)
+		for (i = 0; i < n; i++)
+			if (wb_rmw_needed(dev, v[i]))
+				wb_rmw_fill(dev, v[i]);
 
 	pc_batch_init(&batch);
 	b.batch = &batch;
@@ -519,21 +552,6 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 			wb_close(&b);
 			wb_submit_ready(&b);
 			pthread_mutex_lock(&f->lock);
-			folio_wait_wb_locked(f);
-		}
-		if (f->nr_dirty && dev->ppb && !dev->rmw_device) {
-			pthread_mutex_unlock(&f->lock);
-			if (wb_rmw_needed(dev, f)) {
-				/* reading takes excl: submit what is built first */
-				wb_close(&b);
-				wb_submit_ready(&b);
-				wb_rmw_fill(dev, f);
-			}
-			pthread_mutex_lock(&f->lock);
-			if (f->wb_ios && !sync) {
-				pthread_mutex_unlock(&f->lock);
-				continue;
-			}
 			folio_wait_wb_locked(f);
 		}
 		wb_mask_locked(dev, f, mask);
