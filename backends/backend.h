@@ -80,6 +80,17 @@ struct blk_param {
 };
 
 /*
+ * What the layers above a backend offer it (the daemon fills it in): a
+ * power-loss filter drops everything volatile above the device, as a real
+ * power cut would (blkfs's cached data for the device without writeback,
+ * and the kernel's page cache of the device file).
+ */
+struct blk_host {
+	void *ctx;
+	void (*drop_volatile)(void *ctx);
+};
+
+/*
  * What open() gets: the device's config section, and where to say what is
  * wrong. A filter's keys are written `NAME.key` in the config (`delay.write`);
  * blk_param_*() add the prefix, so the filter asks for "write".
@@ -94,6 +105,11 @@ struct blk_params {
 	int n;
 	char *err;		/* open() writes "FILE:LINE: KEY: message" here */
 	size_t errlen;
+	/*
+	 * Set by the daemon before the stack is used; a filter keeps the
+	 * pointer (it stays valid until close) and calls it only after open.
+	 */
+	const struct blk_host *host;
 };
 
 struct blk_backend;

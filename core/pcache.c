@@ -1520,6 +1520,33 @@ static int pc_zero_range(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	return err;
 }
 
+void pc_dev_drop_all(struct pc_dev *dev)
+{
+	struct pc_folio **v;
+	int n, i;
+
+	n = pc_collect(dev, 0, 0, false, 0, &v);
+	if (n < 0)
+		return;
+	for (i = 0; i < n; i++) {
+		struct pc_folio *f = v[i];
+		size_t up, dirty;
+
+		pthread_mutex_lock(&f->lock);
+		folio_excl_begin_locked(f);
+		dirty = bm_clear_range(f->state, dev->nr_blks, dev->nr_blks);
+		up = bm_clear_range(f->state, 0, dev->nr_blks);
+		folio_account_dirty_locked(dev, f, -(long)dirty);
+		folio_excl_end_locked(f);
+		pthread_mutex_unlock(&f->lock);
+		__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+		STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
+		if (dirty)
+			folio_unpark(dev->pc, f);
+	}
+	pc_put_all(v, n);
+}
+
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len)
 {
 	return pc_zero_range(dev, BLK_DISCARD, pos, len);

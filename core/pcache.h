@@ -208,6 +208,13 @@ int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len);
 int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len);
 
 /**
+ * pc_dev_drop_all - forget every cached block of @dev without writing it
+ * back (a simulated power cut): dirty data is dropped and counted in
+ * dropped_bytes, writeback already in flight completes as the device decides.
+ */
+void pc_dev_drop_all(struct pc_dev *dev);
+
+/**
  * pc_errseq_sample - what an opener records to see later errors once. An
  * error nobody has seen yet samples as 0, so a new opener's first fsync
  * reports it too (the kernel's rule).

@@ -12,6 +12,7 @@
 #include "stack.h"
 
 static struct blk_backend *open_layer(const struct conf *c, struct conf_device *d,
+				      const struct blk_host *host,
 				      const struct blk_backend_ops *ops, const char *prefix,
 				      struct blk_backend *next, char *err, size_t errlen)
 {
@@ -25,6 +26,7 @@ static struct blk_backend *open_layer(const struct conf *c, struct conf_device *
 		.n = d->nr_params,
 		.err = err,
 		.errlen = errlen,
+		.host = host,
 	};
 	struct blk_backend *be;
 
@@ -36,13 +38,13 @@ static struct blk_backend *open_layer(const struct conf *c, struct conf_device *
 	return be;
 }
 
-struct blk_backend *stack_open(const struct conf *c, struct conf_device *d, char *err,
-			       size_t errlen)
+struct blk_backend *stack_open(const struct conf *c, struct conf_device *d,
+			       const struct blk_host *host, char *err, size_t errlen)
 {
 	struct blk_backend *top;
 	int i;
 
-	top = open_layer(c, d, d->ops, NULL, NULL, err, errlen);
+	top = open_layer(c, d, host, d->ops, NULL, NULL, err, errlen);
 	if (IS_ERR(top))
 		return top;
 	for (i = d->nr_filters - 1; i >= 0; i--) {
@@ -52,7 +54,7 @@ struct blk_backend *stack_open(const struct conf *c, struct conf_device *d, char
 
 		/* The filter reads `log.path` as "path"; params.c adds this. */
 		snprintf(prefix, sizeof(prefix), "%s.", ops->name);
-		be = open_layer(c, d, ops, prefix, top, err, errlen);
+		be = open_layer(c, d, host, ops, prefix, top, err, errlen);
 		if (IS_ERR(be)) {
 			stack_close(top);
 			return be;

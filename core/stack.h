@@ -13,13 +13,14 @@
  * stack_open - open @d's backend, then its filters from the bottom up
  * @c: the config (file name for messages)
  * @d: the device; its params' used flags are updated
+ * @host: what the daemon offers the layers (may be NULL)
  * @err, @errlen: "FILE:LINE: KEY: message" on failure
  *
  * Returns: the top of the stack (what the cache submits to), or
  * ERR_PTR(-errno); on failure nothing stays open.
  */
-struct blk_backend *stack_open(const struct conf *c, struct conf_device *d, char *err,
-			       size_t errlen);
+struct blk_backend *stack_open(const struct conf *c, struct conf_device *d,
+			       const struct blk_host *host, char *err, size_t errlen);
 
 /** stack_close - close every layer, top first. */
 void stack_close(struct blk_backend *top);

@@ -14,6 +14,8 @@
 #include "../core/pcache.h"
 
 struct bf_dev {
+	struct bf_daemon *d;
+	struct blk_host host;		/* what the stack may call back: drop_volatile */
 	const struct conf_device *cd;
 	struct blk_backend *be;		/* top of the filter stack */
 	struct pc_dev *pc;
@@ -47,6 +49,7 @@ struct bf_daemon {
 	int log_fd;			/* daemon mode: stderr after readiness */
 	bool foreground;
 	struct bf_node *nodes;		/* the .sys tree, built before mounting */
+	void *se;			/* the fuse_session while serving, else NULL */
 	size_t nr_nodes, cap_nodes;
 };
 

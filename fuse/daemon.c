@@ -56,6 +56,23 @@ static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
 
 /* ------------------------------------------------------------ devices */
 
+/*
+ * A simulated power cut (the powerloss filter): what is volatile above the
+ * device dies. blkfs's cache for the device is dropped without writeback,
+ * and the kernel's page cache of the file (kernel_cache = writeback, shared
+ * mmap) is invalidated so readers see the device's post-crash state.
+ */
+static void bf_drop_volatile(void *ctx)
+{
+	struct bf_dev *bd = ctx;
+	struct fuse_session *se = bd->d->se;
+
+	if (bd->pc)
+		pc_dev_drop_all(bd->pc);
+	if (se)
+		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
+}
+
 int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
 {
 	struct pc_cache_params cp = { 0 };
@@ -67,7 +84,13 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 	for (i = 0; i < d->conf.nr_devs; i++) {
 		struct conf_device *cd = &d->conf.devs[i];
 		struct bf_dev *bd = &d->devs[i];
-		struct blk_backend *be = stack_open(&d->conf, cd, err, errlen);
+		struct blk_backend *be;
+
+		bd->d = d;
+		bd->ino = (uint64_t)i + 2;
+		bd->host.ctx = bd;
+		bd->host.drop_volatile = bf_drop_volatile;
+		be = stack_open(&d->conf, cd, &bd->host, err, errlen);
 
 		if (IS_ERR(be)) {
 			ret = (int)PTR_ERR(be);
@@ -858,6 +881,7 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 		code = 1;
 		goto out_destroy;
 	}
+	d->se = se;
 	if (fuse_session_mount(se, d->mnt)) {
 		fprintf(stderr, "blkfs: cannot mount %s (see the message above)\n", d->mnt);
 		close(dummy);
@@ -910,8 +934,10 @@ out_signals:
 			used = statuslen - 1;
 	}
 out_unmount:
+	d->se = NULL;
 	fuse_session_unmount(se);
 out_destroy:
+	d->se = NULL;
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
 	io_daemon = NULL;

@@ -1248,7 +1248,7 @@ Test(stack, filters_in_config_order)
 		  "physical_block_size = 4096\nmax_io = 64K\n"
 		  "filters = log, delay\nlog.path = trace\ndelay.write = 1ms\n");
 	d = &conf.devs[0];
-	top = stack_open(&conf, d, cerr, sizeof(cerr));
+	top = stack_open(&conf, d, NULL, cerr, sizeof(cerr));
 	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
 	cr_assert_str_eq(top->ops->name, "log");
 	cr_assert_not_null(top->next);
@@ -1290,7 +1290,7 @@ Test(stack, no_filters_is_the_backend)
 	struct blk_backend *top;
 
 	conf_text("[device r0]\nbackend = ram\nsize = 1M\n");
-	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	top = stack_open(&conf, &conf.devs[0], NULL, cerr, sizeof(cerr));
 	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
 	cr_assert_str_eq(top->ops->name, "ram");
 	cr_assert_null(top->next);
@@ -1307,7 +1307,7 @@ Test(stack, failure_closes_what_was_opened)
 	/* delay opens (above ram), then log fails: no log.path. */
 	conf_text("[device r0]\nbackend = ram\nsize = 1M\nfilters = log, delay\n"
 		  "delay.read = 1ms\n");
-	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	top = stack_open(&conf, &conf.devs[0], NULL, cerr, sizeof(cerr));
 	cr_assert(IS_ERR(top));
 	cr_assert_eq(PTR_ERR(top), -EINVAL);
 	snprintf(want, sizeof(want), "%s/blkfs.conf:1: log.path: the log filter needs a trace file",
@@ -1318,7 +1318,7 @@ Test(stack, failure_closes_what_was_opened)
 	/* The lower filter fails: the backend is closed again. */
 	conf_text("[device r0]\nbackend = ram\nsize = 1M\nfilters = log, delay\n"
 		  "log.path = trace\ndelay.read = soon\n");
-	top = stack_open(&conf, &conf.devs[0], cerr, sizeof(cerr));
+	top = stack_open(&conf, &conf.devs[0], NULL, cerr, sizeof(cerr));
 	cr_assert(IS_ERR(top));
 	snprintf(want, sizeof(want), "%s/blkfs.conf:6: delay.read: 'soon' is not a delay", tdir);
 	cr_assert(strstr(cerr, want), "%s", cerr);
