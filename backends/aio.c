@@ -1014,9 +1014,22 @@ static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 				       ad->path);
 	}
 
-	ad->fd = open(ad->path, flags, 0666);
+	ad->fd = open(ad->path, flags, 0600);
 	if (ad->fd >= 0) {
 		*created = flags & O_CREAT;
+		/*
+		 * As root, an image file anyone else can change is refused:
+		 * whoever writes it writes the device under root's filesystem.
+		 * Checked on the open file, not the name, so it cannot be swapped.
+		 */
+		if (!fstat(ad->fd, &st) && S_ISREG(st.st_mode) && geteuid() == 0 &&
+		    ((st.st_mode & 022) || st.st_uid != 0)) {
+			close(ad->fd);
+			ad->fd = -1;
+			return blk_param_error(p, "path",
+				"%s is writable by users other than root (mode %04o, owner uid %u); refused when running as root (chmod go-w, chown root)",
+				ad->path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		}
 		return 0;
 	}
 	err = errno;

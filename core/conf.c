@@ -64,7 +64,8 @@ static const char *const cache_keys[CK_NR] = {
 };
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
-	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD, DK_NR };
+	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD,
+	       DK_MODE, DK_UID, DK_GID, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -79,6 +80,9 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_RMW] = "rmw",
 	[DK_ON_ERROR] = "on_error",
 	[DK_READ_AHEAD] = "read_ahead",
+	[DK_MODE] = "mode",
+	[DK_UID] = "uid",
+	[DK_GID] = "gid",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE, SEC_MOUNT };
@@ -626,6 +630,12 @@ static int filter_key(struct conf_parser *p, const struct conf_device *d,
 }
 
 /* Check one core key's value on its own; cross-key rules come later. */
+static bool name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       is_digit(ch) || ch == '_' || ch == '.' || ch == '-';
+}
+
 static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 		     uint64_t *out)
 {
@@ -652,6 +662,30 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 					show(&v, prm->value));
 		*out = !strcmp(prm->value, "drop");
 		return 0;
+	case DK_MODE: {
+		char *end;
+		unsigned long m = strtoul(prm->value, &end, 8);
+
+		if (*end || prm->value[0] < '0' || prm->value[0] > '7' || m > 0777)
+			return conf_err(p, prm->line, prm->key,
+					"%s is not a permission mode (allowed: octal, 0000 to 0777, e.g. 0660)",
+					show(&v, prm->value));
+		*out = m;
+		return 0;
+	}
+	case DK_UID:
+	case DK_GID: {
+		const char *c;
+
+		/* a number, or a name the daemon looks up (conf does no I/O) */
+		for (c = prm->value; *c; c++)
+			if (!name_char(*c))
+				return conf_err(p, prm->line, prm->key,
+						"%s is not a user or group (allowed: a number or a name of A-Z a-z 0-9 _ . -)",
+						show(&v, prm->value));
+		*out = 0;
+		return 0;
+	}
 	case DK_READ_AHEAD:
 		if (!strcmp(prm->value, "off")) {
 			*out = 0;
@@ -849,6 +883,9 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	d->rmw_device = val[DK_RMW];
 	d->on_error_drop = val[DK_ON_ERROR];
 	d->read_ahead = at[DK_READ_AHEAD] ? (uint32_t)val[DK_READ_AHEAD] : CONF_DEF_READ_AHEAD;
+	d->mode = at[DK_MODE] ? (uint32_t)val[DK_MODE] : CONF_DEF_MODE;
+	d->owner = at[DK_UID] ? at[DK_UID]->value : NULL;
+	d->group = at[DK_GID] ? at[DK_GID]->value : NULL;
 	g->size = val[DK_SIZE];
 	g->lbs = val[DK_LBS];
 	g->pbs = val[DK_PBS];
@@ -877,12 +914,6 @@ static int dev_param_line(const struct conf_device *d, const char *key)
 		if (!strcmp(d->params[i].key, key))
 			return d->params[i].line;
 	return d->line;
-}
-
-static bool name_char(char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-	       is_digit(ch) || ch == '_' || ch == '.' || ch == '-';
 }
 
 static int add_param(struct conf_parser *p, struct conf_device *d,
@@ -998,17 +1029,29 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 {
 	struct conf_mount *m = &p->c->mount;
 	struct show_str v;
+	int *seen;
 
-	if (strcmp(key, "kernel_cache"))
-		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache)");
-	if (m->kernel_cache_line)
-		return conf_err(p, line, key, "duplicate key (first given on line %d)",
-				m->kernel_cache_line);
-	if (strcmp(val, "none") && strcmp(val, "writeback"))
-		return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
-				show(&v, val));
-	m->kernel_cache_line = line;
-	m->kernel_writeback = !strcmp(val, "writeback");
+	if (!strcmp(key, "kernel_cache"))
+		seen = &m->kernel_cache_line;
+	else if (!strcmp(key, "allow_other"))
+		seen = &m->allow_other_line;
+	else
+		return conf_err(p, line, key,
+				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
+	if (*seen)
+		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
+	if (seen == &m->kernel_cache_line) {
+		if (strcmp(val, "none") && strcmp(val, "writeback"))
+			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
+					show(&v, val));
+		m->kernel_writeback = !strcmp(val, "writeback");
+	} else {
+		if (strcmp(val, "yes") && strcmp(val, "no"))
+			return conf_err(p, line, key, "%s is not a choice (allowed: yes, no)",
+					show(&v, val));
+		m->allow_other = !strcmp(val, "yes");
+	}
+	*seen = line;
 	return 0;
 }
 

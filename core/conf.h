@@ -5,7 +5,7 @@
  * Format (INI):
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
- *   [mount]        kernel_cache
+ *   [mount]        kernel_cache, allow_other
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
  *                  io_min, io_opt, max_io, cache_block_size, filters, the
  *                  keys the backend lists in its ops->keys, and FILTER.KEY
@@ -32,6 +32,7 @@
 #define CONF_MIN_FOLIO (4u << 10)
 #define CONF_MAX_FOLIO (2u << 20)
 #define CONF_DEF_READ_AHEAD (128u << 10)
+#define CONF_DEF_MODE 0600
 #define CONF_MAX_READ_AHEAD (64u << 20)
 
 struct conf_cache {
@@ -52,6 +53,8 @@ struct conf_cache {
 struct conf_mount {
 	bool kernel_writeback;
 	int kernel_cache_line;
+	bool allow_other;		/* allow_other = yes: users other than the mounter */
+	int allow_other_line;
 	int line;			/* line of [mount], 0 if absent */
 };
 
@@ -70,6 +73,8 @@ struct conf_device {
 	bool rmw_device;		/* rmw = device (default cache) */
 	bool on_error_drop;		/* on_error = drop (default keep) */
 	uint32_t read_ahead;		/* bytes; default 128K, 0 = off */
+	uint32_t mode;			/* permission bits of the device file; default 0600 */
+	const char *owner, *group;	/* uid / gid as given (number or name), NULL = the mounter's */
 	/*
 	 * `filters`, in config order: filters[0] is on top (the cache submits
 	 * to it), filters[nr_filters - 1] sits just above the backend.

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../core/conf.h"
 #include "../core/pcache.h"
@@ -22,6 +23,8 @@ struct bf_dev {
 	struct blk_geometry geo;
 	uint32_t cblk;
 	uint64_t ino;
+	uid_t uid;			/* owner of the device file */
+	gid_t gid;
 };
 
 #define BF_ROOT_INO 1

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <grp.h>
+#include <pwd.h>
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -73,6 +75,50 @@ static void bf_drop_volatile(void *ctx)
 		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
 }
 
+/* uid/gid of a device file: a number or a name; the mounter's by default. */
+static int resolve_id(struct bf_daemon *d, struct conf_device *cd, const char *key,
+		      const char *val, bool user, unsigned *out, char *err, size_t errlen)
+{
+	char buf[4096], *end;
+	struct passwd pw, *pwp = NULL;
+	struct group gr, *grp = NULL;
+	unsigned long n;
+
+	if (!val) {
+		*out = user ? getuid() : getgid();
+		return 0;
+	}
+	n = strtoul(val, &end, 10);
+	if (!*end && end != val && n < 0xffffffffUL) {
+		*out = (unsigned)n;
+		return 0;
+	}
+	if (user ? getpwnam_r(val, &pw, buf, sizeof(buf), &pwp) || !pwp :
+		   getgrnam_r(val, &gr, buf, sizeof(buf), &grp) || !grp) {
+		snprintf(err, errlen, "%s:%d: %s: no %s named %s on this machine", d->conf.file,
+			 blk_param_line(&(struct blk_params){ .v = cd->params, .n = cd->nr_params,
+							      .line = cd->line }, key),
+			 key, user ? "user" : "group", val);
+		return -EINVAL;
+	}
+	*out = user ? pwp->pw_uid : grp->gr_gid;
+	return 0;
+}
+
+static int resolve_owner(struct bf_daemon *d, struct conf_device *cd, struct bf_dev *bd,
+			 char *err, size_t errlen)
+{
+	unsigned uid = 0, gid = 0;
+	int ret;
+
+	ret = resolve_id(d, cd, "uid", cd->owner, true, &uid, err, errlen);
+	if (!ret)
+		ret = resolve_id(d, cd, "gid", cd->group, false, &gid, err, errlen);
+	bd->uid = uid;
+	bd->gid = gid;
+	return ret;
+}
+
 int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
 {
 	struct pc_cache_params cp = { 0 };
@@ -102,6 +148,9 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 		d->nr_devs = i + 1;
 		be->ops->geometry(be, &bd->geo);
 		ret = conf_check_geometry(&d->conf, cd, &bd->geo, err, errlen);
+		if (ret)
+			goto out_close;
+		ret = resolve_owner(d, cd, bd, err, errlen);
 		if (ret)
 			goto out_close;
 		bd->cblk = conf_cache_block(&bd->geo, cd->cache_block_size);
@@ -196,7 +245,9 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 		st->st_blksize = 4096;
 		return;
 	}
-	st->st_mode = S_IFREG | 0600;
+	st->st_mode = S_IFREG | bd->cd->mode;
+	st->st_uid = bd->uid;
+	st->st_gid = bd->gid;
 	st->st_nlink = 1;
 	st->st_size = (off_t)bd->geo.size;
 	st->st_blocks = (blkcnt_t)(bd->geo.size / 512);
@@ -865,7 +916,12 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	size_t used = 0;
 	int dummy, ret, i, code = 0;
 
-	snprintf(opts, sizeof(opts), "fsname=blkfs,subtype=blkfs%s%s",
+	/*
+	 * Private to the mounting user unless the config asks for allow_other;
+	 * then the kernel checks each file's mode and owner (default_permissions).
+	 */
+	snprintf(opts, sizeof(opts), "fsname=blkfs,subtype=blkfs%s%s%s",
+		 d->conf.mount.allow_other ? ",allow_other,default_permissions" : "",
 		 fuse_opts && *fuse_opts ? "," : "", fuse_opts ? fuse_opts : "");
 	se = fuse_session_new(&args, &bf_ops, sizeof(bf_ops), d);
 	if (!se) {

@@ -237,11 +237,25 @@ static void mount_type(const char *mnt, char *type, size_t len)
 
 static char *read_conf(const char *path, size_t *len)
 {
+	struct stat st;
 	char *buf;
 	FILE *f = fopen(path, "r");
 
 	if (!f)
 		return NULL;
+	/*
+	 * Running as root, a config anyone else can change would let them pick
+	 * what root opens and mounts: refused, checked on the open file.
+	 */
+	if (geteuid() == 0 && !fstat(fileno(f), &st) && S_ISREG(st.st_mode) &&
+	    ((st.st_mode & 022) || st.st_uid != 0)) {
+		fprintf(stderr, "blkfs: %s: writable by users other than root (mode %04o, owner uid %u); "
+			"refused when running as root (chmod go-w %s; chown root %s)\n", path,
+			(unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, path, path);
+		fclose(f);
+		errno = EPERM;
+		return NULL;
+	}
 	buf = malloc(CONF_MAX_BYTES + 1);
 	if (!buf) {
 		fclose(f);
@@ -280,7 +294,8 @@ static int load_conf(struct bf_daemon *d, const char *path)
 
 	d->conf_path = path;
 	if (!buf) {
-		fprintf(stderr, "blkfs: %s: %s\n", path, strerror(errno));
+		if (errno != EPERM)
+			fprintf(stderr, "blkfs: %s: %s\n", path, strerror(errno));
 		return -1;
 	}
 	ret = conf_parse_buf(buf, len, path, &d->conf, err, sizeof(err));

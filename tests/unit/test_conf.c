@@ -455,7 +455,7 @@ Test(conf, unknown_key_lists_core_and_backend_keys)
 
 	cr_assert_not_null(ram);
 	n = snprintf(want, sizeof(want),
-		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead");
+		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid");
 	for (k = ram->keys; k && *k; k++)
 		n += snprintf(want + n, sizeof(want) - n, ", %s", *k);
 	snprintf(want + n, sizeof(want) - n, ")");
@@ -1281,7 +1281,7 @@ Test(conf, mount_section)
 	expect_err(RAM0 "[mount]\nkernel_cache = maybe\n",
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
-		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache)");
+		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
@@ -1301,4 +1301,25 @@ Test(conf, device_policies)
 	expect_err(RAM0 "rmw = sometimes\n", F ":4: rmw: sometimes is not a choice (allowed: cache, device)");
 	expect_err(RAM0 "on_error = ignore\n", F ":4: on_error: ignore is not a choice (allowed: keep, drop)");
 	expect_err(RAM0 "read_ahead = 100\n", F ":4: read_ahead: 100 is out of range");
+}
+
+Test(conf, owner_and_mode)
+{
+	const char *t = RAM0 "mode = 0660\nuid = nobody\ngid = 6\n[mount]\nallow_other = yes\n";
+
+	cr_assert_eq(conf_parse_buf(t, strlen(t), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.devs[0].mode, 0660);
+	cr_assert_str_eq(c.devs[0].owner, "nobody");
+	cr_assert_str_eq(c.devs[0].group, "6");
+	cr_assert(c.mount.allow_other);
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.devs[0].mode, CONF_DEF_MODE);
+	cr_assert_null(c.devs[0].owner);
+	cr_assert(!c.mount.allow_other);
+	conf_free(&c);
+	expect_err(RAM0 "mode = 0999\n", F ":4: mode: 0999 is not a permission mode");
+	expect_err(RAM0 "mode = 01777\n", F ":4: mode: 01777 is not a permission mode");
+	expect_err(RAM0 "uid = a/b\n", F ":4: uid: a/b is not a user or group");
+	expect_err("[mount]\nallow_other = maybe\n", F ":2: allow_other: maybe is not a choice (allowed: yes, no)");
 }
