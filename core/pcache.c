@@ -697,6 +697,12 @@ int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_o
 	if (len)
 		last = (pos + len - 1) >> pc->folio_shift;
 	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios) {
+		/* the O_DIRECT path asks on every request: nothing cached, nothing to do */
+		pthread_mutex_unlock(&pc->lock);
+		*out = NULL;
+		return 0;
+	}
 	by_index = len && last - first + 1 < dev->nr_folios;
 	cap = by_index ? last - first + 1 : dev->nr_folios;
 	v = malloc((cap ? cap : 1) * sizeof(*v));
