@@ -507,8 +507,20 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (f->node) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
+		size_t n = size < f->len - o ? size : f->len - o;
+		char *buf = direct_buf();
 
-		fuse_reply_buf(req, f->buf + o, size < f->len - o ? size : f->len - o);
+		/*
+		 * Reply from this thread's buffer, not from @f: once the kernel has
+		 * the data, the reader may close and another thread free @f while
+		 * this one is still returning from writev.
+		 */
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		memcpy(buf, f->buf + o, n);
+		fuse_reply_buf(req, buf, n);
 		return;
 	}
 	if (f->direct) {

@@ -1,0 +1,774 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_fault.c - the fault filter over the fake backend: every
+ * trigger (after N, probability, persistent or once, the op mask), errnos by
+ * name, the bad-block map, the live attrs (round trip, garbage refused with
+ * nothing changed), config keys and their errors, and the rule that a failed
+ * I/O never reaches the layer below.
+ *
+ * The filter is opened from hand-built struct blk_params with the prefix
+ * core/stack.c gives it ("fault.") and next = the fake. Every I/O is checked
+ * to complete exactly once.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "../../backends/backend.h"
+#include "../../core/conf.h"
+#include "../../core/stack.h"
+#include "fake_backend.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define DEV_SIZE (64 * MiB)
+
+/* ---- I/Os with completion tracking (all complete inline here) ---- */
+
+struct tio {
+	struct blk_io io;		/* must come first */
+	struct iovec iov;
+	int calls;
+	int res;
+};
+
+static void tio_end_io(struct blk_io *io, int res)
+{
+	struct tio *t = (struct tio *)io;
+
+	__atomic_add_fetch(&t->calls, 1, __ATOMIC_SEQ_CST);
+	t->res = res;
+}
+
+static void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len, int fill)
+{
+	memset(t, 0, sizeof(*t));
+	t->io.op = op;
+	t->io.pos = pos;
+	t->io.len = len;
+	t->io.end_io = tio_end_io;
+	if (op == BLK_READ || op == BLK_WRITE) {
+		t->iov.iov_base = malloc(len);
+		cr_assert_not_null(t->iov.iov_base);
+		memset(t->iov.iov_base, fill, len);
+		t->iov.iov_len = len;
+		t->io.iov = &t->iov;
+		t->io.iovcnt = 1;
+	}
+}
+
+/*
+ * Submit one I/O and wait for its single completion; returns its result
+ * (a refusal by submit() is returned as is). @buf, when not NULL, gets a
+ * READ's data.
+ */
+static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len, int fill,
+		 void *buf)
+{
+	struct tio t;
+	int ret, i;
+
+	tio_init(&t, op, pos, len, fill);
+	ret = blk_submit(be, &t.io);
+	if (!ret) {
+		for (i = 0; i < 5000 && !__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST); i++)
+			usleep(1000);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST), 1,
+			     "%s at %llu: %d completions", fake_op_name(op),
+			     (unsigned long long)pos, t.calls);
+		ret = t.res;
+	} else {
+		cr_assert_eq(t.calls, 0, "refused and completed");
+	}
+	if (buf && op == BLK_READ)
+		memcpy(buf, t.iov.iov_base, len);
+	free(t.iov.iov_base);
+	return ret;
+}
+
+/* ---- the fake below, the filter above ---- */
+
+static struct fake_be *fb;
+
+static void setup(void)
+{
+	const struct blk_geometry geo = {
+		.size = DEV_SIZE, .lbs = 512, .pbs = 4096, .max_io = 64 * KiB,
+	};
+
+	fb = fake_create(&geo);
+	cr_assert_not_null(fb);
+}
+
+static void teardown(void)
+{
+	if (fb)
+		fake_destroy(fb);
+	fb = NULL;
+}
+
+TestSuite(fault, .init = setup, .fini = teardown);
+
+struct tparams {
+	struct blk_params p;
+	struct blk_param v[12];
+	char err[1024];
+};
+
+static void tparams_init(struct tparams *tp)
+{
+	memset(tp, 0, sizeof(*tp));
+	tp->p.prefix = "fault.";
+	tp->p.file = "/etc/blkfs.conf";
+	tp->p.line = 3;
+	tp->p.dev = "fake0";
+	tp->p.v = tp->v;
+	tp->p.err = tp->err;
+	tp->p.errlen = sizeof(tp->err);
+}
+
+static void tparams_add(struct tparams *tp, const char *key, const char *value, int line)
+{
+	cr_assert_lt(tp->p.n, 12);
+	tp->v[tp->p.n].key = key;
+	tp->v[tp->p.n].value = value;
+	tp->v[tp->p.n].line = line;
+	tp->p.n++;
+}
+
+static struct blk_backend *fault_open(struct tparams *tp)
+{
+	const struct blk_backend_ops *ops = blk_backend_find("fault");
+	struct blk_backend *be;
+
+	cr_assert_not_null(ops);
+	cr_assert(ops->is_filter);
+	be = ops->open(&tp->p, fake_backend(fb));
+	cr_assert(!IS_ERR_OR_NULL(be), "open: %ld: %s", IS_ERR(be) ? PTR_ERR(be) : 0, tp->err);
+	cr_assert_eq(be->next, fake_backend(fb));
+	return be;
+}
+
+static struct blk_backend *fault_open_default(void)
+{
+	struct tparams tp;
+
+	tparams_init(&tp);
+	return fault_open(&tp);
+}
+
+static void fault_open_fails(struct tparams *tp, const char *want)
+{
+	struct blk_backend *be = blk_backend_find("fault")->open(&tp->p, fake_backend(fb));
+
+	cr_assert(IS_ERR(be), "open succeeded; wanted \"%s\"", want);
+	cr_assert_eq(PTR_ERR(be), -EINVAL);
+	cr_assert(strstr(tp->err, want), "message\n  \"%s\"\nlacks\n  \"%s\"", tp->err, want);
+}
+
+static const struct blk_attr *attr_find(struct blk_backend *be, const char *name)
+{
+	const struct blk_attr *a;
+
+	for (a = be->ops->attrs; a && a->name; a++)
+		if (!strcmp(a->name, name))
+			return a;
+	cr_assert_fail("no attr %s", name);
+	return NULL;
+}
+
+/* The attr as `cat` shows it (may be empty), in a static buffer. */
+static const char *attr_show(struct blk_backend *be, const char *name)
+{
+	static char buf[16384];
+	const struct blk_attr *a = attr_find(be, name);
+	int n = a->show(be, buf, sizeof(buf));
+
+	cr_assert_geq(n, 0, "show %s: %d", name, n);
+	cr_assert_lt((size_t)n, sizeof(buf));
+	cr_assert(n == 0 || buf[n - 1] == '\n', "show %s: no newline", name);
+	buf[n] = '\0';
+	return buf;
+}
+
+static int attr_store(struct blk_backend *be, const char *name, const char *val)
+{
+	const struct blk_attr *a = attr_find(be, name);
+
+	cr_assert_not_null(a->store, "%s is read-only", name);
+	return a->store(be, val, strlen(val));
+}
+
+/* A bad value is EINVAL and the shown value stays what it was. */
+static void attr_refuses(struct blk_backend *be, const char *name, const char *val)
+{
+	char before[16384];
+
+	snprintf(before, sizeof(before), "%s", attr_show(be, name));
+	cr_assert_eq(attr_store(be, name, val), -EINVAL, "%s accepted '%s'", name, val);
+	cr_assert_str_eq(attr_show(be, name), before, "%s changed after '%s'", name, val);
+}
+
+static unsigned long long stat_value(struct blk_backend *be, const char *name)
+{
+	char buf[512], *line, *save = NULL;
+	size_t n = be->ops->stat(be, buf, sizeof(buf));
+
+	cr_assert(n > 0 && n < sizeof(buf));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		size_t k = strlen(name);
+
+		if (!strncmp(line, name, k) && line[k] == ' ')
+			return strtoull(line + k + 1, NULL, 10);
+	}
+	cr_assert_fail("no %s in stat", name);
+	return 0;
+}
+
+static int wr(struct blk_backend *be, uint64_t pos, uint64_t len, int fill)
+{
+	return do_io(be, BLK_WRITE, pos, len, fill, NULL);
+}
+
+static int rd(struct blk_backend *be, uint64_t pos, uint64_t len)
+{
+	return do_io(be, BLK_READ, pos, len, 0, NULL);
+}
+
+/* The store holds @fill (or not) at [pos, pos + len). */
+static bool store_is(uint64_t pos, uint64_t len, int fill)
+{
+	uint8_t *s = fake_store(fb);
+	uint64_t i;
+
+	for (i = 0; i < len; i++)
+		if (s[pos + i] != (uint8_t)fill)
+			return false;
+	return true;
+}
+
+/* ================================================================== */
+
+Test(fault, registered_as_a_filter)
+{
+	const char *names = blk_filter_names();
+
+	cr_assert(strstr(names, "fault"), "%s", names);
+	cr_assert(blk_backend_find("fault")->is_filter);
+	cr_assert_null(strstr(blk_backend_names(), "fault"));
+}
+
+Test(fault, defaults_pass_everything)
+{
+	struct blk_backend *be = fault_open_default();
+	uint8_t buf[4096];
+	struct blk_geometry g;
+
+	cr_assert_str_eq(attr_show(be, "ops"), "write\n");
+	cr_assert_str_eq(attr_show(be, "errno"), "EIO\n");
+	cr_assert_str_eq(attr_show(be, "probability"), "0\n");
+	cr_assert_str_eq(attr_show(be, "after"), "off\n");
+	cr_assert_str_eq(attr_show(be, "persistent"), "0\n");
+	cr_assert_str_eq(attr_show(be, "enabled"), "1\n");
+	cr_assert_str_eq(attr_show(be, "badblocks"), "");
+
+	cr_assert_eq(wr(be, 8192, 4096, 0x11), 0);
+	cr_assert(store_is(8192, 4096, 0x11));
+	cr_assert_eq(do_io(be, BLK_READ, 8192, 4096, 0, buf), 0);
+	cr_assert_eq(buf[0], 0x11);
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), 0);
+	cr_assert_eq(do_io(be, BLK_DISCARD, 8192, 4096, 0, NULL), 0);
+	cr_assert(store_is(8192, 4096, 0));
+	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 4);
+	cr_assert_eq(stat_value(be, "fault_injected"), 0);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, DEV_SIZE);
+	cr_assert_eq(g.pbs, 4096);
+	be->ops->close(be);
+	cr_assert_eq(fake_violations(fb), 0);
+}
+
+Test(fault, after_zero_fails_the_first_write_once)
+{
+	struct blk_backend *be = fault_open_default();
+
+	cr_assert_eq(attr_store(be, "after", "0\n"), 0);
+	cr_assert_eq(wr(be, 0, 4096, 0x22), -EIO);
+	/* Never passed down: the store is unchanged, the fake saw nothing. */
+	cr_assert(store_is(0, 4096, 0));
+	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 0);
+	/* Once: disarmed. */
+	cr_assert_str_eq(attr_show(be, "after"), "off\n");
+	cr_assert_eq(wr(be, 0, 4096, 0x22), 0);
+	cr_assert(store_is(0, 4096, 0x22));
+	cr_assert_eq(wr(be, 4096, 4096, 0x23), 0);
+	/* Reads are not in ops = write. */
+	cr_assert_eq(rd(be, 0, 4096), 0);
+	cr_assert_eq(stat_value(be, "fault_injected"), 1);
+	be->ops->close(be);
+}
+
+Test(fault, after_n_counts_matching_ops_only)
+{
+	struct blk_backend *be = fault_open_default();
+	int i;
+
+	cr_assert_eq(attr_store(be, "after", "3"), 0);
+	for (i = 0; i < 3; i++) {
+		cr_assert_eq(wr(be, (uint64_t)i * 4096, 4096, 0x30 + i), 0);
+		/* reads and flushes do not count towards after */
+		cr_assert_eq(rd(be, 0, 512), 0);
+		cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), 0);
+	}
+	cr_assert_eq(wr(be, 3 * 4096, 4096, 0x33), -EIO);
+	cr_assert(store_is(3 * 4096, 4096, 0));
+	cr_assert_eq(wr(be, 4 * 4096, 4096, 0x34), 0);
+	cr_assert_eq(stat_value(be, "fault_injected"), 1);
+	cr_assert_eq(stat_value(be, "fault_matching_ops"), 5);
+	be->ops->close(be);
+}
+
+Test(fault, persistent_keeps_failing_until_rearmed)
+{
+	struct blk_backend *be = fault_open_default();
+	int i;
+
+	cr_assert_eq(attr_store(be, "persistent", "yes"), 0);
+	cr_assert_eq(attr_store(be, "errno", "ENOSPC"), 0);
+	cr_assert_eq(attr_store(be, "after", "1"), 0);
+	cr_assert_eq(wr(be, 0, 4096, 0x41), 0);
+	for (i = 0; i < 10; i++)
+		cr_assert_eq(wr(be, 4096 + (uint64_t)i * 4096, 4096, 0x42), -ENOSPC);
+	cr_assert(store_is(4096, 10 * 4096, 0));
+	/* after stays: it is persistent */
+	cr_assert_str_eq(attr_show(be, "after"), "1\n");
+	/* off: everything passes */
+	cr_assert_eq(attr_store(be, "enabled", "0"), 0);
+	cr_assert_eq(wr(be, 4096, 4096, 0x43), 0);
+	cr_assert(store_is(4096, 4096, 0x43));
+	/* on again: re-armed, the count starts over */
+	cr_assert_eq(attr_store(be, "enabled", "1"), 0);
+	cr_assert_eq(wr(be, 8192, 4096, 0x44), 0);
+	cr_assert_eq(wr(be, 8192, 4096, 0x45), -ENOSPC);
+	cr_assert_eq(wr(be, 8192, 4096, 0x45), -ENOSPC);
+	/* after = off stops it too */
+	cr_assert_eq(attr_store(be, "after", "off"), 0);
+	cr_assert_eq(wr(be, 8192, 4096, 0x46), 0);
+	cr_assert(store_is(8192, 4096, 0x46));
+	cr_assert_eq(stat_value(be, "fault_injected"), 12);
+	be->ops->close(be);
+}
+
+Test(fault, op_mask)
+{
+	struct blk_backend *be = fault_open_default();
+
+	cr_assert_eq(attr_store(be, "persistent", "1"), 0);
+	cr_assert_eq(attr_store(be, "ops", "read"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	cr_assert_eq(wr(be, 0, 4096, 0x51), 0);
+	cr_assert_eq(rd(be, 0, 4096), -EIO);
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), 0);
+
+	cr_assert_eq(attr_store(be, "ops", "flush,discard"), 0);
+	cr_assert_str_eq(attr_show(be, "ops"), "flush,discard\n");
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	cr_assert_eq(rd(be, 0, 4096), 0);
+	cr_assert_eq(wr(be, 0, 4096, 0x52), 0);
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), -EIO);
+	/* discard covers WRITE_ZEROES too; neither zeroes anything */
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 4096, 0, NULL), -EIO);
+	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, 0, 4096, 0, NULL), -EIO);
+	cr_assert(store_is(0, 4096, 0x52));
+	cr_assert_eq(fake_log_count(fb, FAKE_OP(BLK_FLUSH) | FAKE_OP(BLK_DISCARD) |
+					FAKE_OP(BLK_WRITE_ZEROES)), 1);
+
+	cr_assert_eq(attr_store(be, "ops", " all "), 0);
+	cr_assert_str_eq(attr_show(be, "ops"), "read,write,flush,discard\n");
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	cr_assert_eq(rd(be, 0, 512), -EIO);
+	cr_assert_eq(wr(be, 0, 512, 0), -EIO);
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), -EIO);
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 512, 0, NULL), -EIO);
+
+	attr_refuses(be, "ops", "");
+	attr_refuses(be, "ops", "\n");
+	attr_refuses(be, "ops", "read,");
+	attr_refuses(be, "ops", ",write");
+	attr_refuses(be, "ops", "read,,write");
+	attr_refuses(be, "ops", "reads");
+	attr_refuses(be, "ops", "trim");
+	attr_refuses(be, "ops", "read write");
+	be->ops->close(be);
+}
+
+Test(fault, errno_by_name_or_number)
+{
+	static const struct {
+		const char *in, *shown;
+		int err;
+	} ok[] = {
+		{ "EIO", "EIO", EIO }, { "ENOSPC\n", "ENOSPC", ENOSPC },
+		{ "enomem", "ENOMEM", ENOMEM }, { "EROFS", "EROFS", EROFS },
+		{ "ETIMEDOUT", "ETIMEDOUT", ETIMEDOUT }, { "28", "ENOSPC", ENOSPC },
+		{ "EREMOTEIO", "EREMOTEIO", EREMOTEIO },
+	};
+	struct blk_backend *be = fault_open_default();
+	char want[32];
+	size_t i;
+
+	cr_assert_eq(attr_store(be, "persistent", "yes"), 0);
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		cr_assert_eq(attr_store(be, "errno", ok[i].in), 0, "%s", ok[i].in);
+		snprintf(want, sizeof(want), "%s\n", ok[i].shown);
+		cr_assert_str_eq(attr_show(be, "errno"), want);
+		cr_assert_eq(attr_store(be, "after", "0"), 0);
+		cr_assert_eq(wr(be, 0, 512, 1), -ok[i].err, "%s", ok[i].in);
+	}
+	attr_refuses(be, "errno", "");
+	attr_refuses(be, "errno", "EFOO");
+	attr_refuses(be, "errno", "0");
+	attr_refuses(be, "errno", "-5");
+	attr_refuses(be, "errno", "5000");
+	attr_refuses(be, "errno", "EIO ");
+	attr_refuses(be, "errno", "5x");
+	attr_refuses(be, "errno", "EIO\n\n");
+	cr_assert_eq(attr_find(be, "errno")->store(be, "EIO\0", 4), -EINVAL);
+	be->ops->close(be);
+}
+
+Test(fault, probability)
+{
+	struct blk_backend *be = fault_open_default();
+	int i, failed = 0;
+
+	cr_assert_eq(attr_store(be, "probability", "1"), 0);
+	for (i = 0; i < 20; i++)
+		cr_assert_eq(wr(be, 0, 512, 1), -EIO);
+	cr_assert_eq(attr_store(be, "probability", "0.25\n"), 0);
+	cr_assert_str_eq(attr_show(be, "probability"), "0.25\n");
+	for (i = 0; i < 4000; i++)
+		failed += wr(be, 0, 512, 1) == -EIO;
+	/* binomial(4000, 0.25): mean 1000, sd 27; 8 sd either side */
+	cr_assert(failed > 780 && failed < 1220, "%d of 4000 failed at p = 0.25", failed);
+	cr_assert_eq(stat_value(be, "fault_injected"), 20 + (unsigned long long)failed);
+	cr_assert_eq(fake_total_count(fb, FAKE_OP(BLK_WRITE)), 4000 - (uint64_t)failed);
+	/* Not persistent: one failure does not make the next fail. */
+	cr_assert_lt(failed, 3000);
+
+	/* persistent: the first failure sticks */
+	cr_assert_eq(attr_store(be, "persistent", "on"), 0);
+	cr_assert_eq(attr_store(be, "probability", "0.5"), 0);
+	for (i = 0; i < 64 && wr(be, 0, 512, 1) == 0; i++)
+		;
+	cr_assert_lt(i, 64);
+	for (i = 0; i < 50; i++)
+		cr_assert_eq(wr(be, 0, 512, 1), -EIO);
+
+	cr_assert_eq(attr_store(be, "probability", "0"), 0);
+	attr_refuses(be, "probability", "1.5");
+	attr_refuses(be, "probability", "-0.1");
+	attr_refuses(be, "probability", "nan");
+	attr_refuses(be, "probability", "inf");
+	attr_refuses(be, "probability", "0.5x");
+	attr_refuses(be, "probability", "");
+	attr_refuses(be, "probability", "50%");
+	be->ops->close(be);
+}
+
+Test(fault, after_and_bool_attrs_refuse_garbage)
+{
+	struct blk_backend *be = fault_open_default();
+
+	cr_assert_eq(attr_store(be, "after", "12345"), 0);
+	cr_assert_str_eq(attr_show(be, "after"), "12345\n");
+	attr_refuses(be, "after", "-1");
+	attr_refuses(be, "after", "");
+	attr_refuses(be, "after", "1e3");
+	attr_refuses(be, "after", "18446744073709551615");
+	attr_refuses(be, "after", "99999999999999999999999");
+	attr_refuses(be, "after", "soon");
+	cr_assert_eq(attr_store(be, "after", "never\n"), 0);
+	cr_assert_str_eq(attr_show(be, "after"), "off\n");
+
+	attr_refuses(be, "persistent", "2");
+	attr_refuses(be, "persistent", "maybe");
+	attr_refuses(be, "persistent", "");
+	attr_refuses(be, "enabled", "yes please");
+	attr_refuses(be, "enabled", "10");
+	cr_assert_eq(attr_store(be, "persistent", "TRUE"), 0);
+	cr_assert_str_eq(attr_show(be, "persistent"), "1\n");
+	cr_assert_eq(attr_store(be, "enabled", "off\n"), 0);
+	cr_assert_str_eq(attr_show(be, "enabled"), "0\n");
+	be->ops->close(be);
+}
+
+Test(fault, badblocks)
+{
+	struct blk_backend *be = fault_open_default();
+	uint8_t buf[8192];
+
+	/* data first, so a failed write shows as unchanged */
+	cr_assert_eq(wr(be, MiB - 8192, 16384, 0x61), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "1048576 4096 EIO\n"), 0);
+	cr_assert_str_eq(attr_show(be, "badblocks"), "1048576 4096 EIO\n");
+
+	/* reads overlapping the range fail, whatever ops says; others pass */
+	cr_assert_eq(rd(be, MiB, 4096), -EIO);
+	cr_assert_eq(rd(be, MiB - 512, 1024), -EIO);
+	cr_assert_eq(rd(be, MiB + 4096 - 512, 512), -EIO);
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(do_io(be, BLK_READ, MiB - 8192, 8192, 0, buf), 0);
+	cr_assert_eq(buf[0], 0x61);
+	cr_assert_eq(rd(be, MiB + 4096, 4096), 0);
+	/* writes, discards too; the store keeps what it had */
+	cr_assert_eq(wr(be, MiB, 512, 0x62), -EIO);
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 2 * MiB, 0, NULL), -EIO);
+	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, MiB, 4096, 0, NULL), -EIO);
+	cr_assert(store_is(MiB - 8192, 16384, 0x61));
+	/* a flush has no range */
+	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, 0, NULL), 0);
+	cr_assert_eq(fake_log_count_range(fb, FAKE_ANY & ~FAKE_OP(BLK_FLUSH), MiB, 4096), 1);
+
+	/* more lines at once, suffixes, another errno, no errno = EIO */
+	cr_assert_eq(attr_store(be, "badblocks", "0 512 ENOSPC\n2M 8K EROFS\n\n4M 512\n"), 0);
+	cr_assert_str_eq(attr_show(be, "badblocks"),
+			 "1048576 4096 EIO\n0 512 ENOSPC\n2097152 8192 EROFS\n4194304 512 EIO\n");
+	cr_assert_eq(rd(be, 0, 4096), -ENOSPC);
+	cr_assert_eq(wr(be, 2 * MiB + 4096, 4096, 1), -EROFS);
+	cr_assert_eq(rd(be, 4 * MiB, 512), -EIO);
+	cr_assert_eq(stat_value(be, "fault_badblock_injected"), 9);
+
+	/* disabled: the map is kept but nothing fails */
+	cr_assert_eq(attr_store(be, "enabled", "0"), 0);
+	cr_assert_eq(rd(be, MiB, 4096), 0);
+	cr_assert_eq(attr_store(be, "enabled", "1"), 0);
+	cr_assert_eq(rd(be, MiB, 4096), -EIO);
+
+	/* garbage and ranges outside the device: EINVAL, nothing changes */
+	attr_refuses(be, "badblocks", "");
+	attr_refuses(be, "badblocks", "\n");
+	attr_refuses(be, "badblocks", "abc");
+	attr_refuses(be, "badblocks", "1048576");
+	attr_refuses(be, "badblocks", "1048576 4096 EIO extra");
+	attr_refuses(be, "badblocks", "1048576 0 EIO");
+	attr_refuses(be, "badblocks", "1048576 4096 EFOO");
+	attr_refuses(be, "badblocks", "-1 4096 EIO");
+	attr_refuses(be, "badblocks", "67108864 512 EIO");
+	attr_refuses(be, "badblocks", "67108352 1024 EIO");
+	attr_refuses(be, "badblocks", "18446744073709551615 2 EIO");
+	attr_refuses(be, "badblocks", "64M 1 EIO");
+	attr_refuses(be, "badblocks", "8M 4K EIO\n9M x EIO\n");
+	attr_refuses(be, "badblocks", "clear all");
+	cr_assert_eq(attr_find(be, "badblocks")->store(be, "8M 4K\0EIO", 9), -EINVAL);
+	cr_assert_eq(rd(be, 8 * MiB, 4096), 0);
+
+	/* the edge of the device is inside */
+	cr_assert_eq(attr_store(be, "badblocks", "67108352 512 EIO"), 0);
+	cr_assert_eq(rd(be, DEV_SIZE - 4096, 4096), -EIO);
+
+	cr_assert_eq(attr_store(be, "badblocks", "clear\n"), 0);
+	cr_assert_str_eq(attr_show(be, "badblocks"), "");
+	cr_assert_eq(rd(be, MiB, 4096), 0);
+	cr_assert_eq(rd(be, 0, 4096), 0);
+	be->ops->close(be);
+	cr_assert_eq(fake_violations(fb), 0);
+}
+
+Test(fault, badblocks_limit)
+{
+	struct blk_backend *be = fault_open_default();
+	char line[64];
+	int i;
+
+	for (i = 0; i < 256; i++) {
+		snprintf(line, sizeof(line), "%d 512 EIO\n", i * 4096);
+		cr_assert_eq(attr_store(be, "badblocks", line), 0, "entry %d", i);
+	}
+	/* 256 lines fit a .sys read */
+	cr_assert_gt(strlen(attr_show(be, "badblocks")), 256 * 10);
+	attr_refuses(be, "badblocks", "60M 512 EIO");
+	cr_assert_eq(attr_store(be, "badblocks", "clear"), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "60M 512 EIO"), 0);
+	be->ops->close(be);
+}
+
+Test(fault, config_keys)
+{
+	struct blk_backend *be;
+	struct tparams tp;
+
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.ops", "read, flush", 4);
+	tparams_add(&tp, "fault.errno", "ENOMEM", 5);
+	tparams_add(&tp, "fault.probability", "0.125", 6);
+	tparams_add(&tp, "fault.after", "7", 7);
+	tparams_add(&tp, "fault.persistent", "yes", 8);
+	tparams_add(&tp, "fault.badblocks", "1M 4K EIO, 2M 512 ENOSPC", 9);
+	tparams_add(&tp, "fault.enabled", "no", 10);
+	be = fault_open(&tp);
+	for (int i = 0; i < tp.p.n; i++)
+		cr_assert(tp.v[i].used, "%s not taken", tp.v[i].key);
+	cr_assert_str_eq(attr_show(be, "ops"), "read,flush\n");
+	cr_assert_str_eq(attr_show(be, "errno"), "ENOMEM\n");
+	cr_assert_str_eq(attr_show(be, "probability"), "0.125\n");
+	cr_assert_str_eq(attr_show(be, "after"), "7\n");
+	cr_assert_str_eq(attr_show(be, "persistent"), "1\n");
+	cr_assert_str_eq(attr_show(be, "enabled"), "0\n");
+	cr_assert_str_eq(attr_show(be, "badblocks"), "1048576 4096 EIO\n2097152 512 ENOSPC\n");
+	be->ops->close(be);
+
+	/* every key in the ops' list */
+	for (const char *const *k = blk_backend_find("fault")->keys; *k; k++)
+		cr_assert(strstr("ops errno probability after persistent badblocks enabled", *k), "%s", *k);
+
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.ops", "writes", 4);
+	fault_open_fails(&tp, "/etc/blkfs.conf:4: fault.ops: 'writes' is not a list of ops");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.errno", "EWHAT", 5);
+	fault_open_fails(&tp, "/etc/blkfs.conf:5: fault.errno: 'EWHAT' is not an errno");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.probability", "2", 6);
+	fault_open_fails(&tp, "/etc/blkfs.conf:6: fault.probability: '2' is not a probability");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.after", "x", 7);
+	fault_open_fails(&tp, "/etc/blkfs.conf:7: fault.after: 'x' is not a count");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.persistent", "sometimes", 8);
+	fault_open_fails(&tp, "/etc/blkfs.conf:8: fault.persistent: 'sometimes' is not yes/no");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.badblocks", "1M 4K EIO, 64M 4K EIO", 9);
+	fault_open_fails(&tp, "/etc/blkfs.conf:9: fault.badblocks: '1M 4K EIO, 64M 4K EIO' is not a list of bad ranges inside the device");
+
+	/* no layer below */
+	tparams_init(&tp);
+	be = blk_backend_find("fault")->open(&tp.p, NULL);
+	cr_assert(IS_ERR(be));
+	cr_assert(strstr(tp.err, "needs a layer below"), "%s", tp.err);
+}
+
+/* Passed I/O completes with what the layer below said, late and out of order. */
+Test(fault, passes_deferred_completions_and_errors_below)
+{
+	struct blk_backend *be = fault_open_default();
+	struct fake_fault ff = {
+		.op_mask = FAKE_OP(BLK_WRITE), .countdown = 1, .err = -ENOSPC,
+	};
+	struct tio t[32];
+	int i, j;
+
+	fake_set_mode(fb, FAKE_DEFERRED);
+	for (i = 0; i < 32; i++) {
+		tio_init(&t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, i);
+		cr_assert_eq(blk_submit(be, &t[i].io), 0);
+	}
+	for (j = 0; j < 5000; j++) {
+		int done = 0;
+
+		for (i = 0; i < 32; i++)
+			done += __atomic_load_n(&t[i].calls, __ATOMIC_SEQ_CST);
+		if (done == 32)
+			break;
+		usleep(1000);
+	}
+	for (i = 0; i < 32; i++) {
+		cr_assert_eq(t[i].calls, 1);
+		cr_assert_eq(t[i].res, 0);
+		free(t[i].iov.iov_base);
+	}
+	fake_set_mode(fb, FAKE_INLINE);
+	/* the layer below's own error comes up unchanged, and is not counted */
+	fake_fault_set(fb, &ff);
+	cr_assert_eq(wr(be, 0, 4096, 1), -ENOSPC);
+	cr_assert_eq(stat_value(be, "fault_injected"), 0);
+	be->ops->close(be);
+}
+
+/* Through the config and core/stack.c, on top of ram. */
+Test(fault, in_a_stack)
+{
+	static const char text[] =
+		"[device r0]\nbackend = ram\nsize = 4M\n"
+		"filters = fault\nfault.ops = write\nfault.after = 1\nfault.errno = EROFS\n";
+	struct blk_backend *top;
+	struct conf conf;
+	char cerr[512];
+
+	cr_assert_eq(conf_parse_buf(text, strlen(text), "t.conf", &conf, cerr, sizeof(cerr)), 0,
+		     "%s", cerr);
+	top = stack_open(&conf, &conf.devs[0], NULL, cerr, sizeof(cerr));
+	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
+	cr_assert_str_eq(top->ops->name, "fault");
+	cr_assert_str_eq(top->next->ops->name, "ram");
+	cr_assert_eq(wr(top, 0, 4096, 1), 0);
+	cr_assert_eq(wr(top, 4096, 4096, 1), -EROFS);
+	cr_assert_eq(wr(top, 4096, 4096, 1), 0);
+	stack_close(top);
+	conf_free(&conf);
+
+	/* a key the filter does not take is the config's error */
+	static const char bad[] =
+		"[device r0]\nbackend = ram\nsize = 4M\nfilters = fault\nfault.when = now\n";
+	cr_assert_neq(conf_parse_buf(bad, strlen(bad), "t.conf", &conf, cerr, sizeof(cerr)), 0);
+	cr_assert(strstr(cerr, "t.conf:5: fault.when"), "%s", cerr);
+}
+
+/* Many threads through one filter: every I/O completes once; counts add up. */
+struct worker_arg {
+	struct blk_backend *be;
+	int id;
+	int failed;
+};
+
+static void *worker_main(void *p)
+{
+	struct worker_arg *a = p;
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		struct tio t;
+		int ret;
+
+		tio_init(&t, i % 3 ? BLK_WRITE : BLK_READ, (uint64_t)(a->id * 500 + i) * 4096, 4096, i);
+		ret = blk_submit(a->be, &t.io);
+		if (!ret) {
+			while (!__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST))
+				usleep(100);
+			ret = t.res;
+		}
+		a->failed += ret != 0;
+		free(t.iov.iov_base);
+	}
+	return NULL;
+}
+
+Test(fault, threads)
+{
+	struct blk_backend *be = fault_open_default();
+	struct worker_arg a[4];
+	pthread_t th[4];
+	int i, failed = 0;
+
+	cr_assert_eq(attr_store(be, "ops", "read,write"), 0);
+	cr_assert_eq(attr_store(be, "probability", "0.1"), 0);
+	fake_set_mode(fb, FAKE_DEFERRED);
+	for (i = 0; i < 4; i++) {
+		a[i] = (struct worker_arg){ .be = be, .id = i };
+		cr_assert_eq(pthread_create(&th[i], NULL, worker_main, &a[i]), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		failed += a[i].failed;
+	}
+	cr_assert_eq(stat_value(be, "fault_injected"), (unsigned long long)failed);
+	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 2000 - (uint64_t)failed);
+	cr_assert(failed > 100 && failed < 320, "%d of 2000", failed);
+	be->ops->close(be);
+}
