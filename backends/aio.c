@@ -351,30 +351,6 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		aio_wake(ad);
 }
 
-/* Only called inside assert(): the contract's rules for an I/O (backend.h). */
-static bool aio_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
-{
-	uint64_t sum = 0;
-	int i;
-
-	if (io->op == BLK_FLUSH)
-		return io->pos == 0 && io->len == 0;
-	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
-	    io->pos > geo->size || io->len > geo->size - io->pos)
-		return false;
-	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
-		return true;
-	if (!io->len || io->len > geo->max_io || io->iovcnt <= 0)
-		return false;
-	for (i = 0; i < io->iovcnt; i++) {
-		if (!blk_aligned((uintptr_t)io->iov[i].iov_base, geo->dma_align) ||
-		    !blk_aligned(io->iov[i].iov_len, geo->dma_align))
-			return false;
-		sum += io->iov[i].iov_len;
-	}
-	return sum == io->len;
-}
-
 static int aio_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct aio_dev *ad = (struct aio_dev *)be;
@@ -382,7 +358,7 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 	bool to_sq = false, wake = false;
 	int ret;
 
-	assert(aio_io_valid(&ad->geo, io));
+	assert(blk_io_valid(&ad->geo, io));
 	if (io->op > BLK_WRITE_ZEROES)
 		return -EOPNOTSUPP;
 

@@ -186,6 +186,13 @@ int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t
 /* @key as yes/no/true/false/1/0/on/off; @def when absent. */
 int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out);
 
+/*
+ * The contract's rules for @io against @geo (the list at the top of this
+ * file), for a backend's assert(): alignment, bounds, max_io, dma_align,
+ * and the iovec adding up to len.
+ */
+bool blk_io_valid(const struct blk_geometry *geo, const struct blk_io *io);
+
 /* Round helpers shared by everyone who shapes I/O. */
 static inline bool blk_is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
 static inline bool blk_aligned(uint64_t v, uint64_t a) { return (v & (a - 1)) == 0; }

@@ -47,32 +47,12 @@ static void null_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	*geo = ((struct null_dev *)be)->geo;
 }
 
-/* Only called inside assert(): the contract's rules for an I/O (backend.h). */
-static bool null_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
-{
-	uint64_t sum = 0;
-	int i;
-
-	if (io->op == BLK_FLUSH)
-		return io->pos == 0 && io->len == 0;
-	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
-	    io->pos > geo->size || io->len > geo->size - io->pos)
-		return false;
-	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
-		return true;
-	if (!io->len || io->len > geo->max_io)
-		return false;
-	for (i = 0; i < io->iovcnt; i++)
-		sum += io->iov[i].iov_len;
-	return sum == io->len;
-}
-
 static int null_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct null_dev *nd = (struct null_dev *)be;
 	int i;
 
-	assert(null_io_valid(&nd->geo, io));
+	assert(blk_io_valid(&nd->geo, io));
 	(void)nd;
 	if (io->op == BLK_READ)
 		for (i = 0; i < io->iovcnt; i++)

@@ -185,3 +185,27 @@ int be_geo_from_params(struct blk_params *p, const char *backend,
 			geo->max_io, geo->pbs);
 	return 0;
 }
+
+bool blk_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
+{
+	uint64_t sum = 0;
+	uint32_t align = geo->dma_align ? geo->dma_align : 1;
+	int i;
+
+	if (io->op == BLK_FLUSH)
+		return io->pos == 0 && io->len == 0;
+	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
+	    io->pos > geo->size || io->len > geo->size - io->pos)
+		return false;
+	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
+		return true;
+	if (!io->len || io->len > geo->max_io || io->iovcnt <= 0)
+		return false;
+	for (i = 0; i < io->iovcnt; i++) {
+		if (!blk_aligned((uintptr_t)io->iov[i].iov_base, align) ||
+		    !blk_aligned(io->iov[i].iov_len, align))
+			return false;
+		sum += io->iov[i].iov_len;
+	}
+	return sum == io->len;
+}

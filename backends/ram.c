@@ -565,32 +565,12 @@ static void ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len
 		ram_zero_partial_locked(rd, pos, end - pos);
 }
 
-/* Only called inside assert(): the contract's rules for an I/O (backend.h). */
-static bool ram_io_valid(const struct blk_geometry *geo, const struct blk_io *io)
-{
-	uint64_t sum = 0;
-	int i;
-
-	if (io->op == BLK_FLUSH)
-		return io->pos == 0 && io->len == 0;
-	if (!blk_aligned(io->pos, geo->lbs) || !blk_aligned(io->len, geo->lbs) ||
-	    io->pos > geo->size || io->len > geo->size - io->pos)
-		return false;
-	if (io->op == BLK_DISCARD || io->op == BLK_WRITE_ZEROES)
-		return true;
-	if (!io->len || io->len > geo->max_io || io->iovcnt < 0)
-		return false;
-	for (i = 0; i < io->iovcnt; i++)
-		sum += io->iov[i].iov_len;
-	return sum == io->len;
-}
-
 static int ram_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
 	int ret = 0;
 
-	assert(ram_io_valid(&rd->geo, io));
+	assert(blk_io_valid(&rd->geo, io));
 	switch (io->op) {
 	case BLK_READ:
 		pthread_rwlock_rdlock(&rd->lock);

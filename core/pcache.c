@@ -17,6 +17,11 @@
  *     blocks are taken for writeback only when it has no writeback in flight
  *     (or by a background pass that skips such folios).
  *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk.
+ *  7. Pages are not stable under writeback (as the kernel without
+ *     stable_pages_required): a writer may copy into a block while a
+ *     writeback I/O reads the same memory; the writer sets the block dirty
+ *     after its copy, so it is written again and the device ends with the
+ *     last data. ThreadSanitizer sees this as a race on the data bytes.
  *
  * Folio state (per cache block b of a folio):
  *
@@ -175,6 +180,11 @@ out_free:
 int pc_cache_start(struct pc_cache *pc)
 {
 	return wb_flusher_start(pc);
+}
+
+void pc_cache_stop(struct pc_cache *pc)
+{
+	wb_flusher_stop(pc);
 }
 
 void pc_cache_destroy(struct pc_cache *pc)
@@ -613,16 +623,16 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 			return err;	/* our own data cannot leave: waiting would loop forever */
 		if (!bytes) {
 			/* nothing to write: folios are held by other threads */
-			pc->alloc_waiters++;
+			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 			timed_wait_ms(&pc->free_cond, &pc->lock, 10);
-			pc->alloc_waiters--;
+			__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		}
 		return 0;
 	}
-	pc->alloc_waiters++;
+	__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	wb_kick(pc);
 	timed_wait_ms(&pc->free_cond, &pc->lock, 100);
-	pc->alloc_waiters--;
+	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = dev_failing(dev)))
 		return -err;
 	return 0;
@@ -859,9 +869,9 @@ static int pc_balance_dirty(struct pc_dev *dev, bool may_pause)
 				return 0;	/* nothing this thread can write: go on */
 			continue;
 		}
-		pc->alloc_waiters++;
+		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		timed_wait_ms(&pc->free_cond, &pc->lock, 50);
-		pc->alloc_waiters--;
+		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->lock);
 	}
 }

@@ -77,6 +77,9 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p);
 /** pc_cache_start - start the background flusher. Returns: 0 or -errno. */
 int pc_cache_start(struct pc_cache *pc);
 
+/** pc_cache_stop - stop the background flusher (before removing devices). */
+void pc_cache_stop(struct pc_cache *pc);
+
 /**
  * pc_cache_destroy - stop the flusher and free everything. Devices must have
  * been removed with pc_dev_remove(); dirty data still cached is dropped.

@@ -50,7 +50,7 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 
 	pthread_mutex_lock(&dev->acct_lock);
 	if (!--dev->acct_in_flight)
-		dev->st.io_ticks_ms += (now - dev->acct_busy_since_ns) / 1000000;
+		STAT_ADD(dev, io_ticks_ms, (now - dev->acct_busy_since_ns) / 1000000);
 	pthread_mutex_unlock(&dev->acct_lock);
 	STAT_ADD(dev, time_in_queue_ms, ms);
 	if (res)
@@ -487,9 +487,11 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 	pthread_mutex_lock(&f->lock);
 	folio_excl_begin_locked(f);
 	pthread_mutex_unlock(&f->lock);
-	/* under excl the uptodate bits hold still */
+	/* excl keeps the uptodate bits still; the dirty bits in the same words need the lock */
 	for (p = 0; p < nb; p = q) {
+		pthread_mutex_lock(&f->lock);
 		if (!pblk_needs_rmw(dev, f, p)) {
+			pthread_mutex_unlock(&f->lock);
 			q = p + ppb;
 			continue;
 		}
@@ -500,8 +502,10 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 		/* the last missing block of the span */
 		for (b1 = q; b1 > b0 && bm_test(f->state, b1 - 1); b1--)
 			;
+		pthread_mutex_unlock(&f->lock);
 		if (folio_read_span(dev, f, b0, b1 - b0, scratch))
 			continue;
+		pthread_mutex_lock(&f->lock);
 		for (b = b0; b < b1; b++) {
 			if (bm_test(f->state, b))
 				continue;
@@ -509,6 +513,7 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 			       (size_t)1 << sh);
 			up += bm_set_range(f->state, b, 1);
 		}
+		pthread_mutex_unlock(&f->lock);
 	}
 	pthread_mutex_lock(&f->lock);
 	folio_excl_end_locked(f);

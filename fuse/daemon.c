@@ -201,6 +201,9 @@ void bf_close_devices(struct bf_daemon *d)
 {
 	int i;
 
+	/* the flusher walks the device list: it stops before devices go */
+	if (d->pc)
+		pc_cache_stop(d->pc);
 	for (i = 0; i < d->nr_devs; i++) {
 		struct bf_dev *bd = &d->devs[i];
 

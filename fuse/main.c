@@ -759,7 +759,10 @@ static int cmd_stat(int argc, char **argv)
 	if (dev) {
 		ret = stat_one(mnt, dev, json, true);
 	} else {
-		snprintf(path, sizeof(path), "%s/.sys", mnt);
+		if (snprintf(path, sizeof(path), "%s/.sys", mnt) >= (int)sizeof(path)) {
+			fprintf(stderr, "blkfs stat: %s: path too long\n", mnt);
+			return 1;
+		}
 		dir = opendir(path);
 		if (!dir) {
 			fprintf(stderr, "blkfs stat: %s: %s\n", path, strerror(errno));

@@ -37,7 +37,7 @@ static int parse_u64(const char *buf, size_t len, uint64_t *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtoull(tmp, &end, 10);
-	if (errno || *end)
+	if (errno || end != tmp + len)
 		return -EINVAL;
 	*out = v;
 	return 0;
