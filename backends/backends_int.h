@@ -13,9 +13,12 @@
 extern const struct blk_backend_ops ram_backend_ops;
 extern const struct blk_backend_ops null_backend_ops;
 extern const struct blk_backend_ops aio_backend_ops;
+extern const struct blk_backend_ops nbd_backend_ops;
 /* Filters (is_filter): the same list, in the order blk_filter_names() gives. */
 extern const struct blk_backend_ops log_filter_ops;
 extern const struct blk_backend_ops delay_filter_ops;
+extern const struct blk_backend_ops fault_filter_ops;
+extern const struct blk_backend_ops powerloss_filter_ops;
 
 /**
  * be_geo_from_params - the geometry of a backend whose shape is all config

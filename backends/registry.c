@@ -14,8 +14,11 @@ static const struct blk_backend_ops *const backend_table[] = {
 	&ram_backend_ops,
 	&null_backend_ops,
 	&aio_backend_ops,
+	&nbd_backend_ops,
 	&log_filter_ops,
 	&delay_filter_ops,
+	&fault_filter_ops,
+	&powerloss_filter_ops,
 };
 
 #define NR_BACKENDS (sizeof(backend_table) / sizeof(backend_table[0]))
