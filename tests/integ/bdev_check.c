@@ -4,8 +4,9 @@
  * file and print each result, so a test compares exact errno names instead
  * of parsing tool messages.
  *
- *   bdev_check [-d] [-r] [-t] FILE OP ARGS [OP ARGS ...]
- *	-d O_DIRECT, -r O_RDONLY (default O_RDWR), -t O_TRUNC.
+ *   bdev_check [-d] [-r] [-w] [-t] [-a] [-c] [-x] FILE OP ARGS [OP ARGS ...]
+ *	-d O_DIRECT, -r O_RDONLY, -w O_WRONLY (default O_RDWR), -t O_TRUNC,
+ *	-a O_APPEND, -c O_CREAT, -x O_CREAT|O_EXCL.
  *	Every OP prints one line: a number, OK, or an errno name (EINVAL).
  *	size | blksize | fsync | fdatasync
  *	pread OFF LEN			bytes read
@@ -17,8 +18,21 @@
  *	truncate SIZE			ftruncate
  *	punch|zero|zerokeep|alloc OFF LEN	fallocate PUNCH_HOLE|KEEP_SIZE,
  *					ZERO_RANGE, ZERO_RANGE|KEEP_SIZE, 0
+ *	fallocate MODE OFF LEN		fallocate with any MODE (a number); OK
+ *	write LEN [BYTE]		write(2) at the file position: bytes
+ *	read LEN			read(2) at the file position: bytes
+ *	lseek OFF set|cur|end|data|hole	the new offset
+ *	setxattr NAME VALUE | getxattr NAME | removexattr NAME
+ *					OK or bytes (getxattr), or the errno
+ *	listxattr			bytes of the name list
+ *	ioctl REQ			ioctl(fd, REQ, buf of 4096 zero bytes): its
+ *					return value or the errno
+ *	pwrite and pread offsets may be up to 2^64 - 1 (an off_t below 0
+ *	is passed as it is: the kernel says EINVAL).
  *   bdev_check create|mkdir|rmdir|unlink|mknod PATH
- *   bdev_check rename|link|symlink A B
+ *   bdev_check rename|link|symlink|exchange|noreplace A B
+ *					(exchange, noreplace: renameat2 flags)
+ *   bdev_check chmod PATH MODE | chown PATH UID GID | utimes PATH
  *   bdev_check strerror NAME		strerror() of an errno name
  * Numbers take K/M/G/T suffixes (binary). Exit: 0 when every op ran (whatever
  * it returned), 1 when FILE cannot be opened, 2 on usage errors.
@@ -30,12 +44,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bdev_check [-d] [-r] [-t] FILE OP ARGS...  (see the source)\n");
+	fprintf(stderr, "usage: bdev_check [-d] [-r] [-w] [-t] [-a] [-c] [-x] FILE OP ARGS...  (see the source)\n");
 	exit(2);
 }
 
@@ -186,6 +205,8 @@ static int path_op(int argc, char **argv)
 			r = unlink(argv[1]);
 		} else if (!strcmp(op, "mknod")) {
 			r = mknod(argv[1], S_IFREG | 0644, 0);
+		} else if (!strcmp(op, "utimes")) {
+			r = utimes(argv[1], NULL);
 		} else {
 			return -1;
 		}
@@ -196,8 +217,16 @@ static int path_op(int argc, char **argv)
 			r = link(argv[1], argv[2]);
 		else if (!strcmp(op, "symlink"))
 			r = symlink(argv[1], argv[2]);
+		else if (!strcmp(op, "exchange"))
+			r = renameat2(AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_EXCHANGE);
+		else if (!strcmp(op, "noreplace"))
+			r = renameat2(AT_FDCWD, argv[1], AT_FDCWD, argv[2], RENAME_NOREPLACE);
+		else if (!strcmp(op, "chmod"))
+			r = chmod(argv[1], (mode_t)strtoul(argv[2], NULL, 8));
 		else
 			return -1;
+	} else if (argc == 4 && !strcmp(op, "chown")) {
+		r = chown(argv[1], (uid_t)num(argv[2]), (gid_t)num(argv[3]));
 	} else {
 		return -1;
 	}
@@ -211,11 +240,15 @@ int main(int argc, char **argv)
 	struct stat st;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	while ((opt = getopt(argc, argv, "+drt")) != -1) {
+	while ((opt = getopt(argc, argv, "+drwtacx")) != -1) {
 		switch (opt) {
 		case 'd': extra |= O_DIRECT; break;
 		case 'r': flags = O_RDONLY; break;
+		case 'w': flags = O_WRONLY; break;
 		case 't': extra |= O_TRUNC; break;
+		case 'a': extra |= O_APPEND; break;
+		case 'c': extra |= O_CREAT; break;
+		case 'x': extra |= O_CREAT | O_EXCL; break;
 		default: usage();
 		}
 	}
@@ -223,12 +256,12 @@ int main(int argc, char **argv)
 	argv += optind;
 	if (argc < 1)
 		usage();
-	if (argc <= 3 && path_op(argc, argv) == 0)
+	if (argc <= 4 && path_op(argc, argv) == 0)
 		return 0;
 	if (argc < 2)
 		usage();
 
-	fd = open(argv[0], flags | extra);
+	fd = open(argv[0], flags | extra, 0644);
 	if (fd < 0) {
 		printf("open: %s\n", ename(errno));
 		return 1;
@@ -281,6 +314,61 @@ int main(int argc, char **argv)
 			i += 3;
 		} else if (!strcmp(op, "verify")) {
 			check(fd, num(ARG(1)), num(ARG(2)), 0, (int64_t)num(ARG(3)));
+			i += 3;
+		} else if (!strcmp(op, "write") || !strcmp(op, "read")) {
+			uint64_t len = num(ARG(1)), k;
+			int has2 = !strcmp(op, "write") && i + 1 < argc &&
+				   argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9';
+			uint64_t v = has2 ? num(ARG(2)) : 0x5a;
+			uint8_t *buf = abuf(len);
+			ssize_t r;
+
+			for (k = 0; k < len; k++)
+				buf[k] = (uint8_t)v;
+			r = !strcmp(op, "write") ? write(fd, buf, len) : read(fd, buf, len);
+			print_res(r < 0 ? -errno : r);
+			free(buf);
+			i += 1 + has2;
+		} else if (!strcmp(op, "lseek")) {
+			const char *w = ARG(2);
+			int whence = !strcmp(w, "set") ? SEEK_SET : !strcmp(w, "cur") ? SEEK_CUR :
+				     !strcmp(w, "end") ? SEEK_END : !strcmp(w, "data") ? SEEK_DATA :
+				     !strcmp(w, "hole") ? SEEK_HOLE : (usage(), 0);
+			off_t r = lseek(fd, (off_t)num(ARG(1)), whence);
+
+			print_res(r < 0 ? -errno : r);
+			i += 2;
+		} else if (!strcmp(op, "setxattr")) {
+			const char *v = ARG(2);
+
+			printf("%s\n", fsetxattr(fd, ARG(1), v, strlen(v), 0) < 0 ? ename(errno) : "OK");
+			i += 2;
+		} else if (!strcmp(op, "getxattr")) {
+			char v[4096];
+			ssize_t r = fgetxattr(fd, ARG(1), v, sizeof(v));
+
+			print_res(r < 0 ? -errno : r);
+			i += 1;
+		} else if (!strcmp(op, "removexattr")) {
+			printf("%s\n", fremovexattr(fd, ARG(1)) < 0 ? ename(errno) : "OK");
+			i += 1;
+		} else if (!strcmp(op, "listxattr")) {
+			char v[4096];
+			ssize_t r = flistxattr(fd, v, sizeof(v));
+
+			print_res(r < 0 ? -errno : r);
+		} else if (!strcmp(op, "ioctl")) {
+			uint8_t *buf = abuf(4096);
+			int r;
+
+			memset(buf, 0, 4096);
+			r = ioctl(fd, (unsigned long)num(ARG(1)), buf);
+			print_res(r < 0 ? -errno : r);
+			free(buf);
+			i += 1;
+		} else if (!strcmp(op, "fallocate")) {
+			printf("%s\n", fallocate(fd, (int)num(ARG(1)), (off_t)num(ARG(2)),
+						 (off_t)num(ARG(3))) < 0 ? ename(errno) : "OK");
 			i += 3;
 		} else if (!strcmp(op, "truncate")) {
 			printf("%s\n", ftruncate(fd, num(ARG(1))) < 0 ? ename(errno) : "OK");

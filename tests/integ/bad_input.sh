@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# bad_input.sh: hostile input at the mount's boundaries; each call gets the
+# errno a block device (or the kernel in front of it) gives, the daemon keeps
+# serving, and no byte of the devices changes (sha256 of every device before
+# and after the whole hostile sequence; only the scratch device is written).
+# blockdev.sh has the plain block-device semantics (reads and writes at the
+# end, truncate, EPERM for names, fallocate); this adds what a careless or
+# malicious caller does:
+#  - O_APPEND: write and pwrite go to the end (Linux's O_APPEND rule), and a
+#    write at the end is ENOSPC, as on /dev/sdX; reads still work.
+#    O_CREAT on an existing device opens it, O_CREAT|O_EXCL is EEXIST, on a
+#    new name EPERM; O_TRUNC changes nothing.
+#  - truncate to 2^63 - 1, 2^64 - 1 (negative): EINVAL; rename with
+#    RENAME_EXCHANGE/NOREPLACE, names in .sys, chmod/chown: EPERM.
+#  - xattrs: set/get/list/remove EOPNOTSUPP (the kernel answers itself after
+#    the daemon's ENOSYS; system.posix_acl_access is ENODATA: no ACL).
+#  - ioctls the mount does not have (block-device and inode-flag ones):
+#    ENOTTY; FIEMAP EOPNOTSUPP.
+#  - offsets near 2^63: at 2^63 - 1 - 4096 a read returns 0 and a write is
+#    ENOSPC (buffered and O_DIRECT); where pos + len passes 2^63 - 1 the
+#    kernel says EINVAL before blkfs sees it; lseek SEEK_DATA at the end is
+#    ENXIO.
+#  - zero-length reads and writes: 0, also at and past the end.
+#  - requests over 1 MiB crossing the end (the kernel splits them): short.
+#  - fallocate: modes other than PUNCH_HOLE|KEEP_SIZE and ZERO_RANGE
+#    (with or without KEEP_SIZE) are EOPNOTSUPP, misaligned or empty ranges
+#    EINVAL, ranges beyond 2^63 EFBIG.
+#  - .sys: every writable attribute (the cache's and each filter's) refuses
+#    garbage, negative, huge, empty, a NUL with junk after it, 64 KiB of
+#    text, a write at an offset other than 0 (also O_APPEND) and a second
+#    write in one open with EINVAL, and shows the same value afterwards;
+#    read-only attributes refuse opening for writing with EACCES.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require_helper bdev_check
+require dd sha256sum find
+bc=$BLKFS_TESTBIN/bdev_check
+
+# chk WANT BDEV_CHECK_ARGS...: WANT is every output line, space-separated;
+# bdev_check's exit 1 (the open failed) is a result like any other.
+chk() {
+	local want=$1 got rc
+	shift
+	got=$("$bc" "$@") && rc=0 || rc=$?
+	[ "$rc" -le 1 ] || fail "bdev_check $* exited $rc: $got"
+	got=${got//$'\n'/ }
+	[ "$got" = "$want" ] || fail "bdev_check $*: expected '$want', got '$got'"
+}
+
+MiB=$((1 << 20))
+S=$((8 * MiB))
+I63=9223372036854775807		# 2^63 - 1
+NEAR=$((I63 - 4096))		# a 4096-byte request here ends at 2^63 - 1
+DNEAR=$((I63 - 8191))		# the same for O_DIRECT: 2^63 - 8192, aligned
+filters="log, delay"
+extra=""
+# the fault and powerloss filters, when this build has them: their knobs too
+for f in fault powerloss; do
+	printf '[device x]\nbackend = null\nsize = 1M\nfilters = %s\n' "$f" >"$TDIR/probe.conf"
+	if "$BLKFS" check -c "$TDIR/probe.conf" >/dev/null 2>&1; then
+		filters="$filters, $f"
+		[ "$f" != fault ] || extra="fault.probability = 0"
+	fi
+done
+info "ram0 filters: $filters"
+
+start_blkfs "[device ram0]
+backend = ram
+size = 8M
+logical_block_size = 512
+physical_block_size = 4096
+filters = $filters
+log.path = trace
+$extra
+
+[device d4k]
+backend = ram
+size = 8M
+logical_block_size = 4096
+physical_block_size = 4096
+
+[device scr]
+backend = ram
+size = 4M"
+dev=$MNT/ram0
+d4k=$MNT/d4k
+scr=$MNT/scr
+sys=$MNT/.sys
+
+# Contents to protect: a pattern over all of ram0 and d4k, on the backend.
+chk "OK OK" "$dev" pattern 0 "$S" 7 fsync
+chk "OK OK" "$d4k" pattern 0 "$S" 9 fsync
+sums() {
+	sha256sum "$dev" "$d4k" | awk '{ print $1 }' | tr '\n' ' '
+}
+before=$(sums)
+
+# ---------------------------------------------------------------------------
+info "open flags: O_APPEND, O_CREAT, O_EXCL, O_TRUNC"
+chk "ENOSPC ENOSPC 0" -a "$dev" write 512 pwrite 0 512 lseek 0 cur
+chk "ENOSPC" -a -w "$dev" write 1
+chk "ENOSPC" -a -d "$dev" write 4096
+chk "512 512" -a "$dev" read 512 pread 4096 512
+chk "OK" -a "$dev" verify 0 65536 7
+chk "open: EEXIST" -x "$dev" size
+chk "$S" -c "$dev" size
+chk "open: EPERM" -x "$MNT/new0" size
+chk "open: EPERM" -c "$MNT/new1" size
+chk "$S" -t "$dev" size
+chk "$S" -t -w "$dev" size
+chk "EBADF EBADF" -r "$dev" pwrite 0 512 write 1
+chk "EBADF" -w "$dev" pread 0 512
+chk "open: EISDIR" "$MNT" size
+chk "EISDIR" -r "$sys/ram0" pread 0 10
+chk "open: ENOENT" -r "$MNT/nosuch" size
+
+info "truncate and names"
+chk "EINVAL EINVAL EINVAL EINVAL OK" "$dev" truncate "$I63" truncate 18446744073709551615 \
+	truncate $((1 << 62)) truncate $((S + 1)) truncate "$S"
+chk EPERM exchange "$dev" "$d4k"
+chk EPERM exchange "$dev" "$sys"
+chk EPERM noreplace "$dev" "$MNT/other"
+chk EPERM rename "$sys" "$MNT/sys2"
+chk EPERM rename "$sys/ram0/size" "$sys/ram0/size2"
+chk EPERM unlink "$sys/ram0/size"
+chk EPERM rmdir "$sys/ram0/queue"
+chk EPERM rmdir "$sys"
+chk EPERM mkdir "$sys/ram0/new"
+chk EPERM create "$sys/new"
+chk EPERM mknod "$sys/ram0/node"
+chk EPERM link "$sys/ram0/size" "$MNT/l"
+chk EPERM symlink x "$sys/ram0/l"
+chk ENOENT unlink "$MNT/nosuch"
+chk EPERM chmod "$dev" 666
+chk EPERM chown "$dev" 1 1
+chk EPERM chmod "$sys/ram0/size" 666
+chk OK utimes "$dev"
+
+info "xattrs"
+for f in "$dev" "$sys/ram0/size"; do
+	chk "EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP" -r "$f" \
+		setxattr user.x 1 getxattr user.x listxattr removexattr user.x \
+		setxattr trusted.x 1 setxattr security.x 1
+	chk "ENODATA EOPNOTSUPP" -r "$f" getxattr system.posix_acl_access getxattr security.selinux
+done
+
+info "ioctls"
+# BLKSSZGET BLKFLSBUF BLKDISCARD BLKZEROOUT BLKGETSIZE64 FS_IOC_GETFLAGS
+# FS_IOC_SETFLAGS, and made-up ones: ENOTTY; FS_IOC_FIEMAP: EOPNOTSUPP
+for r in 0x1268 0x1261 0x1277 0x127f 0x80081272 0x80086601 0x40086602 0xdeadbeef 0xffffffff; do
+	chk ENOTTY "$dev" ioctl "$r"
+done
+chk EOPNOTSUPP "$dev" ioctl 0xc020660b
+chk ENOTTY -r "$sys/ram0/size" ioctl 0x80081272
+
+info "offsets near 2^63"
+chk "0 ENOSPC 0 ENOSPC" "$dev" pread "$NEAR" 4096 pwrite "$NEAR" 4096 pread $((I63 - 1)) 1 \
+	pwrite $((I63 - 1)) 1
+chk "0 ENOSPC" -d "$dev" pread "$DNEAR" 4096 pwrite "$DNEAR" 4096
+chk "EINVAL EINVAL EINVAL EINVAL" "$dev" pread "$I63" 1 pwrite "$I63" 1 pread $((NEAR + 1)) 4096 \
+	pwrite $((NEAR + 1)) 4096
+chk "EINVAL EINVAL EINVAL" "$dev" pread 9223372036854775808 1 pwrite 9223372036854775808 1 \
+	pwrite 18446744073709551615 512
+chk "EINVAL EINVAL" -d "$dev" pread $((DNEAR + 4096)) 4096 pwrite $((DNEAR + 4096)) 4096
+chk "$I63 EINVAL EINVAL" "$dev" lseek "$I63" set read 1 write 1
+chk "ENXIO $S $S 4096 $S" "$dev" lseek "$S" data lseek 0 hole lseek 0 end lseek 4096 data \
+	lseek 0 end
+
+info "zero-length I/O"
+chk "0 0 0 0 0 0 0 0" "$dev" pread 0 0 pwrite 0 0 pread "$S" 0 pwrite "$S" 0 \
+	pwrite $((S * 2)) 0 pwrite "$NEAR" 0 read 0 write 0
+chk "0 0 0" -d "$dev" pread 512 0 pwrite 512 0 pwrite "$S" 0
+
+info "misaligned O_DIRECT"
+chk "EINVAL EINVAL EINVAL EINVAL" -d "$dev" pwrite 100 512 pwrite 512 100 pread 512 100 pread 1 512
+chk "EINVAL EINVAL" -d "$d4k" pwrite 512 4096 pwrite 4096 512
+
+info "fallocate: modes and ranges"
+# KEEP_SIZE alone, PUNCH_HOLE without KEEP_SIZE, NO_HIDE_STALE, COLLAPSE_RANGE,
+# INSERT_RANGE, UNSHARE_RANGE, PUNCH_HOLE|ZERO_RANGE, plain allocation: EOPNOTSUPP
+for m in 0 1 2 4 6 8 0x20 0x40 0x13 0x18; do
+	chk EOPNOTSUPP "$dev" fallocate "$m" 0 4096
+done
+chk "EINVAL EINVAL EINVAL EINVAL EINVAL EINVAL" "$dev" punch 0 100 punch 100 512 zero 256 512 \
+	zerokeep 512 100 punch "$S" 512 punch $((S + 4096)) 4096
+chk "EINVAL EINVAL EINVAL" "$dev" fallocate 3 0 0 zero $((S - 4096)) 8192 fallocate 0x10 512 "$NEAR"
+chk "EFBIG EFBIG" "$dev" punch "$NEAR" 8192 zero "$I63" 1
+chk "EINVAL EINVAL" "$d4k" punch 512 4096 zero 4096 512
+chk "EOPNOTSUPP" "$sys/ram0/queue/read_ahead_kb" punch 0 4096
+
+info "still serving, nothing changed"
+pid_alive "$DAEMON_PID" || fail "the daemon died"
+after=$(sums)
+assert_eq "sha256 of ram0 and d4k after the hostile sequence" "$before" "$after"
+chk OK "$dev" verify 0 "$S" 7
+chk OK -d "$d4k" verify 0 "$S" 9
+
+# ---------------------------------------------------------------------------
+info "requests over 1 MiB crossing the end (scratch device)"
+SS=$((4 * MiB))
+chk "512 OK 512" "$scr" pwrite $((SS - 512)) $((2 * MiB)) 33 expect $((SS - 512)) 512 33 \
+	pread $((SS - 512)) $((3 * MiB))
+chk "4096 OK 4096" -d "$scr" pwrite $((SS - 4096)) $((2 * MiB)) 44 expect $((SS - 4096)) 4096 44 \
+	pread $((SS - 4096)) $((2 * MiB))
+chk "$((MiB + 512)) OK" "$scr" pwrite $((SS - MiB - 512)) $((3 * MiB)) 55 \
+	expect $((SS - MiB - 512)) $((MiB + 512)) 55
+chk "ENOSPC 0" "$scr" pwrite "$SS" $((2 * MiB)) pread "$SS" $((2 * MiB))
+
+# ---------------------------------------------------------------------------
+info ".sys: bad values, partial writes, read-only attributes"
+# put VALUE FILE [DD ARGS]: write VALUE (printf %b escapes) in one write(2)
+# at offset 0, or as dd says; prints the error, if any.
+# shellcheck disable=SC2069  # the error message only: stderr to the caller
+put() {
+	bash -c 'printf "%b" "$1" | dd of="$2" bs=1M iflag=fullblock conv=notrunc status=none "${@:3}"' \
+		bash "$@" 2>&1 >/dev/null
+}
+# refuse FILE VALUE [DD ARGS]: the write fails with EINVAL, the value stays.
+refuse() {
+	local f=$1 v=$2 out old
+	shift 2
+	old=$(cat "$f")
+	out=$(put "$v" "$f" "$@") && fail "$f took '$v' $*"
+	case $out in *"$(errno_msg EINVAL)"*) ;; *) fail "$f: '$v' $*: not EINVAL: $out" ;; esac
+	assert_eq "$f after refusing '$v' $*" "$old" "$(cat "$f")"
+}
+big=$(head -c 65536 /dev/zero | tr '\0' 9)
+huge_text=$(head -c 65536 /dev/zero | tr '\0' x)
+mapfile -t rw < <(find "$sys" -type f -perm -u+w | sort)
+mapfile -t ro < <(find "$sys" -type f ! -perm -u+w | sort)
+[ "${#rw[@]}" -ge 7 ] || fail "only ${#rw[@]} writable attributes: ${rw[*]}"
+info "${#rw[@]} writable, ${#ro[@]} read-only attributes"
+for f in "${rw[@]}"; do
+	v0=$(cat "$f")
+	for v in garbage -1 -0 "\n" " " "\n\n\n" 99999999999999999999999999 18446744073709551616 \
+		1e9 "%s%n" "\xff\xfe" "$big" "$huge_text"; do
+		refuse "$f" "$v"
+	done
+	# a NUL with junk after it: not the value before the NUL
+	[ -z "$v0" ] || [ "$(wc -l <<<"$v0")" -ne 1 ] || refuse "$f" "$v0\\0junk"
+	# offset 0 only: a partial write, O_APPEND (at the file's size, 4096)
+	# and a second write in the same open
+	[ -z "$v0" ] || [ "$(wc -l <<<"$v0")" -ne 1 ] || {
+		refuse "$f" "$v0" oflag=seek_bytes seek=1
+		refuse "$f" "$v0" oflag=append
+		refuse "$f" "$v0$v0" bs=${#v0}
+	}
+	pid_alive "$DAEMON_PID" || fail "the daemon died writing to $f"
+done
+# numbers that overflow once taken as KiB
+for v in 4294967296 4194305 18014398509481984; do
+	refuse "$sys/ram0/queue/max_sectors_kb" "$v"
+	refuse "$sys/ram0/queue/read_ahead_kb" "$v"
+done
+for f in "${ro[@]}"; do
+	old=$(cat "$f")
+	out=$(put 1 "$f") && fail "read-only $f took a write"
+	case $out in *"$(errno_msg EACCES)"*) ;; *) fail "read-only $f: not EACCES: $out" ;; esac
+	case $f in */stat | */blkfs_stat | */unflushed_bytes) ;;	# counters move
+	*) assert_eq "$f after a refused write" "$old" "$(cat "$f")" ;;
+	esac
+done
+# the knobs still take good values
+put "64\n" "$sys/ram0/queue/max_sectors_kb" || fail "max_sectors_kb refused 64"
+assert_eq max_sectors_kb 64 "$(cat "$sys/ram0/queue/max_sectors_kb")"
+put "1ms-2ms\n" "$sys/ram0/delay/write" || fail "delay/write refused 1ms-2ms"
+assert_eq delay/write 1ms-2ms "$(cat "$sys/ram0/delay/write")"
+put "0" "$sys/ram0/delay/write" || fail "delay/write refused 0"
+
+# ---------------------------------------------------------------------------
+info "at the end: still serving, data as before"
+pid_alive "$DAEMON_PID" || fail "the daemon died"
+assert_eq "sha256 of ram0 and d4k at the end" "$before" "$(sums)"
+chk "OK OK" "$scr" fill 0 65536 66 expect 0 65536 66
+stop_blkfs
