@@ -13,7 +13,7 @@
  *    loads and never lock a page.
  *  - Pages come from 2 MiB slabs (mmap, 2 MiB aligned, header in page 0).
  *    First touch of fresh memory costs ~0.35 GB/s here against ~21 GB/s for
- *    reused memory (DESIGN.md), so freed pages are reused before a fresh
+ *    reused memory (measured on this kind of machine), so freed pages are reused before a fresh
  *    page is carved, and slabs are asked to be transparent huge pages (one
  *    fault per 2 MiB; measured at ram_slab_new_locked()).
  *  - DISCARD and WRITE_ZEROES free whole pages (and nodes left empty) and

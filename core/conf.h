@@ -137,7 +137,7 @@ int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 			const struct blk_geometry *geo, char *err, size_t errlen);
 
 /**
- * conf_cache_block - the block size the cache tracks state in (DESIGN.md):
+ * conf_cache_block - the block size the cache tracks state in (the kernel's set_init_blocksize rule):
  * start at the logical block size and double while below 4096 and the
  * device size is a multiple of the doubled size; @forced (non-zero) wins.
  */

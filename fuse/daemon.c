@@ -24,7 +24,7 @@
 #include "bf.h"
 
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
-#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (DESIGN.md) */
+#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 #define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
 #define BF_MAX_THREADS 16
 

@@ -33,7 +33,7 @@ static const char default_conf[] =
 	"physical_block_size = 4096\n"
 	"# largest single backend I/O (default 1M); io_min / io_opt default to the physical block size / max_io\n"
 	"max_io = 1M\n"
-	"# auto = the set_init_blocksize rule in DESIGN.md; a smaller power of two forces finer tracking\n"
+	"# auto = the kernel's set_init_blocksize rule (README); a smaller power of two forces finer tracking\n"
 	"cache_block_size = auto\n";
 
 /* A minimal valid device section, for tests about something else. */
