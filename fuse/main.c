@@ -515,7 +515,9 @@ static void wait_pid_gone(pid_t pid, const char *mnt)
 		if (pfd >= 0) {
 			struct pollfd p = { .fd = pfd, .events = POLLIN };
 
-			poll(&p, 1, 1000);
+			/* readable once the process has exited (a zombie is gone for us) */
+			if (poll(&p, 1, 1000) == 1)
+				break;
 		} else {
 			usleep(20000);
 		}
