@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench.sh: tools/blkfs-bench runs and its output is well-formed; the numbers
+# themselves are not judged.
+#  - `blkfs-bench split --quick --out DIR` exits 0, shows its progress on
+#    stderr and prints the split table on stdout: the expected header, the
+#    separator, then one row per max_sectors_kb (16, 64, 256, 1024) whose
+#    cells are numbers (MB/s as "N" or "N (MIN..MAX)");
+#  - DIR/results.md holds the same table;
+#  - it leaves nothing behind: its work directory (under $TMPDIR, here the
+#    test's own) is gone, nothing is mounted below it, no process of it runs;
+#  - an unknown experiment or option is refused with exit 2 before anything
+#    is started.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require fio dd awk numfmt fusermount3
+
+bench=$(realpath "$_LIB_DIR/../../tools/blkfs-bench")
+out=$TDIR/out
+work=$TDIR/tmp
+mkdir -p "$work"
+
+rc=0
+TMPDIR=$work BLKFS=$BLKFS timeout -k 10 120 "$bench" split --quick --out "$out" \
+	>"$TDIR/stdout" 2>"$TDIR/stderr" || rc=$?
+if [ "$rc" -ne 0 ]; then
+	cat "$TDIR/stderr" >&2
+	fail "blkfs-bench split --quick exited $rc"
+fi
+info "blkfs-bench split --quick: $(grep -c . "$TDIR/stdout") lines of output"
+
+hdr='| max_sectors_kb | MB/s | vs 1024 | backend writes per GiB | split_ios per GiB | writeback_copy_bytes |'
+
+# check_table FILE: the split table in FILE is well-formed
+check_table() {
+	awk -v hdr="$hdr" '
+		$0 == hdr { state = 1; next }
+		state == 1 { if ($0 != "|---|---|---|---|---|---|") { print "bad separator: " $0; bad = 1 }
+			state = 2; next }
+		state == 2 && /^\|/ {
+			n = split($0, c, "|")
+			if (n != 8) { print "not 6 cells: " $0; bad = 1; next }
+			for (i = 2; i <= 7; i++) { gsub(/^ +| +$/, "", c[i]) }
+			want = (rows == 0) ? 16 : (rows == 1) ? 64 : (rows == 2) ? 256 : 1024
+			if (c[2] != want) { print "row " rows + 1 ": max_sectors_kb " c[2] ", expected " want; bad = 1 }
+			if (c[3] !~ /^[0-9]+( \([0-9]+\.\.[0-9]+\))?$/) { print "MB/s not a number: " c[3]; bad = 1 }
+			if (c[4] !~ /^[0-9]+\.[0-9]+$/) { print "ratio not a number: " c[4]; bad = 1 }
+			for (i = 5; i <= 7; i++)
+				if (c[i] !~ /^[0-9]+$/) { print "count not a number: " c[i]; bad = 1 }
+			rows++
+			next
+		}
+		state == 2 { state = 3 }
+		END {
+			if (!state) { print "no table header"; exit 1 }
+			if (rows != 4) { print rows " rows, expected 4"; bad = 1 }
+			exit bad
+		}' "$1"
+}
+
+msg=$(check_table "$TDIR/stdout") || fail "stdout: $msg"
+[ -f "$out/results.md" ] || fail "no $out/results.md"
+msg=$(check_table "$out/results.md") || fail "results.md: $msg"
+diff <(grep '^|' "$TDIR/stdout") <(grep '^|' "$out/results.md") >&2 ||
+	fail "results.md does not hold the tables printed on stdout"
+grep -q 'split: max_sectors_kb=16 run 1/1' "$TDIR/stderr" || fail "no progress on stderr"
+
+# nothing left behind
+left=$(find "$work" -mindepth 1 -maxdepth 1)
+[ -z "$left" ] || fail "blkfs-bench left $left"
+[ -z "$(mounts_under "$work")" ] || fail "still mounted: $(mounts_under "$work")"
+[ -z "$(pids_matching "$work")" ] || fail "still running: $(pids_matching "$work")"
+
+# refused before anything starts
+rc=0
+TMPDIR=$work BLKFS=$BLKFS "$bench" nosuch >/dev/null 2>"$TDIR/err" || rc=$?
+assert_eq "exit status for an unknown experiment" 2 "$rc"
+grep -q "unknown experiment 'nosuch'" "$TDIR/err" || fail "unknown experiment: $(cat "$TDIR/err")"
+rc=0
+TMPDIR=$work BLKFS=$BLKFS "$bench" split --runs 0 >/dev/null 2>&1 || rc=$?
+assert_eq "exit status for --runs 0" 2 "$rc"
+[ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "a refused run left files in $work"
+info "output well-formed, nothing left behind"
