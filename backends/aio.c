@@ -711,48 +711,6 @@ static void *aio_worker_fn(void *arg)
 
 /* ---- open: config, the storage, its geometry ---- */
 
-/* A plain decimal from @min to @max; @def when absent. */
-static int aio_param_uint(struct blk_params *p, const char *key, unsigned int def,
-			  unsigned int min, unsigned int max, unsigned int *out)
-{
-	const char *s = blk_param_get(p, key);
-	unsigned long v;
-	char *end;
-
-	if (!s) {
-		*out = def;
-		return 0;
-	}
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
-		return blk_param_error(p, key, "'%s' is not a number from %u to %u", s, min, max);
-	*out = (unsigned int)v;
-	return 0;
-}
-
-/* Does the section have @key? (conf fills some fields with defaults.) */
-static bool aio_key_in_section(const struct blk_params *p, const char *key)
-{
-	int i;
-
-	for (i = 0; i < p->n; i++)
-		if (p->v[i].key && !strcmp(p->v[i].key, key))
-			return true;
-	return false;
-}
-
-/*
- * Did the config give geometry field @key, with value @val? conf fills
- * defaults for what is absent only when `size` is given, so without a
- * size any non-zero field was given; with one, the key must be there.
- * (A non-zero size itself was always given: conf never makes one up.)
- */
-static bool aio_geo_given(const struct blk_params *p, const char *key, uint64_t val)
-{
-	return val && (!p->geo.size || aio_key_in_section(p, key));
-}
-
 /* @path relative to the directory of the config file, as a user reads it. */
 static int aio_resolve_path(struct blk_params *p, const char *path, char *out, size_t len)
 {
@@ -826,10 +784,10 @@ static int aio_bdev_geometry(struct aio_dev *ad, struct blk_params *p)
 		return blk_param_error(p, "size", "config says %llu but %s has %llu",
 				       (unsigned long long)cfg->size, ad->path,
 				       (unsigned long long)size);
-	if (aio_geo_given(p, "logical_block_size", cfg->lbs) && cfg->lbs != (uint32_t)lbs)
+	if (be_geo_given(p, "logical_block_size", cfg->lbs) && cfg->lbs != (uint32_t)lbs)
 		return blk_param_error(p, "logical_block_size", "config says %u but %s has %d",
 				       cfg->lbs, ad->path, lbs);
-	if (aio_geo_given(p, "physical_block_size", cfg->pbs) && cfg->pbs != pbs)
+	if (be_geo_given(p, "physical_block_size", cfg->pbs) && cfg->pbs != pbs)
 		return blk_param_error(p, "physical_block_size", "config says %u but %s has %u",
 				       cfg->pbs, ad->path, pbs);
 
@@ -847,7 +805,7 @@ static int aio_bdev_geometry(struct aio_dev *ad, struct blk_params *p)
 	dev_max -= dev_max % pbs;
 	if (dev_max < pbs)
 		dev_max = pbs;
-	if (aio_geo_given(p, "max_io", cfg->max_io)) {
+	if (be_geo_given(p, "max_io", cfg->max_io)) {
 		if (cfg->max_io > dev_max)
 			return blk_param_error(p, "max_io",
 				"config says %u but %s takes at most %u per I/O (max_sectors_kb)",
@@ -862,11 +820,11 @@ static int aio_bdev_geometry(struct aio_dev *ad, struct blk_params *p)
 	}
 
 	/* Hints: the config's word where given, else the device's. */
-	if (aio_geo_given(p, "io_min", cfg->io_min))
+	if (be_geo_given(p, "io_min", cfg->io_min))
 		g->io_min = cfg->io_min;
 	else
 		g->io_min = io_min >= (unsigned int)lbs && !(io_min % lbs) ? io_min : pbs;
-	if (aio_geo_given(p, "io_opt", cfg->io_opt))
+	if (be_geo_given(p, "io_opt", cfg->io_opt))
 		g->io_opt = cfg->io_opt;
 	else
 		g->io_opt = io_opt && !(io_opt % lbs) ? io_opt : g->max_io;
@@ -1081,7 +1039,7 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 
 	/* Every key first, so each is marked used whatever fails later. */
 	path = blk_param_get(p, "path");
-	ret = aio_param_uint(p, "queue_depth", AIO_DEF_QD, 1, AIO_MAX_QD, &ad->qd);
+	ret = blk_param_uint(p, "queue_depth", AIO_DEF_QD, 1, AIO_MAX_QD, &ad->qd);
 	if (!ret)
 		ret = blk_param_bool(p, "create", false, &create);
 	if (!ret)
@@ -1221,32 +1179,28 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct aio_dev *ad = (struct aio_dev *)be;
 	unsigned long long nr_short = __atomic_load_n(&ad->nr_short, __ATOMIC_RELAXED);
-	int n;
+	size_t n;
 
-	if (!len)
-		return 0;
 	pthread_mutex_lock(&ad->lock);
 	/*
 	 * inflight: iocbs in the kernel; queued: waiting for a slot; worker:
 	 * FLUSH (fdatasync fallback), DISCARD, WRITE_ZEROES waiting or running;
 	 * fdsync: 1 while FLUSH goes through IOCB_CMD_FDSYNC.
 	 */
-	n = snprintf(buf, len,
-		     "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
-		     "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
-		     "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
-		     "aio_fdsync %d\n",
-		     ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
-		     (unsigned long long)ad->nr_submitted,
-		     (unsigned long long)ad->nr_submit_calls,
-		     (unsigned long long)ad->nr_completed,
-		     (unsigned long long)ad->nr_errors, nr_short,
-		     (unsigned long long)ad->nr_eagain,
-		     (unsigned long long)ad->nr_zero_writes, !ad->no_fdsync);
+	n = be_stat_printf(buf, len,
+			   "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
+			   "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
+			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
+			   "aio_fdsync %d\n",
+			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
+			   (unsigned long long)ad->nr_submitted,
+			   (unsigned long long)ad->nr_submit_calls,
+			   (unsigned long long)ad->nr_completed,
+			   (unsigned long long)ad->nr_errors, nr_short,
+			   (unsigned long long)ad->nr_eagain,
+			   (unsigned long long)ad->nr_zero_writes, !ad->no_fdsync);
 	pthread_mutex_unlock(&ad->lock);
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return n;
 }
 
 static const char *const aio_keys[] = { "path", "queue_depth", "create", "exclusive", NULL };

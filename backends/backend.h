@@ -183,6 +183,11 @@ int blk_param_error(struct blk_params *p, const char *key, const char *fmt, ...)
 int blk_parse_size(const char *s, uint64_t *out);
 /* @key as a size; @def when absent. -EINVAL (with p->err) when malformed. */
 int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out);
+/* @key as plain decimal digits, @min to @max; @def when absent. -EINVAL (with p->err). */
+int blk_param_uint(struct blk_params *p, const char *key, unsigned int def,
+		   unsigned int min, unsigned int max, unsigned int *out);
+/* yes/no/true/false/1/0/on/off, any case: 0, or -EINVAL. */
+int blk_parse_bool(const char *s, bool *out);
 /* @key as yes/no/true/false/1/0/on/off; @def when absent. */
 int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out);
 

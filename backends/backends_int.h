@@ -7,6 +7,8 @@
 #ifndef BLKFS_BACKENDS_INT_H
 #define BLKFS_BACKENDS_INT_H
 
+#include <time.h>
+
 #include "backend.h"
 
 /* One line per backend; registry.c lists them in the same order. */
@@ -35,5 +37,85 @@ extern const struct blk_backend_ops powerloss_filter_ops;
  */
 int be_geo_from_params(struct blk_params *p, const char *backend,
 		       struct blk_geometry *geo);
+
+/**
+ * be_geo_given - did the config give geometry field @key, with value @val?
+ * (for a backend whose geometry comes from its storage: aio, nbd)
+ * @p: the device's parameters
+ * @key: the field's config key ("logical_block_size")
+ * @val: the field in p->geo
+ *
+ * conf fills defaults for what is absent only when `size` is given, so
+ * without a size any non-zero field was given; with one, the key must be
+ * in the section. (A non-zero size itself was always given: conf never
+ * makes one up.)
+ */
+bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
+
+/* backends/util.c, and inline */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static inline uint64_t be_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES", as the log filter's trace says. */
+const char *be_op_name(enum blk_op op);
+
+/**
+ * be_stat_printf - format a ->stat text (see struct blk_backend_ops)
+ * @buf, @len: what ->stat got
+ *
+ * Returns: the length written, at most @len - 1 (the text is cut short,
+ * never unterminated), or 0 when @len is 0 or formatting failed.
+ */
+size_t be_stat_printf(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/**
+ * be_attr_text - an attr's store input as a string
+ * @buf, @len: what store got (not NUL-terminated; one trailing newline allowed)
+ * @s, @cap: filled with the text without the newline, NUL-terminated
+ *
+ * Returns: 0, or -EINVAL when it is empty, holds a NUL or does not fit.
+ */
+int be_attr_text(const char *buf, size_t len, char *s, size_t cap);
+
+/**
+ * be_attr_out - an attr's show: @s and a newline into @buf
+ *
+ * Returns: the length, or -EOVERFLOW when it does not fit in @len.
+ */
+int be_attr_out(char *buf, size_t len, const char *s);
+
+/* A filter's ->geometry: the layer below's, unchanged. */
+void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);
+
+/**
+ * be_child_io - the blk_io a filter passes down in place of @parent
+ * @parent: the I/O the filter took (the cache's)
+ * @end_io: the filter's completion, which ends @parent in its turn
+ * @private: the filter's, for @end_io
+ *
+ * The same op and range over the parent's iovec: that memory stays the
+ * cache's until the parent's end_io, so it outlives the child.
+ */
+static inline struct blk_io be_child_io(const struct blk_io *parent,
+					void (*end_io)(struct blk_io *, int), void *private)
+{
+	return (struct blk_io){
+		.op = parent->op,
+		.pos = parent->pos,
+		.len = parent->len,
+		.iov = parent->iov,
+		.iovcnt = parent->iovcnt,
+		.end_io = end_io,
+		.private = private,
+	};
+}
 
 #endif

@@ -73,14 +73,6 @@ struct delay_dev {
 	uint64_t nr_delayed;		/* atomic: I/Os held for a non-zero time */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static enum delay_kind op_kind(enum blk_op op)
 {
 	switch (op) {
@@ -286,7 +278,7 @@ static void *delay_timer_main(void *arg)
 			pthread_cond_wait(&dd->timer_cv, &dd->lock);
 			continue;
 		}
-		now = now_ns();
+		now = be_now_ns();
 		/* Closing passes everything on now: nobody waits for the delay. */
 		if (!dd->stop && dd->heap[0]->due_ns > now) {
 			struct timespec ts = {
@@ -319,16 +311,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->io = (struct blk_io){
-		.op = io->op,
-		.pos = io->pos,
-		.len = io->len,
-		/* The parent's iovec outlives the child: it is the cache's until end_io. */
-		.iov = io->iov,
-		.iovcnt = io->iovcnt,
-		.end_io = delay_end_io,
-		.private = c,
-	};
+	c->io = be_child_io(io, delay_end_io, c);
 	c->parent = io;
 	c->dd = dd;
 
@@ -336,7 +319,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	us = pick_us_locked(dd, &dd->range[op_kind(io->op)]);
 	dd->inflight++;
 	if (us) {
-		c->due_ns = now_ns() + us * 1000;
+		c->due_ns = be_now_ns() + us * 1000;
 		c->seq = dd->seq++;
 		if (!heap_push_locked(dd, c)) {
 			ret = -ENOMEM;
@@ -398,7 +381,7 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 	}
 	memcpy(dd->range, range, sizeof(range));
 	/* Any non-zero seed; runs need not repeat (the values are in the trace). */
-	dd->rng = now_ns() ^ (uint64_t)(uintptr_t)dd ^ 0x9e3779b97f4a7c15ull;
+	dd->rng = be_now_ns() ^ (uint64_t)(uintptr_t)dd ^ 0x9e3779b97f4a7c15ull;
 	if (!dd->rng)
 		dd->rng = 1;
 
@@ -462,28 +445,17 @@ static void delay_close(struct blk_backend *be)
 	free(dd);
 }
 
-static void delay_geometry(struct blk_backend *be, struct blk_geometry *geo)
-{
-	be->next->ops->geometry(be->next, geo);
-}
-
 static size_t delay_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
 	size_t held;
-	int n;
 
-	if (!len)
-		return 0;
 	pthread_mutex_lock(&dd->lock);
 	held = dd->nr_held;
 	pthread_mutex_unlock(&dd->lock);
-	n = snprintf(buf, len, "delayed_ios %llu\ndelay_held_ios %zu\n",
-		     (unsigned long long)__atomic_load_n(&dd->nr_delayed, __ATOMIC_RELAXED),
-		     held);
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return be_stat_printf(buf, len, "delayed_ios %llu\ndelay_held_ios %zu\n",
+			      (unsigned long long)__atomic_load_n(&dd->nr_delayed, __ATOMIC_RELAXED),
+			      held);
 }
 
 /* ---- live attributes: .sys/DEV/delay/{read,write,flush,discard} ---- */
@@ -558,7 +530,7 @@ const struct blk_backend_ops delay_filter_ops = {
 	.help = "delay: hold I/O before passing it on; delay.read/write/flush/discard = 2ms, 500us, 1s or 1ms-5ms",
 	.open = delay_open,
 	.close = delay_close,
-	.geometry = delay_geometry,
+	.geometry = be_filter_geometry,
 	.submit = delay_submit,
 	.stat = delay_stat,
 	.attrs = delay_attrs,

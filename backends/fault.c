@@ -111,32 +111,7 @@ static unsigned int op_bit(enum blk_op op)
 	}
 }
 
-static const char *op_name(enum blk_op op)
-{
-	switch (op) {
-	case BLK_READ: return "READ";
-	case BLK_WRITE: return "WRITE";
-	case BLK_FLUSH: return "FLUSH";
-	case BLK_DISCARD: return "DISCARD";
-	case BLK_WRITE_ZEROES: return "WRITE_ZEROES";
-	}
-	return "UNKNOWN";
-}
-
 /* ---- parsing: every parser takes a NUL-terminated, trimmed string ---- */
-
-/* Copy @buf/@len into @s (size @cap) without a trailing newline; -EINVAL if
- * it is empty, too long, or holds a NUL. */
-static int attr_text(const char *buf, size_t len, char *s, size_t cap)
-{
-	if (len && buf[len - 1] == '\n')
-		len--;
-	if (!len || len >= cap || memchr(buf, '\0', len))
-		return -EINVAL;
-	memcpy(s, buf, len);
-	s[len] = '\0';
-	return 0;
-}
 
 /* An errno name (EIO, eio) or number (5): the positive errno, or -EINVAL. */
 static int parse_errno(const char *s)
@@ -258,25 +233,6 @@ static int parse_after(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = v;
 	return 0;
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-	static const char *const yes[] = { "1", "yes", "true", "on" };
-	static const char *const no[] = { "0", "no", "false", "off" };
-	size_t i;
-
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (!strcasecmp(s, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (!strcasecmp(s, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 /*
@@ -440,7 +396,7 @@ static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad
 			snprintf(where, sizeof(where), " at %llu+%llu", (unsigned long long)io->pos,
 				 (unsigned long long)io->len);
 		fprintf(stderr, "blkfs: fault: %s: injecting %s into %s%s%s\n",
-			fd->dev, errno_name(err, eb, sizeof(eb)), op_name(io->op), where,
+			fd->dev, errno_name(err, eb, sizeof(eb)), be_op_name(io->op), where,
 			fd->persistent ? " (persistent: every later one fails too)" : "");
 	}
 out_unlock:
@@ -570,37 +526,18 @@ static void fault_close(struct blk_backend *be)
 	free(fd);
 }
 
-static void fault_geometry(struct blk_backend *be, struct blk_geometry *geo)
-{
-	be->next->ops->geometry(be->next, geo);
-}
-
 static size_t fault_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	int n;
 
-	if (!len)
-		return 0;
-	n = snprintf(buf, len, "fault_injected %llu\nfault_badblock_injected %llu\nfault_matching_ops %llu\n",
-		     (unsigned long long)__atomic_load_n(&fd->nr_injected, __ATOMIC_RELAXED),
-		     (unsigned long long)__atomic_load_n(&fd->nr_bad_hits, __ATOMIC_RELAXED),
-		     (unsigned long long)__atomic_load_n(&fd->nr_matching, __ATOMIC_RELAXED));
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return be_stat_printf(buf, len,
+			      "fault_injected %llu\nfault_badblock_injected %llu\nfault_matching_ops %llu\n",
+			      (unsigned long long)__atomic_load_n(&fd->nr_injected, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&fd->nr_bad_hits, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&fd->nr_matching, __ATOMIC_RELAXED));
 }
 
 /* ---- live attributes: .sys/DEV/fault/ ---- */
-
-static int attr_out(char *buf, size_t len, const char *s)
-{
-	int n = snprintf(buf, len, "%s\n", s);
-
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
 
 /* Re-arm after a knob changed. Caller holds fd->lock. */
 static void rearm_locked(struct fault_dev *fd)
@@ -618,7 +555,7 @@ static int fault_ops_show(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_lock(&fd->lock);
 	format_ops(fd->ops, s, sizeof(s));
 	pthread_mutex_unlock(&fd->lock);
-	return attr_out(buf, len, s[0] ? s : "none");
+	return be_attr_out(buf, len, s[0] ? s : "none");
 }
 
 static int fault_ops_store(struct blk_backend *be, const char *buf, size_t len)
@@ -627,7 +564,7 @@ static int fault_ops_store(struct blk_backend *be, const char *buf, size_t len)
 	char s[64];
 	int ret;
 
-	if (attr_text(buf, len, s, sizeof(s)))
+	if (be_attr_text(buf, len, s, sizeof(s)))
 		return -EINVAL;
 	ret = parse_ops(s);
 	if (ret < 0)
@@ -647,7 +584,7 @@ static int fault_errno_show(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_lock(&fd->lock);
 	e = fd->err;
 	pthread_mutex_unlock(&fd->lock);
-	return attr_out(buf, len, errno_name(e, eb, sizeof(eb)));
+	return be_attr_out(buf, len, errno_name(e, eb, sizeof(eb)));
 }
 
 static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len)
@@ -656,7 +593,7 @@ static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len
 	char s[32];
 	int e;
 
-	if (attr_text(buf, len, s, sizeof(s)))
+	if (be_attr_text(buf, len, s, sizeof(s)))
 		return -EINVAL;
 	e = parse_errno(s);
 	if (e < 0)
@@ -688,7 +625,7 @@ static int fault_probability_store(struct blk_backend *be, const char *buf, size
 	char s[64];
 	double p;
 
-	if (attr_text(buf, len, s, sizeof(s)) || parse_probability(s, &p))
+	if (be_attr_text(buf, len, s, sizeof(s)) || parse_probability(s, &p))
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
 	fd->probability = p;
@@ -706,7 +643,7 @@ static int fault_after_show(struct blk_backend *be, char *buf, size_t len)
 	a = fd->after;
 	pthread_mutex_unlock(&fd->lock);
 	if (a == FAULT_AFTER_OFF)
-		return attr_out(buf, len, "off");
+		return be_attr_out(buf, len, "off");
 	n = snprintf(buf, len, "%llu\n", (unsigned long long)a);
 	if (n < 0 || (size_t)n >= len)
 		return -EOVERFLOW;
@@ -719,7 +656,7 @@ static int fault_after_store(struct blk_backend *be, const char *buf, size_t len
 	char s[32];
 	uint64_t a;
 
-	if (attr_text(buf, len, s, sizeof(s)) || parse_after(s, &a))
+	if (be_attr_text(buf, len, s, sizeof(s)) || parse_after(s, &a))
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
 	fd->after = a;
@@ -735,7 +672,7 @@ static int bool_show(struct fault_dev *fd, const bool *field, char *buf, size_t 
 	pthread_mutex_lock(&fd->lock);
 	v = *field;
 	pthread_mutex_unlock(&fd->lock);
-	return attr_out(buf, len, v ? "1" : "0");
+	return be_attr_out(buf, len, v ? "1" : "0");
 }
 
 static int bool_store(struct fault_dev *fd, bool *field, const char *buf, size_t len)
@@ -743,7 +680,7 @@ static int bool_store(struct fault_dev *fd, bool *field, const char *buf, size_t
 	char s[8];
 	bool v;
 
-	if (attr_text(buf, len, s, sizeof(s)) || parse_bool(s, &v))
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
 	*field = v;
@@ -822,7 +759,7 @@ static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t
 
 	if (!len || len > FAULT_TEXT_MAX || memchr(buf, '\0', len))
 		return -EINVAL;
-	if (!attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
+	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
 		pthread_mutex_lock(&fd->lock);
 		v = fd->bad;
 		fd->bad = NULL;
@@ -881,7 +818,7 @@ const struct blk_backend_ops fault_filter_ops = {
 		"fault.badblocks = OFFSET LENGTH ERRNO, ...",
 	.open = fault_open,
 	.close = fault_close,
-	.geometry = fault_geometry,
+	.geometry = be_filter_geometry,
 	.submit = fault_submit,
 	.stat = fault_stat,
 	.attrs = fault_attrs,

@@ -65,26 +65,6 @@ struct log_io {
 	uint64_t start_ns;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static const char *op_name(enum blk_op op)
-{
-	switch (op) {
-	case BLK_READ: return "READ";
-	case BLK_WRITE: return "WRITE";
-	case BLK_FLUSH: return "FLUSH";
-	case BLK_DISCARD: return "DISCARD";
-	case BLK_WRITE_ZEROES: return "WRITE_ZEROES";
-	}
-	return "UNKNOWN";
-}
-
 /* Write all of @buf; -errno on failure (a short write to a full disk). */
 static int write_all(int fd, const char *buf, size_t len)
 {
@@ -117,12 +97,12 @@ static void log_line(struct log_dev *ld, const struct blk_io *io, int res,
 	int n, ret;
 
 	pthread_mutex_lock(&ld->lock);
-	now = now_ns();
+	now = be_now_ns();
 	t = now - ld->t0_ns;
 	n = snprintf(line, sizeof(line), "%llu.%06llu %s %llu %llu %d %llu\n",
 		     (unsigned long long)(t / 1000000000ull),
 		     (unsigned long long)(t % 1000000000ull / 1000),
-		     op_name(io->op), (unsigned long long)io->pos,
+		     be_op_name(io->op), (unsigned long long)io->pos,
 		     (unsigned long long)io->len, res,
 		     (unsigned long long)((now - start_ns) / 1000));
 	ret = write_all(ld->fd, line, (size_t)n);
@@ -163,19 +143,10 @@ static int log_submit(struct blk_backend *be, struct blk_io *io)
 	li = malloc(sizeof(*li));
 	if (!li)
 		return -ENOMEM;
-	li->io = (struct blk_io){
-		.op = io->op,
-		.pos = io->pos,
-		.len = io->len,
-		/* The parent's iovec outlives the child: it is the cache's until end_io. */
-		.iov = io->iov,
-		.iovcnt = io->iovcnt,
-		.end_io = log_end_io,
-		.private = li,
-	};
+	li->io = be_child_io(io, log_end_io, li);
 	li->parent = io;
 	li->ld = ld;
-	li->start_ns = now_ns();
+	li->start_ns = be_now_ns();
 	ret = blk_submit(be->next, &li->io);
 	if (ret) {
 		/* Refused below: the parent gets no end_io, but the trace says so. */
@@ -289,7 +260,7 @@ static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *ne
 		blk_param_error(p, NULL, "cannot set up the log filter: %s", strerror(-ret));
 		goto out_close;
 	}
-	ld->t0_ns = now_ns();
+	ld->t0_ns = be_now_ns();
 	ld->enabled = true;
 	ld->be.ops = &log_filter_ops;
 	ld->be.next = next;
@@ -320,75 +291,40 @@ static void log_close(struct blk_backend *be)
 	free(ld);
 }
 
-static void log_geometry(struct blk_backend *be, struct blk_geometry *geo)
-{
-	be->next->ops->geometry(be->next, geo);
-}
-
 static size_t log_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct log_dev *ld = (struct log_dev *)be;
-	int n;
 
-	if (!len)
-		return 0;
-	n = snprintf(buf, len, "log_lines %llu\nlog_write_errors %llu\n",
-		     (unsigned long long)__atomic_load_n(&ld->nr_lines, __ATOMIC_RELAXED),
-		     (unsigned long long)__atomic_load_n(&ld->nr_write_errors, __ATOMIC_RELAXED));
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return be_stat_printf(buf, len, "log_lines %llu\nlog_write_errors %llu\n",
+			      (unsigned long long)__atomic_load_n(&ld->nr_lines, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&ld->nr_write_errors, __ATOMIC_RELAXED));
 }
 
 /* ---- live attributes: .sys/DEV/log/ ---- */
-
-static int attr_out(char *buf, size_t len, const char *s)
-{
-	int n = snprintf(buf, len, "%s\n", s);
-
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
 
 static int log_enabled_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct log_dev *ld = (struct log_dev *)be;
 
-	return attr_out(buf, len, __atomic_load_n(&ld->enabled, __ATOMIC_RELAXED) ? "1" : "0");
+	return be_attr_out(buf, len, __atomic_load_n(&ld->enabled, __ATOMIC_RELAXED) ? "1" : "0");
 }
 
 /* 1/0, and the words a config takes for a boolean; one trailing newline. */
 static int log_enabled_store(struct blk_backend *be, const char *buf, size_t len)
 {
-	static const char *const yes[] = { "1", "yes", "true", "on" };
-	static const char *const no[] = { "0", "no", "false", "off" };
 	struct log_dev *ld = (struct log_dev *)be;
 	char s[8];
-	size_t i;
+	bool v;
 
-	if (len && buf[len - 1] == '\n')
-		len--;
-	if (!len || len >= sizeof(s) || memchr(buf, '\0', len))
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))
 		return -EINVAL;
-	memcpy(s, buf, len);
-	s[len] = '\0';
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (!strcasecmp(s, yes[i])) {
-			__atomic_store_n(&ld->enabled, true, __ATOMIC_RELAXED);
-			return 0;
-		}
-		if (!strcasecmp(s, no[i])) {
-			__atomic_store_n(&ld->enabled, false, __ATOMIC_RELAXED);
-			return 0;
-		}
-	}
-	return -EINVAL;
+	__atomic_store_n(&ld->enabled, v, __ATOMIC_RELAXED);
+	return 0;
 }
 
 static int log_path_show(struct blk_backend *be, char *buf, size_t len)
 {
-	return attr_out(buf, len, ((struct log_dev *)be)->path);
+	return be_attr_out(buf, len, ((struct log_dev *)be)->path);
 }
 
 static const struct blk_attr log_attrs[] = {
@@ -406,7 +342,7 @@ const struct blk_backend_ops log_filter_ops = {
 	.help = "log: a line per I/O (time, op, pos, len, result, latency) to log.path; log.append = yes|no",
 	.open = log_open,
 	.close = log_close,
-	.geometry = log_geometry,
+	.geometry = be_filter_geometry,
 	.submit = log_submit,
 	.stat = log_stat,
 	.attrs = log_attrs,

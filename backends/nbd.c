@@ -216,14 +216,6 @@ struct nbd_dev {
 
 /* ---- small helpers ---- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void list_add_tail(struct req_list *l, struct nbd_req *req)
 {
 	req->next = NULL;
@@ -630,7 +622,7 @@ static void conn_connect_start_locked(struct nbd_conn *c)
 	if (ret == -1)
 		snprintf(why, sizeof(why), "%s", nbd_get_error() ? nbd_get_error() : "out of memory");
 	pthread_mutex_lock(&c->lock);
-	c->now = now_ns();
+	c->now = be_now_ns();
 	c->h = h;
 	if (ret == -1) {
 		conn_retry_later_locked(c, why);
@@ -913,13 +905,13 @@ static int conn_poll_timeout_locked(struct nbd_conn *c)
 /* At close: NBD_CMD_DISC, a moment for the server to see it, then close. */
 static void conn_disconnect(struct nbd_conn *c)
 {
-	uint64_t end = now_ns() + NBD_DISC_WAIT_MS * NS_PER_MS;
+	uint64_t end = be_now_ns() + NBD_DISC_WAIT_MS * NS_PER_MS;
 
 	if (!c->h)
 		return;
 	if (c->state == CONN_UP && nbd_aio_disconnect(c->h, 0) == 0) {
 		while (!nbd_aio_is_closed(c->h) && !nbd_aio_is_dead(c->h)) {
-			uint64_t now = now_ns();
+			uint64_t now = be_now_ns();
 
 			if (now >= end || nbd_poll(c->h, (int)((end - now) / NS_PER_MS) + 1) <= 0)
 				break;
@@ -949,7 +941,7 @@ static void *conn_thread_fn(void *arg)
 		int n = 1, r, tmo;
 		bool stop;
 
-		c->now = now_ns();
+		c->now = be_now_ns();
 		if (c->state == CONN_DOWN && c->now >= c->next_try)
 			conn_connect_start_locked(c);
 		if (c->state == CONN_CONNECTING && c->now >= c->connect_deadline)
@@ -996,7 +988,7 @@ static void *conn_thread_fn(void *arg)
 		pthread_mutex_lock(&c->lock);
 		if (r <= 0)
 			continue;	/* a deadline, or EINTR: the loop looks again */
-		c->now = now_ns();
+		c->now = be_now_ns();
 		if (pfd[0].revents & POLLIN) {
 			uint64_t cnt;
 
@@ -1096,7 +1088,7 @@ static void conn_submit(struct nbd_conn *c, struct nbd_req *req)
 		list_add_tail(&c->done, req);
 	} else if (c->state == CONN_UP && !c->pending.head && !c->cur && c->cmds < nd->qd &&
 		   !conn_dead_locked(c)) {
-		c->now = now_ns();
+		c->now = be_now_ns();
 		req_start_locked(c, req);
 		req_issue_locked(c, req);
 		/*
@@ -1176,7 +1168,7 @@ static int nbd_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct nbd_dev *nd = (struct nbd_dev *)be;
 	struct nbd_req *req;
-	uint64_t t = now_ns();
+	uint64_t t = be_now_ns();
 	int ret;
 
 	assert(blk_io_valid(&nd->geo, io));
@@ -1239,26 +1231,6 @@ out_unpend:
 
 /* ---- open: config, the server, its geometry ---- */
 
-/* A plain decimal from @min to @max; @def when absent. */
-static int nbd_param_uint(struct blk_params *p, const char *key, unsigned int def,
-			  unsigned int min, unsigned int max, unsigned int *out)
-{
-	const char *s = blk_param_get(p, key);
-	unsigned long v;
-	char *end;
-
-	if (!s) {
-		*out = def;
-		return 0;
-	}
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
-		return blk_param_error(p, key, "'%s' is not a number from %u to %u", s, min, max);
-	*out = (unsigned int)v;
-	return 0;
-}
-
 /* A duration: digits with s (the default) or ms; @def_ms when absent. */
 static int nbd_param_ms(struct blk_params *p, const char *key, unsigned int def_ms,
 			unsigned int min_ms, unsigned int max_ms, unsigned int *out)
@@ -1291,27 +1263,6 @@ bad:
 		s, min_ms, max_ms / 1000);
 }
 
-/* Does the section have @key? (conf fills some fields with defaults.) */
-static bool nbd_key_in_section(const struct blk_params *p, const char *key)
-{
-	int i;
-
-	for (i = 0; i < p->n; i++)
-		if (p->v[i].key && !strcmp(p->v[i].key, key))
-			return true;
-	return false;
-}
-
-/*
- * Did the config give geometry field @key, with value @val? conf fills
- * defaults for what is absent only when `size` is given, so without a
- * size any non-zero field was given; with one, the key must be there.
- */
-static bool nbd_geo_given(const struct blk_params *p, const char *key, uint64_t val)
-{
-	return val && (!p->geo.size || nbd_key_in_section(p, key));
-}
-
 /*
  * The device's geometry from what the server said (@s), checked against
  * the config. Every refusal names both values.
@@ -1321,7 +1272,7 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
 	const struct blk_geometry *cfg = &p->geo;
 	struct blk_geometry *g = &nd->geo;
 	uint32_t smin = s->bmin ? s->bmin : 1, lbs, pbs, cap, max_io;
-	bool pbs_given = nbd_geo_given(p, "physical_block_size", cfg->pbs);
+	bool pbs_given = be_geo_given(p, "physical_block_size", cfg->pbs);
 	uint64_t size;
 
 	if (!blk_is_pow2(smin) || smin > NBD_MAX_BLOCK)
@@ -1335,7 +1286,7 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
 
 	/* Logical block: the server's minimum, at least 512; the config may ask more. */
 	lbs = smin > 512 ? smin : 512;
-	if (nbd_geo_given(p, "logical_block_size", cfg->lbs)) {
+	if (be_geo_given(p, "logical_block_size", cfg->lbs)) {
 		if (!blk_is_pow2(cfg->lbs) || cfg->lbs < 512 || cfg->lbs > NBD_MAX_BLOCK)
 			return blk_param_error(p, "logical_block_size",
 				"%" PRIu32 " is not a power of two from 512 to 65536", cfg->lbs);
@@ -1383,7 +1334,7 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
 		pbs = lbs;	/* the preferred size does not fit a request */
 	}
 	max_io = cap - cap % pbs;
-	if (nbd_geo_given(p, "max_io", cfg->max_io)) {
+	if (be_geo_given(p, "max_io", cfg->max_io)) {
 		if (cfg->max_io > cap)
 			return blk_param_error(p, "max_io",
 				"config says %" PRIu32 " but the server takes at most %" PRIu32 " bytes per request%s",
@@ -1399,8 +1350,8 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
 	g->lbs = lbs;
 	g->pbs = pbs;
 	g->max_io = max_io;
-	g->io_min = nbd_geo_given(p, "io_min", cfg->io_min) ? cfg->io_min : pbs;
-	g->io_opt = nbd_geo_given(p, "io_opt", cfg->io_opt) ? cfg->io_opt : max_io;
+	g->io_min = be_geo_given(p, "io_min", cfg->io_min) ? cfg->io_min : pbs;
+	g->io_opt = be_geo_given(p, "io_opt", cfg->io_opt) ? cfg->io_opt : max_io;
 	g->dma_align = 1;
 
 	nd->cmd_align = smin;
@@ -1419,12 +1370,12 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
  */
 static int nbd_connect_sync(struct nbd_dev *nd, struct nbd_handle *h, char *why, size_t len)
 {
-	uint64_t end = now_ns() + nd->timeout_ns;
+	uint64_t end = be_now_ns() + nd->timeout_ns;
 
 	if (nbd_aio_connect_uri(h, nd->uri) == -1)
 		goto fail;
 	while (!nbd_aio_is_ready(h)) {
-		uint64_t now = now_ns();
+		uint64_t now = be_now_ns();
 		int r;
 
 		if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h))
@@ -1497,9 +1448,9 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 	(void)next;
 	/* Every key first, so each is marked used whatever fails later. */
 	uri = blk_param_get(p, "uri");
-	ret = nbd_param_uint(p, "connections", NBD_DEF_CONNS, 1, NBD_MAX_CONNS, &nconn);
+	ret = blk_param_uint(p, "connections", NBD_DEF_CONNS, 1, NBD_MAX_CONNS, &nconn);
 	if (!ret)
-		ret = nbd_param_uint(p, "queue_depth", NBD_DEF_QD, 1, NBD_MAX_QD, &qd);
+		ret = blk_param_uint(p, "queue_depth", NBD_DEF_QD, 1, NBD_MAX_QD, &qd);
 	if (!ret)
 		ret = nbd_param_ms(p, "timeout", NBD_DEF_TIMEOUT_MS, NBD_MIN_TIMEOUT_MS,
 				   NBD_MAX_TIMEOUT_MS, &timeout_ms);
@@ -1668,10 +1619,7 @@ static size_t nbd_stat(struct blk_backend *be, char *buf, size_t len)
 	struct nbd_dev *nd = (struct nbd_dev *)be;
 	unsigned int up = 0, inflight = 0, queued = 0, i;
 	const struct nbd_srv *s = &nd->srv0;
-	int n;
 
-	if (!len)
-		return 0;
 	for (i = 0; i < nd->nconn; i++) {
 		struct nbd_conn *c = &nd->conn[i];
 
@@ -1687,25 +1635,22 @@ static size_t nbd_stat(struct blk_backend *be, char *buf, size_t len)
 	 * waiting for a slot or a connection; lost_flushes: FLUSHes failed
 	 * because a connection went down with acknowledged, unflushed writes.
 	 */
-	n = snprintf(buf, len,
-		     "nbd_connections %u\nnbd_connected %u\nnbd_queue_depth %u\nnbd_inflight %u\n"
-		     "nbd_queued %u\nnbd_commands %" PRIu64 "\nnbd_completed %" PRIu64 "\n"
-		     "nbd_errors %" PRIu64 "\nnbd_drops %" PRIu64 "\nnbd_reconnects %" PRIu64 "\n"
-		     "nbd_timeouts %" PRIu64 "\nnbd_lost_flushes %" PRIu64 "\nnbd_zero_writes %" PRIu64 "\n"
-		     "nbd_bounced %" PRIu64 "\nnbd_timeout_ms %" PRIu64 "\n"
-		     "nbd_block_min %" PRIu32 "\nnbd_block_preferred %" PRIu32 "\nnbd_block_max %" PRIu32 "\n"
-		     "nbd_can_flush %d\nnbd_can_zero %d\nnbd_can_trim %d\nnbd_can_multi_conn %d\n",
-		     nd->nconn, up, nd->qd, inflight, queued,
-		     ATOMIC_LOAD(&nd->nr_commands), ATOMIC_LOAD(&nd->nr_completed),
-		     ATOMIC_LOAD(&nd->nr_errors), ATOMIC_LOAD(&nd->nr_drops),
-		     ATOMIC_LOAD(&nd->nr_reconnects), ATOMIC_LOAD(&nd->nr_timeouts),
-		     ATOMIC_LOAD(&nd->nr_flush_lost), ATOMIC_LOAD(&nd->nr_zero_writes),
-		     ATOMIC_LOAD(&nd->nr_bounced), nd->timeout_ns / NS_PER_MS,
-		     s->bmin, s->bpref, s->bmax,
-		     s->can_flush, s->can_zero, s->can_trim, s->can_multi_conn);
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return be_stat_printf(buf, len,
+			      "nbd_connections %u\nnbd_connected %u\nnbd_queue_depth %u\nnbd_inflight %u\n"
+			      "nbd_queued %u\nnbd_commands %" PRIu64 "\nnbd_completed %" PRIu64 "\n"
+			      "nbd_errors %" PRIu64 "\nnbd_drops %" PRIu64 "\nnbd_reconnects %" PRIu64 "\n"
+			      "nbd_timeouts %" PRIu64 "\nnbd_lost_flushes %" PRIu64 "\nnbd_zero_writes %" PRIu64 "\n"
+			      "nbd_bounced %" PRIu64 "\nnbd_timeout_ms %" PRIu64 "\n"
+			      "nbd_block_min %" PRIu32 "\nnbd_block_preferred %" PRIu32 "\nnbd_block_max %" PRIu32 "\n"
+			      "nbd_can_flush %d\nnbd_can_zero %d\nnbd_can_trim %d\nnbd_can_multi_conn %d\n",
+			      nd->nconn, up, nd->qd, inflight, queued,
+			      ATOMIC_LOAD(&nd->nr_commands), ATOMIC_LOAD(&nd->nr_completed),
+			      ATOMIC_LOAD(&nd->nr_errors), ATOMIC_LOAD(&nd->nr_drops),
+			      ATOMIC_LOAD(&nd->nr_reconnects), ATOMIC_LOAD(&nd->nr_timeouts),
+			      ATOMIC_LOAD(&nd->nr_flush_lost), ATOMIC_LOAD(&nd->nr_zero_writes),
+			      ATOMIC_LOAD(&nd->nr_bounced), nd->timeout_ns / NS_PER_MS,
+			      s->bmin, s->bpref, s->bmax,
+			      s->can_flush, s->can_zero, s->can_trim, s->can_multi_conn);
 }
 
 static const char *const nbd_keys[] = { "uri", "connections", "queue_depth", "timeout", NULL };

@@ -2,12 +2,13 @@
 /*
  * backends/params.c - what a backend's open() uses to read its config keys:
  * lookup (marking a key used, so the config can name keys nobody took),
- * sizes and booleans, and "FILE:LINE: KEY: message" errors. Also the
+ * sizes, numbers and booleans, and "FILE:LINE: KEY: message" errors. Also the
  * geometry-from-config helper shared by the ram and null backends.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -126,17 +127,31 @@ int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t
 	return 0;
 }
 
-int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
+int blk_param_uint(struct blk_params *p, const char *key, unsigned int def,
+		   unsigned int min, unsigned int max, unsigned int *out)
 {
-	static const char *const yes[] = { "yes", "true", "1", "on" };
-	static const char *const no[] = { "no", "false", "0", "off" };
 	const char *s = blk_param_get(p, key);
-	size_t i;
+	unsigned long v;
+	char *end;
 
 	if (!s) {
 		*out = def;
 		return 0;
 	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
+		return blk_param_error(p, key, "'%s' is not a number from %u to %u", s, min, max);
+	*out = (unsigned int)v;
+	return 0;
+}
+
+int blk_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "yes", "true", "1", "on" };
+	static const char *const no[] = { "no", "false", "0", "off" };
+	size_t i;
+
 	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
 		if (!strcasecmp(s, yes[i])) {
 			*out = true;
@@ -147,7 +162,20 @@ int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
 			return 0;
 		}
 	}
-	return blk_param_error(p, key, "'%s' is not yes/no/true/false/1/0/on/off", s);
+	return -EINVAL;
+}
+
+int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
+{
+	const char *s = blk_param_get(p, key);
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	if (blk_parse_bool(s, out))
+		return blk_param_error(p, key, "'%s' is not yes/no/true/false/1/0/on/off", s);
+	return 0;
 }
 
 int be_geo_from_params(struct blk_params *p, const char *backend,
@@ -184,6 +212,11 @@ int be_geo_from_params(struct blk_params *p, const char *backend,
 			"%u is not a multiple of physical_block_size (%u)",
 			geo->max_io, geo->pbs);
 	return 0;
+}
+
+bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val)
+{
+	return val && (!p->geo.size || param_find(p, key));
 }
 
 bool blk_io_valid(const struct blk_geometry *geo, const struct blk_io *io)

@@ -114,14 +114,6 @@ struct pl_io {
 	uint64_t upto;			/* FLUSH: the entries it covers (done_seq <= upto) */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* splitmix64: any seed, 0 included, gives a good sequence. */
 static uint64_t pl_rand(uint64_t *s)
 {
@@ -467,16 +459,7 @@ static int pl_submit_write(struct pl_dev *pd, struct blk_io *io)
 	if (ret)
 		goto out_remove;
 
-	c->io = (struct blk_io){
-		.op = io->op,
-		.pos = io->pos,
-		.len = io->len,
-		/* The parent's iovec outlives the child: it is the cache's until end_io. */
-		.iov = io->iov,
-		.iovcnt = io->iovcnt,
-		.end_io = pl_write_end_io,
-		.private = c,
-	};
+	c->io = be_child_io(io, pl_write_end_io, c);
 	c->parent = io;
 	c->pd = pd;
 	c->e = e;
@@ -758,7 +741,7 @@ static int pl_trigger(struct pl_dev *pd)
 	pd->state = PL_CUTTING;
 	pd->gen++;
 	if (pd->seed_auto)
-		seed = now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+		seed = be_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
 	else
 		seed = pd->seed;
 	pthread_cond_broadcast(&pd->cv);
@@ -939,65 +922,36 @@ static void pl_close(struct blk_backend *be)
 	free(pd);
 }
 
-static void pl_geometry(struct blk_backend *be, struct blk_geometry *geo)
-{
-	be->next->ops->geometry(be->next, geo);
-}
-
 static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct pl_dev *pd = (struct pl_dev *)be;
-	int n;
+	size_t n;
 
-	if (!len)
-		return 0;
 	pthread_mutex_lock(&pd->lock);
-	n = snprintf(buf, len,
-		     "powerloss_unflushed_bytes %llu\npowerloss_unflushed_writes %zu\n"
-		     "powerloss_saved_bytes %llu\npowerloss_cuts %llu\n"
-		     "powerloss_kept_writes %llu\npowerloss_dropped_writes %llu\n"
-		     "powerloss_torn_writes %llu\npowerloss_restored_bytes %llu\n"
-		     "powerloss_dark_writes %llu\npowerloss_restore_errors %llu\n",
-		     (unsigned long long)pd->unflushed_bytes, pd->nr,
-		     (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
-		     (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
-		     (unsigned long long)pd->nr_torn, (unsigned long long)pd->restored_bytes,
-		     (unsigned long long)pd->nr_dark_writes,
-		     (unsigned long long)pd->nr_restore_errors);
+	n = be_stat_printf(buf, len,
+			   "powerloss_unflushed_bytes %llu\npowerloss_unflushed_writes %zu\n"
+			   "powerloss_saved_bytes %llu\npowerloss_cuts %llu\n"
+			   "powerloss_kept_writes %llu\npowerloss_dropped_writes %llu\n"
+			   "powerloss_torn_writes %llu\npowerloss_restored_bytes %llu\n"
+			   "powerloss_dark_writes %llu\npowerloss_restore_errors %llu\n",
+			   (unsigned long long)pd->unflushed_bytes, pd->nr,
+			   (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
+			   (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
+			   (unsigned long long)pd->nr_torn, (unsigned long long)pd->restored_bytes,
+			   (unsigned long long)pd->nr_dark_writes,
+			   (unsigned long long)pd->nr_restore_errors);
 	pthread_mutex_unlock(&pd->lock);
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return n;
 }
 
 /* ---- live attributes: .sys/DEV/powerloss/ ---- */
-
-static int attr_text(const char *buf, size_t len, char *s, size_t cap)
-{
-	if (len && buf[len - 1] == '\n')
-		len--;
-	if (!len || len >= cap || memchr(buf, '\0', len))
-		return -EINVAL;
-	memcpy(s, buf, len);
-	s[len] = '\0';
-	return 0;
-}
-
-static int attr_out(char *buf, size_t len, const char *s)
-{
-	int n = snprintf(buf, len, "%s\n", s);
-
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
 
 static int attr_u64(char *buf, size_t len, uint64_t v)
 {
 	char s[24];
 
 	snprintf(s, sizeof(s), "%llu", (unsigned long long)v);
-	return attr_out(buf, len, s);
+	return be_attr_out(buf, len, s);
 }
 
 /* Writing `1` is the only action; anything else is EINVAL. */
@@ -1005,7 +959,7 @@ static int action_store(const char *buf, size_t len)
 {
 	char s[4];
 
-	if (attr_text(buf, len, s, sizeof(s)) || strcmp(s, "1"))
+	if (be_attr_text(buf, len, s, sizeof(s)) || strcmp(s, "1"))
 		return -EINVAL;
 	return 0;
 }
@@ -1013,7 +967,7 @@ static int action_store(const char *buf, size_t len)
 static int pl_action_show(struct blk_backend *be, char *buf, size_t len)
 {
 	(void)be;
-	return attr_out(buf, len, "0");
+	return be_attr_out(buf, len, "0");
 }
 
 static int pl_trigger_store(struct blk_backend *be, const char *buf, size_t len)
@@ -1038,7 +992,7 @@ static int pl_state_show(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_lock(&pd->lock);
 	st = pd->state;
 	pthread_mutex_unlock(&pd->lock);
-	return attr_out(buf, len, st == PL_RUNNING ? "running" : "dark");
+	return be_attr_out(buf, len, st == PL_RUNNING ? "running" : "dark");
 }
 
 static int pl_seed_show(struct blk_backend *be, char *buf, size_t len)
@@ -1051,7 +1005,7 @@ static int pl_seed_show(struct blk_backend *be, char *buf, size_t len)
 	is_auto = pd->seed_auto;
 	seed = pd->seed;
 	pthread_mutex_unlock(&pd->lock);
-	return is_auto ? attr_out(buf, len, "auto") : attr_u64(buf, len, seed);
+	return is_auto ? be_attr_out(buf, len, "auto") : attr_u64(buf, len, seed);
 }
 
 static int pl_seed_store(struct blk_backend *be, const char *buf, size_t len)
@@ -1061,7 +1015,7 @@ static int pl_seed_store(struct blk_backend *be, const char *buf, size_t len)
 	bool is_auto;
 	uint64_t seed;
 
-	if (attr_text(buf, len, s, sizeof(s)) || parse_seed(s, &is_auto, &seed))
+	if (be_attr_text(buf, len, s, sizeof(s)) || parse_seed(s, &is_auto, &seed))
 		return -EINVAL;
 	pthread_mutex_lock(&pd->lock);
 	pd->seed_auto = is_auto;
@@ -1080,7 +1034,7 @@ static int pl_last_seed_show(struct blk_backend *be, char *buf, size_t len)
 	have = pd->have_last;
 	seed = pd->last_seed;
 	pthread_mutex_unlock(&pd->lock);
-	return have ? attr_u64(buf, len, seed) : attr_out(buf, len, "none");
+	return have ? attr_u64(buf, len, seed) : be_attr_out(buf, len, "none");
 }
 
 static int pl_unflushed_show(struct blk_backend *be, char *buf, size_t len)
@@ -1114,7 +1068,7 @@ const struct blk_backend_ops powerloss_filter_ops = {
 		"powerloss.seed = N|auto",
 	.open = pl_open,
 	.close = pl_close,
-	.geometry = pl_geometry,
+	.geometry = be_filter_geometry,
 	.submit = pl_submit,
 	.stat = pl_stat,
 	.attrs = pl_attrs,

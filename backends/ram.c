@@ -690,18 +690,12 @@ static size_t ram_stat(struct blk_backend *be, char *buf, size_t len)
 	unsigned long long pages = __atomic_load_n(&rd->nr_pages, __ATOMIC_RELAXED);
 	unsigned long long nodes = __atomic_load_n(&rd->nr_nodes, __ATOMIC_RELAXED);
 	unsigned long long slabs = __atomic_load_n(&rd->nr_slabs, __ATOMIC_RELAXED);
-	int n;
 
-	if (!len)
-		return 0;
 	/* arena_bytes: data pages held; slab_bytes: what is mapped to hold them. */
-	n = snprintf(buf, len,
-		     "arena_bytes %llu\narena_pages %llu\nslab_bytes %llu\nnode_bytes %llu\n",
-		     pages << RAM_PAGE_SHIFT, pages, slabs * RAM_SLAB_SIZE,
-		     nodes * (unsigned long long)sizeof(struct ram_node));
-	if (n < 0)
-		return 0;
-	return (size_t)n < len ? (size_t)n : len - 1;
+	return be_stat_printf(buf, len,
+			      "arena_bytes %llu\narena_pages %llu\nslab_bytes %llu\nnode_bytes %llu\n",
+			      pages << RAM_PAGE_SHIFT, pages, slabs * RAM_SLAB_SIZE,
+			      nodes * (unsigned long long)sizeof(struct ram_node));
 }
 
 static const char *const ram_keys[] = { NULL };

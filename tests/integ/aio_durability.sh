@@ -24,7 +24,6 @@ require_fuse
 require_blkfs
 require_helper bdev_check
 require dd cmp stat truncate losetup blockdev
-bc=$BLKFS_TESTBIN/bdev_check
 
 M=$((1 << 20))
 SIZE=$((256 * M))
@@ -34,14 +33,6 @@ mkdata "$src" $((32 * M))
 src2=$TDIR/src2
 mkdata "$src2" $((32 * M))
 ref=$TDIR/ref
-
-chk() { # chk WANT BDEV_CHECK_ARGS...: WANT is every output line, space-separated
-	local want=$1 got
-	shift
-	got=$("$bc" "$@") || fail "bdev_check $* failed: $got"
-	got=${got//$'\n'/ }
-	[ "$got" = "$want" ] || fail "bdev_check $*: expected $want, got $got"
-}
 
 # put DEV SRC SRCOFF OFF LEN BS: write SRC[SRCOFF, +LEN) at OFF into the
 # device and the reference.

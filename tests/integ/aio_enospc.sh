@@ -31,17 +31,9 @@ require_blkfs
 require_helper bdev_check fsync_fd
 require dd cmp stat truncate mount umount df
 grep -qw tmpfs /proc/filesystems || skip "no tmpfs"
-bc=$BLKFS_TESTBIN/bdev_check
 ff=$BLKFS_TESTBIN/fsync_fd
 
 M=$((1 << 20))
-chk() { # chk WANT BDEV_CHECK_ARGS...: WANT is every output line, space-separated
-	local want=$1 got
-	shift
-	got=$("$bc" "$@") || fail "bdev_check $* failed: $got"
-	got=${got//$'\n'/ }
-	[ "$got" = "$want" ] || fail "bdev_check $*: expected $want, got $got"
-}
 
 # fsyncs WANT FD...: fsync_fd's lines, space-separated, must be WANT.
 fsyncs() {

@@ -16,15 +16,6 @@ require_fuse
 require_blkfs
 require_helper bdev_check
 require dd cmp stat truncate ls
-bc=$BLKFS_TESTBIN/bdev_check
-
-chk() { # chk WANT BDEV_CHECK_ARGS...: WANT is every output line, space-separated
-	local want=$1 got
-	shift
-	got=$("$bc" "$@") || fail "bdev_check $* failed: $got"
-	got=${got//$'\n'/ }
-	[ "$got" = "$want" ] || fail "bdev_check $*: expected $want, got $got"
-}
 
 # entries: the names in $MNT, sorted, dot files too.
 entries() {

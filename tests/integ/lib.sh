@@ -118,6 +118,16 @@ assert_eq() {
 	[ "$2" = "$3" ] || fail "$1: expected '$2', got '$3'"
 }
 
+# chk WANT BDEV_CHECK_ARGS...: bdev_check (require_helper bdev_check) prints
+# a line per call; WANT is every output line, space-separated.
+chk() {
+	local want=$1 got
+	shift
+	got=$("$BLKFS_TESTBIN/bdev_check" "$@") || fail "bdev_check $* failed: $got"
+	got=${got//$'\n'/ }
+	[ "$got" = "$want" ] || fail "bdev_check $*: expected $want, got $got"
+}
+
 # ---------------------------------------------------------------------------
 # Mount state, read from /proc/self/mountinfo only (never stat a mount that
 # may hang).

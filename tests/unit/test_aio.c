@@ -23,123 +23,8 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
-
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
-
-/* ---- completion counting ---- */
-
-struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int outstanding;
-	int ended;
-	int errors;
-};
-
-struct test_io {
-	struct blk_io io;	/* must come first */
-	struct waiter *w;
-	int calls;		/* under w->lock */
-	int res;
-	struct iovec iov[4];
-};
-
-static void waiter_init(struct waiter *w)
-{
-	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->cond, NULL);
-	w->outstanding = w->ended = w->errors = 0;
-}
-
-static void test_end_io(struct blk_io *io, int res)
-{
-	struct test_io *t = (struct test_io *)io;
-	struct waiter *w = t->w;
-
-	pthread_mutex_lock(&w->lock);
-	t->calls++;
-	t->res = res;
-	w->ended++;
-	if (res)
-		w->errors++;
-	w->outstanding--;
-	pthread_cond_broadcast(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-static void waiter_add(struct waiter *w, int n)
-{
-	pthread_mutex_lock(&w->lock);
-	w->outstanding += n;
-	pthread_mutex_unlock(&w->lock);
-}
-
-/* Wait until nothing is outstanding; fail after 10 s. */
-static void waiter_wait(struct waiter *w)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 10;
-	pthread_mutex_lock(&w->lock);
-	while (w->outstanding > 0) {
-		if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT) {
-			int left = w->outstanding;
-
-			pthread_mutex_unlock(&w->lock);
-			cr_assert_fail("%d I/Os never completed", left);
-		}
-	}
-	pthread_mutex_unlock(&w->lock);
-}
-
-static void tio_init(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
-		     uint64_t len)
-{
-	memset(t, 0, sizeof(*t));
-	t->w = w;
-	t->io.op = op;
-	t->io.pos = pos;
-	t->io.len = len;
-	t->io.end_io = test_end_io;
-}
-
-static void submit_async(struct blk_backend *be, struct test_io *t)
-{
-	int ret;
-
-	waiter_add(t->w, 1);
-	ret = blk_submit(be, &t->io);
-	if (ret)
-		waiter_add(t->w, -1);
-	cr_assert_eq(ret, 0, "submit op %d pos %llu len %llu: %d", t->io.op,
-		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ret);
-}
-
-/* Submit, wait, and return end_io's result. */
-static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
-		 const struct iovec *iov, int iovcnt)
-{
-	struct waiter w;
-	struct test_io t;
-
-	waiter_init(&w);
-	tio_init(&t, &w, op, pos, len);
-	t.io.iov = iov;
-	t.io.iovcnt = iovcnt;
-	submit_async(be, &t);
-	waiter_wait(&w);
-	cr_assert_eq(t.calls, 1, "end_io called %d times", t.calls);
-	return t.res;
-}
-
-static int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf, uint64_t len)
-{
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-
-	return do_io(be, op, pos, len, &iov, 1);
-}
+#include "async_backend.h"
+#include "helpers.h"
 
 static void *abuf(size_t len)
 {
@@ -148,40 +33,6 @@ static void *abuf(size_t len)
 	cr_assert_eq(posix_memalign(&p, 4096, len ? len : 4096), 0);
 	memset(p, 0xA5, len);
 	return p;
-}
-
-static void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		buf[i] = (unsigned char)(((pos + i) * 31 + seed * 7 + ((pos + i) >> 9)) | 1);
-}
-
-static bool all_zero(const unsigned char *buf, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (buf[i])
-			return false;
-	return true;
-}
-
-/* A counter from ->stat, by name. */
-static uint64_t stat_get(struct blk_backend *be, const char *name)
-{
-	char buf[1024], *s;
-	size_t n, len = strlen(name);
-
-	cr_assert_not_null(be->ops->stat);
-	n = be->ops->stat(be, buf, sizeof(buf));
-	cr_assert(n > 0 && n < sizeof(buf));
-	for (s = buf; s && *s; s = strchr(s, '\n'), s = s ? s + 1 : NULL)
-		if (!strncmp(s, name, len) && s[len] == ' ')
-			return strtoull(s + len + 1, NULL, 10);
-	cr_assert_fail("no %s in stat:\n%s", name, buf);
-	return 0;
 }
 
 /* ---- the temp dir and hand-built params ---- */
@@ -195,6 +46,7 @@ static void tdir_setup(void)
 	static const char *const bases[] = { "/var/tmp", "build", "/tmp" };
 	size_t i;
 
+	waiter_timeout_s = 10;	/* local storage: an I/O that takes this long hangs */
 	for (i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
 		char probe[PATH_MAX + 16];
 		void *buf;
@@ -255,99 +107,15 @@ static void need_tdir(void)
 		cr_skip_test("no filesystem here takes O_DIRECT");
 }
 
-#define TD_MAXP 8
-
-struct test_dev {
-	struct blk_params p;
-	struct blk_param v[TD_MAXP];
-	char vals[TD_MAXP][PATH_MAX];
-	char conf[PATH_MAX];
-	char err[1024];
-};
-
-/* A [device disk0] at line 3 of "<tdir>/blkfs.conf"; keys go on lines 4, 5, ... */
-static void td_init(struct test_dev *td, uint64_t size, uint32_t lbs)
+/* A [device disk0] in "<tdir>/blkfs.conf" of @size and @lbs, as conf gives them (0: not given). */
+static void td_init_aio(struct test_dev *td, uint64_t size, uint32_t lbs)
 {
-	memset(td, 0, sizeof(*td));
-	snprintf(td->conf, sizeof(td->conf), "%s/blkfs.conf", tdir);
-	td->p.file = td->conf;
-	td->p.line = 3;
-	td->p.dev = "disk0";
+	char file[PATH_MAX];
+
+	snprintf(file, sizeof(file), "%s/blkfs.conf", tdir);
+	td_init(td, "aio", file, "disk0");
 	td->p.geo.size = size;
 	td->p.geo.lbs = lbs;
-	td->p.v = td->v;
-	td->p.err = td->err;
-	td->p.errlen = sizeof(td->err);
-	/* as conf hands them over: its own key, already used */
-	td->v[0].key = "backend";
-	td->v[0].value = "aio";
-	td->v[0].line = 4;
-	td->v[0].used = true;
-	td->p.n = 1;
-}
-
-static int td_line(const struct test_dev *td, const char *key)
-{
-	int i;
-
-	for (i = 0; i < td->p.n; i++)
-		if (!strcmp(td->v[i].key, key))
-			return td->v[i].line;
-	return td->p.line;
-}
-
-static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
-{
-	va_list ap;
-	int i = td->p.n++;
-
-	cr_assert(i < TD_MAXP);
-	va_start(ap, fmt);
-	vsnprintf(td->vals[i], sizeof(td->vals[i]), fmt, ap);
-	va_end(ap);
-	td->v[i].key = key;
-	td->v[i].value = td->vals[i];
-	td->v[i].line = 4 + i;
-	/* conf takes its own keys (and marks them used); the backend the rest. */
-	td->v[i].used = !strcmp(key, "size") || strstr(key, "block_size") ||
-			!strcmp(key, "max_io") || !strncmp(key, "io_", 3);
-}
-
-static struct blk_backend *td_open(struct test_dev *td)
-{
-	const struct blk_backend_ops *ops = blk_backend_find("aio");
-
-	cr_assert_not_null(ops);
-	td->err[0] = '\0';
-	return ops->open(&td->p, NULL);
-}
-
-static struct blk_backend *td_open_ok(struct test_dev *td)
-{
-	struct blk_backend *be = td_open(td);
-	int i;
-
-	cr_assert(!IS_ERR_OR_NULL(be), "open: %s", td->err);
-	for (i = 0; i < td->p.n; i++)
-		cr_assert(td->v[i].used, "key %s not marked used", td->v[i].key);
-	return be;
-}
-
-/* Open must fail with -EINVAL and "<conf>:<line of key>: key: " + @contains. */
-static void td_open_fails(struct test_dev *td, const char *key, const char *contains)
-{
-	struct blk_backend *be = td_open(td);
-	char prefix[PATH_MAX + 64];
-
-	cr_assert(IS_ERR(be), "open succeeded");
-	cr_assert_eq(PTR_ERR(be), -EINVAL, "open: %ld (%s)", PTR_ERR(be), td->err);
-	snprintf(prefix, sizeof(prefix), "%s:%d: %s: ", td->conf, td_line(td, key), key);
-	cr_assert(!strncmp(td->err, prefix, strlen(prefix)), "error '%s' does not start with '%s'",
-		  td->err, prefix);
-	cr_assert(strstr(td->err, contains), "error '%s' does not say '%s'", td->err, contains);
 }
 
 static void tpath(char *out, size_t len, const char *name)
@@ -384,7 +152,7 @@ static uint64_t file_size(const char *name)
 /* An image of @size created by the backend (create = yes, relative path). */
 static struct blk_backend *open_image(struct test_dev *td, uint64_t size, unsigned int qd)
 {
-	td_init(td, size, 0);
+	td_init_aio(td, size, 0);
 	td_set(td, "path", "disk.img");
 	td_set(td, "create", "yes");
 	if (qd)
@@ -441,10 +209,10 @@ Test(aio, create_needs_size)
 	char path[PATH_MAX];
 
 	need_tdir();
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "new.img");
 	td_set(&td, "create", "yes");
-	td_open_fails(&td, "size", "needed to create");
+	td_open_fails(&td, "size", "needed to create", NULL);
 	tpath(path, sizeof(path), "new.img");
 	cr_assert_eq(access(path, F_OK), -1, "%s was created", path);
 }
@@ -455,7 +223,7 @@ Test(aio, bad_geometry_creates_nothing)
 	char path[PATH_MAX];
 
 	need_tdir();
-	td_init(&td, 1 * MiB, 768);
+	td_init_aio(&td, 1 * MiB, 768);
 	td_set(&td, "path", "new.img");
 	td_set(&td, "create", "yes");
 	cr_assert(IS_ERR(td_open(&td)));
@@ -470,16 +238,16 @@ Test(aio, missing_path_error)
 	char want[PATH_MAX + 32];
 
 	need_tdir();
-	td_init(&td, 1 * MiB, 0);
+	td_init_aio(&td, 1 * MiB, 0);
 	td_set(&td, "queue_depth", "4");
 	td_set(&td, "path", "nothere.img");
 	tpath(want, sizeof(want), "nothere.img");
 	strcat(want, ": No such file or directory");
-	td_open_fails(&td, "path", want);
+	td_open_fails(&td, "path", want, NULL);
 	cr_assert(strstr(td.err, "create = yes"), "%s", td.err);
 
-	td_init(&td, 1 * MiB, 0);
-	td_open_fails(&td, "path", "missing");
+	td_init_aio(&td, 1 * MiB, 0);
+	td_open_fails(&td, "path", "missing", NULL);
 }
 
 Test(aio, absolute_path_and_directory)
@@ -491,15 +259,15 @@ Test(aio, absolute_path_and_directory)
 	need_tdir();
 	make_file("abs.img", 64 * KiB);
 	tpath(path, sizeof(path), "abs.img");
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td.p.file = "elsewhere/blkfs.conf";	/* absolute paths ignore it */
 	td_set(&td, "path", "%s", path);
 	be = td_open_ok(&td);
 	be->ops->close(be);
 
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "%s", tdir);
-	td_open_fails(&td, "path", "not a block device or a regular file");
+	td_open_fails(&td, "path", "not a block device or a regular file", NULL);
 }
 
 Test(aio, bad_keys)
@@ -511,19 +279,19 @@ Test(aio, bad_keys)
 	need_tdir();
 	make_file("k.img", 64 * KiB);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		td_init(&td, 0, 0);
+		td_init_aio(&td, 0, 0);
 		td_set(&td, "path", "k.img");
 		td_set(&td, "queue_depth", "%s", bad[i]);
-		td_open_fails(&td, "queue_depth", "is not a number from 1 to 1024");
+		td_open_fails(&td, "queue_depth", "is not a number from 1 to 1024", NULL);
 	}
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "k.img");
 	td_set(&td, "create", "maybe");
-	td_open_fails(&td, "create", "'maybe' is not yes/no");
-	td_init(&td, 0, 0);
+	td_open_fails(&td, "create", "'maybe' is not yes/no", NULL);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "k.img");
 	td_set(&td, "exclusive", "2");
-	td_open_fails(&td, "exclusive", "'2' is not yes/no");
+	td_open_fails(&td, "exclusive", "'2' is not yes/no", NULL);
 }
 
 Test(aio, size_from_existing_file)
@@ -534,7 +302,7 @@ Test(aio, size_from_existing_file)
 
 	need_tdir();
 	make_file("old.img", 1 * MiB + 1000);
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "old.img");
 	be = td_open_ok(&td);
 	be->ops->geometry(be, &g);
@@ -542,7 +310,7 @@ Test(aio, size_from_existing_file)
 	cr_assert_eq(g.lbs, 512);
 	be->ops->close(be);
 
-	td_init(&td, 0, 4096);
+	td_init_aio(&td, 0, 4096);
 	td_set(&td, "path", "old.img");
 	be = td_open_ok(&td);
 	be->ops->geometry(be, &g);
@@ -554,9 +322,9 @@ Test(aio, size_from_existing_file)
 
 	/* Smaller than one block, and no size given. */
 	make_file("tiny.img", 100);
-	td_init(&td, 0, 0);
+	td_init_aio(&td, 0, 0);
 	td_set(&td, "path", "tiny.img");
-	td_open_fails(&td, "size", "less than one logical block");
+	td_open_fails(&td, "size", "less than one logical block", NULL);
 }
 
 Test(aio, size_extends_or_limits)
@@ -568,7 +336,7 @@ Test(aio, size_extends_or_limits)
 
 	need_tdir();
 	make_file("small.img", 64 * KiB);
-	td_init(&td, 2 * MiB, 0);
+	td_init_aio(&td, 2 * MiB, 0);
 	td_set(&td, "path", "small.img");
 	be = td_open_ok(&td);
 	cr_assert_eq(file_size("small.img"), 2 * MiB, "not extended");
@@ -581,7 +349,7 @@ Test(aio, size_extends_or_limits)
 	be->ops->close(be);
 
 	/* A larger file: only `size` of it is the device. */
-	td_init(&td, 1 * MiB, 0);
+	td_init_aio(&td, 1 * MiB, 0);
 	td_set(&td, "path", "small.img");
 	be = td_open_ok(&td);
 	be->ops->geometry(be, &g);
@@ -671,7 +439,7 @@ Test(aio, more_iovecs_than_iov_max)
 	int i;
 
 	need_tdir();
-	td_init(&td, 4 * MiB, 0);
+	td_init_aio(&td, 4 * MiB, 0);
 	td.p.geo.max_io = 1 * MiB;
 	td_set(&td, "path", "disk.img");
 	td_set(&td, "create", "yes");
@@ -718,7 +486,7 @@ Test(aio, more_inflight_than_queue_depth)
 	for (i = 0; i < N; i++) {
 		int blk = (i * 167) % N;
 
-		tio_init(&t[i], &w, BLK_WRITE, (uint64_t)blk * BS, BS);
+		test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)blk * BS, BS);
 		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
 		t[i].io.iov = t[i].iov;
 		t[i].io.iovcnt = 1;
@@ -739,7 +507,7 @@ Test(aio, more_inflight_than_queue_depth)
 	for (i = 0; i < N; i++) {
 		int blk = (i * 389) % N;
 
-		tio_init(&t[i], &w, BLK_READ, (uint64_t)blk * BS, BS);
+		test_io_init(&t[i], &w, BLK_READ, (uint64_t)blk * BS, BS);
 		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
 		t[i].io.iov = t[i].iov;
 		t[i].io.iovcnt = 1;
@@ -772,7 +540,7 @@ static void *hammer_fn(void *arg)
 	int i;
 
 	for (i = h->first; i < h->first + h->n; i++) {
-		tio_init(&h->t[i], h->w, BLK_WRITE, (uint64_t)i * 4096, 4096);
+		test_io_init(&h->t[i], h->w, BLK_WRITE, (uint64_t)i * 4096, 4096);
 		h->t[i].iov[0] = (struct iovec){ h->buf + (size_t)i * 4096, 4096 };
 		h->t[i].io.iov = h->t[i].iov;
 		h->t[i].io.iovcnt = 1;
@@ -925,11 +693,11 @@ Test(aio, flush)
 	waiter_init(&w);
 	for (i = 0; i < N + 8; i++) {
 		if (i % 9 == 8) {
-			tio_init(&t[i], &w, BLK_FLUSH, 0, 0);
+			test_io_init(&t[i], &w, BLK_FLUSH, 0, 0);
 		} else {
 			int k = i - i / 9;
 
-			tio_init(&t[i], &w, BLK_WRITE, (uint64_t)k * 4096, 4096);
+			test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)k * 4096, 4096);
 			t[i].iov[0] = (struct iovec){ buf + (size_t)k * 4096, 4096 };
 			t[i].io.iov = t[i].iov;
 			t[i].io.iovcnt = 1;
@@ -1032,7 +800,7 @@ Test(aio, close_waits_for_everything)
 	for (i = 0; i < N; i++) {
 		enum blk_op op = i % 17 == 16 ? BLK_FLUSH : i % 13 == 12 ? BLK_DISCARD : BLK_WRITE;
 
-		tio_init(&t[i], &w, op, op == BLK_FLUSH ? 0 : (uint64_t)i * 4096,
+		test_io_init(&t[i], &w, op, op == BLK_FLUSH ? 0 : (uint64_t)i * 4096,
 			 op == BLK_FLUSH ? 0 : 4096);
 		if (op == BLK_WRITE) {
 			t[i].iov[0] = (struct iovec){ buf + (size_t)i * 4096, 4096 };
@@ -1106,7 +874,7 @@ static void loop_attach(uint64_t size, unsigned int sector)
 
 static void td_init_loop(struct test_dev *td)
 {
-	td_init(td, 0, 0);
+	td_init_aio(td, 0, 0);
 	td_set(td, "path", "%s", loopdev);
 }
 
@@ -1174,27 +942,24 @@ Test(aio, loop_config_contradicts_device)
 	loop_attach(8 * MiB, 4096);
 
 	td_init_loop(&td);
-	td.p.geo.lbs = 512;
 	td_set(&td, "logical_block_size", "512");
 	snprintf(want, sizeof(want), "config says 512 but %s has 4096", loopdev);
-	td_open_fails(&td, "logical_block_size", want);
+	td_open_fails(&td, "logical_block_size", want, NULL);
 
 	td_init_loop(&td);
-	td.p.geo.pbs = 8192;
 	td_set(&td, "physical_block_size", "8192");
 	snprintf(want, sizeof(want), "config says 8192 but %s has 4096", loopdev);
-	td_open_fails(&td, "physical_block_size", want);
+	td_open_fails(&td, "physical_block_size", want, NULL);
 
 	/* As conf hands it: size given, so lbs/pbs/... hold its defaults. */
 	td_init_loop(&td);
-	td.p.geo.size = 16 * MiB;
+	td_set(&td, "size", "16M");
 	td.p.geo.lbs = 512;
 	td.p.geo.pbs = 512;
 	td.p.geo.max_io = 1 * MiB;
-	td_set(&td, "size", "16M");
 	snprintf(want, sizeof(want), "config says %llu but %s has %llu",
 		 16 * MiB, loopdev, 8 * MiB);
-	td_open_fails(&td, "size", want);
+	td_open_fails(&td, "size", want, NULL);
 
 	/* The same with the right size: the defaults conf filled do not count. */
 	td.p.geo.size = 8 * MiB;
@@ -1203,7 +968,6 @@ Test(aio, loop_config_contradicts_device)
 
 	/* Agreeing values are fine. */
 	td_init_loop(&td);
-	td.p.geo.lbs = 4096;
 	td_set(&td, "logical_block_size", "4096");
 	be = td_open_ok(&td);
 	be->ops->close(be);
@@ -1220,7 +984,7 @@ Test(aio, loop_exclusive)
 	be1 = td_open_ok(&td1);
 
 	td_init_loop(&td2);
-	td_open_fails(&td2, "path", "is in use");
+	td_open_fails(&td2, "path", "is in use", NULL);
 	cr_assert(strstr(td2.err, "exclusive = no"), "%s", td2.err);
 
 	td_init_loop(&td2);

@@ -24,9 +24,8 @@
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"
+#include "helpers.h"
 
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
 #define DEV_SIZE (64 * MiB)
 
 /* ---- I/Os with completion tracking (all complete inline here) ---- */
@@ -115,44 +114,9 @@ static void teardown(void)
 
 TestSuite(fault, .init = setup, .fini = teardown);
 
-struct tparams {
-	struct blk_params p;
-	struct blk_param v[12];
-	char err[1024];
-};
-
 static void tparams_init(struct tparams *tp)
 {
-	memset(tp, 0, sizeof(*tp));
-	tp->p.prefix = "fault.";
-	tp->p.file = "/etc/blkfs.conf";
-	tp->p.line = 3;
-	tp->p.dev = "fake0";
-	tp->p.v = tp->v;
-	tp->p.err = tp->err;
-	tp->p.errlen = sizeof(tp->err);
-}
-
-static void tparams_add(struct tparams *tp, const char *key, const char *value, int line)
-{
-	cr_assert_lt(tp->p.n, 12);
-	tp->v[tp->p.n].key = key;
-	tp->v[tp->p.n].value = value;
-	tp->v[tp->p.n].line = line;
-	tp->p.n++;
-}
-
-static struct blk_backend *fault_open(struct tparams *tp)
-{
-	const struct blk_backend_ops *ops = blk_backend_find("fault");
-	struct blk_backend *be;
-
-	cr_assert_not_null(ops);
-	cr_assert(ops->is_filter);
-	be = ops->open(&tp->p, fake_backend(fb));
-	cr_assert(!IS_ERR_OR_NULL(be), "open: %ld: %s", IS_ERR(be) ? PTR_ERR(be) : 0, tp->err);
-	cr_assert_eq(be->next, fake_backend(fb));
-	return be;
+	filter_params_init(tp, "fault", fake_backend(fb), "/etc/blkfs.conf", 3);
 }
 
 static struct blk_backend *fault_open_default(void)
@@ -160,75 +124,7 @@ static struct blk_backend *fault_open_default(void)
 	struct tparams tp;
 
 	tparams_init(&tp);
-	return fault_open(&tp);
-}
-
-static void fault_open_fails(struct tparams *tp, const char *want)
-{
-	struct blk_backend *be = blk_backend_find("fault")->open(&tp->p, fake_backend(fb));
-
-	cr_assert(IS_ERR(be), "open succeeded; wanted \"%s\"", want);
-	cr_assert_eq(PTR_ERR(be), -EINVAL);
-	cr_assert(strstr(tp->err, want), "message\n  \"%s\"\nlacks\n  \"%s\"", tp->err, want);
-}
-
-static const struct blk_attr *attr_find(struct blk_backend *be, const char *name)
-{
-	const struct blk_attr *a;
-
-	for (a = be->ops->attrs; a && a->name; a++)
-		if (!strcmp(a->name, name))
-			return a;
-	cr_assert_fail("no attr %s", name);
-	return NULL;
-}
-
-/* The attr as `cat` shows it (may be empty), in a static buffer. */
-static const char *attr_show(struct blk_backend *be, const char *name)
-{
-	static char buf[16384];
-	const struct blk_attr *a = attr_find(be, name);
-	int n = a->show(be, buf, sizeof(buf));
-
-	cr_assert_geq(n, 0, "show %s: %d", name, n);
-	cr_assert_lt((size_t)n, sizeof(buf));
-	cr_assert(n == 0 || buf[n - 1] == '\n', "show %s: no newline", name);
-	buf[n] = '\0';
-	return buf;
-}
-
-static int attr_store(struct blk_backend *be, const char *name, const char *val)
-{
-	const struct blk_attr *a = attr_find(be, name);
-
-	cr_assert_not_null(a->store, "%s is read-only", name);
-	return a->store(be, val, strlen(val));
-}
-
-/* A bad value is EINVAL and the shown value stays what it was. */
-static void attr_refuses(struct blk_backend *be, const char *name, const char *val)
-{
-	char before[16384];
-
-	snprintf(before, sizeof(before), "%s", attr_show(be, name));
-	cr_assert_eq(attr_store(be, name, val), -EINVAL, "%s accepted '%s'", name, val);
-	cr_assert_str_eq(attr_show(be, name), before, "%s changed after '%s'", name, val);
-}
-
-static unsigned long long stat_value(struct blk_backend *be, const char *name)
-{
-	char buf[512], *line, *save = NULL;
-	size_t n = be->ops->stat(be, buf, sizeof(buf));
-
-	cr_assert(n > 0 && n < sizeof(buf));
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		size_t k = strlen(name);
-
-		if (!strncmp(line, name, k) && line[k] == ' ')
-			return strtoull(line + k + 1, NULL, 10);
-	}
-	cr_assert_fail("no %s in stat", name);
-	return 0;
+	return filter_open(&tp);
 }
 
 static int wr(struct blk_backend *be, uint64_t pos, uint64_t len, int fill)
@@ -276,7 +172,7 @@ Test(fault, defaults_pass_everything)
 	cr_assert_str_eq(attr_show(be, "after"), "off\n");
 	cr_assert_str_eq(attr_show(be, "persistent"), "0\n");
 	cr_assert_str_eq(attr_show(be, "enabled"), "1\n");
-	cr_assert_str_eq(attr_show(be, "badblocks"), "");
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "");
 
 	cr_assert_eq(wr(be, 8192, 4096, 0x11), 0);
 	cr_assert(store_is(8192, 4096, 0x11));
@@ -286,7 +182,7 @@ Test(fault, defaults_pass_everything)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 8192, 4096, 0, NULL), 0);
 	cr_assert(store_is(8192, 4096, 0));
 	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 4);
-	cr_assert_eq(stat_value(be, "fault_injected"), 0);
+	cr_assert_eq(stat_get(be, "fault_injected"), 0);
 	be->ops->geometry(be, &g);
 	cr_assert_eq(g.size, DEV_SIZE);
 	cr_assert_eq(g.pbs, 4096);
@@ -310,7 +206,7 @@ Test(fault, after_zero_fails_the_first_write_once)
 	cr_assert_eq(wr(be, 4096, 4096, 0x23), 0);
 	/* Reads are not in ops = write. */
 	cr_assert_eq(rd(be, 0, 4096), 0);
-	cr_assert_eq(stat_value(be, "fault_injected"), 1);
+	cr_assert_eq(stat_get(be, "fault_injected"), 1);
 	be->ops->close(be);
 }
 
@@ -329,8 +225,8 @@ Test(fault, after_n_counts_matching_ops_only)
 	cr_assert_eq(wr(be, 3 * 4096, 4096, 0x33), -EIO);
 	cr_assert(store_is(3 * 4096, 4096, 0));
 	cr_assert_eq(wr(be, 4 * 4096, 4096, 0x34), 0);
-	cr_assert_eq(stat_value(be, "fault_injected"), 1);
-	cr_assert_eq(stat_value(be, "fault_matching_ops"), 5);
+	cr_assert_eq(stat_get(be, "fault_injected"), 1);
+	cr_assert_eq(stat_get(be, "fault_matching_ops"), 5);
 	be->ops->close(be);
 }
 
@@ -361,7 +257,7 @@ Test(fault, persistent_keeps_failing_until_rearmed)
 	cr_assert_eq(attr_store(be, "after", "off"), 0);
 	cr_assert_eq(wr(be, 8192, 4096, 0x46), 0);
 	cr_assert(store_is(8192, 4096, 0x46));
-	cr_assert_eq(stat_value(be, "fault_injected"), 12);
+	cr_assert_eq(stat_get(be, "fault_injected"), 12);
 	be->ops->close(be);
 }
 
@@ -457,7 +353,7 @@ Test(fault, probability)
 		failed += wr(be, 0, 512, 1) == -EIO;
 	/* binomial(4000, 0.25): mean 1000, sd 27; 8 sd either side */
 	cr_assert(failed > 780 && failed < 1220, "%d of 4000 failed at p = 0.25", failed);
-	cr_assert_eq(stat_value(be, "fault_injected"), 20 + (unsigned long long)failed);
+	cr_assert_eq(stat_get(be, "fault_injected"), 20 + (unsigned long long)failed);
 	cr_assert_eq(fake_total_count(fb, FAKE_OP(BLK_WRITE)), 4000 - (uint64_t)failed);
 	/* Not persistent: one failure does not make the next fail. */
 	cr_assert_lt(failed, 3000);
@@ -517,7 +413,7 @@ Test(fault, badblocks)
 	/* data first, so a failed write shows as unchanged */
 	cr_assert_eq(wr(be, MiB - 8192, 16384, 0x61), 0);
 	cr_assert_eq(attr_store(be, "badblocks", "1048576 4096 EIO\n"), 0);
-	cr_assert_str_eq(attr_show(be, "badblocks"), "1048576 4096 EIO\n");
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "1048576 4096 EIO\n");
 
 	/* reads overlapping the range fail, whatever ops says; others pass */
 	cr_assert_eq(rd(be, MiB, 4096), -EIO);
@@ -538,12 +434,12 @@ Test(fault, badblocks)
 
 	/* more lines at once, suffixes, another errno, no errno = EIO */
 	cr_assert_eq(attr_store(be, "badblocks", "0 512 ENOSPC\n2M 8K EROFS\n\n4M 512\n"), 0);
-	cr_assert_str_eq(attr_show(be, "badblocks"),
+	cr_assert_str_eq(attr_show_list(be, "badblocks"),
 			 "1048576 4096 EIO\n0 512 ENOSPC\n2097152 8192 EROFS\n4194304 512 EIO\n");
 	cr_assert_eq(rd(be, 0, 4096), -ENOSPC);
 	cr_assert_eq(wr(be, 2 * MiB + 4096, 4096, 1), -EROFS);
 	cr_assert_eq(rd(be, 4 * MiB, 512), -EIO);
-	cr_assert_eq(stat_value(be, "fault_badblock_injected"), 9);
+	cr_assert_eq(stat_get(be, "fault_badblock_injected"), 9);
 
 	/* disabled: the map is kept but nothing fails */
 	cr_assert_eq(attr_store(be, "enabled", "0"), 0);
@@ -574,7 +470,7 @@ Test(fault, badblocks)
 	cr_assert_eq(rd(be, DEV_SIZE - 4096, 4096), -EIO);
 
 	cr_assert_eq(attr_store(be, "badblocks", "clear\n"), 0);
-	cr_assert_str_eq(attr_show(be, "badblocks"), "");
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "");
 	cr_assert_eq(rd(be, MiB, 4096), 0);
 	cr_assert_eq(rd(be, 0, 4096), 0);
 	be->ops->close(be);
@@ -592,7 +488,7 @@ Test(fault, badblocks_limit)
 		cr_assert_eq(attr_store(be, "badblocks", line), 0, "entry %d", i);
 	}
 	/* 256 lines fit a .sys read */
-	cr_assert_gt(strlen(attr_show(be, "badblocks")), 256 * 10);
+	cr_assert_gt(strlen(attr_show_list(be, "badblocks")), 256 * 10);
 	attr_refuses(be, "badblocks", "60M 512 EIO");
 	cr_assert_eq(attr_store(be, "badblocks", "clear"), 0);
 	cr_assert_eq(attr_store(be, "badblocks", "60M 512 EIO"), 0);
@@ -612,7 +508,7 @@ Test(fault, config_keys)
 	tparams_add(&tp, "fault.persistent", "yes", 8);
 	tparams_add(&tp, "fault.badblocks", "1M 4K EIO, 2M 512 ENOSPC", 9);
 	tparams_add(&tp, "fault.enabled", "no", 10);
-	be = fault_open(&tp);
+	be = filter_open(&tp);
 	for (int i = 0; i < tp.p.n; i++)
 		cr_assert(tp.v[i].used, "%s not taken", tp.v[i].key);
 	cr_assert_str_eq(attr_show(be, "ops"), "read,flush\n");
@@ -621,7 +517,7 @@ Test(fault, config_keys)
 	cr_assert_str_eq(attr_show(be, "after"), "7\n");
 	cr_assert_str_eq(attr_show(be, "persistent"), "1\n");
 	cr_assert_str_eq(attr_show(be, "enabled"), "0\n");
-	cr_assert_str_eq(attr_show(be, "badblocks"), "1048576 4096 EIO\n2097152 512 ENOSPC\n");
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "1048576 4096 EIO\n2097152 512 ENOSPC\n");
 	be->ops->close(be);
 
 	/* every key in the ops' list */
@@ -630,22 +526,22 @@ Test(fault, config_keys)
 
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.ops", "writes", 4);
-	fault_open_fails(&tp, "/etc/blkfs.conf:4: fault.ops: 'writes' is not a list of ops");
+	filter_open_fails(&tp, "/etc/blkfs.conf:4: fault.ops: 'writes' is not a list of ops");
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.errno", "EWHAT", 5);
-	fault_open_fails(&tp, "/etc/blkfs.conf:5: fault.errno: 'EWHAT' is not an errno");
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.errno: 'EWHAT' is not an errno");
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.probability", "2", 6);
-	fault_open_fails(&tp, "/etc/blkfs.conf:6: fault.probability: '2' is not a probability");
+	filter_open_fails(&tp, "/etc/blkfs.conf:6: fault.probability: '2' is not a probability");
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.after", "x", 7);
-	fault_open_fails(&tp, "/etc/blkfs.conf:7: fault.after: 'x' is not a count");
+	filter_open_fails(&tp, "/etc/blkfs.conf:7: fault.after: 'x' is not a count");
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.persistent", "sometimes", 8);
-	fault_open_fails(&tp, "/etc/blkfs.conf:8: fault.persistent: 'sometimes' is not yes/no");
+	filter_open_fails(&tp, "/etc/blkfs.conf:8: fault.persistent: 'sometimes' is not yes/no");
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.badblocks", "1M 4K EIO, 64M 4K EIO", 9);
-	fault_open_fails(&tp, "/etc/blkfs.conf:9: fault.badblocks: '1M 4K EIO, 64M 4K EIO' is not a list of bad ranges inside the device");
+	filter_open_fails(&tp, "/etc/blkfs.conf:9: fault.badblocks: '1M 4K EIO, 64M 4K EIO' is not a list of bad ranges inside the device");
 
 	/* no layer below */
 	tparams_init(&tp);
@@ -687,7 +583,7 @@ Test(fault, passes_deferred_completions_and_errors_below)
 	/* the layer below's own error comes up unchanged, and is not counted */
 	fake_fault_set(fb, &ff);
 	cr_assert_eq(wr(be, 0, 4096, 1), -ENOSPC);
-	cr_assert_eq(stat_value(be, "fault_injected"), 0);
+	cr_assert_eq(stat_get(be, "fault_injected"), 0);
 	be->ops->close(be);
 }
 
@@ -767,7 +663,7 @@ Test(fault, threads)
 		pthread_join(th[i], NULL);
 		failed += a[i].failed;
 	}
-	cr_assert_eq(stat_value(be, "fault_injected"), (unsigned long long)failed);
+	cr_assert_eq(stat_get(be, "fault_injected"), (unsigned long long)failed);
 	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 2000 - (uint64_t)failed);
 	cr_assert(failed > 100 && failed < 320, "%d of 2000", failed);
 	be->ops->close(be);

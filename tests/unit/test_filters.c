@@ -26,9 +26,8 @@
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"
+#include "helpers.h"
 
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
 #define MS (1000000ull)		/* ns */
 
 static uint64_t now_ns(void)
@@ -172,118 +171,13 @@ TestSuite(log, .init = setup, .fini = teardown);
 TestSuite(delay, .init = setup, .fini = teardown);
 TestSuite(stack, .init = setup, .fini = teardown);
 
-/* Up to 8 `key = value` lines of a filter's config, as conf leaves them. */
-struct tparams {
-	struct blk_params p;
-	struct blk_param v[8];
-	char file[128];
-	char prefix[16];
-	char err[512];
-};
-
+/* @filter's config in <tdir>/blkfs.conf, its section at line 7; over the fake. */
 static void tparams_init(struct tparams *tp, const char *filter)
 {
-	memset(tp, 0, sizeof(*tp));
-	snprintf(tp->file, sizeof(tp->file), "%s/blkfs.conf", tdir);
-	snprintf(tp->prefix, sizeof(tp->prefix), "%s.", filter);
-	tp->p.prefix = tp->prefix;
-	tp->p.file = tp->file;
-	tp->p.line = 7;
-	tp->p.dev = "fake0";
-	tp->p.v = tp->v;
-	tp->p.err = tp->err;
-	tp->p.errlen = sizeof(tp->err);
-}
+	char file[128];
 
-/* Add "@key = @value" on line @line; @key with its prefix, as the config has it. */
-static void tparams_add(struct tparams *tp, const char *key, const char *value, int line)
-{
-	cr_assert_lt(tp->p.n, 8);
-	tp->v[tp->p.n].key = key;
-	tp->v[tp->p.n].value = value;
-	tp->v[tp->p.n].line = line;
-	tp->p.n++;
-}
-
-static struct blk_backend *filter_open(struct tparams *tp, const char *name)
-{
-	const struct blk_backend_ops *ops = blk_backend_find(name);
-	struct blk_backend *be;
-
-	cr_assert_not_null(ops, "filter %s", name);
-	cr_assert(ops->is_filter);
-	be = ops->open(&tp->p, fake_backend(fb));
-	cr_assert(!IS_ERR_OR_NULL(be), "open %s: %ld: %s", name,
-		  IS_ERR(be) ? PTR_ERR(be) : 0, tp->err);
-	cr_assert_eq(be->ops, ops);
-	cr_assert_eq(be->next, fake_backend(fb));
-	return be;
-}
-
-/* Open must fail with @err and a message containing @want. */
-static void filter_open_fails_with(struct tparams *tp, const char *name, long err,
-				   const char *want)
-{
-	struct blk_backend *be = blk_backend_find(name)->open(&tp->p, fake_backend(fb));
-
-	cr_assert(IS_ERR(be), "open %s succeeded; wanted \"%s\"", name, want);
-	cr_assert_eq(PTR_ERR(be), err, "%ld", PTR_ERR(be));
-	cr_assert(strstr(tp->err, want), "message\n  \"%s\"\nlacks\n  \"%s\"", tp->err, want);
-}
-
-static void filter_open_fails(struct tparams *tp, const char *name, const char *want)
-{
-	filter_open_fails_with(tp, name, -EINVAL, want);
-}
-
-static const struct blk_attr *attr_find(struct blk_backend *be, const char *name)
-{
-	const struct blk_attr *a;
-
-	for (a = be->ops->attrs; a && a->name; a++)
-		if (!strcmp(a->name, name))
-			return a;
-	cr_assert_fail("no attr %s in %s", name, be->ops->name);
-	return NULL;
-}
-
-/* The attr's value as `cat` shows it, in a static buffer. */
-static const char *attr_show(struct blk_backend *be, const char *name)
-{
-	static char buf[4096];
-	const struct blk_attr *a = attr_find(be, name);
-	int n = a->show(be, buf, sizeof(buf));
-
-	cr_assert_gt(n, 0, "show %s: %d", name, n);
-	cr_assert_lt((size_t)n, sizeof(buf));
-	cr_assert_eq(buf[n - 1], '\n', "show %s: no newline", name);
-	cr_assert_eq(buf[n], '\0');
-	return buf;
-}
-
-static int attr_store(struct blk_backend *be, const char *name, const char *val)
-{
-	const struct blk_attr *a = attr_find(be, name);
-
-	cr_assert_not_null(a->store, "%s is read-only", name);
-	return a->store(be, val, strlen(val));
-}
-
-/* The value of counter @name in ->stat. */
-static unsigned long long stat_value(struct blk_backend *be, const char *name)
-{
-	char buf[512], *line, *save = NULL;
-	size_t n = be->ops->stat(be, buf, sizeof(buf));
-
-	cr_assert(n > 0 && n < sizeof(buf));
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		size_t k = strlen(name);
-
-		if (!strncmp(line, name, k) && line[k] == ' ')
-			return strtoull(line + k + 1, NULL, 10);
-	}
-	cr_assert_fail("no %s in stat", name);
-	return 0;
+	snprintf(file, sizeof(file), "%s/blkfs.conf", tdir);
+	filter_params_init(tp, filter, fake_backend(fb), file, 7);
 }
 
 /* ---- the trace ---- */
@@ -350,7 +244,7 @@ static struct blk_backend *log_open_in_tdir(struct tparams *tp)
 {
 	tparams_init(tp, "log");
 	tparams_add(tp, "log.path", "trace", 8);
-	return filter_open(tp, "log");
+	return filter_open(tp);
 }
 
 /* ================================================================== */
@@ -386,7 +280,7 @@ Test(log, one_line_per_op)
 		cr_assert_eq(io.res, 0);
 		tio_free(&io);
 	}
-	cr_assert_eq(stat_value(be, "log_lines"), 5);
+	cr_assert_eq(stat_get(be, "log_lines"), 5);
 
 	/* Complete lines are in the file as soon as the I/O completed: no close needed. */
 	trace_path(path, sizeof(path));
@@ -668,7 +562,7 @@ Test(log, path_relative_to_config_and_append)
 	/* Relative: next to the config file, shown absolute. */
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "log.path", "sub/t1", 8);
-	be = filter_open(&tp, "log");
+	be = filter_open(&tp);
 	snprintf(want, sizeof(want), "%s/sub/t1\n", tdir);
 	cr_assert_str_eq(attr_show(be, "path"), want);
 	cr_assert_null(attr_find(be, "path")->store, "path is read-only");
@@ -681,7 +575,7 @@ Test(log, path_relative_to_config_and_append)
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "log.path", "sub/t1", 8);
 	tparams_add(&tp, "log.append", "no", 9);
-	be = filter_open(&tp, "log");
+	be = filter_open(&tp);
 	cr_assert(tp.v[1].used);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	be->ops->close(be);
@@ -694,7 +588,7 @@ Test(log, path_relative_to_config_and_append)
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "log.path", path, 8);	/* absolute this time */
 	tparams_add(&tp, "log.append", "yes", 9);
-	be = filter_open(&tp, "log");
+	be = filter_open(&tp);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	be->ops->close(be);
@@ -707,7 +601,7 @@ Test(log, path_relative_to_config_and_append)
 	tp.p.file = "blkfs.conf";
 	tparams_add(&tp, "log.path", "t2", 8);
 	cr_assert_eq(chdir(tdir), 0);
-	be = filter_open(&tp, "log");
+	be = filter_open(&tp);
 	snprintf(want, sizeof(want), "%s/t2\n", tdir);
 	cr_assert_str_eq(attr_show(be, "path"), want);
 	be->ops->close(be);
@@ -723,25 +617,25 @@ Test(log, open_errors)
 
 	tparams_init(&tp, "log");
 	snprintf(want, sizeof(want), "%s:7: log.path: the log filter needs a trace file", tp.file);
-	filter_open_fails(&tp, "log", want);
+	filter_open_fails(&tp, want);
 
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "log.path", "nodir/trace", 9);
 	snprintf(want, sizeof(want), "%s:9: log.path: cannot open %s/nodir/trace: No such file or directory",
 		 tp.file, tdir);
-	filter_open_fails_with(&tp, "log", -ENOENT, want);
+	filter_open_fails_with(&tp, -ENOENT, want);
 
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "log.path", "trace", 9);
 	tparams_add(&tp, "log.append", "maybe", 10);
 	snprintf(want, sizeof(want), "%s:10: log.append: 'maybe' is not yes/no", tp.file);
-	filter_open_fails(&tp, "log", want);
+	filter_open_fails(&tp, want);
 
 	/* Keys of another filter or unprefixed are not the log filter's. */
 	tparams_init(&tp, "log");
 	tparams_add(&tp, "path", "trace", 9);
 	tparams_add(&tp, "delay.path", "trace", 10);
-	filter_open_fails(&tp, "log", "log.path: the log filter needs a trace file");
+	filter_open_fails(&tp, "log.path: the log filter needs a trace file");
 }
 
 Test(log, enabled_attr)
@@ -780,8 +674,8 @@ Test(log, enabled_attr)
 	trace_path(path, sizeof(path));
 	trace_read(path, t);
 	cr_assert_eq(t->n, 2);
-	cr_assert_eq(stat_value(be, "log_lines"), 2);
-	cr_assert_eq(stat_value(be, "log_write_errors"), 0);
+	cr_assert_eq(stat_get(be, "log_lines"), 2);
+	cr_assert_eq(stat_get(be, "log_write_errors"), 0);
 	tio_free(&io);
 	be->ops->close(be);
 	free(t);
@@ -820,7 +714,7 @@ static struct blk_backend *delay_open_with(struct tparams *tp, const char *key,
 	tparams_init(tp, "delay");
 	if (key)
 		tparams_add(tp, key, value, 8);
-	return filter_open(tp, "delay");
+	return filter_open(tp);
 }
 
 /* The time from submit to the parent's completion, waiting for it. */
@@ -933,8 +827,8 @@ Test(delay, random_range_stays_in_range)
 	/* Drawn, not fixed: 40 uniform draws over 10 ms spread more than 3 ms. */
 	cr_assert_gt(hi - lo, 3 * MS, "lo %llu hi %llu", (unsigned long long)lo,
 		     (unsigned long long)hi);
-	cr_assert_eq(stat_value(be, "delayed_ios"), 40);
-	cr_assert_eq(stat_value(be, "delay_held_ios"), 0);
+	cr_assert_eq(stat_get(be, "delayed_ios"), 40);
+	cr_assert_eq(stat_get(be, "delay_held_ios"), 0);
 	be->ops->close(be);
 }
 
@@ -954,7 +848,7 @@ Test(delay, earliest_due_goes_first)
 	cr_assert_eq(tio_submit(be, &b), 0);
 	cr_assert_eq(attr_store(be, "write", "10ms\n"), 0);
 	cr_assert_eq(tio_submit(be, &c), 0);
-	cr_assert_eq(stat_value(be, "delay_held_ios"), 3);
+	cr_assert_eq(stat_get(be, "delay_held_ios"), 3);
 	cr_assert(done_wait(3, 5000));
 	cr_assert(fake_log_get(fb, 0, &fo));
 	cr_assert_eq(fo.pos, 1024);
@@ -1042,7 +936,7 @@ Test(delay, open_values_and_errors)
 	tparams_add(&tp, "delay.write", "2ms", 9);
 	tparams_add(&tp, "delay.flush", "1s", 10);
 	tparams_add(&tp, "delay.discard", "0", 11);
-	be = filter_open(&tp, "delay");
+	be = filter_open(&tp);
 	cr_assert_str_eq(attr_show(be, "read"), "1ms-5ms\n");
 	cr_assert_str_eq(attr_show(be, "write"), "2ms\n");
 	cr_assert_str_eq(attr_show(be, "flush"), "1s\n");
@@ -1055,19 +949,19 @@ Test(delay, open_values_and_errors)
 	tparams_add(&tp, "delay.write", "fast", 12);
 	snprintf(want, sizeof(want), "%s:12: delay.write: 'fast' is not a delay (allowed: 0, ",
 		 tp.file);
-	filter_open_fails(&tp, "delay", want);
+	filter_open_fails(&tp, want);
 
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.read", "5ms-1ms", 12);
-	filter_open_fails(&tp, "delay", "delay.read: '5ms-1ms' is not a delay");
+	filter_open_fails(&tp, "delay.read: '5ms-1ms' is not a delay");
 
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.flush", "2h", 12);
-	filter_open_fails(&tp, "delay", "delay.flush: '2h' is not a delay");
+	filter_open_fails(&tp, "delay.flush: '2h' is not a delay");
 
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.flush", "7200s", 12);
-	filter_open_fails(&tp, "delay", "delay.flush: '7200s' is too long (allowed: at most 1h");
+	filter_open_fails(&tp, "delay.flush: '7200s' is too long (allowed: at most 1h");
 }
 
 /*
@@ -1087,7 +981,7 @@ Test(delay, close_with_io_in_flight)
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.write", "10s", 8);
 	tparams_add(&tp, "delay.read", "0-2ms", 9);
-	be = filter_open(&tp, "delay");
+	be = filter_open(&tp);
 	fake_set_mode(fb, FAKE_DEFERRED);
 	fake_set_delay(fb, 2000);
 	for (i = 0; i < 200; i++) {
@@ -1182,7 +1076,7 @@ Test(delay, threads_submit_while_timer_runs)
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.write", "0-3ms", 8);
 	tparams_add(&tp, "delay.read", "1ms", 9);
-	be = filter_open(&tp, "delay");
+	be = filter_open(&tp);
 	fake_set_mode(fb, FAKE_DEFERRED);
 	fake_set_delay(fb, 200);
 	for (i = 0; i < DW_THREADS; i++) {

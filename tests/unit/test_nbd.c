@@ -31,170 +31,8 @@
 #include <libnbd.h>
 
 #include "../../backends/backend.h"
-
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
-
-/* ---- completion counting (as test_aio.c) ---- */
-
-struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int outstanding;
-	int ended;
-	int errors;
-};
-
-struct test_io {
-	struct blk_io io;	/* must come first */
-	struct waiter *w;
-	int calls;		/* under w->lock */
-	int res;
-	struct iovec iov[8];
-};
-
-static void waiter_init(struct waiter *w)
-{
-	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->cond, NULL);
-	w->outstanding = w->ended = w->errors = 0;
-}
-
-static void test_end_io(struct blk_io *io, int res)
-{
-	struct test_io *t = (struct test_io *)io;
-	struct waiter *w = t->w;
-
-	pthread_mutex_lock(&w->lock);
-	t->calls++;
-	t->res = res;
-	w->ended++;
-	if (res)
-		w->errors++;
-	w->outstanding--;
-	pthread_cond_broadcast(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-static void waiter_add(struct waiter *w, int n)
-{
-	pthread_mutex_lock(&w->lock);
-	w->outstanding += n;
-	pthread_mutex_unlock(&w->lock);
-}
-
-/* Wait until nothing is outstanding; fail after @secs. */
-static void waiter_wait_for(struct waiter *w, int secs)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += secs;
-	pthread_mutex_lock(&w->lock);
-	while (w->outstanding > 0) {
-		if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT) {
-			int left = w->outstanding;
-
-			pthread_mutex_unlock(&w->lock);
-			cr_assert_fail("%d I/Os never completed (a hang)", left);
-		}
-	}
-	pthread_mutex_unlock(&w->lock);
-}
-
-static void waiter_wait(struct waiter *w)
-{
-	waiter_wait_for(w, 20);
-}
-
-static void tio_init(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
-		     uint64_t len)
-{
-	memset(t, 0, sizeof(*t));
-	t->w = w;
-	t->io.op = op;
-	t->io.pos = pos;
-	t->io.len = len;
-	t->io.end_io = test_end_io;
-}
-
-static void submit_async(struct blk_backend *be, struct test_io *t)
-{
-	int ret;
-
-	waiter_add(t->w, 1);
-	ret = blk_submit(be, &t->io);
-	if (ret)
-		waiter_add(t->w, -1);
-	cr_assert_eq(ret, 0, "submit op %d pos %llu len %llu: %d", t->io.op,
-		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ret);
-}
-
-/* Submit, wait, and return end_io's result (called exactly once). */
-static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
-		 const struct iovec *iov, int iovcnt)
-{
-	struct waiter w;
-	struct test_io t;
-
-	waiter_init(&w);
-	tio_init(&t, &w, op, pos, len);
-	t.io.iov = iov;
-	t.io.iovcnt = iovcnt;
-	submit_async(be, &t);
-	waiter_wait(&w);
-	cr_assert_eq(t.calls, 1, "end_io called %d times", t.calls);
-	return t.res;
-}
-
-static int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf, uint64_t len)
-{
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-
-	return do_io(be, op, pos, len, &iov, 1);
-}
-
-static void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		buf[i] = (unsigned char)(((pos + i) * 31 + seed * 7 + ((pos + i) >> 9)) | 1);
-}
-
-static bool all_zero(const unsigned char *buf, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (buf[i])
-			return false;
-	return true;
-}
-
-/* A counter from ->stat, by name. */
-static uint64_t stat_get(struct blk_backend *be, const char *name)
-{
-	char buf[2048], *s;
-	size_t n, len = strlen(name);
-
-	cr_assert_not_null(be->ops->stat);
-	n = be->ops->stat(be, buf, sizeof(buf));
-	cr_assert(n > 0 && n < sizeof(buf));
-	for (s = buf; s && *s; s = strchr(s, '\n'), s = s ? s + 1 : NULL)
-		if (!strncmp(s, name, len) && s[len] == ' ')
-			return strtoull(s + len + 1, NULL, 10);
-	cr_assert_fail("no %s in stat:\n%s", name, buf);
-	return 0;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "async_backend.h"
+#include "helpers.h"
 
 /* Wait (at most @secs) until stat @name reaches @want. */
 static void wait_stat(struct blk_backend *be, const char *name, uint64_t want, double secs)
@@ -381,76 +219,10 @@ static void srv_restart(void)
 
 /* ---- hand-built params, as core/ hands them over after parsing a config ---- */
 
-#define TD_MAXP 12
-
-struct test_dev {
-	struct blk_params p;
-	struct blk_param v[TD_MAXP];
-	char vals[TD_MAXP][512];
-	char err[1024];
-};
-
-/* A [device remote0] at line 3 of "blkfs.conf"; keys go on lines 4, 5, ... */
-static void td_init(struct test_dev *td)
+/* A [device remote0] in "blkfs.conf". */
+static void td_init_nbd(struct test_dev *td)
 {
-	memset(td, 0, sizeof(*td));
-	td->p.file = "blkfs.conf";
-	td->p.line = 3;
-	td->p.dev = "remote0";
-	td->p.v = td->v;
-	td->p.err = td->err;
-	td->p.errlen = sizeof(td->err);
-	td->v[0].key = "backend";
-	td->v[0].value = "nbd";
-	td->v[0].line = 4;
-	td->v[0].used = true;
-	td->p.n = 1;
-}
-
-static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
-{
-	va_list ap;
-	int i = td->p.n++;
-	uint64_t v;
-
-	cr_assert(i < TD_MAXP);
-	va_start(ap, fmt);
-	vsnprintf(td->vals[i], sizeof(td->vals[i]), fmt, ap);
-	va_end(ap);
-	td->v[i].key = key;
-	td->v[i].value = td->vals[i];
-	td->v[i].line = 4 + i;
-	/* conf takes the geometry keys (marks them used, fills p->geo); the backend the rest. */
-	td->v[i].used = !strcmp(key, "size") || strstr(key, "block_size") ||
-			!strcmp(key, "max_io") || !strncmp(key, "io_", 3);
-	if (td->v[i].used) {
-		cr_assert_eq(blk_parse_size(td->vals[i], &v), 0);
-		if (!strcmp(key, "size"))
-			td->p.geo.size = v;
-		else if (!strcmp(key, "logical_block_size"))
-			td->p.geo.lbs = (uint32_t)v;
-		else if (!strcmp(key, "physical_block_size"))
-			td->p.geo.pbs = (uint32_t)v;
-		else if (!strcmp(key, "max_io"))
-			td->p.geo.max_io = (uint32_t)v;
-		else if (!strcmp(key, "io_min"))
-			td->p.geo.io_min = (uint32_t)v;
-		else if (!strcmp(key, "io_opt"))
-			td->p.geo.io_opt = (uint32_t)v;
-	}
-}
-
-static int td_line(const struct test_dev *td, const char *key)
-{
-	int i;
-
-	for (i = 0; i < td->p.n; i++)
-		if (!strcmp(td->v[i].key, key))
-			return td->v[i].line;
-	return td->p.line;
+	td_init(td, "nbd", "blkfs.conf", "remote0");
 }
 
 static void td_uri(struct test_dev *td)
@@ -458,50 +230,11 @@ static void td_uri(struct test_dev *td)
 	td_set(td, "uri", "nbd+unix:///?socket=%s", sock);
 }
 
-static struct blk_backend *td_open(struct test_dev *td)
-{
-	const struct blk_backend_ops *ops = blk_backend_find("nbd");
-
-	cr_assert_not_null(ops);
-	td->err[0] = '\0';
-	return ops->open(&td->p, NULL);
-}
-
-static struct blk_backend *td_open_ok(struct test_dev *td)
-{
-	struct blk_backend *be = td_open(td);
-	int i;
-
-	cr_assert(!IS_ERR_OR_NULL(be), "open: %s", td->err);
-	for (i = 0; i < td->p.n; i++)
-		cr_assert(td->v[i].used, "key %s not marked used", td->v[i].key);
-	return be;
-}
-
-/* Open must fail with -EINVAL and "blkfs.conf:<line of key>: key: " + each of @...  */
-static void td_open_fails(struct test_dev *td, const char *key, const char *contains, ...)
-{
-	struct blk_backend *be = td_open(td);
-	char prefix[128];
-	const char *s;
-	va_list ap;
-
-	cr_assert(IS_ERR(be), "open succeeded");
-	cr_assert_eq(PTR_ERR(be), -EINVAL, "open: %ld (%s)", PTR_ERR(be), td->err);
-	snprintf(prefix, sizeof(prefix), "blkfs.conf:%d: %s: ", td_line(td, key), key);
-	cr_assert(!strncmp(td->err, prefix, strlen(prefix)), "error '%s' does not start with '%s'",
-		  td->err, prefix);
-	va_start(ap, contains);
-	for (s = contains; s; s = va_arg(ap, const char *))
-		cr_assert(strstr(td->err, s), "error '%s' does not say '%s'", td->err, s);
-	va_end(ap);
-}
-
 /* A plain memory server of @size and a backend on it, with @key=@val pairs. */
 static struct blk_backend *open_plain(struct test_dev *td, const char *k1, const char *v1)
 {
 	srv_start("memory", "64M", NULL);
-	td_init(td);
+	td_init_nbd(td);
 	td_uri(td);
 	if (k1)
 		td_set(td, k1, "%s", v1);
@@ -539,20 +272,20 @@ Test(nbd, bad_keys)
 	size_t i;
 
 	cr_assert(tdir[0]);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_open_fails(&td, "uri", "missing (required", NULL);
 	for (i = 0; i < sizeof(bad_qd) / sizeof(bad_qd[0]); i++) {
-		td_init(&td);
+		td_init_nbd(&td);
 		td_set(&td, "uri", "nbd+unix:///?socket=%s", sock);
 		td_set(&td, "queue_depth", "%s", bad_qd[i]);
 		td_open_fails(&td, "queue_depth", "is not a number from 1 to 1024", NULL);
 	}
-	td_init(&td);
+	td_init_nbd(&td);
 	td_set(&td, "uri", "nbd+unix:///?socket=%s", sock);
 	td_set(&td, "connections", "17");
 	td_open_fails(&td, "connections", "is not a number from 1 to 16", NULL);
 	for (i = 0; i < sizeof(bad_tmo) / sizeof(bad_tmo[0]); i++) {
-		td_init(&td);
+		td_init_nbd(&td);
 		td_set(&td, "uri", "nbd+unix:///?socket=%s", sock);
 		td_set(&td, "timeout", "%s", bad_tmo[i]);
 		td_open_fails(&td, "timeout", "is not a duration", NULL);
@@ -565,10 +298,10 @@ Test(nbd, no_server)
 	double t0 = now_s();
 
 	cr_assert(tdir[0]);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_open_fails(&td, "uri", "cannot connect to nbd+unix:///?socket=", sock, NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_set(&td, "uri", "not a uri");
 	cr_assert(IS_ERR(td_open(&td)));
 	cr_assert(strstr(td.err, "blkfs.conf:5: uri: "), "%s", td.err);
@@ -583,7 +316,7 @@ Test(nbd, open_times_out)
 
 	srv_start("memory", "64M", NULL);
 	srv_kill(SIGSTOP);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "timeout", "300ms");
 	t0 = now_s();
@@ -635,7 +368,7 @@ Test(nbd, geometry_from_server)
 	struct blk_geometry g;
 
 	srv_start_policy("4096", "16384", "1M");
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	be->ops->geometry(be, &g);
@@ -650,7 +383,7 @@ Test(nbd, geometry_from_server)
 	be->ops->close(be);
 
 	/* What the config may say: the same, or tighter. */
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "size", "64M");
 	td_set(&td, "logical_block_size", "4096");
@@ -662,7 +395,7 @@ Test(nbd, geometry_from_server)
 	cr_assert_eq(g.io_opt, 256 * KiB);
 	be->ops->close(be);
 
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "logical_block_size", "8192");
 	be = td_open_ok(&td);
@@ -678,24 +411,24 @@ Test(nbd, geometry_contradictions)
 	struct test_dev td;
 
 	srv_start_policy("4096", "4096", "1M");
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "logical_block_size", "512");
 	td_open_fails(&td, "logical_block_size", "config says 512",
 		      "the server's minimum block size is 4096", NULL);
 
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "size", "32M");
 	td_open_fails(&td, "size", "config says 33554432", "has 67108864 bytes", NULL);
 
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "max_io", "2M");
 	td_open_fails(&td, "max_io", "config says 2097152",
 		      "the server takes at most 1048576 bytes per request", NULL);
 
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "physical_block_size", "4096");
 	td_set(&td, "max_io", "6K");
@@ -705,7 +438,7 @@ Test(nbd, geometry_contradictions)
 	/* Above the backend's own 32M limit on a server with none. */
 	srv_reset();
 	srv_start("memory", "128M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "max_io", "64M");
 	td_open_fails(&td, "max_io", "config says 67108864", "at most 33554432",
@@ -724,7 +457,7 @@ Test(nbd, geometry_refused)
 	 * itself will not advertise.)
 	 */
 	srv_start_policy("4096", "4096", "4096");
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "physical_block_size", "16384");
 	td_open_fails(&td, "physical_block_size", "config says 16384",
@@ -733,25 +466,25 @@ Test(nbd, geometry_refused)
 
 	/* Read-only. */
 	srv_start("--readonly", "memory", "64M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_open_fails(&td, "uri", "read-only", NULL);
 	srv_reset();
 
 	/* Less than one block; a size that is not whole blocks is cut. */
 	srv_start("memory", "500", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_open_fails(&td, "uri", "has 500 bytes, less than one logical block (512)", NULL);
 	srv_reset();
 	srv_start("memory", "1049000", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	be->ops->geometry(be, &g);
 	cr_assert_eq(g.size, 1048576);
 	be->ops->close(be);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "size", "1049000");
 	td_open_fails(&td, "size", "config says 1049000",
@@ -879,7 +612,7 @@ Test(nbd, aligned_commands_on_4k_server)
 	struct iovec iov[4];
 
 	srv_start_policy("4096", "4096", "1M");
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	fill_pattern(want, 1 * MiB, 0, 3);
@@ -918,7 +651,7 @@ Test(nbd, zeroes_and_discard)
 
 	/* 1M requests at most, enforced by the server: 8M of zeroes is split. */
 	srv_start_policy("512", "4096", "1M");
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	fill_pattern(want, 8 * MiB, 0, 6);
@@ -957,7 +690,7 @@ Test(nbd, zeroes_without_can_zero)
 	unsigned char *buf = malloc(4 * MiB), *want = malloc(4 * MiB);
 
 	srv_start("--filter=nozero", "memory", "64M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	cr_assert_eq(stat_get(be, "nbd_can_zero"), 0);
@@ -1006,14 +739,14 @@ Test(nbd, many_in_flight)
 	int i;
 
 	srv_start("--filter=delay", "memory", "64M", "delay-write=2ms", "delay-read=2ms", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "queue_depth", "8");
 	be = td_open_ok(&td);
 	fill_pattern(data, (size_t)N * LEN, 0, 9);
 	waiter_init(&w);
 	for (i = 0; i < N; i++) {
-		tio_init(&t[i], &w, BLK_WRITE, (uint64_t)i * LEN, LEN);
+		test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)i * LEN, LEN);
 		t[i].iov[0] = (struct iovec){ data + (size_t)i * LEN, LEN };
 		t[i].io.iov = t[i].iov;
 		t[i].io.iovcnt = 1;
@@ -1046,7 +779,7 @@ Test(nbd, many_in_flight)
 	/* Read it all back, again all at once. */
 	waiter_init(&w);
 	for (i = 0; i < N; i++) {
-		tio_init(&t[i], &w, BLK_READ, (uint64_t)i * LEN, LEN);
+		test_io_init(&t[i], &w, BLK_READ, (uint64_t)i * LEN, LEN);
 		t[i].iov[0] = (struct iovec){ got + (size_t)i * LEN, LEN };
 		t[i].io.iov = t[i].iov;
 		t[i].io.iovcnt = 1;
@@ -1093,7 +826,7 @@ Test(nbd, end_io_resubmits)
 	ch.be = open_plain(&td, NULL, NULL);
 	ch.left = 50;
 	waiter_init(&w);
-	tio_init(&ch.t, &w, BLK_WRITE, 0, 4096);
+	test_io_init(&ch.t, &w, BLK_WRITE, 0, 4096);
 	ch.t.io.end_io = chain_end_io;
 	ch.t.iov[0] = (struct iovec){ ch.buf, 4096 };
 	ch.t.io.iov = ch.t.iov;
@@ -1123,7 +856,7 @@ Test(nbd, injected_error_once)
 	snprintf(arg, sizeof(arg), "error-pwrite-file=%s", flag);
 	srv_start("--filter=error", "memory", "64M", "error-pwrite=EIO",
 		  "error-pwrite-rate=100%", arg, NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	fill_pattern(buf, sizeof(buf), 0, 10);
@@ -1133,7 +866,7 @@ Test(nbd, injected_error_once)
 	cr_assert(fd >= 0);
 	close(fd);
 	waiter_init(&w);
-	tio_init(&t, &w, BLK_WRITE, 8192, 8192);
+	test_io_init(&t, &w, BLK_WRITE, 8192, 8192);
 	t.iov[0] = (struct iovec){ buf, 8192 };
 	t.io.iov = t.iov;
 	t.io.iovcnt = 1;
@@ -1160,7 +893,7 @@ Test(nbd, enospc_passes_through)
 
 	srv_start("--filter=error", "memory", "64M", "error-pwrite=ENOSPC",
 		  "error-pwrite-rate=100%", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	be = td_open_ok(&td);
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, sizeof(buf)), -ENOSPC);
@@ -1175,7 +908,7 @@ static struct test_io *submit_writes(struct blk_backend *be, struct waiter *w, i
 	int i;
 
 	for (i = 0; i < n; i++) {
-		tio_init(&t[i], w, BLK_WRITE, (uint64_t)i * len, len);
+		test_io_init(&t[i], w, BLK_WRITE, (uint64_t)i * len, len);
 		t[i].iov[0] = (struct iovec){ data + (size_t)i * len, len };
 		t[i].io.iov = t[i].iov;
 		t[i].io.iovcnt = 1;
@@ -1201,7 +934,7 @@ Test(nbd, server_killed_then_back)
 	int i;
 
 	srv_start("--filter=delay", "memory", "64M", "delay-write=300ms", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "queue_depth", "8");
 	td_set(&td, "timeout", "1s");
@@ -1248,7 +981,7 @@ Test(nbd, queued_io_survives_a_quick_restart)
 	struct waiter w;
 
 	srv_start("memory", "64M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "timeout", "5s");
 	be = td_open_ok(&td);
@@ -1256,7 +989,7 @@ Test(nbd, queued_io_survives_a_quick_restart)
 	wait_stat(be, "nbd_drops", 1, 5);
 	fill_pattern(buf, sizeof(buf), 0, 12);
 	waiter_init(&w);
-	tio_init(&t, &w, BLK_WRITE, 0, sizeof(buf));
+	test_io_init(&t, &w, BLK_WRITE, 0, sizeof(buf));
 	t.iov[0] = (struct iovec){ buf, sizeof(buf) };
 	t.io.iov = t.iov;
 	t.io.iovcnt = 1;
@@ -1280,14 +1013,14 @@ Test(nbd, hung_server_times_out)
 	double t0;
 
 	srv_start("memory", "64M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "timeout", "500ms");
 	be = td_open_ok(&td);
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, sizeof(buf)), 0);
 	srv_kill(SIGSTOP);
 	waiter_init(&w);
-	tio_init(&t, &w, BLK_READ, 0, sizeof(buf));
+	test_io_init(&t, &w, BLK_READ, 0, sizeof(buf));
 	t.iov[0] = (struct iovec){ buf, sizeof(buf) };
 	t.io.iov = t.iov;
 	t.io.iovcnt = 1;
@@ -1346,7 +1079,7 @@ Test(nbd, close_with_dead_server)
 	double t0;
 
 	srv_start("memory", "64M", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "timeout", "500ms");
 	be = td_open_ok(&td);
@@ -1401,7 +1134,7 @@ Test(nbd, multi_conn_refused_by_server)
 	struct blk_backend *be;
 
 	srv_start("--filter=multi-conn", "memory", "64M", "multi-conn-mode=disable", NULL);
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	td_set(&td, "connections", "4");
 	be = td_open_ok(&td);
@@ -1437,11 +1170,11 @@ Test(nbd, tls_psk)
 	srv_start("--tls=require", arg, "memory", "64M", NULL);
 
 	/* Without TLS the server refuses. */
-	td_init(&td);
+	td_init_nbd(&td);
 	td_uri(&td);
 	cr_assert(IS_ERR(td_open(&td)));
 
-	td_init(&td);
+	td_init_nbd(&td);
 	td_set(&td, "uri", "nbds+unix://alice@/?socket=%s&tls-psk-file=%s", sock, psk);
 	be = td_open_ok(&td);
 	fill_pattern(buf, sizeof(buf), 0, 14);

@@ -6,8 +6,8 @@
  * The flusher is not started except in the flusher suite: without it the
  * cache writes back only in the calling thread (at pc_fsync() or under
  * pressure), so the fake's op log is deterministic and the tests can say
- * exactly which I/O must reach the backend. Each test runs in its own
- * process (Criterion), so the fixture lives in file-scope variables.
+ * exactly which I/O must reach the backend. The fixture is
+ * cache_fixture.h's, shared with test_shaping.c.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -21,186 +21,13 @@
 
 #include "../../core/conf.h"
 #include "../../core/pcache.h"
+#include "cache_fixture.h"
 #include "fake_backend.h"
-
-#define KiB (1024ull)
-#define MiB (1024ull * 1024)
-#define GiB (1024ull * 1024 * 1024)
+#include "helpers.h"
 
 #define W FAKE_OP(BLK_WRITE)
 #define R FAKE_OP(BLK_READ)
 #define F FAKE_OP(BLK_FLUSH)
-
-/* ---- fixture ---- */
-
-static struct fake_be *fb;
-static struct pc_cache *pc;
-static struct pc_dev *dev;
-static uint64_t dev_size;
-static uint8_t *model;		/* expected device contents, when small enough */
-static struct fake_be *fb_b;	/* a second device, for tests that need one */
-static struct pc_dev *dev_b;
-
-static struct blk_geometry geo_of(uint64_t size, uint32_t lbs, uint32_t max_io)
-{
-	struct blk_geometry g = {
-		.size = size,
-		.lbs = lbs,
-		.pbs = lbs,
-		.io_min = lbs,
-		.io_opt = max_io,
-		.max_io = max_io,
-		.dma_align = lbs < 4096 ? lbs : 4096,
-	};
-	return g;
-}
-
-static struct pc_cache *cache_new(uint64_t size, uint32_t folio, uint64_t dirty_limit)
-{
-	struct pc_cache_params p = {
-		.size = size,
-		.folio_size = folio,
-		.min_block = 512,
-		.dirty_background = dirty_limit / 2,
-		.dirty_limit = dirty_limit,
-		.dirty_expire_ms = 60000,
-	};
-	struct pc_cache *c = pc_cache_create(&p);
-
-	cr_assert(!IS_ERR_OR_NULL(c), "pc_cache_create(size %llu, folio %u): %ld",
-		  (unsigned long long)size, folio, IS_ERR(c) ? PTR_ERR(c) : 0L);
-	return c;
-}
-
-/* Device of geometry @g behind a new cache; dirty limit = the whole cache. */
-static void setup_lim(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
-		      uint32_t cache_block, uint64_t dirty_limit)
-{
-	fb = fake_create(g);
-	cr_assert_not_null(fb);
-	pc = cache_new(cache_size, folio, dirty_limit);
-	dev = pc_dev_add(pc, "t0", fake_backend(fb), cache_block);
-	cr_assert(!IS_ERR_OR_NULL(dev), "pc_dev_add: %ld", IS_ERR(dev) ? PTR_ERR(dev) : 0L);
-	dev_size = g->size;
-	if (dev_size <= 64 * MiB) {
-		model = calloc(1, dev_size);
-		cr_assert_not_null(model);
-	}
-}
-
-static void setup(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
-		  uint32_t cache_block)
-{
-	setup_lim(g, cache_size, folio, cache_block, cache_size);
-}
-
-/* ---- test memory: freed at teardown even when an assertion cuts a test short ---- */
-
-static pthread_mutex_t talloc_lock = PTHREAD_MUTEX_INITIALIZER;
-static void **tallocs;
-static size_t nr_tallocs, cap_tallocs;
-
-/* Zeroed, 4096-aligned (usable for direct I/O), tracked. */
-static void *talloc(size_t len)
-{
-	size_t n = len ? (len + 4095) & ~(size_t)4095 : 4096;
-	void *p = aligned_alloc(4096, n);
-
-	cr_assert_not_null(p);
-	memset(p, 0, n);
-	pthread_mutex_lock(&talloc_lock);
-	if (nr_tallocs == cap_tallocs) {
-		cap_tallocs = cap_tallocs ? 2 * cap_tallocs : 64;
-		tallocs = realloc(tallocs, cap_tallocs * sizeof(*tallocs));
-	}
-	tallocs[nr_tallocs++] = p;
-	pthread_mutex_unlock(&talloc_lock);
-	return p;
-}
-
-static void tfree(void *p)
-{
-	pthread_mutex_lock(&talloc_lock);
-	for (size_t i = nr_tallocs; i-- > 0;) {
-		if (tallocs[i] == p) {
-			tallocs[i] = tallocs[--nr_tallocs];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&talloc_lock);
-	free(p);
-}
-
-static void tfree_all(void)
-{
-	pthread_mutex_lock(&talloc_lock);
-	for (size_t i = 0; i < nr_tallocs; i++)
-		free(tallocs[i]);
-	free(tallocs);
-	tallocs = NULL;
-	nr_tallocs = cap_tallocs = 0;
-	pthread_mutex_unlock(&talloc_lock);
-}
-
-static char *log_text(void)
-{
-	static char buf[8192];
-	FILE *f = fmemopen(buf, sizeof(buf), "w");
-
-	buf[0] = 0;
-	if (f) {
-		fake_log_dump(fb, f);
-		fclose(f);
-	}
-	buf[sizeof(buf) - 1] = 0;
-	return buf;
-}
-
-static void teardown(void)
-{
-	if (fb) {
-		cr_expect_eq(fake_violations(fb), 0, "the cache broke the backend contract:\n%s",
-			     log_text());
-		cr_expect_eq(fake_pending(fb), 0, "I/O still pending at teardown");
-	}
-	if (dev)
-		pc_dev_remove(dev);
-	if (dev_b)
-		pc_dev_remove(dev_b);
-	if (pc)
-		pc_cache_destroy(pc);
-	fake_destroy(fb);
-	fake_destroy(fb_b);
-	free(model);
-	tfree_all();
-	fb = NULL;
-	fb_b = NULL;
-	dev_b = NULL;
-	pc = NULL;
-	dev = NULL;
-	model = NULL;
-}
-
-/* ---- data patterns ---- */
-
-/* Byte @pos of generation @gen; generation 0 is the zeroed device. */
-static inline uint8_t pat(uint64_t pos, unsigned int gen)
-{
-	uint64_t x;
-
-	if (!gen)
-		return 0;
-	x = (pos + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)gen * 0xBF58476D1CE4E5B9ull;
-	x ^= x >> 31;
-	x *= 0x94D049BB133111EBull;
-	return (uint8_t)(x >> 56) | 1;	/* never 0: a zero byte is never data */
-}
-
-static void fill(uint8_t *buf, size_t len, uint64_t pos, unsigned int gen)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = pat(pos + i, gen);
-}
 
 static void model_fill(uint64_t pos, size_t len, unsigned int gen)
 {
@@ -208,48 +35,7 @@ static void model_fill(uint64_t pos, size_t len, unsigned int gen)
 		fill(model + pos, len, pos, gen);
 }
 
-/* Fail with the first differing offset. */
-static void expect_same(const uint8_t *got, const uint8_t *exp, size_t len, uint64_t pos,
-			const char *what)
-{
-	if (memcmp(got, exp, len) == 0)
-		return;
-	for (size_t i = 0; i < len; i++) {
-		if (got[i] != exp[i])
-			cr_assert_fail("%s: byte at %llu is 0x%02x, expected 0x%02x",
-				       what, (unsigned long long)(pos + i), got[i], exp[i]);
-	}
-}
-
-/* Put generation @gen into the fake's store directly, as if already on disk. */
-static void store_fill(uint64_t pos, size_t len, unsigned int gen)
-{
-	uint8_t *b = talloc(len);
-
-	cr_assert_not_null(b);
-	fill(b, len, pos, gen);
-	fake_store_write(fb, b, len, pos);
-	if (model)
-		memcpy(model + pos, b, len);
-	tfree(b);
-}
-
 /* ---- I/O helpers ---- */
-
-static void do_write(uint64_t pos, size_t len, unsigned int gen)
-{
-	uint8_t *b = talloc(len);
-	ssize_t r;
-
-	cr_assert_not_null(b);
-	fill(b, len, pos, gen);
-	r = pc_write(dev, b, len, pos);
-	cr_assert_eq(r, (ssize_t)len, "pc_write(pos %llu, len %zu) = %zd",
-		     (unsigned long long)pos, len, r);
-	if (model)
-		memcpy(model + pos, b, len);
-	tfree(b);
-}
 
 /* pc_read until @len bytes or EOF/error, like a loop around read(2). */
 static ssize_t read_full(void *buf, size_t len, uint64_t pos)
@@ -282,24 +68,7 @@ static void verify_cache(uint64_t pos, size_t len)
 	tfree(b);
 }
 
-/* Compare the fake's store with the model. */
-static void verify_store(uint64_t pos, size_t len)
-{
-	expect_same(fake_store(fb) + pos, model + pos, len, pos, "backend store");
-}
-
-static int do_fsync(void)
-{
-	pc_errseq_t seq = pc_errseq_sample(dev);
-
-	return pc_fsync(dev, &seq);
-}
-
 /* ---- log checks ---- */
-
-struct rng {
-	uint64_t pos, len;
-};
 
 static int rng_cmp(const void *a, const void *b)
 {
@@ -311,16 +80,8 @@ static int rng_cmp(const void *a, const void *b)
 /* Logged ops of @mask, sorted by pos; returns how many (at most @max). */
 static size_t logged(unsigned int mask, struct rng *out, size_t max)
 {
-	size_t n = 0, len = fake_log_len(fb);
-	struct fake_op e;
+	size_t n = ops_of(mask, out, max);
 
-	for (size_t i = 0; i < len && fake_log_get(fb, i, &e); i++) {
-		if (!(mask & FAKE_OP(e.op)))
-			continue;
-		if (n < max)
-			out[n] = (struct rng){ e.pos, e.len };
-		n++;
-	}
 	qsort(out, n < max ? n : max, sizeof(*out), rng_cmp);
 	return n;
 }
@@ -401,7 +162,6 @@ static uint64_t dirty_bytes(void)
 	return st.dirty_bytes;
 }
 
-#define TEST_FIX(suite, name) Test(suite, name, .fini = teardown, .timeout = 60)
 #define TEST_FIX_SLOW(suite, name) Test(suite, name, .fini = teardown, .timeout = 180)
 
 /* ======================================================================
@@ -441,7 +201,7 @@ static void fio_init(struct fio *f, enum blk_op op, uint64_t pos, uint64_t len, 
 
 Test(fake, inline_data_log_and_faults, .timeout = 20)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 512, 8 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 512, 512, 8 * KiB);
 	static uint8_t wbuf[4096] __attribute__((aligned(4096)));
 	static uint8_t rbuf[4096] __attribute__((aligned(4096)));
 	struct fake_fault ft = { .op_mask = W, .countdown = 2, .err = -EIO };
@@ -526,7 +286,7 @@ Test(fake, inline_data_log_and_faults, .timeout = 20)
 
 Test(fake, manual_and_deferred, .timeout = 20)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 512, 512, 64 * KiB);
 	static uint8_t bufs[16][512] __attribute__((aligned(512)));
 	struct fio io[16];
 	struct fake_op e;
@@ -570,7 +330,7 @@ Test(fake, manual_and_deferred, .timeout = 20)
 
 Test(fake, lazy_large_store, .timeout = 20)
 {
-	struct blk_geometry g = geo_of(4 * GiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * GiB, 4096, 4096, 1 * MiB);
 	static uint8_t buf[4096] __attribute__((aligned(4096)));
 	struct fio a;
 
@@ -615,7 +375,7 @@ static void bits_case(const struct rng *writes, size_t nw, const struct rng *exp
 
 TEST_FIX(bits, write_edges_512_in_64k)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 512, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
 
 	setup(&g, 8 * MiB, 64 * KiB, 512);
 	cr_assert_eq(pc_dev_cache_block(dev), 512);
@@ -677,7 +437,7 @@ TEST_FIX(bits, write_edges_512_in_64k)
 /* Uptodate bits at the word edge: a read fetches only the blocks around them. */
 TEST_FIX(bits, read_around_uptodate_63_64)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 512, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
 	uint64_t f = B512(3, 0);
 	uint8_t *b = talloc(64 * KiB);
 
@@ -705,7 +465,7 @@ TEST_FIX(bits, read_around_uptodate_63_64)
 
 static uint32_t cache_block_of(uint64_t size, uint32_t lbs, uint32_t pbs, uint32_t forced)
 {
-	struct blk_geometry g = geo_of(size, lbs, 1 * MiB);
+	struct blk_geometry g = geo_of(size, lbs, lbs, 1 * MiB);
 	struct fake_be *f;
 	struct pc_cache *c;
 	struct pc_dev *d;
@@ -757,7 +517,7 @@ Test(cache_block, rule, .timeout = 30)
 
 TEST_FIX(cache_block, odd_size_512_write_is_512)
 {
-	struct blk_geometry g = geo_of(1 * GiB + 512, 512, 1 * MiB);
+	struct blk_geometry g = geo_of(1 * GiB + 512, 512, 512, 1 * MiB);
 	static uint8_t buf[512];
 
 	setup(&g, 4 * MiB, 64 * KiB, 0);
@@ -793,7 +553,7 @@ TEST_FIX(cache_block, odd_size_512_write_is_512)
 
 TEST_FIX(cache_block, folio_smaller_than_block_is_einval)
 {
-	struct blk_geometry g = geo_of(16 * MiB, 64 * KiB, 1 * MiB);
+	struct blk_geometry g = geo_of(16 * MiB, 64 * KiB, 64 * KiB, 1 * MiB);
 	struct pc_dev *d;
 
 	fb = fake_create(&g);
@@ -806,7 +566,7 @@ TEST_FIX(cache_block, folio_smaller_than_block_is_einval)
 /* pc_dev_remove() drops dirty data: it writes nothing. */
 TEST_FIX(cache_block, remove_writes_nothing)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 
 	setup(&g, 1 * MiB, 64 * KiB, 0);
 	do_write(0, 100 * KiB, 2);
@@ -834,7 +594,7 @@ Test(cache_block, cache_needs_8_folios, .timeout = 20)
 
 TEST_FIX(cache_block, dev_info)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 128 * KiB), got;
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 128 * KiB), got;
 
 	setup(&g, 1 * MiB, 16 * KiB, 0);
 	cr_assert_str_eq(pc_dev_name(dev), "t0");
@@ -852,7 +612,7 @@ TEST_FIX(cache_block, dev_info)
 static void lbs_case(uint32_t lbs, uint32_t folio, uint32_t want_cb)
 {
 	uint32_t unit = lbs < 4096 ? 4096 : lbs;
-	struct blk_geometry g = geo_of(256ull * unit, lbs, 4 * unit);
+	struct blk_geometry g = geo_of(256ull * unit, lbs, lbs, 4 * unit);
 	uint64_t cache = 16ull * folio > 2 * MiB ? 16ull * folio : 2 * MiB;
 	uint32_t cb;
 	uint8_t *buf;
@@ -921,7 +681,7 @@ TEST_FIX(lbs, lbs_64k_folio_256k) { lbs_case(64 * KiB, 256 * KiB, 64 * KiB); }
 
 TEST_FIX(partial, reads_only_that_block)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 512, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
 
 	setup(&g, 8 * MiB, 64 * KiB, 0);
 	cr_assert_eq(pc_dev_cache_block(dev), 4096);
@@ -948,7 +708,7 @@ TEST_FIX(partial, reads_only_that_block)
 
 TEST_FIX(partial, head_and_tail_not_body)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 
 	setup(&g, 8 * MiB, 64 * KiB, 0);
 	store_fill(0, dev_size, 1);
@@ -977,7 +737,7 @@ TEST_FIX(partial, head_and_tail_not_body)
 
 TEST_FIX(partial, full_overwrite_never_reads)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 1 * MiB);
 
 	setup(&g, 8 * MiB, 64 * KiB, 0);
 	store_fill(0, dev_size, 1);
@@ -998,7 +758,7 @@ TEST_FIX(partial, full_overwrite_never_reads)
 
 TEST_FIX(partial, uptodate_block_no_read)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	uint8_t buf[4096];
 
 	setup(&g, 8 * MiB, 64 * KiB, 0);
@@ -1024,7 +784,7 @@ TEST_FIX(partial, uptodate_block_no_read)
 
 TEST_FIX(partial, block_512_in_4k_folio)
 {
-	struct blk_geometry g = geo_of(2 * MiB, 512, 1 * MiB);
+	struct blk_geometry g = geo_of(2 * MiB, 512, 512, 1 * MiB);
 
 	setup(&g, 1 * MiB, 4 * KiB, 512);
 	store_fill(0, dev_size, 1);
@@ -1048,7 +808,7 @@ TEST_FIX(partial, block_512_in_4k_folio)
 
 TEST_FIX(partial, read_error_fails_write)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = R, .err = -EIO };
 	static uint8_t buf[100];
 	struct pc_stats st;
@@ -1077,7 +837,7 @@ TEST_FIX(partial, read_error_fails_write)
 
 TEST_FIX(reads, hits_and_misses)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct pc_stats a, b, c;
 	uint8_t *buf = talloc(64 * KiB);
 
@@ -1115,7 +875,7 @@ TEST_FIX(reads, hits_and_misses)
 
 TEST_FIX(reads, missing_runs_merged_around_uptodate)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	uint64_t base = 512 * KiB;
 	uint8_t buf[32 * 1024];
 	struct pc_stats a, b;
@@ -1152,7 +912,7 @@ TEST_FIX(reads, missing_runs_merged_around_uptodate)
 
 TEST_FIX(reads, split_at_max_io)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 8 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 8 * KiB);
 	uint8_t *buf = talloc(1 * MiB);
 	struct pc_stats st;
 	struct fake_op e;
@@ -1181,7 +941,7 @@ TEST_FIX(reads, split_at_max_io)
 
 TEST_FIX(reads, random_byte_exact)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 512, 512, 64 * KiB);
 	uint8_t *buf = talloc(300 * KiB);
 	unsigned int seed = 7;
 
@@ -1206,7 +966,7 @@ TEST_FIX(reads, random_byte_exact)
 
 TEST_FIX(reads, read_begin_iovecs)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct pc_read *rd = talloc(sizeof(*rd));
 	uint64_t pos = 1000;
 	size_t total = 0;
@@ -1267,7 +1027,7 @@ static void *bg_writer_main(void *arg)
 /* Folios held by pc_read_begin() are neither evicted nor reused until pc_read_end(). */
 TEST_FIX(reads, held_folios_survive_pressure)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct pc_read *rd = talloc(sizeof(*rd));
 	struct bg_writer w = { .pos = 1 * MiB, .len = 512 * KiB, .gen = 3 };
 	size_t off = 0;
@@ -1300,7 +1060,7 @@ TEST_FIX(reads, held_folios_survive_pressure)
 /* A 1 MiB request through an 8-folio cache: served (whole or in part), no deadlock. */
 TEST_FIX(reads, read_begin_larger_than_cache)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct pc_read *rd = talloc(sizeof(*rd));
 	size_t total = 0;
 	ssize_t r;
@@ -1323,7 +1083,7 @@ TEST_FIX(reads, read_begin_larger_than_cache)
 
 TEST_FIX(reads, read_error_not_cached)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = R, .err = -EIO };
 	uint8_t buf[64 * 1024];
 	struct pc_stats st;
@@ -1371,7 +1131,7 @@ static void read_seq(uint64_t start, uint64_t end, size_t chunk)
 
 TEST_FIX(eviction, tiny_cache_sequential)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 128 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 128 * KiB);
 	struct pc_stats st;
 
 	setup(&g, 8 * 64 * KiB, 64 * KiB, 0);
@@ -1393,7 +1153,7 @@ TEST_FIX(eviction, tiny_cache_sequential)
 
 TEST_FIX(eviction, tiny_cache_4k_folios_random)
 {
-	struct blk_geometry g = geo_of(2 * MiB, 512, 16 * KiB);
+	struct blk_geometry g = geo_of(2 * MiB, 512, 512, 16 * KiB);
 	uint8_t *buf = talloc(64 * KiB);
 	unsigned int seed = 99;
 
@@ -1421,21 +1181,13 @@ TEST_FIX(eviction, tiny_cache_4k_folios_random)
 /* One request larger than the whole cache, both ways. */
 TEST_FIX(eviction, request_larger_than_cache)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 
 	setup(&g, 8 * 4 * KiB, 4 * KiB, 0);
 	do_write(4096 + 100, 1 * MiB, 2);
 	verify_cache(0, 2 * MiB);
 	cr_assert_eq(do_fsync(), 0);
 	verify_store(0, dev_size);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /*
@@ -1445,7 +1197,7 @@ static double now_s(void)
  */
 TEST_FIX(eviction, refill_without_flusher_does_not_stall)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 1 * MiB);
 	double t0, t;
 
 	setup(&g, 8 * 4 * KiB, 4 * KiB, 0);
@@ -1461,8 +1213,8 @@ TEST_FIX(eviction, refill_without_flusher_does_not_stall)
 /* Two devices of different block sizes share the pool. */
 TEST_FIX(eviction, two_devices_share_the_pool)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 256 * KiB);
-	struct blk_geometry g2 = geo_of(4 * MiB + 512, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 256 * KiB);
+	struct blk_geometry g2 = geo_of(4 * MiB + 512, 512, 512, 64 * KiB);
 	struct fake_be *fb2;
 	struct pc_dev *dev2;
 	uint8_t *buf = talloc(64 * KiB), *exp = talloc(64 * KiB);
@@ -1506,7 +1258,7 @@ TEST_FIX(eviction, two_devices_share_the_pool)
 
 TEST_FIX(fsync, merged_across_folios)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 
 	setup(&g, 4 * MiB, 16 * KiB, 0);
 	fake_log_clear(fb);
@@ -1524,7 +1276,7 @@ TEST_FIX(fsync, merged_across_folios)
 
 TEST_FIX(fsync, split_at_max_io)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct rng got[64];
 	uint64_t end = 0;
 	size_t n;
@@ -1558,7 +1310,7 @@ TEST_FIX(fsync, split_at_max_io)
 
 TEST_FIX(fsync, only_dirty_blocks)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	uint8_t buf[4096];
 
 	setup(&g, 4 * MiB, 64 * KiB, 0);
@@ -1588,7 +1340,7 @@ TEST_FIX(fsync, only_dirty_blocks)
 
 TEST_FIX(fsync, deferred_out_of_order)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 512, 32 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 512, 512, 32 * KiB);
 
 	setup(&g, 4 * MiB, 16 * KiB, 0);
 	store_fill(0, dev_size, 1);
@@ -1632,7 +1384,7 @@ static void complete_reverse_until(const bool *done)
 
 TEST_FIX(fsync, manual_reverse_completion)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 16 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 16 * KiB);
 	struct fsync_thread ft = { 0 };
 
 	setup(&g, 4 * MiB, 16 * KiB, 0);
@@ -1694,7 +1446,7 @@ static void *discard_main(void *arg)
  */
 TEST_FIX(fsync, write_during_writeback)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct fsync_thread ft = { 0 };
 	struct write_thread wt = { .pos = 8 * KiB, .len = 16 * KiB, .gen = 3 };
 	bool both = false;
@@ -1734,7 +1486,7 @@ TEST_FIX(fsync, write_during_writeback)
  */
 TEST_FIX(fsync, no_second_write_over_one_in_flight)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct fsync_thread f1 = { 0 }, f2 = { 0 };
 	struct write_thread wt = { .pos = 0, .len = 16 * KiB, .gen = 3 };
 
@@ -1773,7 +1525,7 @@ TEST_FIX(fsync, no_second_write_over_one_in_flight)
 /* The counters and the op log tell the same story. */
 TEST_FIX(fsync, stats_gauges)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct pc_stats st;
 
 	setup(&g, 4 * MiB, 64 * KiB, 0);
@@ -1800,7 +1552,7 @@ TEST_FIX(fsync, stats_gauges)
 
 TEST_FIX(errors, failed_write_stays_dirty_reported_once)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = W, .countdown = 1, .err = -EIO };
 	pc_errseq_t seq;
 	struct pc_stats st;
@@ -1837,7 +1589,7 @@ TEST_FIX(errors, failed_write_stays_dirty_reported_once)
 
 TEST_FIX(errors, persistent_fault_until_cleared)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = W, .err = -ENOSPC, .persistent = true };
 	pc_errseq_t seq;
 
@@ -1856,7 +1608,7 @@ TEST_FIX(errors, persistent_fault_until_cleared)
 
 TEST_FIX(errors, each_opener_sees_it_once)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = W, .err = -EIO };
 	pc_errseq_t a, b, c;
 
@@ -1878,7 +1630,7 @@ TEST_FIX(errors, each_opener_sees_it_once)
 
 TEST_FIX(errors, flush_failure)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = F, .err = -EIO };
 	pc_errseq_t seq;
 
@@ -1895,7 +1647,7 @@ TEST_FIX(errors, flush_failure)
 /* A write fails under memory pressure (no fsync involved); fsync reports it. */
 TEST_FIX(errors, failure_under_pressure_reported_by_fsync)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 64 * KiB);
 	struct fake_fault ft = { .op_mask = W, .err = -EIO };
 	pc_errseq_t seq;
 	uint8_t *buf = talloc(64 * KiB);
@@ -1925,7 +1677,7 @@ TEST_FIX(errors, failure_under_pressure_reported_by_fsync)
 /* Writeback that keeps failing must not make writers wait forever. */
 TEST_FIX(errors, failing_device_does_not_hang_writers)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct fake_fault ft = { .op_mask = W, .err = -EIO, .persistent = true };
 	pc_errseq_t seq;
 	uint8_t buf[4096];
@@ -1961,7 +1713,7 @@ TEST_FIX(errors, failing_device_does_not_hang_writers)
  */
 static void failing_neighbour_case(bool flusher)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 64 * KiB);
 	struct fake_fault ft = { .op_mask = W, .err = -EIO, .persistent = true };
 	uint8_t *buf = talloc(64 * KiB), *exp = talloc(64 * KiB);
 	pc_errseq_t s1, s2;
@@ -2018,7 +1770,7 @@ TEST_FIX(errors, failing_device_does_not_block_others)
 
 TEST_FIX(errors, sync_final)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct fake_fault ft = { .op_mask = W, .err = -EIO, .persistent = true };
 	uint64_t lost = 0;
 	int ret;
@@ -2166,7 +1918,7 @@ static void *conc_fsyncer(void *arg)
 
 static void conc_run(uint32_t folio, uint32_t cache_block, uint64_t cache_size, unsigned int delay_us)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 512, 512, 64 * KiB);
 	struct conc_thread ct[CONC_THREADS + 1];
 	struct conc *c = &conc;
 	uint64_t sbase, swords;
@@ -2345,7 +2097,7 @@ static void *rmw_main(void *arg)
 
 TEST_FIX_SLOW(concurrency, partial_writes_race_reads_of_same_blocks)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 32 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 32 * KiB);
 	struct rmw_thread rt[RMW_WRITERS + 2];
 	bool stop = false;
 
@@ -2381,7 +2133,7 @@ TEST_FIX_SLOW(concurrency, partial_writes_race_reads_of_same_blocks)
 
 TEST_FIX(bounds, write_and_read_at_the_end)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 4096, 4096, 64 * KiB);
 	uint8_t buf[8192];
 	ssize_t r;
 
@@ -2420,7 +2172,7 @@ TEST_FIX(bounds, write_and_read_at_the_end)
 
 TEST_FIX(bounds, direct_io_rules_and_split)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 512, 512, 64 * KiB);
 	uint8_t *buf = talloc(256 * KiB);
 	struct rng got[16];
 	ssize_t r;
@@ -2457,7 +2209,7 @@ TEST_FIX(bounds, direct_io_rules_and_split)
 
 TEST_FIX(bounds, direct_write_after_buffered)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 512, 512, 64 * KiB);
 	uint8_t *buf = talloc(64 * KiB);
 	long wb, dw;
 
@@ -2494,7 +2246,7 @@ TEST_FIX(bounds, direct_write_after_buffered)
 /* The daemon never sees the user's buffer address: any buffer must work. */
 TEST_FIX(bounds, direct_io_misaligned_buffer)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 64 * KiB);
 	uint8_t *mem = talloc(256 * KiB + 8), *buf = mem + 3;
 
 	g.dma_align = 4096;
@@ -2512,7 +2264,7 @@ TEST_FIX(bounds, direct_io_misaligned_buffer)
 
 TEST_FIX(bounds, direct_read_sees_dirty_data)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 4096, 4096, 64 * KiB);
 	uint8_t *buf = talloc(64 * KiB);
 
 	setup(&g, 1 * MiB, 16 * KiB, 0);
@@ -2532,7 +2284,7 @@ TEST_FIX(bounds, direct_read_sees_dirty_data)
  */
 TEST_FIX(bounds, discard_waits_for_writeback_in_flight)
 {
-	struct blk_geometry g = geo_of(1 * MiB, 4096, 64 * KiB);
+	struct blk_geometry g = geo_of(1 * MiB, 4096, 4096, 64 * KiB);
 	struct fsync_thread ft = { 0 };
 	struct zero_arg zt = { 0 };
 	struct fake_op e;
@@ -2572,7 +2324,7 @@ TEST_FIX(bounds, discard_waits_for_writeback_in_flight)
 
 static void zero_case(bool discard)
 {
-	struct blk_geometry g = geo_of(2 * MiB, 512, 64 * KiB);
+	struct blk_geometry g = geo_of(2 * MiB, 512, 512, 64 * KiB);
 	uint8_t *buf = talloc(128 * KiB);
 	unsigned int op = discard ? FAKE_OP(BLK_DISCARD) : FAKE_OP(BLK_WRITE_ZEROES);
 	int (*zero)(struct pc_dev *, uint64_t, uint64_t) = discard ? pc_discard : pc_write_zeroes;
@@ -2639,19 +2391,13 @@ static bool wait_clean(uint64_t at_most, int timeout_ms)
 
 TEST_FIX(flusher, expired_data_written)
 {
-	struct blk_geometry g = geo_of(4 * MiB, 4096, 1 * MiB);
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	struct pc_cache_params p = {
 		.size = 4 * MiB, .folio_size = 64 * KiB, .min_block = 512,
 		.dirty_background = 2 * MiB, .dirty_limit = 3 * MiB, .dirty_expire_ms = 100,
 	};
 
-	fb = fake_create(&g);
-	pc = pc_cache_create(&p);
-	cr_assert(!IS_ERR_OR_NULL(pc));
-	dev = pc_dev_add(pc, "t0", fake_backend(fb), 0);
-	cr_assert(!IS_ERR_OR_NULL(dev));
-	dev_size = g.size;
-	model = calloc(1, dev_size);
+	setup_params(&g, &p, 0);
 	cr_assert_eq(pc_cache_start(pc), 0);
 	do_write(4096 + 10, 64 * KiB, 2);
 	cr_assert(wait_clean(0, 10000), "the flusher did not write expired data");
@@ -2663,19 +2409,13 @@ TEST_FIX(flusher, expired_data_written)
 
 TEST_FIX(flusher, above_background)
 {
-	struct blk_geometry g = geo_of(8 * MiB, 4096, 256 * KiB);
+	struct blk_geometry g = geo_of(8 * MiB, 4096, 4096, 256 * KiB);
 	struct pc_cache_params p = {
 		.size = 4 * MiB, .folio_size = 64 * KiB, .min_block = 512,
 		.dirty_background = 512 * KiB, .dirty_limit = 2 * MiB, .dirty_expire_ms = 600000,
 	};
 
-	fb = fake_create(&g);
-	pc = pc_cache_create(&p);
-	cr_assert(!IS_ERR_OR_NULL(pc));
-	dev = pc_dev_add(pc, "t0", fake_backend(fb), 0);
-	cr_assert(!IS_ERR_OR_NULL(dev));
-	dev_size = g.size;
-	model = calloc(1, dev_size);
+	setup_params(&g, &p, 0);
 	fake_set_mode(fb, FAKE_DEFERRED);
 	cr_assert_eq(pc_cache_start(pc), 0);
 	write_seq(0, 6 * MiB, 128 * KiB, 2);	/* writers throttle at the limit */

@@ -32,9 +32,8 @@
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"
+#include "helpers.h"
 
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
 
 /* ---- I/O helpers ---- */
 
@@ -150,36 +149,10 @@ static void teardown(void)
 
 TestSuite(powerloss, .init = setup, .fini = teardown);
 
-struct tparams {
-	struct blk_params p;
-	struct blk_param v[4];
-	char err[512];
-};
-
 static void tparams_init(struct tparams *tp)
 {
-	memset(tp, 0, sizeof(*tp));
-	tp->p.prefix = "powerloss.";
-	tp->p.file = "/etc/blkfs.conf";
-	tp->p.line = 2;
-	tp->p.dev = "fake0";
-	tp->p.v = tp->v;
-	tp->p.err = tp->err;
-	tp->p.errlen = sizeof(tp->err);
+	filter_params_init(tp, "powerloss", fake_backend(fb), "/etc/blkfs.conf", 2);
 	tp->p.host = &host;
-}
-
-static struct blk_backend *pl_open_params(struct tparams *tp)
-{
-	const struct blk_backend_ops *ops = blk_backend_find("powerloss");
-	struct blk_backend *be;
-
-	cr_assert_not_null(ops);
-	cr_assert(ops->is_filter);
-	be = ops->open(&tp->p, fake_backend(fb));
-	cr_assert(!IS_ERR_OR_NULL(be), "open: %ld: %s", IS_ERR(be) ? PTR_ERR(be) : 0, tp->err);
-	cr_assert_eq(be->next, fake_backend(fb));
-	return be;
 }
 
 static struct blk_backend *pl_open(void)
@@ -187,63 +160,7 @@ static struct blk_backend *pl_open(void)
 	struct tparams tp;
 
 	tparams_init(&tp);
-	return pl_open_params(&tp);
-}
-
-static const struct blk_attr *attr_find(struct blk_backend *be, const char *name)
-{
-	const struct blk_attr *a;
-
-	for (a = be->ops->attrs; a && a->name; a++)
-		if (!strcmp(a->name, name))
-			return a;
-	cr_assert_fail("no attr %s", name);
-	return NULL;
-}
-
-static const char *attr_show(struct blk_backend *be, const char *name)
-{
-	static char buf[256];
-	const struct blk_attr *a = attr_find(be, name);
-	int n = a->show(be, buf, sizeof(buf));
-
-	cr_assert_gt(n, 0, "show %s: %d", name, n);
-	cr_assert_lt((size_t)n, sizeof(buf));
-	cr_assert_eq(buf[n - 1], '\n');
-	return buf;
-}
-
-static int attr_store(struct blk_backend *be, const char *name, const char *val)
-{
-	const struct blk_attr *a = attr_find(be, name);
-
-	cr_assert_not_null(a->store, "%s is read-only", name);
-	return a->store(be, val, strlen(val));
-}
-
-static void attr_refuses(struct blk_backend *be, const char *name, const char *val)
-{
-	char before[256];
-
-	snprintf(before, sizeof(before), "%s", attr_show(be, name));
-	cr_assert_eq(attr_store(be, name, val), -EINVAL, "%s accepted '%s'", name, val);
-	cr_assert_str_eq(attr_show(be, name), before);
-}
-
-static unsigned long long stat_value(struct blk_backend *be, const char *name)
-{
-	char buf[1024], *line, *save = NULL;
-	size_t n = be->ops->stat(be, buf, sizeof(buf));
-
-	cr_assert(n > 0 && n < sizeof(buf));
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		size_t k = strlen(name);
-
-		if (!strncmp(line, name, k) && line[k] == ' ')
-			return strtoull(line + k + 1, NULL, 10);
-	}
-	cr_assert_fail("no %s in stat", name);
-	return 0;
+	return filter_open(&tp);
 }
 
 static void trigger_seed(struct blk_backend *be, uint64_t seed)
@@ -461,7 +378,7 @@ static unsigned int random_run(uint64_t wseed, uint64_t size, uint32_t lbs, uint
 
 		for (i = 0; i < ops; i++)
 			random_op(be, &m, &rs, lbs, max_io);
-		cr_assert_eq(stat_value(be, "powerloss_unflushed_writes"), m.n);
+		cr_assert_eq(stat_get(be, "powerloss_unflushed_writes"), m.n);
 		trigger_seed(be, cut_seed);
 		cr_assert_geq(drops() - d0, 1, "trigger did not drop what is volatile");
 		partial += model_check_cut(&m, fake_store(fb), cut_seed);
@@ -669,7 +586,7 @@ Test(powerloss, dark_until_restart)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 4096, NULL, NULL), 0);
 	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, NULL), 0);
 	cr_assert_eq(fake_total_count(fb, FAKE_ANY), nops);
-	cr_assert_eq(stat_value(be, "powerloss_dark_writes"), 3);
+	cr_assert_eq(stat_get(be, "powerloss_dark_writes"), 3);
 	/* reads see the post-crash state */
 	cr_assert_eq(do_io(be, BLK_READ, 0, 4096, NULL, got), 0);
 	cr_assert_eq(memcmp(got, a, 4096), 0);
@@ -691,7 +608,7 @@ Test(powerloss, dark_until_restart)
 	/* a second cut: the flushed write survives */
 	trigger_seed(be, 2);
 	cr_assert_eq(memcmp(fake_store(fb), b, 4096), 0);
-	cr_assert_eq(stat_value(be, "powerloss_cuts"), 2);
+	cr_assert_eq(stat_get(be, "powerloss_cuts"), 2);
 	be->ops->close(be);
 }
 
@@ -703,7 +620,7 @@ Test(powerloss, without_a_host)
 
 	tparams_init(&tp);
 	tp.p.host = NULL;
-	be = pl_open_params(&tp);
+	be = filter_open(&tp);
 	memset(a, 1, sizeof(a));
 	cr_assert_eq(do_io(be, BLK_WRITE, 0, 4096, a, NULL), 0);
 	trigger_seed(be, 3);
@@ -731,7 +648,7 @@ Test(powerloss, flush_in_flight_at_the_cut_fails)
 	cr_assert_eq(fake_complete_all(fb, false), 1);
 	cr_assert(tio_wait(&fl, 2000));
 	cr_assert_eq(fl.res, -EIO);
-	cr_assert_eq(stat_value(be, "powerloss_kept_writes") + stat_value(be, "powerloss_dropped_writes"), 1);
+	cr_assert_eq(stat_get(be, "powerloss_kept_writes") + stat_get(be, "powerloss_dropped_writes"), 1);
 	be->ops->close(be);
 }
 
@@ -803,7 +720,7 @@ Test(powerloss, write_in_flight_at_the_cut_is_waited_for_and_decided)
 		kept = fake_store(fb)[4096] == 0x55;
 		cr_assert(kept || fake_store(fb)[4096] == 0);
 		seen[kept]++;
-		cr_assert_eq(stat_value(be, "powerloss_kept_writes") + stat_value(be, "powerloss_dropped_writes"), 1);
+		cr_assert_eq(stat_get(be, "powerloss_kept_writes") + stat_get(be, "powerloss_dropped_writes"), 1);
 		be->ops->close(be);
 		free(w.iov.iov_base);
 	}
@@ -933,16 +850,16 @@ Test(powerloss, zeros_are_not_saved)
 	memset(a, 0x81, 64 * KiB);
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 16 * MiB, NULL, NULL), 0);
 	cr_assert_eq(do_io(be, BLK_WRITE, 0, 64 * KiB, a, NULL), 0);
-	cr_assert_eq(stat_value(be, "powerloss_saved_bytes"), 0);
-	cr_assert_eq(stat_value(be, "powerloss_unflushed_bytes"), 16 * MiB + 64 * KiB);
+	cr_assert_eq(stat_get(be, "powerloss_saved_bytes"), 0);
+	cr_assert_eq(stat_get(be, "powerloss_unflushed_bytes"), 16 * MiB + 64 * KiB);
 	/* over data: saved */
 	cr_assert_eq(do_io(be, BLK_WRITE, 0, 64 * KiB, a, NULL), 0);
-	cr_assert_eq(stat_value(be, "powerloss_saved_bytes"), 64 * KiB);
+	cr_assert_eq(stat_get(be, "powerloss_saved_bytes"), 64 * KiB);
 	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, 0, 8 * MiB, NULL, NULL), 0);
-	cr_assert_eq(stat_value(be, "powerloss_saved_bytes"), 128 * KiB);
+	cr_assert_eq(stat_get(be, "powerloss_saved_bytes"), 128 * KiB);
 	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, NULL), 0);
-	cr_assert_eq(stat_value(be, "powerloss_saved_bytes"), 0);
-	cr_assert_eq(stat_value(be, "powerloss_unflushed_writes"), 0);
+	cr_assert_eq(stat_get(be, "powerloss_saved_bytes"), 0);
+	cr_assert_eq(stat_get(be, "powerloss_unflushed_writes"), 0);
 	be->ops->close(be);
 	free(a);
 }
@@ -955,7 +872,7 @@ Test(powerloss, attrs_and_keys)
 	tparams_init(&tp);
 	tp.v[0] = (struct blk_param){ .key = "powerloss.seed", .value = "1234", .line = 5 };
 	tp.p.n = 1;
-	be = pl_open_params(&tp);
+	be = filter_open(&tp);
 	cr_assert(tp.v[0].used);
 	cr_assert_str_eq(attr_show(be, "seed"), "1234\n");
 	cr_assert_eq(attr_store(be, "seed", "auto\n"), 0);

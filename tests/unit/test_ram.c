@@ -16,9 +16,8 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
+#include "helpers.h"
 
-#define KiB (1ull << 10)
-#define MiB (1ull << 20)
 #define TiB (1ull << 40)
 
 struct test_io {
@@ -89,41 +88,6 @@ static struct blk_backend *open_ok(struct test_dev *td, const char *backend,
 
 	cr_assert(!IS_ERR_OR_NULL(be), "open %s: %s", backend, td->err);
 	return be;
-}
-
-/* A counter from ->stat, by name. */
-static uint64_t stat_get(struct blk_backend *be, const char *name)
-{
-	char buf[512], *s;
-	size_t n, len = strlen(name);
-
-	cr_assert_not_null(be->ops->stat);
-	n = be->ops->stat(be, buf, sizeof(buf));
-	cr_assert(n > 0 && n < sizeof(buf));
-	cr_assert_eq(buf[n], '\0');
-	for (s = buf; s && *s; s = strchr(s, '\n'), s = s ? s + 1 : NULL)
-		if (!strncmp(s, name, len) && s[len] == ' ')
-			return strtoull(s + len + 1, NULL, 10);
-	cr_assert_fail("no %s in stat:\n%s", name, buf);
-	return 0;
-}
-
-static void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		buf[i] = (unsigned char)(((pos + i) * 31 + seed * 7 + ((pos + i) >> 9)) | 1);
-}
-
-static bool all_zero(const unsigned char *buf, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if (buf[i])
-			return false;
-	return true;
 }
 
 /* ---- registry ---- */
@@ -412,14 +376,6 @@ Test(ram, slabs_returned)
 	cr_assert(w[0] == 0x3c && w[1 * MiB - 1] == 0x3c);
 	free(w);
 	be->ops->close(be);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* 16 TiB: opens at once, holds only what is written. */
@@ -892,4 +848,58 @@ Test(params, size_and_bool)
 	cr_assert_eq(blk_param_bool(&f.p, "path", true, &b), -EINVAL);
 	cr_assert_str_eq(f.err,
 		"blkfs.conf:8: path: '/dev/sdb1' is not yes/no/true/false/1/0/on/off");
+}
+
+Test(params, uint)
+{
+	struct blk_param v[] = {
+		{ .key = "queue_depth", .value = "64", .line = 8 },
+		{ .key = "zero", .value = "0", .line = 9 },
+		{ .key = "signed", .value = "-1", .line = 10 },
+		{ .key = "junk", .value = "12x", .line = 11 },
+		{ .key = "huge", .value = "99999999999999999999", .line = 12 },
+		{ .key = "plus", .value = "+5", .line = 13 },
+	};
+	char err[128];
+	struct blk_params p = { .file = "blkfs.conf", .line = 7, .dev = "disk0",
+		.v = v, .n = 6, .err = err, .errlen = sizeof(err) };
+	unsigned int u;
+
+	cr_assert_eq(blk_param_uint(&p, "absent", 32, 1, 1024, &u), 0);
+	cr_assert_eq(u, 32);
+	cr_assert_eq(blk_param_uint(&p, "queue_depth", 32, 1, 1024, &u), 0);
+	cr_assert_eq(u, 64);
+	cr_assert(v[0].used);
+	cr_assert_eq(blk_param_uint(&p, "queue_depth", 32, 1, 63, &u), -EINVAL);
+	cr_assert_str_eq(err, "blkfs.conf:8: queue_depth: '64' is not a number from 1 to 63");
+	cr_assert_eq(blk_param_uint(&p, "zero", 32, 1, 1024, &u), -EINVAL);
+	cr_assert_eq(blk_param_uint(&p, "zero", 32, 0, 1024, &u), 0);
+	cr_assert_eq(u, 0);
+	cr_assert_eq(blk_param_uint(&p, "signed", 32, 0, 1024, &u), -EINVAL);
+	cr_assert_eq(blk_param_uint(&p, "junk", 32, 1, 1024, &u), -EINVAL);
+	cr_assert_str_eq(err, "blkfs.conf:11: junk: '12x' is not a number from 1 to 1024");
+	cr_assert_eq(blk_param_uint(&p, "huge", 32, 0, 4294967295u, &u), -EINVAL);
+	cr_assert_eq(blk_param_uint(&p, "plus", 32, 0, 1024, &u), -EINVAL);
+}
+
+Test(params, parse_bool)
+{
+	static const char *const yes[] = { "yes", "TRUE", "1", "On" };
+	static const char *const no[] = { "no", "False", "0", "OFF" };
+	static const char *const bad[] = { "", "2", "y", "yes ", "onn" };
+	bool b;
+	size_t i;
+
+	for (i = 0; i < 4; i++) {
+		b = false;
+		cr_assert_eq(blk_parse_bool(yes[i], &b), 0, "%s", yes[i]);
+		cr_assert(b, "%s", yes[i]);
+		cr_assert_eq(blk_parse_bool(no[i], &b), 0, "%s", no[i]);
+		cr_assert(!b, "%s", no[i]);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		b = true;
+		cr_assert_eq(blk_parse_bool(bad[i], &b), -EINVAL, "'%s'", bad[i]);
+		cr_assert(b, "'%s' wrote *out", bad[i]);
+	}
 }

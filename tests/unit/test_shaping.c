@@ -11,8 +11,8 @@
  * As in test_pcache.c the flusher is never started: the cache writes back
  * only in the calling thread (pc_fsync(), or when a writer needs a folio),
  * and the fake completes I/O inline, so the op log is exactly what the
- * rules say must reach the backend, in order. Each test runs in its own
- * process (Criterion); the fixture lives in file-scope variables.
+ * rules say must reach the backend, in order. The fixture is
+ * cache_fixture.h's, shared with test_pcache.c.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -21,133 +21,14 @@
 #include <string.h>
 
 #include "../../core/pcache.h"
+#include "cache_fixture.h"
 #include "fake_backend.h"
-
-#define KiB (1024ull)
-#define MiB (1024ull * 1024)
-#define GiB (1024ull * 1024 * 1024)
+#include "helpers.h"
 
 #define W FAKE_OP(BLK_WRITE)
 #define R FAKE_OP(BLK_READ)
 
-/* ---- fixture ---- */
-
-static struct fake_be *fb;
-static struct pc_cache *pc;
-static struct pc_dev *dev;
-static uint64_t dev_size;
-static uint8_t *model;		/* expected device contents, when small enough */
-static void *bufs[8];		/* test buffers, freed at teardown */
-
-static struct blk_geometry geo_of(uint64_t size, uint32_t lbs, uint32_t pbs, uint32_t max_io)
-{
-	struct blk_geometry g = {
-		.size = size,
-		.lbs = lbs,
-		.pbs = pbs,
-		.io_min = pbs,
-		.io_opt = max_io,
-		.max_io = max_io,
-		.dma_align = lbs < 4096 ? lbs : 4096,
-	};
-	return g;
-}
-
-/*
- * A device of geometry @g behind a new cache of @cache_size bytes in
- * @folio-byte folios; @cache_block 0 = the set_init_blocksize rule. The
- * dirty limit is the whole cache: nothing is written back before the test
- * asks, unless a writer runs out of folios.
- */
-static void setup(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
-		  uint32_t cache_block)
-{
-	struct pc_cache_params p = {
-		.size = cache_size,
-		.folio_size = folio,
-		.min_block = 512,
-		.dirty_background = cache_size / 2,
-		.dirty_limit = cache_size,
-		.dirty_expire_ms = 60000,
-	};
-
-	fb = fake_create(g);
-	cr_assert_not_null(fb);
-	pc = pc_cache_create(&p);
-	cr_assert(!IS_ERR_OR_NULL(pc), "pc_cache_create(size %llu, folio %u): %ld",
-		  (unsigned long long)cache_size, folio, IS_ERR(pc) ? PTR_ERR(pc) : 0L);
-	dev = pc_dev_add(pc, "t0", fake_backend(fb), cache_block);
-	cr_assert(!IS_ERR_OR_NULL(dev), "pc_dev_add(folio %u, cache_block %u): %ld", folio,
-		  cache_block, IS_ERR(dev) ? PTR_ERR(dev) : 0L);
-	dev_size = g->size;
-	if (dev_size <= 64 * MiB) {
-		model = calloc(1, dev_size);
-		cr_assert_not_null(model);
-	}
-}
-
-/* A zeroed buffer freed at teardown (also when an assertion ends the test). */
-static void *tbuf(size_t len)
-{
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-		if (!bufs[i]) {
-			bufs[i] = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
-			cr_assert_not_null(bufs[i]);
-			memset(bufs[i], 0, len);
-			return bufs[i];
-		}
-	}
-	cr_assert_fail("tbuf: too many buffers");
-	return NULL;
-}
-
-static char *log_text(void);
-
-static void teardown(void)
-{
-	if (fb) {
-		cr_expect_eq(fake_violations(fb), 0, "the cache broke the backend contract:\n%s",
-			     log_text());
-		cr_expect_eq(fake_pending(fb), 0, "I/O still pending at teardown");
-	}
-	if (dev && !IS_ERR(dev))
-		pc_dev_remove(dev);
-	if (pc && !IS_ERR(pc))
-		pc_cache_destroy(pc);
-	fake_destroy(fb);
-	free(model);
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-		free(bufs[i]);
-		bufs[i] = NULL;
-	}
-	fb = NULL;
-	pc = NULL;
-	dev = NULL;
-	model = NULL;
-}
-
-#define TEST_FIX(suite, name) Test(suite, name, .fini = teardown, .timeout = 60)
-
 /* ---- data ---- */
-
-/* Byte @pos of generation @gen; generation 0 is the zeroed device; never 0 otherwise. */
-static inline uint8_t pat(uint64_t pos, unsigned int gen)
-{
-	uint64_t x;
-
-	if (!gen)
-		return 0;
-	x = (pos + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)gen * 0xBF58476D1CE4E5B9ull;
-	x ^= x >> 31;
-	x *= 0x94D049BB133111EBull;
-	return (uint8_t)(x >> 56) | 1;
-}
-
-static void fill(uint8_t *buf, size_t len, uint64_t pos, unsigned int gen)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = pat(pos + i, gen);
-}
 
 /* Fail at the first byte of @got that is not generation @gen. */
 static void expect_gen(const uint8_t *got, size_t len, uint64_t pos, unsigned int gen,
@@ -160,44 +41,6 @@ static void expect_gen(const uint8_t *got, size_t len, uint64_t pos, unsigned in
 				       pat(pos + i, gen), gen);
 }
 
-static void expect_same(const uint8_t *got, const uint8_t *exp, size_t len, uint64_t pos,
-			const char *what)
-{
-	if (memcmp(got, exp, len) == 0)
-		return;
-	for (size_t i = 0; i < len; i++)
-		if (got[i] != exp[i])
-			cr_assert_fail("%s: byte at %llu is 0x%02x, expected 0x%02x",
-				       what, (unsigned long long)(pos + i), got[i], exp[i]);
-}
-
-/* Put generation @gen into the fake's store directly, as if already on disk. */
-static void store_fill(uint64_t pos, size_t len, unsigned int gen)
-{
-	uint8_t *b = malloc(len);
-
-	cr_assert_not_null(b);
-	fill(b, len, pos, gen);
-	fake_store_write(fb, b, len, pos);
-	if (model)
-		memcpy(model + pos, b, len);
-	free(b);
-}
-
-static void do_write(uint64_t pos, size_t len, unsigned int gen)
-{
-	static uint8_t b[1 * MiB];
-	ssize_t r;
-
-	cr_assert_leq(len, sizeof(b));
-	fill(b, len, pos, gen);
-	r = pc_write(dev, b, len, pos);
-	cr_assert_eq(r, (ssize_t)len, "pc_write(pos %llu, len %zu) = %zd",
-		     (unsigned long long)pos, len, r);
-	if (model)
-		memcpy(model + pos, b, len);
-}
-
 /* pc_read of exactly @len bytes (the cache never reads short inside the device). */
 static void do_read(void *buf, size_t len, uint64_t pos)
 {
@@ -207,23 +50,11 @@ static void do_read(void *buf, size_t len, uint64_t pos)
 		     (unsigned long long)pos, len, r);
 }
 
-static int do_fsync(void)
-{
-	pc_errseq_t seq = pc_errseq_sample(dev);
-
-	return pc_fsync(dev, &seq);
-}
-
 static void fsync_ok(const char *what)
 {
 	int ret = do_fsync();
 
 	cr_assert_eq(ret, 0, "%s: fsync = %d; %s", what, ret, log_text());
-}
-
-static void verify_store(uint64_t pos, size_t len)
-{
-	expect_same(fake_store(fb) + pos, model + pos, len, pos, "backend store");
 }
 
 static struct pc_stats stats(void)
@@ -235,55 +66,6 @@ static struct pc_stats stats(void)
 }
 
 /* ---- the op log ---- */
-
-/* The fake's log (ops since the last clear), for failure messages; the tail if long. */
-static char *log_text(void)
-{
-	static char buf[16384];
-	char *big = NULL;
-	size_t len = 0, n;
-	FILE *f = open_memstream(&big, &len);
-
-	buf[0] = 0;
-	if (!f)
-		return buf;
-	fake_log_dump(fb, f);
-	fclose(f);
-	if (len < sizeof(buf)) {
-		memcpy(buf, big, len + 1);
-	} else {
-		/* the first line (counts) and the last ops */
-		n = (size_t)(strchr(big, '\n') - big) + 1;
-		if (n > 200)
-			n = 200;
-		memcpy(buf, big, n);
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "  ...\n");
-		memcpy(buf + n, big + len - (sizeof(buf) - n - 1), sizeof(buf) - n - 1);
-		buf[sizeof(buf) - 1] = 0;
-	}
-	free(big);
-	return buf;
-}
-
-struct rng {
-	uint64_t pos, len;
-};
-
-/* Logged ops of @mask in submission order; returns how many (up to @max stored). */
-static size_t ops_of(unsigned int mask, struct rng *out, size_t max)
-{
-	size_t n = 0, len = fake_log_len(fb);
-	struct fake_op e;
-
-	for (size_t i = 0; i < len && fake_log_get(fb, i, &e); i++) {
-		if (!(mask & FAKE_OP(e.op)))
-			continue;
-		if (n < max)
-			out[n] = (struct rng){ e.pos, e.len };
-		n++;
-	}
-	return n;
-}
 
 /* The ops of @mask since the last clear are exactly @exp, in this order. */
 static void expect_seq(unsigned int mask, const struct rng *exp, size_t n, const char *what)
@@ -467,7 +249,7 @@ TEST_FIX(split, run_4m_max_io_64k)
 		}
 		if (k == 0) {
 			/* the reference: a direct write of 4 MiB, cut by pc_submit_split() */
-			b = tbuf(4 * MiB);
+			b = talloc(4 * MiB);
 			fill(b, 4 * MiB, 8 * MiB, 3);
 			st0 = stats();
 			cr_assert_eq(pc_direct_write(dev, b, 4 * MiB, 8 * MiB), (ssize_t)(4 * MiB));
@@ -506,7 +288,7 @@ TEST_FIX(split, live_max_io_change)
 	/* reads are cut at the live value too */
 	fake_log_clear(fb);
 	{
-		uint8_t *b = tbuf(64 * KiB);
+		uint8_t *b = talloc(64 * KiB);
 
 		do_read(b, 64 * KiB, 8 * MiB);
 	}
@@ -588,7 +370,7 @@ TEST_FIX(clean, uptodate_clean_blocks_never_written_4k)
 
 	setup(&g, 16 * MiB, 2 * MiB, 0);
 	store_fill(0, dev_size, 1);
-	b = tbuf(2 * MiB);
+	b = talloc(2 * MiB);
 	do_read(b, 2 * MiB, 2 * MiB);
 	expect_gen(b, 2 * MiB, 2 * MiB, 1, "read of the folio");
 	do_write(2 * MiB + 8 * KiB, 4 * KiB, 2);
@@ -613,7 +395,7 @@ TEST_FIX(clean, uptodate_clean_blocks_never_written_512)
 
 	setup(&g, 16 * MiB, 64 * KiB, 512);
 	store_fill(0, dev_size, 1);
-	b = tbuf(64 * KiB);
+	b = talloc(64 * KiB);
 	do_read(b, 64 * KiB, 64 * KiB);
 	do_write(64 * KiB + 512, 512, 2);
 	do_write(64 * KiB + 4 * KiB + 1024, 512, 2);
@@ -638,7 +420,7 @@ TEST_FIX(clean, pbs_equal_to_cache_block)
 	setup(&g, 16 * MiB, 64 * KiB, 0);
 	cr_assert_eq(pc_dev_cache_block(dev), 4096);
 	store_fill(0, dev_size, 1);
-	b = tbuf(64 * KiB);
+	b = talloc(64 * KiB);
 	do_read(b, 64 * KiB, 0);
 	do_write(4 * KiB + 1024, 512, 2);
 	do_write(40 * KiB, 4 * KiB, 2);
@@ -672,7 +454,7 @@ static void widen_uptodate_case(uint32_t folio)
 	struct pc_stats st0, st;
 
 	setup_512_4096(folio);
-	b = tbuf(4096);
+	b = talloc(4096);
 	do_read(b, 4096, 8 * KiB);
 	fake_log_clear(fb);
 	st0 = stats();
@@ -794,7 +576,7 @@ TEST_FIX(widen, rmw_device_widens_when_uptodate)
 
 	setup_512_4096(64 * KiB);
 	pc_dev_set_policy(dev, true, false);
-	b = tbuf(4096);
+	b = talloc(4096);
 	do_read(b, 4096, 8 * KiB);
 	fake_log_clear(fb);
 	do_write(9 * KiB, 512, 2);
@@ -815,7 +597,7 @@ TEST_FIX(widen, two_dirty_sectors_one_write)
 	uint8_t *b;
 
 	setup_512_4096(64 * KiB);
-	b = tbuf(4096);
+	b = talloc(4096);
 	do_read(b, 4096, 8 * KiB);
 	do_write(8 * KiB + 512, 512, 2);
 	do_write(8 * KiB + 2560, 512, 2);
@@ -835,7 +617,7 @@ TEST_FIX(widen, neighbours_merged)
 	uint8_t *b;
 
 	setup_512_4096(64 * KiB);
-	b = tbuf(8192);
+	b = talloc(8192);
 	do_read(b, 8192, 8 * KiB);
 	do_write(12 * KiB - 512, 512, 2);
 	do_write(12 * KiB, 512, 2);
@@ -917,8 +699,8 @@ static void amplification_case(uint32_t folio)
 {
 	struct blk_geometry g = geo_of(1 * GiB, 4096, 4096, 1 * MiB);
 	const size_t nblk = 1 * GiB / 4096, nw = 2000;
-	uint64_t *blk = tbuf(nw * sizeof(*blk));
-	uint8_t *seen = tbuf(nblk);
+	uint64_t *blk = talloc(nw * sizeof(*blk));
+	uint8_t *seen = talloc(nblk);
 	uint8_t b[4096];
 	struct pc_stats st;
 	double ratio;
@@ -1099,7 +881,7 @@ TEST_FIX(readahead, random_4k_none)
 
 	setup_ra();
 	cr_assert_eq(pc_dev_set_read_ahead(dev, 128 * KiB), 0);
-	seen = tbuf(dev_size / 4096);
+	seen = talloc(dev_size / 4096);
 	rnd_state = 0x5eed0003;
 	for (int i = 0; i < n; i++) {
 		/* distinct blocks, never where the last read ended (that is sequential) */

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/util.c - small pieces every backend or filter would otherwise
+ * write again: an op's name, the ->stat text, an attr's one-line value in
+ * and out, and a filter's geometry, which is the layer below's.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends_int.h"
+
+const char *be_op_name(enum blk_op op)
+{
+	switch (op) {
+	case BLK_READ: return "READ";
+	case BLK_WRITE: return "WRITE";
+	case BLK_FLUSH: return "FLUSH";
+	case BLK_DISCARD: return "DISCARD";
+	case BLK_WRITE_ZEROES: return "WRITE_ZEROES";
+	}
+	return "UNKNOWN";
+}
+
+size_t be_stat_printf(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!len)
+		return 0;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return 0;
+	return (size_t)n < len ? (size_t)n : len - 1;
+}
+
+int be_attr_text(const char *buf, size_t len, char *s, size_t cap)
+{
+	if (len && buf[len - 1] == '\n')
+		len--;
+	if (!len || len >= cap || memchr(buf, '\0', len))
+		return -EINVAL;
+	memcpy(s, buf, len);
+	s[len] = '\0';
+	return 0;
+}
+
+int be_attr_out(char *buf, size_t len, const char *s)
+{
+	int n = snprintf(buf, len, "%s\n", s);
+
+	if (n < 0 || (size_t)n >= len)
+		return -EOVERFLOW;
+	return n;
+}
+
+void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo)
+{
+	be->next->ops->geometry(be->next, geo);
+}
