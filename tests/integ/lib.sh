@@ -539,7 +539,13 @@ new_loop() {
 }
 
 detach_loop() {
+	local keep=() l
 	losetup -d "$1" || fail "losetup -d $1 failed"
+	# forget it: the number may be someone else's by the time cleanup runs
+	for l in "${_LOOPS[@]}"; do
+		[ "$l" = "$1" ] || keep+=("$l")
+	done
+	_LOOPS=("${keep[@]}")
 }
 
 # mount_top DEV DIR [MOUNT ARGS...]: mount a filesystem; unmounted at exit.
