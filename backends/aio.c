@@ -46,6 +46,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends_int.h"
@@ -922,6 +923,9 @@ static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const str
 	return 0;
 }
 
+/* How long an exclusive open waits for a block device's last holder to let go. */
+#define EXCL_WAIT_MS 3000
+
 /* Open @ad->path, creating an image file if @create; reports errors itself. */
 static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 			 bool exclusive, bool *created)
@@ -948,7 +952,20 @@ static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 				       ad->path);
 	}
 
-	ad->fd = open(ad->path, flags, 0600);
+	/*
+	 * A claim on a block device outlives its holder by a moment: after a
+	 * kill -9, the O_DIRECT I/O the dead process left in flight keeps its
+	 * file open until it completes, and the last close is deferred to a
+	 * kernel worker. So EBUSY is retried for up to EXCL_WAIT_MS before it
+	 * means "in use": a daemon restarted after a crash gets its device.
+	 */
+	for (int waited = 0;; waited += 50) {
+		ad->fd = open(ad->path, flags, 0600);
+		if (ad->fd >= 0 || errno != EBUSY || !(flags & O_EXCL) ||
+		    (flags & O_CREAT) || waited >= EXCL_WAIT_MS)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
+	}
 	if (ad->fd >= 0) {
 		*created = flags & O_CREAT;
 		/*
@@ -973,8 +990,8 @@ static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 		unlink(ad->path);
 	if (err == EBUSY && (flags & O_EXCL) && !(flags & O_CREAT))
 		return blk_param_error(p, "path",
-			"%s is in use (mounted, or held by a filesystem, RAID, LVM or another program); refused as mkfs would (exclusive = no overrides this)",
-			ad->path);
+			"%s is in use (mounted, or held by a filesystem, RAID, LVM or another program; still after %d s); refused as mkfs would (exclusive = no overrides this)",
+			ad->path, EXCL_WAIT_MS / 1000);
 	if (err == EINVAL)
 		return blk_param_error(p, "path",
 			"%s: open with O_DIRECT: %s (its filesystem cannot do O_DIRECT; tmpfs could not before Linux 6.6)",
