@@ -31,14 +31,8 @@ require dd losetup blockdev
 
 M=$((1 << 20))
 SIZE=$((64 * M))
-iters=${BLKFS_AIOKILL_ITERS:-6}
-if [ -n "${BLKFS_AIOKILL_SEEDS:-}" ]; then
-	read -r -a seeds <<<"$BLKFS_AIOKILL_SEEDS"
-else
-	first=${BLKFS_AIOKILL_SEED:-$(($(date +%s%N) % 1000000000))}
-	seeds=()
-	for ((k = 0; k < iters; k++)); do seeds+=($((first + k))); done
-fi
+seed_list "${BLKFS_AIOKILL_ITERS:-6}" "${BLKFS_AIOKILL_SEEDS:-}" "${BLKFS_AIOKILL_SEED:-}"
+seeds=("${SEEDS[@]}")
 info "seeds: ${seeds[*]}"
 
 conf() {

@@ -51,14 +51,8 @@ xfs)
 *) fail "BLKFS_CRASH_FS=$FS: ext4 or xfs" ;;
 esac
 
-iters=${BLKFS_CRASH_ITERS:-5}
-if [ -n "${BLKFS_CRASH_SEEDS:-}" ]; then
-	read -r -a seeds <<<"$BLKFS_CRASH_SEEDS"
-else
-	first=${BLKFS_CRASH_SEED:-$(($(date +%s%N) % 1000000000))}
-	seeds=()
-	for ((k = 0; k < iters; k++)); do seeds+=($((first + k))); done
-fi
+seed_list "${BLKFS_CRASH_ITERS:-5}" "${BLKFS_CRASH_SEEDS:-}" "${BLKFS_CRASH_SEED:-}"
+seeds=("${SEEDS[@]}")
 info "$FS: ${#seeds[@]} power cuts, seeds: ${seeds[*]}"
 
 # blkfs's own cache writes back at once (dirty_expire 100ms, a low background

@@ -583,6 +583,19 @@ odirect_dir() {
 	return 1
 }
 
+# seed_list ITERS SEEDS FIRST: sets the array SEEDS: the seeds in the string
+# SEEDS ("S1 S2 ...") when it is not empty, else ITERS seeds counting up from
+# FIRST (default: from the clock). Seeded tests print them for a rerun.
+seed_list() {
+	local iters=$1 list=$2 first=${3:-$(($(date +%s%N) % 1000000000))} k
+	SEEDS=()
+	if [ -n "$list" ]; then
+		read -r -a SEEDS <<<"$list"
+	else
+		for ((k = 0; k < iters; k++)); do SEEDS+=($((first + k))); done
+	fi
+}
+
 # ---------------------------------------------------------------------------
 # Data
 
