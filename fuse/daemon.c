@@ -26,7 +26,9 @@
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
 #define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 #define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
-#define BF_MAX_THREADS 16
+#ifndef BF_MAX_THREADS
+#define BF_MAX_THREADS 16	/* FUSE worker threads */
+#endif
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
