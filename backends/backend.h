@@ -161,6 +161,9 @@ static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
 	return be->ops->submit(be, io);
 }
 
+/* backends/util.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
+const char *blk_op_name(enum blk_op op);
+
 /* backends/registry.c */
 const struct blk_backend_ops *blk_backend_find(const char *name);
 /* "ram, null, ..." for messages (backends only, not filters); a static string */

@@ -63,9 +63,6 @@ static inline uint64_t be_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES", as the log filter's trace says. */
-const char *be_op_name(enum blk_op op);
-
 /**
  * be_stat_printf - format a ->stat text (see struct blk_backend_ops)
  * @buf, @len: what ->stat got

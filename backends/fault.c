@@ -396,7 +396,7 @@ static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad
 			snprintf(where, sizeof(where), " at %llu+%llu", (unsigned long long)io->pos,
 				 (unsigned long long)io->len);
 		fprintf(stderr, "blkfs: fault: %s: injecting %s into %s%s%s\n",
-			fd->dev, errno_name(err, eb, sizeof(eb)), be_op_name(io->op), where,
+			fd->dev, errno_name(err, eb, sizeof(eb)), blk_op_name(io->op), where,
 			fd->persistent ? " (persistent: every later one fails too)" : "");
 	}
 out_unlock:

@@ -102,7 +102,7 @@ static void log_line(struct log_dev *ld, const struct blk_io *io, int res,
 	n = snprintf(line, sizeof(line), "%llu.%06llu %s %llu %llu %d %llu\n",
 		     (unsigned long long)(t / 1000000000ull),
 		     (unsigned long long)(t % 1000000000ull / 1000),
-		     be_op_name(io->op), (unsigned long long)io->pos,
+		     blk_op_name(io->op), (unsigned long long)io->pos,
 		     (unsigned long long)io->len, res,
 		     (unsigned long long)((now - start_ns) / 1000));
 	ret = write_all(ld->fd, line, (size_t)n);

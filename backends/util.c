@@ -11,7 +11,7 @@
 
 #include "backends_int.h"
 
-const char *be_op_name(enum blk_op op)
+const char *blk_op_name(enum blk_op op)
 {
 	switch (op) {
 	case BLK_READ: return "READ";

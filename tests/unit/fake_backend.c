@@ -70,18 +70,6 @@ struct fake_be {
 
 static const struct blk_backend_ops fake_ops;
 
-const char *fake_op_name(enum blk_op op)
-{
-	switch (op) {
-	case BLK_READ: return "READ";
-	case BLK_WRITE: return "WRITE";
-	case BLK_FLUSH: return "FLUSH";
-	case BLK_DISCARD: return "DISCARD";
-	case BLK_WRITE_ZEROES: return "WRITE_ZEROES";
-	}
-	return "?";
-}
-
 static bool ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
 {
 	return a < b + blen && b < a + alen;
@@ -91,7 +79,7 @@ static void violation_locked(struct fake_be *fb, const struct blk_io *io, const 
 {
 	if (fb->violations++ < FAKE_MAX_REPORTS && !fb->quiet)
 		fprintf(stderr, "fake_backend: contract violation: %s pos=%llu len=%llu iovcnt=%d: %s\n",
-			fake_op_name(io->op), (unsigned long long)io->pos,
+			blk_op_name(io->op), (unsigned long long)io->pos,
 			(unsigned long long)io->len, io->iovcnt, why);
 }
 
@@ -837,7 +825,7 @@ void fake_log_dump(struct fake_be *fb, FILE *f)
 		const struct fake_op *e = &fb->log[i];
 
 		fprintf(f, "  #%llu %-12s pos=%llu len=%llu iovcnt=%d",
-			(unsigned long long)e->seq, fake_op_name(e->op),
+			(unsigned long long)e->seq, blk_op_name(e->op),
 			(unsigned long long)e->pos, (unsigned long long)e->len, e->iovcnt);
 		if (e->done)
 			fprintf(f, " -> %d (done #%llu)", e->result,

@@ -147,7 +147,6 @@ uint64_t fake_total_count(struct fake_be *fb, unsigned int op_mask);
 uint64_t fake_total_bytes(struct fake_be *fb, unsigned int op_mask);
 /* One line per entry, for failure messages. */
 void fake_log_dump(struct fake_be *fb, FILE *f);
-const char *fake_op_name(enum blk_op op);
 
 /*
  * The store. fake_store() is the raw contents (size bytes); read it only

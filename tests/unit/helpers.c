@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -18,6 +19,118 @@ double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- test I/Os ---- */
+
+static unsigned long tio_nr_done;	/* atomic */
+
+static void tio_end_io(struct blk_io *io, int res)
+{
+	struct tio *t = (struct tio *)io;
+
+	t->res = res;
+	t->done_ns = now_ns();
+	__atomic_add_fetch(&t->calls, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&tio_nr_done, 1, __ATOMIC_SEQ_CST);
+}
+
+void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len, const void *data,
+	      int fill)
+{
+	memset(t, 0, sizeof(*t));
+	t->io.op = op;
+	t->io.pos = pos;
+	t->io.len = len;
+	t->io.end_io = tio_end_io;
+	if (op == BLK_READ || op == BLK_WRITE) {
+		t->iov.iov_base = malloc(len);
+		cr_assert_not_null(t->iov.iov_base);
+		if (data)
+			memcpy(t->iov.iov_base, data, len);
+		else
+			memset(t->iov.iov_base, fill, len);
+		t->iov.iov_len = len;
+		t->io.iov = &t->iov;
+		t->io.iovcnt = 1;
+	}
+}
+
+void tio_free(struct tio *t)
+{
+	free(t->iov.iov_base);
+	t->iov.iov_base = NULL;
+}
+
+int tio_submit(struct blk_backend *be, struct tio *t)
+{
+	t->submit_ns = now_ns();
+	return blk_submit(be, &t->io);
+}
+
+int tio_calls(struct tio *t)
+{
+	return __atomic_load_n(&t->calls, __ATOMIC_SEQ_CST);
+}
+
+bool tio_wait(struct tio *t, unsigned int ms)
+{
+	unsigned int i;
+
+	for (i = 0; i < ms * 10 && !tio_calls(t); i++)
+		usleep(100);
+	return tio_calls(t) != 0;
+}
+
+void tio_done_reset(void)
+{
+	__atomic_store_n(&tio_nr_done, 0, __ATOMIC_SEQ_CST);
+}
+
+unsigned long tio_done(void)
+{
+	return __atomic_load_n(&tio_nr_done, __ATOMIC_SEQ_CST);
+}
+
+bool tio_done_wait(unsigned long n, unsigned int ms)
+{
+	uint64_t end = now_ns() + (uint64_t)ms * 1000000;
+
+	while (tio_done() < n && now_ns() < end)
+		usleep(1000);
+	return tio_done() >= n;
+}
+
+int tio_do(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+	   const void *data, int fill, void *out)
+{
+	struct tio t;
+	int ret;
+
+	tio_init(&t, op, pos, len, data, fill);
+	ret = tio_submit(be, &t);
+	if (!ret) {
+		cr_assert(tio_wait(&t, 10000), "%s at %llu never completed", blk_op_name(op),
+			  (unsigned long long)pos);
+		usleep(0);
+		cr_assert_eq(tio_calls(&t), 1, "%s at %llu: %d completions", blk_op_name(op),
+			     (unsigned long long)pos, tio_calls(&t));
+		ret = t.res;
+	} else {
+		cr_assert_eq(tio_calls(&t), 0, "refused and completed");
+	}
+	if (out && op == BLK_READ)
+		memcpy(out, t.iov.iov_base, len);
+	tio_free(&t);
+	return ret;
 }
 
 void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/unit/helpers.h - what the unit tests of backends and filters share:
- * data patterns, a counter from ->stat, a filter's live attrs, and a
+ * data patterns, test I/Os, a counter from ->stat, a filter's live attrs, and a
  * filter's config as core/stack.c hands it over (hand-built struct
  * blk_params, prefix "NAME.", the layer below as next). Every check fails
  * the calling Criterion test.
@@ -19,8 +19,9 @@
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
-/* CLOCK_MONOTONIC in seconds. */
+/* CLOCK_MONOTONIC in seconds, in nanoseconds. */
 double now_s(void);
+uint64_t now_ns(void);
 
 /* A pattern that differs per byte, position and @seed; never a zero byte. */
 void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed);
@@ -28,6 +29,38 @@ bool all_zero(const unsigned char *buf, size_t len);
 
 /* Counter @name of @be's ->stat ("name value" lines); fails when absent. */
 uint64_t stat_get(struct blk_backend *be, const char *name);
+
+/* ---- test I/Os ---- */
+
+/* One I/O with a buffer of its own (data ops), counting its completions. */
+struct tio {
+	struct blk_io io;		/* must come first */
+	struct iovec iov;
+	int calls;			/* atomic; res and done_ns are set before it */
+	int res;
+	uint64_t submit_ns, done_ns;
+};
+
+/* A READ or WRITE gets a @len-byte buffer holding @data, or @fill bytes if NULL. */
+void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len, const void *data,
+	      int fill);
+void tio_free(struct tio *t);
+/* blk_submit(), noting the time in submit_ns. */
+int tio_submit(struct blk_backend *be, struct tio *t);
+int tio_calls(struct tio *t);
+/* Wait up to @ms for the first completion; false if none came. */
+bool tio_wait(struct tio *t, unsigned int ms);
+/* Completions of every tio since tio_done_reset(); wait until there are @n. */
+void tio_done_reset(void);
+unsigned long tio_done(void);
+bool tio_done_wait(unsigned long n, unsigned int ms);
+/*
+ * Submit one I/O and wait for its single completion (a refusal by submit()
+ * must not complete); returns the result. A WRITE carries @data (or @fill
+ * bytes), a READ's data goes to @out when not NULL.
+ */
+int tio_do(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+	   const void *data, int fill, void *out);
 
 /* ---- live attrs (struct blk_attr) ---- */
 

@@ -30,65 +30,11 @@
 
 /* ---- I/Os with completion tracking (all complete inline here) ---- */
 
-struct tio {
-	struct blk_io io;		/* must come first */
-	struct iovec iov;
-	int calls;
-	int res;
-};
-
-static void tio_end_io(struct blk_io *io, int res)
-{
-	struct tio *t = (struct tio *)io;
-
-	__atomic_add_fetch(&t->calls, 1, __ATOMIC_SEQ_CST);
-	t->res = res;
-}
-
-static void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len, int fill)
-{
-	memset(t, 0, sizeof(*t));
-	t->io.op = op;
-	t->io.pos = pos;
-	t->io.len = len;
-	t->io.end_io = tio_end_io;
-	if (op == BLK_READ || op == BLK_WRITE) {
-		t->iov.iov_base = malloc(len);
-		cr_assert_not_null(t->iov.iov_base);
-		memset(t->iov.iov_base, fill, len);
-		t->iov.iov_len = len;
-		t->io.iov = &t->iov;
-		t->io.iovcnt = 1;
-	}
-}
-
-/*
- * Submit one I/O and wait for its single completion; returns its result
- * (a refusal by submit() is returned as is). @buf, when not NULL, gets a
- * READ's data.
- */
+/* Submit one I/O of @fill bytes and return its result; a READ's data into @buf. */
 static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len, int fill,
 		 void *buf)
 {
-	struct tio t;
-	int ret, i;
-
-	tio_init(&t, op, pos, len, fill);
-	ret = blk_submit(be, &t.io);
-	if (!ret) {
-		for (i = 0; i < 5000 && !__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST); i++)
-			usleep(1000);
-		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST), 1,
-			     "%s at %llu: %d completions", fake_op_name(op),
-			     (unsigned long long)pos, t.calls);
-		ret = t.res;
-	} else {
-		cr_assert_eq(t.calls, 0, "refused and completed");
-	}
-	if (buf && op == BLK_READ)
-		memcpy(buf, t.iov.iov_base, len);
-	free(t.iov.iov_base);
-	return ret;
+	return tio_do(be, op, pos, len, NULL, fill, buf);
 }
 
 /* ---- the fake below, the filter above ---- */
@@ -562,7 +508,7 @@ Test(fault, passes_deferred_completions_and_errors_below)
 
 	fake_set_mode(fb, FAKE_DEFERRED);
 	for (i = 0; i < 32; i++) {
-		tio_init(&t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, i);
+		tio_init(&t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, NULL, i);
 		cr_assert_eq(blk_submit(be, &t[i].io), 0);
 	}
 	for (j = 0; j < 5000; j++) {
@@ -632,7 +578,7 @@ static void *worker_main(void *p)
 		struct tio t;
 		int ret;
 
-		tio_init(&t, i % 3 ? BLK_WRITE : BLK_READ, (uint64_t)(a->id * 500 + i) * 4096, 4096, i);
+		tio_init(&t, i % 3 ? BLK_WRITE : BLK_READ, (uint64_t)(a->id * 500 + i) * 4096, 4096, NULL, i);
 		ret = blk_submit(a->be, &t.io);
 		if (!ret) {
 			while (!__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST))

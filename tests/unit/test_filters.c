@@ -30,14 +30,6 @@
 
 #define MS (1000000ull)		/* ns */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void sleep_ms(unsigned int ms)
 {
 	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
@@ -47,95 +39,6 @@ static void sleep_ms(unsigned int ms)
 }
 
 /* ---- I/Os with completion tracking ---- */
-
-static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
-static unsigned long nr_done;		/* done_lock: completions since reset */
-
-struct tio {
-	struct blk_io io;		/* must come first */
-	struct iovec iov;
-	int calls;			/* done_lock */
-	int res;			/* done_lock */
-	uint64_t submit_ns, done_ns;
-};
-
-static void tio_end_io(struct blk_io *io, int res)
-{
-	struct tio *t = (struct tio *)io;
-
-	pthread_mutex_lock(&done_lock);
-	t->calls++;
-	t->res = res;
-	t->done_ns = now_ns();
-	nr_done++;
-	pthread_cond_broadcast(&done_cv);
-	pthread_mutex_unlock(&done_lock);
-}
-
-static void done_reset(void)
-{
-	pthread_mutex_lock(&done_lock);
-	nr_done = 0;
-	pthread_mutex_unlock(&done_lock);
-}
-
-/* Wait for @n completions in all; false after @timeout_ms. */
-static bool done_wait(unsigned long n, unsigned int timeout_ms)
-{
-	uint64_t end = now_ns() + timeout_ms * MS;
-	bool ok;
-
-	pthread_mutex_lock(&done_lock);
-	while (nr_done < n && now_ns() < end) {
-		pthread_mutex_unlock(&done_lock);
-		sleep_ms(1);
-		pthread_mutex_lock(&done_lock);
-	}
-	ok = nr_done >= n;
-	pthread_mutex_unlock(&done_lock);
-	return ok;
-}
-
-static int tio_calls(struct tio *t)
-{
-	int c;
-
-	pthread_mutex_lock(&done_lock);
-	c = t->calls;
-	pthread_mutex_unlock(&done_lock);
-	return c;
-}
-
-/* Data ops get a buffer of their own (freed by tio_free). */
-static void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len)
-{
-	memset(t, 0, sizeof(*t));
-	t->io.op = op;
-	t->io.pos = pos;
-	t->io.len = len;
-	t->io.end_io = tio_end_io;
-	if (op == BLK_READ || op == BLK_WRITE) {
-		t->iov.iov_base = malloc(len);
-		cr_assert_not_null(t->iov.iov_base);
-		memset(t->iov.iov_base, 0x5a, len);
-		t->iov.iov_len = len;
-		t->io.iov = &t->iov;
-		t->io.iovcnt = 1;
-	}
-}
-
-static void tio_free(struct tio *t)
-{
-	free(t->iov.iov_base);
-	t->iov.iov_base = NULL;
-}
-
-static int tio_submit(struct blk_backend *be, struct tio *t)
-{
-	t->submit_ns = now_ns();
-	return blk_submit(be, &t->io);
-}
 
 /* ---- a fake below, a filter above ---- */
 
@@ -152,7 +55,7 @@ static void setup(void)
 	cr_assert_not_null(mkdtemp(tdir));
 	fb = fake_create(&geo);
 	cr_assert_not_null(fb);
-	done_reset();
+	tio_done_reset();
 }
 
 static void teardown(void)
@@ -273,7 +176,7 @@ Test(log, one_line_per_op)
 	for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		struct tio io;
 
-		tio_init(&io, ops[i].op, ops[i].pos, ops[i].len);
+		tio_init(&io, ops[i].op, ops[i].pos, ops[i].len, NULL, 0x5a);
 		cr_assert_eq(tio_submit(be, &io), 0);
 		/* The fake completes inline: the parent is done before submit returns. */
 		cr_assert_eq(io.calls, 1, "%s: end_io called %d times", ops[i].name, io.calls);
@@ -315,10 +218,10 @@ Test(log, data_passes_through)
 	struct blk_backend *be = log_open_in_tdir(&tp);
 	struct tio w, r;
 
-	tio_init(&w, BLK_WRITE, 8192, 4096);
+	tio_init(&w, BLK_WRITE, 8192, 4096, NULL, 0x5a);
 	memset(w.iov.iov_base, 0xa7, 4096);
 	cr_assert_eq(tio_submit(be, &w), 0);
-	tio_init(&r, BLK_READ, 8192, 4096);
+	tio_init(&r, BLK_READ, 8192, 4096, NULL, 0x5a);
 	memset(r.iov.iov_base, 0, 4096);
 	cr_assert_eq(tio_submit(be, &r), 0);
 	cr_assert_eq(memcmp(w.iov.iov_base, r.iov.iov_base, 4096), 0);
@@ -340,12 +243,12 @@ Test(log, errors_are_logged_and_passed_up)
 	cr_assert_not_null(t);
 	fake_fault_set(fb, &f);
 	for (i = 0; i < 3; i++) {
-		tio_init(&io[i], BLK_WRITE, (uint64_t)i * 4096, 4096);
+		tio_init(&io[i], BLK_WRITE, (uint64_t)i * 4096, 4096, NULL, 0x5a);
 		cr_assert_eq(tio_submit(be, &io[i]), 0);
 	}
 	f = (struct fake_fault){ .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 1, .err = -ENOSPC };
 	fake_fault_set(fb, &f);
-	tio_init(&io[3], BLK_FLUSH, 0, 0);
+	tio_init(&io[3], BLK_FLUSH, 0, 0, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io[3]), 0);
 
 	cr_assert_eq(io[0].calls, 1);
@@ -383,8 +286,8 @@ Test(log, latency_and_late_completion)
 
 	cr_assert_not_null(t);
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&a, BLK_WRITE, 0, 4096);
-	tio_init(&b, BLK_READ, 65536, 512);
+	tio_init(&a, BLK_WRITE, 0, 4096, NULL, 0x5a);
+	tio_init(&b, BLK_READ, 65536, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &a), 0);
 	cr_assert_eq(tio_submit(be, &b), 0);
 	cr_assert_eq(fake_pending(fb), 2);
@@ -433,7 +336,7 @@ static void *log_worker_main(void *arg)
 		uint64_t pos = ((uint64_t)w->id * LW_IOS + (uint64_t)i) * 4096;
 
 		tio_init(&io[i], i % 7 == 6 ? BLK_FLUSH : BLK_WRITE,
-			 i % 7 == 6 ? 0 : pos, i % 7 == 6 ? 0 : 4096);
+			 i % 7 == 6 ? 0 : pos, i % 7 == 6 ? 0 : 4096, NULL, 0x5a);
 		if (tio_submit(w->be, &io[i]))
 			return (void *)1;
 	}
@@ -466,7 +369,7 @@ Test(log, threads_and_deferred_completions)
 		cr_assert(r && r != (void *)1, "worker %d failed", i);
 		ios[i] = r;
 	}
-	cr_assert(done_wait(LW_THREADS * LW_IOS, 20000), "completions missing");
+	cr_assert(tio_done_wait(LW_THREADS * LW_IOS, 20000), "completions missing");
 	for (i = 0; i < LW_THREADS; i++) {
 		for (j = 0; j < LW_IOS; j++) {
 			cr_assert_eq(tio_calls(&ios[i][j]), 1, "thread %d io %d", i, j);
@@ -525,7 +428,7 @@ Test(log, refused_below_is_refused_above)
 	tparams_add(&tp, "log.path", "trace", 8);
 	be = blk_backend_find("log")->open(&tp.p, &refuse);
 	cr_assert(!IS_ERR_OR_NULL(be), "%s", tp.err);
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), -EBUSY);
 	cr_assert_eq(io.calls, 0, "a refused I/O must not complete");
 	trace_path(path, sizeof(path));
@@ -567,7 +470,7 @@ Test(log, path_relative_to_config_and_append)
 	cr_assert_str_eq(attr_show(be, "path"), want);
 	cr_assert_null(attr_find(be, "path")->store, "path is read-only");
 	cr_assert(tp.v[0].used, "log.path not taken");
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	be->ops->close(be);
 
@@ -650,7 +553,7 @@ Test(log, enabled_attr)
 
 	cr_assert_not_null(t);
 	cr_assert_str_eq(attr_show(be, "enabled"), "1\n");
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), 0);
 
 	cr_assert_eq(attr_store(be, "enabled", "0\n"), 0);
@@ -692,7 +595,7 @@ Test(log, disable_with_io_in_flight)
 
 	cr_assert_not_null(t);
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	cr_assert_eq(attr_store(be, "enabled", "0"), 0);
 	cr_assert_eq(fake_complete_all(fb, false), 1);
@@ -754,21 +657,21 @@ Test(delay, holds_each_op_its_time)
 			struct tio io;
 			bool held = !strcmp(cases[j].key, cases[i].key);
 
-			tio_init(&io, cases[j].op, cases[j].pos, cases[j].len);
+			tio_init(&io, cases[j].op, cases[j].pos, cases[j].len, NULL, 0x5a);
 			cr_assert_eq(tio_submit(be, &io), 0);
 			if (!held) {
 				/* ...the others go on at once (the fake completes inline). */
 				cr_assert_eq(tio_calls(&io), 1, "%s with only %s set",
-					     fake_op_name(cases[j].op), cases[i].key);
+					     blk_op_name(cases[j].op), cases[i].key);
 				tio_free(&io);
 				continue;
 			}
-			cr_assert_eq(tio_calls(&io), 0, "%s not held", fake_op_name(cases[j].op));
+			cr_assert_eq(tio_calls(&io), 0, "%s not held", blk_op_name(cases[j].op));
 			lat = wait_latency_ns(&io, 5000);
-			cr_assert_geq(lat, 30 * MS, "%s: %llu ns", fake_op_name(cases[j].op),
+			cr_assert_geq(lat, 30 * MS, "%s: %llu ns", blk_op_name(cases[j].op),
 				      (unsigned long long)lat);
 			/* A generous bound: the machine may be busy, but not 10x late. */
-			cr_assert_lt(lat, 300 * MS, "%s: %llu ns", fake_op_name(cases[j].op),
+			cr_assert_lt(lat, 300 * MS, "%s: %llu ns", blk_op_name(cases[j].op),
 				     (unsigned long long)lat);
 			cr_assert_eq(io.res, 0);
 			tio_free(&io);
@@ -786,7 +689,7 @@ Test(delay, adds_to_the_layer_belows_latency)
 	struct tio io;
 
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	cr_assert_eq(fake_pending(fb), 0, "passed on before its time");
 	cr_assert(fake_wait_pending(fb, 1, 5000));
@@ -810,10 +713,10 @@ Test(delay, random_range_stays_in_range)
 
 	/* All at once: each one's own draw, not a queue behind the previous. */
 	for (i = 0; i < 40; i++) {
-		tio_init(&io[i], BLK_READ, (uint64_t)i * 512, 512);
+		tio_init(&io[i], BLK_READ, (uint64_t)i * 512, 512, NULL, 0x5a);
 		cr_assert_eq(tio_submit(be, &io[i]), 0);
 	}
-	cr_assert(done_wait(40, 5000));
+	cr_assert(tio_done_wait(40, 5000));
 	for (i = 0; i < 40; i++) {
 		uint64_t lat = wait_latency_ns(&io[i], 0);
 
@@ -840,16 +743,16 @@ Test(delay, earliest_due_goes_first)
 	struct tio a, b, c;
 	struct fake_op fo;
 
-	tio_init(&a, BLK_WRITE, 0, 512);
-	tio_init(&b, BLK_WRITE, 512, 512);
-	tio_init(&c, BLK_WRITE, 1024, 512);
+	tio_init(&a, BLK_WRITE, 0, 512, NULL, 0x5a);
+	tio_init(&b, BLK_WRITE, 512, 512, NULL, 0x5a);
+	tio_init(&c, BLK_WRITE, 1024, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &a), 0);
 	cr_assert_eq(attr_store(be, "write", "100ms"), 0);
 	cr_assert_eq(tio_submit(be, &b), 0);
 	cr_assert_eq(attr_store(be, "write", "10ms\n"), 0);
 	cr_assert_eq(tio_submit(be, &c), 0);
 	cr_assert_eq(stat_get(be, "delay_held_ios"), 3);
-	cr_assert(done_wait(3, 5000));
+	cr_assert(tio_done_wait(3, 5000));
 	cr_assert(fake_log_get(fb, 0, &fo));
 	cr_assert_eq(fo.pos, 1024);
 	cr_assert(fake_log_get(fb, 1, &fo));
@@ -985,7 +888,7 @@ Test(delay, close_with_io_in_flight)
 	fake_set_mode(fb, FAKE_DEFERRED);
 	fake_set_delay(fb, 2000);
 	for (i = 0; i < 200; i++) {
-		tio_init(&io[i], i % 2 ? BLK_WRITE : BLK_READ, (uint64_t)i * 4096, 4096);
+		tio_init(&io[i], i % 2 ? BLK_WRITE : BLK_READ, (uint64_t)i * 4096, 4096, NULL, 0x5a);
 		cr_assert_eq(tio_submit(be, &io[i]), 0);
 	}
 	sleep_ms(3);
@@ -993,9 +896,7 @@ Test(delay, close_with_io_in_flight)
 	be->ops->close(be);
 	cr_assert_lt(now_ns() - t0, 5000 * MS, "close waited for the delay");
 	/* Nothing completes after close returned, and nothing is left below. */
-	pthread_mutex_lock(&done_lock);
-	cr_assert_eq(nr_done, 200);
-	pthread_mutex_unlock(&done_lock);
+	cr_assert_eq(tio_done(), 200);
 	cr_assert_eq(fake_pending(fb), 0);
 	for (i = 0; i < 200; i++) {
 		cr_assert_eq(io[i].calls, 1, "io %d: %d calls", i, io[i].calls);
@@ -1015,7 +916,7 @@ Test(delay, errors_pass_through)
 	struct tio io;
 
 	fake_fault_set(fb, &f);
-	tio_init(&io, BLK_WRITE, 0, 512);
+	tio_init(&io, BLK_WRITE, 0, 512, NULL, 0x5a);
 	cr_assert_eq(tio_submit(be, &io), 0);
 	cr_assert_geq(wait_latency_ns(&io, 5000), 5 * MS);
 	cr_assert_eq(io.res, -EIO);
@@ -1026,10 +927,10 @@ Test(delay, errors_pass_through)
 	tparams_add(&tp, "delay.write", "5ms", 8);
 	be = blk_backend_find("delay")->open(&tp.p, &refuse);
 	cr_assert(!IS_ERR_OR_NULL(be), "%s", tp.err);
-	done_reset();
+	tio_done_reset();
 	io.calls = 0;
 	cr_assert_eq(tio_submit(be, &io), 0);
-	cr_assert(done_wait(1, 5000));
+	cr_assert(tio_done_wait(1, 5000));
 	cr_assert_eq(io.calls, 1);
 	cr_assert_eq(io.res, -EBUSY);
 	cr_assert_eq(attr_store(be, "write", "0"), 0);
@@ -1058,7 +959,7 @@ static void *delay_worker_main(void *arg)
 		struct tio *t = &w->io[i];
 
 		tio_init(t, i % 3 ? BLK_WRITE : BLK_READ,
-			 ((uint64_t)w->id * DW_IOS + (uint64_t)i) * 4096, 4096);
+			 ((uint64_t)w->id * DW_IOS + (uint64_t)i) * 4096, 4096, NULL, 0x5a);
 		if (tio_submit(w->be, t))
 			return (void *)1;
 	}
@@ -1091,7 +992,7 @@ Test(delay, threads_submit_while_timer_runs)
 		cr_assert_eq(pthread_join(th[i], &r), 0);
 		cr_assert_null(r, "worker %d: a submit failed", i);
 	}
-	cr_assert(done_wait(DW_THREADS * DW_IOS, 20000), "completions missing");
+	cr_assert(tio_done_wait(DW_THREADS * DW_IOS, 20000), "completions missing");
 	be->ops->close(be);
 	for (i = 0; i < DW_THREADS; i++) {
 		for (j = 0; j < DW_IOS; j++) {
@@ -1160,7 +1061,7 @@ Test(stack, filters_in_config_order)
 	cr_assert_eq(g.max_io, 64 * KiB);
 	cr_assert_eq(g.pbs, 4096);
 
-	tio_init(&io, BLK_WRITE, 4096, 8192);
+	tio_init(&io, BLK_WRITE, 4096, 8192, NULL, 0x5a);
 	cr_assert_eq(tio_submit(top, &io), 0);
 	cr_assert_geq(wait_latency_ns(&io, 5000), 1 * MS);
 	cr_assert_eq(io.res, 0);

@@ -37,70 +37,11 @@
 
 /* ---- I/O helpers ---- */
 
-struct tio {
-	struct blk_io io;		/* must come first */
-	struct iovec iov;
-	int calls;			/* atomic */
-	int res;
-};
-
-static void tio_end_io(struct blk_io *io, int res)
-{
-	struct tio *t = (struct tio *)io;
-
-	t->res = res;
-	__atomic_add_fetch(&t->calls, 1, __ATOMIC_SEQ_CST);
-}
-
-static void tio_init(struct tio *t, enum blk_op op, uint64_t pos, uint64_t len, const void *data)
-{
-	memset(t, 0, sizeof(*t));
-	t->io.op = op;
-	t->io.pos = pos;
-	t->io.len = len;
-	t->io.end_io = tio_end_io;
-	if (op == BLK_READ || op == BLK_WRITE) {
-		t->iov.iov_base = malloc(len);
-		cr_assert_not_null(t->iov.iov_base);
-		if (data)
-			memcpy(t->iov.iov_base, data, len);
-		else
-			memset(t->iov.iov_base, 0xee, len);
-		t->iov.iov_len = len;
-		t->io.iov = &t->iov;
-		t->io.iovcnt = 1;
-	}
-}
-
-static bool tio_wait(struct tio *t, unsigned int ms)
-{
-	unsigned int i;
-
-	for (i = 0; i < ms * 10 && !__atomic_load_n(&t->calls, __ATOMIC_SEQ_CST); i++)
-		usleep(100);
-	return __atomic_load_n(&t->calls, __ATOMIC_SEQ_CST) != 0;
-}
-
 /* Submit, wait for the one completion, return the result; READ data into @out. */
 static int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
 		 const void *data, void *out)
 {
-	struct tio t;
-	int ret;
-
-	tio_init(&t, op, pos, len, data);
-	ret = blk_submit(be, &t.io);
-	if (!ret) {
-		cr_assert(tio_wait(&t, 10000), "%s at %llu never completed", fake_op_name(op),
-			  (unsigned long long)pos);
-		usleep(0);
-		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_SEQ_CST), 1);
-		ret = t.res;
-	}
-	if (out && op == BLK_READ)
-		memcpy(out, t.iov.iov_base, len);
-	free(t.iov.iov_base);
-	return ret;
+	return tio_do(be, op, pos, len, data, 0xee, out);
 }
 
 /* ---- the host: counts drop_volatile calls ---- */
@@ -639,7 +580,7 @@ Test(powerloss, flush_in_flight_at_the_cut_fails)
 	memset(a, 0x33, sizeof(a));
 	cr_assert_eq(do_io(be, BLK_WRITE, 0, 4096, a, NULL), 0);
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&fl, BLK_FLUSH, 0, 0, NULL);
+	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0xee);
 	cr_assert_eq(blk_submit(be, &fl.io), 0);
 	cr_assert(fake_wait_pending(fb, 1, 2000));
 	fake_set_mode(fb, FAKE_INLINE);
@@ -693,7 +634,7 @@ Test(powerloss, write_in_flight_at_the_cut_is_waited_for_and_decided)
 		make_fake(1 * MiB, 512, 4096, 64 * KiB);
 		be = pl_open();
 		fake_set_mode(fb, FAKE_MANUAL);
-		tio_init(&w, BLK_WRITE, 4096, 4096, a);
+		tio_init(&w, BLK_WRITE, 4096, 4096, a, 0xee);
 		ws = (struct submitter){ .be = be, .t = &w };
 		cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
 		/* the filter reads the old contents first */
@@ -739,7 +680,7 @@ Test(powerloss, flush_does_not_cover_a_write_in_flight)
 
 	memset(a, 0x44, sizeof(a));
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&w, BLK_WRITE, 8192, 4096, a);
+	tio_init(&w, BLK_WRITE, 8192, 4096, a, 0xee);
 	ws = (struct submitter){ .be = be, .t = &w };
 	cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
 	cr_assert(fake_wait_pending(fb, 1, 2000));
@@ -757,10 +698,10 @@ Test(powerloss, flush_does_not_cover_a_write_in_flight)
 
 	/* Nor one that completes while the flush is in flight. */
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&fl, BLK_FLUSH, 0, 0, NULL);
+	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0xee);
 	cr_assert_eq(blk_submit(be, &fl.io), 0);
 	cr_assert(fake_wait_pending(fb, 1, 2000));
-	tio_init(&w, BLK_WRITE, 8192, 4096, a);
+	tio_init(&w, BLK_WRITE, 8192, 4096, a, 0xee);
 	ws = (struct submitter){ .be = be, .t = &w };
 	cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
 	cr_assert(fake_wait_pending(fb, 2, 2000));
@@ -790,7 +731,7 @@ Test(powerloss, overlapping_writes_are_serialized)
 	memset(a, 0x61, sizeof(a));
 	memset(b, 0x62, sizeof(b));
 	fake_set_mode(fb, FAKE_MANUAL);
-	tio_init(&w1, BLK_WRITE, 0, 8192, a);
+	tio_init(&w1, BLK_WRITE, 0, 8192, a, 0xee);
 	s1 = (struct submitter){ .be = be, .t = &w1 };
 	cr_assert_eq(pthread_create(&t1, NULL, submit_main, &s1), 0);
 	cr_assert(fake_wait_pending(fb, 1, 2000));
@@ -798,7 +739,7 @@ Test(powerloss, overlapping_writes_are_serialized)
 	cr_assert(fake_wait_pending(fb, 1, 2000));	/* w1 itself */
 	pthread_join(t1, NULL);
 
-	tio_init(&w2, BLK_WRITE, 4096, 4096, b);
+	tio_init(&w2, BLK_WRITE, 4096, 4096, b, 0xee);
 	s2 = (struct submitter){ .be = be, .t = &w2 };
 	cr_assert_eq(pthread_create(&t2, NULL, submit_main, &s2), 0);
 	usleep(30000);
