@@ -11,8 +11,10 @@
 #     file replaced atomically (write, fsync, rename, fsync the directory;
 #     every version recorded before its rename, the durable one after);
 #     files written with O_DIRECT and never fsynced (unflushed at the cut);
-#  2. at a random moment: snapshot the records, set the iteration's seed and
-#     cut the power (echo 1 > .sys/DEV/powerloss/trigger);
+#  2. at a random moment, once the filter holds unflushed writes (if none
+#     come within 2 s, the workload pauses between two steps while the
+#     scribbler writes on): snapshot the records, set the iteration's seed
+#     and cut the power (echo 1 > .sys/DEV/powerloss/trigger);
 #  3. stop the workload, unmount the filesystem (umount -l if it will not
 #     go), detach the loop device (their writes now go nowhere), restart;
 #  4. a new loop device; ext4: `fsck.ext4 -fy` (journal replay) and then
@@ -90,6 +92,11 @@ workload() {
 	: >"$d/log"
 	sync "$d/log" "$d"
 	while [ ! -e "$W/stop" ]; do
+		# paused by the cut (see below): the scribbler alone writes on
+		while [ -e "$W/pause" ] && [ ! -e "$W/stop" ]; do
+			touch "$W/paused"
+			sleep 0.02
+		done
 		i=$((i + 1))
 		case $((i % 4)) in
 		0 | 1)
@@ -216,6 +223,19 @@ verify() {
 	verified=$((verified + nfiles))
 }
 
+# wait_unflushed N: poll N times, 10 ms apart, until the filter holds
+# unflushed writes; false if it never did. (`read`, a builtin: no fork
+# between seeing them and the cut.)
+wait_unflushed() {
+	local k v
+	for ((k = 0; k < $1; k++)); do
+		read -r v <"$pl/unflushed_bytes" || v=0
+		[ "$v" = 0 ] || return 0
+		sleep 0.01
+	done
+	return 1
+}
+
 verified=0
 cut_writes=0
 iter=0
@@ -247,17 +267,29 @@ for seed in "${seeds[@]}"; do
 	pid_alive "$wpid" || fail "the workload died before the cut"
 
 	echo "$seed" >"$pl/seed"
-	# cut at a moment with unflushed writes, if one comes within 2 s
-	for ((k = 0; k < 200; k++)); do
-		[ "$(cat "$pl/unflushed_bytes")" = 0 ] || break
-		sleep 0.01
-	done
+	# cut at a moment with unflushed writes, if one comes within 2 s; XFS
+	# forces its log (a flush) so often that the window may never come while
+	# the workload runs: then pause the workload between two of its steps
+	# and let the scribbler's writes wait for a flush that does not come
+	# (records only grow: a snapshot taken before the cut lists only what
+	# was durable before it; taking it first keeps the cut right after the
+	# poll that saw the unflushed writes, before a flush can take them)
+	paused=
 	cp "$W/records" "$W/records.snap"
+	if ! wait_unflushed 200; then
+		touch "$W/pause"
+		for ((k = 0; k < 500; k++)); do
+			[ ! -e "$W/paused" ] || break
+			sleep 0.01
+		done
+		cp "$W/records" "$W/records.snap"
+		wait_unflushed 300 && paused=" (workload paused)"
+	fi
 	echo 1 >"$pl/trigger" || fail "trigger failed"
 	assert_eq "state after the cut" dark "$(cat "$pl/state")"
 	assert_eq "last_seed" "$seed" "$(cat "$pl/last_seed")"
 	grep -q "power cut, seed $seed:" "$LOG" || fail "the daemon log does not give seed $seed"
-	info "iteration $iter/${#seeds[@]}: cut with seed $seed; $(grep -c . "$W/records.snap") records before it"
+	info "iteration $iter/${#seeds[@]}: cut with seed $seed$paused; $(grep -c . "$W/records.snap") records before it"
 	grep "power cut, seed $seed:" "$LOG" | tail -n 1 | sed 's/^.*blkfs: /#   /'
 	cut=$(grep "power cut, seed $seed:" "$LOG" | tail -n 1)
 	[[ $cut =~ :\ ([0-9]+)\ unflushed ]] && cut_writes=$((cut_writes + BASH_REMATCH[1]))
