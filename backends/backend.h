@@ -61,8 +61,17 @@ enum blk_op {
 	BLK_WRITE_ZEROES,	/* contents become zero */
 };
 
+/*
+ * blk_io.flags. BLK_IO_WAITED: the submitter sleeps until end_io anyway, so
+ * a backend may do the transfer in the calling thread and end it before
+ * submit() returns (aio does: no hand-off to another thread and back). A
+ * filter passes it on only when it submits from the caller's thread.
+ */
+#define BLK_IO_WAITED	(1u << 0)
+
 struct blk_io {
 	enum blk_op op;
+	unsigned int flags;		/* BLK_IO_* */
 	uint64_t pos;			/* bytes */
 	uint64_t len;			/* bytes */
 	const struct iovec *iov;	/* READ/WRITE: slices of cache memory */

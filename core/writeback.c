@@ -114,8 +114,10 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 		sio_end_io(&s->io, ret);
 }
 
-void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
+/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
+static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			 unsigned int flags)
 {
 	size_t skip = 0;	/* bytes of iov[0] already sent */
 	uint64_t max = dev_max_io(dev);
@@ -157,10 +159,14 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 			}
 		}
 		s->io.op = op;
+		/* pieces of a split go out together, not one after the other */
+		s->io.flags = n == len ? flags : 0;
 		s->io.pos = pos;
 		s->io.len = n;
 		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
+		if (n != len)
+			flags = 0;
 		len -= n;
 		pos += n;
 		if (len)
@@ -170,6 +176,12 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 	(void)iovcnt;
 }
 
+void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
+}
+
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt)
 {
@@ -177,7 +189,7 @@ int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	int err;
 
 	pc_batch_init(&batch);
-	pc_submit_split(dev, op, pos, len, iov, iovcnt, &batch);
+	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
 	err = pc_batch_wait(&batch);
 	pc_batch_destroy(&batch);
 	return err;

@@ -427,6 +427,153 @@ Test(aio, write_read_multi_segment)
 	free(disk);
 }
 
+/*
+ * BLK_IO_WAITED (the submitter sleeps until end_io anyway): done in the
+ * caller's thread, ended before submit() returns, counted as aio_sync, with
+ * the same data and errors as through the reaper.
+ */
+static int waited_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+		     const struct iovec *iov, int iovcnt)
+{
+	struct waiter w;
+	struct test_io t;
+
+	waiter_init(&w);
+	test_io_init(&t, &w, op, pos, len);
+	t.io.flags = BLK_IO_WAITED;
+	t.io.iov = iov;
+	t.io.iovcnt = iovcnt;
+	submit_async(be, &t);
+	/* no waiting: it has ended already */
+	pthread_mutex_lock(&w.lock);
+	cr_assert_eq(t.calls, 1, "a waited %s had not ended when submit() returned",
+		     blk_op_name(op));
+	pthread_mutex_unlock(&w.lock);
+	waiter_wait(&w);
+	return t.res;
+}
+
+Test(aio, waited_io_ends_in_the_callers_thread)
+{
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *a = abuf(64 * KiB), *b = abuf(64 * KiB);
+	unsigned char *want = malloc(64 * KiB);
+	struct iovec v[3];
+	char path[PATH_MAX];
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, 20480, 7 * 512, 21);
+	memcpy(a, want, 4096);
+	memcpy(b, want + 4096, 16384);
+	v[0] = (struct iovec){ a, 4096 };
+	v[1] = (struct iovec){ b, 16384 };
+	cr_assert_eq(waited_io(be, BLK_WRITE, 7 * 512, 20480, v, 2), 0);
+	cr_assert_eq(stat_get(be, "aio_sync"), 1);
+	memset(a, 0, 64 * KiB);
+	memset(b, 0, 64 * KiB);
+	v[0] = (struct iovec){ b, 1536 };
+	v[1] = (struct iovec){ a, 18432 };
+	v[2] = (struct iovec){ b + 4096, 512 };
+	cr_assert_eq(waited_io(be, BLK_READ, 7 * 512, 20480, v, 3), 0);
+	cr_assert_eq(memcmp(b, want, 1536), 0);
+	cr_assert_eq(memcmp(a, want + 1536, 18432), 0);
+	cr_assert_eq(memcmp(b + 4096, want + 19968, 512), 0);
+	/* and through the queue it reads the same */
+	memset(a, 0, 64 * KiB);
+	cr_assert_eq(do_rw(be, BLK_READ, 7 * 512, a, 20480), 0);
+	cr_assert_eq(memcmp(a, want, 20480), 0);
+	cr_assert_eq(stat_get(be, "aio_sync"), 2);
+
+	/* past the end of a shrunken file: -EIO, also for the half that is there */
+	tpath(path, sizeof(path), "disk.img");
+	cr_assert_eq(truncate(path, 4096), 0);
+	v[0] = (struct iovec){ a, 8192 };
+	cr_assert_eq(waited_io(be, BLK_READ, 0, 8192, v, 1), -EIO);
+	v[0].iov_len = 4096;
+	cr_assert_eq(waited_io(be, BLK_READ, 64 * KiB, 4096, v, 1), -EIO);
+	cr_assert_eq(stat_get(be, "aio_errors"), 2);
+	cr_assert_eq(stat_get(be, "aio_inflight"), 0);
+	be->ops->close(be);
+	free(a);
+	free(b);
+	free(want);
+}
+
+/* Waited and queued I/O from many threads against queue_depth 4: each ends once. */
+struct mixer {
+	struct blk_backend *be;
+	unsigned char *buf;
+	int first, n, errors;
+	unsigned int max_inflight;
+};
+
+static void *mixer_fn(void *arg)
+{
+	struct mixer *m = arg;
+	int i;
+
+	for (i = m->first; i < m->first + m->n; i++) {
+		struct iovec v = { m->buf + (size_t)i * 4096, 4096 };
+		struct waiter w;
+		struct test_io t;
+		unsigned int inflight;
+
+		waiter_init(&w);
+		test_io_init(&t, &w, BLK_WRITE, (uint64_t)i * 4096, 4096);
+		t.io.flags = (i & 1) ? BLK_IO_WAITED : 0;
+		t.io.iov = &v;
+		t.io.iovcnt = 1;
+		submit_async(m->be, &t);
+		inflight = (unsigned int)stat_get(m->be, "aio_inflight");
+		if (inflight > m->max_inflight)
+			m->max_inflight = inflight;
+		waiter_wait(&w);
+		if (t.calls != 1 || t.res)
+			m->errors++;
+	}
+	return NULL;
+}
+
+Test(aio, waited_and_queued_from_many_threads)
+{
+	enum { NT = 6, PER = 64, N = NT * PER };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf((size_t)N * 4096), *back = abuf((size_t)N * 4096);
+	struct mixer m[NT];
+	pthread_t th[NT];
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 4);
+	fill_pattern(buf, (size_t)N * 4096, 0, 17);
+	for (i = 0; i < NT; i++) {
+		m[i] = (struct mixer){ be, buf, i * PER, PER, 0, 0 };
+		pthread_create(&th[i], NULL, mixer_fn, &m[i]);
+	}
+	for (i = 0; i < NT; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(m[i].errors, 0, "thread %d: %d I/Os failed or ended twice", i,
+			     m[i].errors);
+		cr_assert_leq(m[i].max_inflight, 4, "thread %d saw %u in flight, queue_depth 4",
+			      i, m[i].max_inflight);
+	}
+	cr_assert_eq(stat_get(be, "aio_completed"), N);
+	cr_assert_gt(stat_get(be, "aio_sync"), 0);
+	cr_assert_leq(stat_get(be, "aio_sync"), N / 2);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, back, (uint64_t)N * 4096 / 2), 0);
+	cr_assert_eq(do_rw(be, BLK_READ, (uint64_t)N * 4096 / 2, back + N * 4096 / 2,
+			   (uint64_t)N * 4096 / 2), 0);
+	cr_assert_eq(memcmp(buf, back, (size_t)N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_inflight"), 0);
+	cr_assert_eq(stat_get(be, "aio_queued"), 0);
+	be->ops->close(be);
+	free(buf);
+	free(back);
+}
+
 /* More iovecs than one iocb takes (IOV_MAX): the backend goes on in pieces. */
 Test(aio, more_iovecs_than_iov_max)
 {
