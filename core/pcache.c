@@ -1421,6 +1421,7 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 				n = PC_READ_MAX;
 			memcpy(b, iov.iov_base, n);
 			iov.iov_base = b;
+			STAT_ADD(dev, direct_copy_bytes, n);
 		}
 		iov.iov_len = n;
 		err = pc_submit_split_wait(dev, BLK_WRITE, pos + done, n, &iov, 1);
@@ -1465,8 +1466,10 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 		err = pc_submit_split_wait(dev, BLK_READ, pos + done, n, &iov, 1);
 		if (err)
 			break;
-		if (bounce)
+		if (bounce) {
 			memcpy((char *)buf + done, iov.iov_base, n);
+			STAT_ADD(dev, direct_copy_bytes, n);
+		}
 		done += n;
 	}
 	STAT_ADD(dev, direct_read_bytes, done);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "../core/log.h"
@@ -557,6 +558,8 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pc_read_end(&rd);
 }
 
+static const char *rx_data(const char *buf);
+
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -564,6 +567,7 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	ssize_t ret;
 
 	(void)ino;
+	buf = rx_data(buf);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -860,9 +864,71 @@ static bool open_forget(uint64_t unique)
 	return found;
 }
 
+/*
+ * WRITE data lands page-aligned. libfuse reads each request into a buffer
+ * of its own, where a WRITE's data starts 80 bytes in (the two headers):
+ * not aligned for O_DIRECT, so every direct write was copied once more on
+ * its way to the device. The read hook splits the read: the headers into
+ * libfuse's buffer, the rest into an aligned buffer of the thread's. A
+ * WRITE's data stays there (bf_write takes it from there: libfuse hands
+ * the request to a handler in the thread that read it); any other
+ * request's rest, small, is copied on after the headers.
+ */
+#define RX_SPLIT (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
+#define RX_ALIGN 4096
+static __thread char *rx_buf;		/* rx_len bytes, RX_ALIGN-aligned */
+static __thread size_t rx_len;
+static __thread const char *rx_fake;	/* where libfuse has the WRITE data: in libfuse's buffer */
+static pthread_key_t rx_key;		/* frees rx_buf when its thread ends */
+static pthread_once_t rx_once = PTHREAD_ONCE_INIT;
+static bool rx_write_in;	/* the kernel speaks 7.9+: fuse_write_in is whole (RX_SPLIT holds) */
+
+static void rx_key_init(void)
+{
+	if (pthread_key_create(&rx_key, free))
+		abort();
+}
+
+/* The data of the WRITE being handled in this thread, for @buf as libfuse gives it. */
+static const char *rx_data(const char *buf)
+{
+	return buf == rx_fake && rx_fake ? rx_buf : buf;
+}
+
+static ssize_t rx_read(int fd, void *buf, size_t len)
+{
+	struct iovec iov[2];
+	ssize_t r;
+
+	rx_fake = NULL;
+	if (!rx_buf && len > RX_SPLIT) {
+		void *p;
+
+		pthread_once(&rx_once, rx_key_init);
+		if (!posix_memalign(&p, RX_ALIGN, len - RX_SPLIT)) {
+			rx_buf = p;
+			rx_len = len - RX_SPLIT;
+			pthread_setspecific(rx_key, p);
+		}
+	}
+	if (!rx_buf || len != rx_len + RX_SPLIT)
+		return read(fd, buf, len);	/* no memory: as libfuse would */
+	iov[0] = (struct iovec){ buf, RX_SPLIT };
+	iov[1] = (struct iovec){ rx_buf, rx_len };
+	r = readv(fd, iov, 2);
+	if (r > (ssize_t)RX_SPLIT) {
+		if (((const struct fuse_in_header *)buf)->opcode == FUSE_WRITE &&
+		    __atomic_load_n(&rx_write_in, __ATOMIC_RELAXED))
+			rx_fake = (const char *)buf + RX_SPLIT;
+		else
+			memcpy((char *)buf + RX_SPLIT, rx_buf, (size_t)r - RX_SPLIT);
+	}
+	return r;
+}
+
 static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 {
-	ssize_t r = read(fd, buf, len);
+	ssize_t r = rx_read(fd, buf, len);
 
 	(void)userdata;
 	if (r >= (ssize_t)sizeof(struct fuse_in_header) &&
@@ -875,6 +941,8 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 		if (in->opcode == FUSE_INIT) {
 			const struct fuse_init_in *ii = (const void *)(in + 1);
 
+			__atomic_store_n(&rx_write_in, ii->major > 7 || ii->minor >= 9,
+					 __ATOMIC_RELAXED);
 			init_allow_mmap = (ii->flags & FUSE_INIT_EXT) &&
 					  ((uint64_t)ii->flags2 << 32 & FUSE_DIRECT_IO_ALLOW_MMAP);
 			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
