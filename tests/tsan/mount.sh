@@ -3,8 +3,9 @@
 # it with BLKFS=build-tsan/blkfs) under a short mount test: about TSAN_MOUNT_TIME
 # (20) seconds of concurrent fio (buffered psync and O_DIRECT libaio, with
 # crc32c verify), dd, fsync, discards, and .sys reads and writes (the live
-# knobs of the cache and of the log and delay filters) on two devices,
-# then `blkfs umount`. TSan reports go to $TDIR/tsan.PID (TSAN_OPTIONS
+# knobs of the cache and of the log and delay filters) on two ram devices
+# and an aio image file (its queue, and O_DIRECT and cache misses done in the
+# requesting thread), then `blkfs umount`. TSan reports go to $TDIR/tsan.PID (TSAN_OPTIONS
 # log_path, added here) and, with halt_on_error=1, stop the daemon: any
 # report file, or a report in the daemon's log, fails the test.
 set -euo pipefail
@@ -27,6 +28,20 @@ tsan_reports() {
 	return 0
 }
 
+# the aio device, where a filesystem here takes O_DIRECT
+aio_dev=
+if odirect_dir; then
+	aio_dev="
+[device a0]
+backend = aio
+path = $ODIRECT_DIR/a0.img
+create = yes
+size = 64M
+queue_depth = 8"
+else
+	info "no filesystem here takes O_DIRECT: no aio device"
+fi
+
 start_blkfs "[cache]
 size = 16M
 dirty_background = 2M
@@ -48,7 +63,8 @@ delay.read = 0-100us
 backend = ram
 size = 64M
 logical_block_size = 4096
-physical_block_size = 4096"
+physical_block_size = 4096
+$aio_dev"
 if [ -n "$(tsan_reports)" ]; then
 	cat "$TDIR"/tsan.* >&2
 	fail "ThreadSanitizer reported at mount (above)"
@@ -56,7 +72,7 @@ fi
 
 cd "$TDIR"
 pids=()
-info "fio on r0 (psync buffered + libaio direct, verify) and r1, for ${T}s"
+info "fio on r0 (psync buffered + libaio direct, verify), r1 and a0 (if there), for ${T}s"
 fio --name=buf --filename="$MNT/r0" --rw=randrw --rwmixread=50 --ioengine=psync \
 	--bsrange=512-64k --blockalign=512 --numjobs=2 --size=32M --offset_increment=32M \
 	--verify=crc32c --verify_fatal=1 --verify_state_save=0 --time_based --runtime="$T" --fallocate=none \
@@ -71,6 +87,17 @@ fio --name=r1 --filename="$MNT/r1" --rw=randrw --ioengine=psync --bs=4k --size=3
 	--verify=crc32c --verify_fatal=1 --verify_state_save=0 --time_based --runtime="$T" --fallocate=none \
 	--output="$TDIR/fio-r1.out" &
 pids+=($!)
+if [ -n "$aio_dev" ]; then
+	fio --name=a0dio --filename="$MNT/a0" --rw=randrw --ioengine=libaio --direct=1 \
+		--iodepth=16 --bsrange=4k-64k --blockalign=4k --serialize_overlap=1 --size=24M \
+		--verify=crc32c --verify_fatal=1 --verify_state_save=0 --time_based --runtime="$T" \
+		--fallocate=none --output="$TDIR/fio-a0dio.out" &
+	pids+=($!)
+	fio --name=a0buf --filename="$MNT/a0" --rw=randrw --ioengine=psync --bs=4k --size=24M \
+		--offset=32M --verify=crc32c --verify_fatal=1 --verify_state_save=0 --time_based \
+		--runtime="$T" --fallocate=none --output="$TDIR/fio-a0buf.out" &
+	pids+=($!)
+fi
 
 info "meanwhile: dd, fsync, discards, .sys knobs"
 end=$((SECONDS + T))
