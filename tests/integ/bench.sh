@@ -9,7 +9,9 @@
 #  - it leaves nothing behind: its work directory (under $TMPDIR, here the
 #    test's own) is gone, nothing is mounted below it, no process of it runs;
 #  - an unknown experiment or option is refused with exit 2 before anything
-#    is started.
+#    is started;
+#  - `blkfs-ab BLKFS BLKFS --backend ram --runs 1 --seconds 1` prints its
+#    table (four fio rows of numbers) and leaves nothing behind either.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -84,3 +86,22 @@ TMPDIR=$work BLKFS=$BLKFS "$bench" split --runs 0 >/dev/null 2>&1 || rc=$?
 assert_eq "exit status for --runs 0" 2 "$rc"
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "a refused run left files in $work"
 info "output well-formed, nothing left behind"
+
+# blkfs-ab: the same binary twice, the table's form only
+ab=$(realpath "$_LIB_DIR/../../tools/blkfs-ab")
+rc=0
+TMPDIR=$work timeout -k 10 120 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+	>"$TDIR/ab.out" 2>"$TDIR/ab.err" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$TDIR/ab.err" >&2; fail "blkfs-ab exited $rc"; }
+grep -qx '| test | OLD | NEW | NEW/OLD |' "$TDIR/ab.out" || fail "blkfs-ab: no table header: $(cat "$TDIR/ab.out")"
+for t in "4k randwrite (IOPS)" "4k randread (IOPS)" "1M write (MiB/s)" "1M read (MiB/s)"; do
+	grep -qE "^\| $(sed 's/[()]/\\&/g' <<<"$t") \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+\.[0-9]+ \|$" \
+		"$TDIR/ab.out" || fail "blkfs-ab: no well-formed row '$t': $(cat "$TDIR/ab.out")"
+done
+grep -q 'run 1/1 new: 1M read' "$TDIR/ab.err" || fail "blkfs-ab: no progress on stderr"
+[ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
+[ -z "$(mounts_under "$work")" ] || fail "blkfs-ab: still mounted: $(mounts_under "$work")"
+rc=0
+"$ab" "$BLKFS" "$BLKFS" --runs x >/dev/null 2>&1 || rc=$?
+assert_eq "blkfs-ab exit status for --runs x" 2 "$rc"
+info "blkfs-ab: table well-formed, nothing left behind"
