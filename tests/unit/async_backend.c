@@ -92,20 +92,32 @@ void submit_async(struct blk_backend *be, struct test_io *t)
 		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ret);
 }
 
-int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
-	  const struct iovec *iov, int iovcnt)
+int do_io_flags(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+		const struct iovec *iov, int iovcnt, unsigned int flags, int *calls_at_return)
 {
 	struct waiter w;
 	struct test_io t;
 
 	waiter_init(&w);
 	test_io_init(&t, &w, op, pos, len);
+	t.io.flags = flags;
 	t.io.iov = iov;
 	t.io.iovcnt = iovcnt;
 	submit_async(be, &t);
+	if (calls_at_return) {
+		pthread_mutex_lock(&w.lock);
+		*calls_at_return = t.calls;
+		pthread_mutex_unlock(&w.lock);
+	}
 	waiter_wait(&w);
 	cr_assert_eq(t.calls, 1, "end_io called %d times", t.calls);
 	return t.res;
+}
+
+int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+	  const struct iovec *iov, int iovcnt)
+{
+	return do_io_flags(be, op, pos, len, iov, iovcnt, 0, NULL);
 }
 
 int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf, uint64_t len)

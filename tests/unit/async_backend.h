@@ -55,6 +55,10 @@ void submit_async(struct blk_backend *be, struct test_io *t);
 int do_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
 	  const struct iovec *iov, int iovcnt);
 int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf, uint64_t len);
+/* do_io() with blk_io.flags = @flags; *@calls_at_return (if given): end_io
+ * calls already made when submit() returned. */
+int do_io_flags(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
+		const struct iovec *iov, int iovcnt, unsigned int flags, int *calls_at_return);
 
 /* ---- the device's config section ---- */
 

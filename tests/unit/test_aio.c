@@ -435,22 +435,12 @@ Test(aio, write_read_multi_segment)
 static int waited_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
 		     const struct iovec *iov, int iovcnt)
 {
-	struct waiter w;
-	struct test_io t;
+	int calls, res;
 
-	waiter_init(&w);
-	test_io_init(&t, &w, op, pos, len);
-	t.io.flags = BLK_IO_WAITED;
-	t.io.iov = iov;
-	t.io.iovcnt = iovcnt;
-	submit_async(be, &t);
-	/* no waiting: it has ended already */
-	pthread_mutex_lock(&w.lock);
-	cr_assert_eq(t.calls, 1, "a waited %s had not ended when submit() returned",
+	res = do_io_flags(be, op, pos, len, iov, iovcnt, BLK_IO_WAITED, &calls);
+	cr_assert_eq(calls, 1, "a waited %s had not ended when submit() returned",
 		     blk_op_name(op));
-	pthread_mutex_unlock(&w.lock);
-	waiter_wait(&w);
-	return t.res;
+	return res;
 }
 
 Test(aio, waited_io_ends_in_the_callers_thread)
