@@ -65,7 +65,8 @@ enum blk_op {
  * blk_io.flags. BLK_IO_WAITED: the submitter sleeps until end_io anyway, so
  * a backend may do the transfer in the calling thread and end it before
  * submit() returns (aio does: no hand-off to another thread and back). A
- * filter passes it on only when it submits from the caller's thread.
+ * filter passes it on (be_child_io() copies it) and clears it when it
+ * submits from a thread of its own (delay, for a held I/O).
  */
 #define BLK_IO_WAITED	(1u << 0)
 

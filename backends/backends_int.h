@@ -98,14 +98,16 @@ void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);
  * @end_io: the filter's completion, which ends @parent in its turn
  * @private: the filter's, for @end_io
  *
- * The same op and range over the parent's iovec: that memory stays the
- * cache's until the parent's end_io, so it outlives the child.
+ * The same op, flags and range over the parent's iovec: that memory stays
+ * the cache's until the parent's end_io, so it outlives the child. A filter
+ * that submits the child from another thread clears BLK_IO_WAITED.
  */
 static inline struct blk_io be_child_io(const struct blk_io *parent,
 					void (*end_io)(struct blk_io *, int), void *private)
 {
 	return (struct blk_io){
 		.op = parent->op,
+		.flags = parent->flags,
 		.pos = parent->pos,
 		.len = parent->len,
 		.iov = parent->iov,

@@ -320,6 +320,8 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	dd->inflight++;
 	if (us) {
 		c->due_ns = be_now_ns() + us * 1000;
+		/* the timer thread submits it: nobody waits in that thread */
+		c->io.flags &= ~BLK_IO_WAITED;
 		c->seq = dd->seq++;
 		if (!heap_push_locked(dd, c)) {
 			ret = -ENOMEM;

@@ -124,6 +124,9 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 
 	assert(op == BLK_READ || op == BLK_WRITE);
 	assert(len && !(pos & (dev->geo.lbs - 1)) && !(len & (dev->geo.lbs - 1)));
+	/* pieces of a split go out together, not one after the other */
+	if (len > max)
+		flags = 0;
 	while (len) {
 		uint64_t n = len < max ? len : max;
 		uint64_t left = n;
@@ -159,14 +162,11 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 			}
 		}
 		s->io.op = op;
-		/* pieces of a split go out together, not one after the other */
-		s->io.flags = n == len ? flags : 0;
+		s->io.flags = flags;
 		s->io.pos = pos;
 		s->io.len = n;
 		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
-		if (n != len)
-			flags = 0;
 		len -= n;
 		pos += n;
 		if (len)

@@ -298,6 +298,7 @@ static int log_append_locked(struct fake_be *fb, const struct blk_io *io, bool b
 	memset(e, 0, sizeof(*e));
 	e->seq = fb->next_seq;
 	e->op = io->op;
+	e->flags = io->flags;
 	e->pos = io->pos;
 	e->len = io->len;
 	e->iovcnt = io->iovcnt;

@@ -41,6 +41,7 @@ enum fake_mode {
 struct fake_op {
 	uint64_t seq;		/* submission order, from 0 (not reset by clear) */
 	enum blk_op op;
+	unsigned int flags;	/* blk_io.flags as submitted */
 	uint64_t pos;
 	uint64_t len;
 	int iovcnt;

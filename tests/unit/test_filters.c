@@ -735,6 +735,46 @@ Test(delay, random_range_stays_in_range)
 	be->ops->close(be);
 }
 
+/*
+ * BLK_IO_WAITED goes down with an I/O submitted in the caller's thread, and
+ * not with one the timer thread submits later; log passes it on too.
+ */
+Test(delay, waited_flag_only_from_the_callers_thread)
+{
+	struct tparams tp, lp;
+	struct blk_backend *be = delay_open_with(&tp, "delay.write", "10ms");
+	struct tio r, w;
+	struct fake_op fo;
+
+	tio_init(&r, BLK_READ, 0, 512, NULL, 0);
+	tio_init(&w, BLK_WRITE, 512, 512, NULL, 0x5a);
+	r.io.flags = w.io.flags = BLK_IO_WAITED;
+	cr_assert_eq(tio_submit(be, &r), 0);
+	cr_assert_eq(tio_calls(&r), 1, "a read that is not held ends inline");
+	cr_assert_eq(tio_submit(be, &w), 0);
+	cr_assert(tio_wait(&w, 5000));
+	cr_assert(fake_log_get(fb, 0, &fo));
+	cr_assert_eq(fo.op, BLK_READ);
+	cr_assert_eq(fo.flags, BLK_IO_WAITED, "inline: the flag goes down");
+	cr_assert(fake_log_get(fb, 1, &fo));
+	cr_assert_eq(fo.op, BLK_WRITE);
+	cr_assert_eq(fo.flags, 0, "held, then submitted by the timer thread: no flag");
+	tio_free(&r);
+	tio_free(&w);
+	be->ops->close(be);
+
+	fake_log_clear(fb);
+	be = log_open_in_tdir(&lp);
+	tio_init(&w, BLK_WRITE, 512, 512, NULL, 0x5a);
+	w.io.flags = BLK_IO_WAITED;
+	cr_assert_eq(tio_submit(be, &w), 0);
+	cr_assert_eq(tio_calls(&w), 1);
+	cr_assert(fake_log_get(fb, 0, &fo));
+	cr_assert_eq(fo.flags, BLK_IO_WAITED, "log passes the flag on");
+	tio_free(&w);
+	be->ops->close(be);
+}
+
 /* The heap: an I/O due earlier goes first, whatever the submission order. */
 Test(delay, earliest_due_goes_first)
 {

@@ -2197,7 +2197,24 @@ TEST_FIX(bounds, direct_io_rules_and_split)
 	cr_assert_eq(r, (ssize_t)(256 * KiB));
 	model_fill(512, 256 * KiB, 3);
 	cr_assert_eq(logged(W, got, 16), 4, "%s", log_text());
+	/* pieces of a split go out together: none is marked for the caller's thread */
+	for (size_t i = 0; i < fake_log_len(fb); i++) {
+		struct fake_op fo;
+
+		cr_assert(fake_log_get(fb, i, &fo));
+		cr_assert_eq(fo.flags, 0, "split piece %zu flagged %#x", i, fo.flags);
+	}
 	verify_store(0, dev_size);
+	/* one piece: the caller waits for it anyway (BLK_IO_WAITED) */
+	fake_log_clear(fb);
+	cr_assert_eq(pc_direct_write(dev, buf, 64 * KiB, 512), (ssize_t)(64 * KiB));
+	cr_assert_eq(fake_log_len(fb), 1, "%s", log_text());
+	{
+		struct fake_op fo;
+
+		cr_assert(fake_log_get(fb, 0, &fo));
+		cr_assert_eq(fo.flags, BLK_IO_WAITED);
+	}
 	memset(buf, 0, 256 * KiB);
 	r = pc_direct_read(dev, buf, 256 * KiB, 512);
 	cr_assert_eq(r, (ssize_t)(256 * KiB));
