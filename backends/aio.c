@@ -197,16 +197,19 @@ static void aio_wake(struct aio_dev *ad)
 /* ---- building iocbs ---- */
 
 /*
- * Point req->iocb at what is left of a READ/WRITE from byte req->done on.
- * The cache's own iovec goes to the kernel (no copy) unless the transfer
- * resumes mid-segment after a short one: then the rest, at most IOV_MAX
- * segments (what one iocb takes), is copied so the first can be trimmed.
+ * What is left of a READ/WRITE from byte @done on, at most IOV_MAX segments
+ * (what one iocb or preadv/pwritev takes): *@iovp and *@np, and in *@bytes
+ * what they hold. The cache's own iovec (no copy) unless the rest starts
+ * mid-segment after a short transfer: then it is copied into *@vec so the
+ * first segment can be trimmed. *@vec is sized once (a later continuation
+ * starts at or after this segment, so it never needs more entries); the
+ * caller frees it. 0, or -ENOMEM.
  */
-static int aio_prep_rw(struct aio_dev *ad, struct aio_req *req)
+static int aio_iov_rest(const struct blk_io *io, uint64_t done, struct iovec **vec,
+			const struct iovec **iovp, int *np, uint64_t *bytes)
 {
-	struct blk_io *io = req->io;
 	const struct iovec *iov = io->iov;
-	uint64_t skip = req->done;
+	uint64_t skip = done;
 	int i = 0, n, k;
 
 	while (skip && skip >= iov[i].iov_len) {
@@ -218,28 +221,39 @@ static int aio_prep_rw(struct aio_dev *ad, struct aio_req *req)
 	if (n > IOV_MAX)
 		n = IOV_MAX;
 	if (skip) {
-		/*
-		 * Sized once: a later continuation starts at or after this
-		 * segment, so it never needs more entries.
-		 */
-		if (!req->vec) {
-			req->vec = malloc(sizeof(*req->vec) * n);
-			if (!req->vec)
+		if (!*vec) {
+			*vec = malloc(sizeof(**vec) * n);
+			if (!*vec)
 				return -ENOMEM;
 		}
-		memcpy(req->vec, iov, sizeof(*iov) * n);
-		req->vec[0].iov_base = (char *)req->vec[0].iov_base + skip;
-		req->vec[0].iov_len -= skip;
-		iov = req->vec;
+		memcpy(*vec, iov, sizeof(*iov) * n);
+		(*vec)[0].iov_base = (char *)(*vec)[0].iov_base + skip;
+		(*vec)[0].iov_len -= skip;
+		iov = *vec;
 	}
 	if (n == io->iovcnt - i) {
-		req->cur = io->len - req->done;
+		*bytes = io->len - done;
 	} else {
-		/* More segments than one iocb takes: this part, then the rest. */
-		req->cur = 0;
+		/* More segments than one call takes: this part, then the rest. */
+		*bytes = 0;
 		for (k = 0; k < n; k++)
-			req->cur += iov[k].iov_len;
+			*bytes += iov[k].iov_len;
 	}
+	*iovp = iov;
+	*np = n;
+	return 0;
+}
+
+/* Point req->iocb at what is left of a READ/WRITE from byte req->done on. */
+static int aio_prep_rw(struct aio_dev *ad, struct aio_req *req)
+{
+	struct blk_io *io = req->io;
+	const struct iovec *iov;
+	int n, ret;
+
+	ret = aio_iov_rest(io, req->done, &req->vec, &iov, &n, &req->cur);
+	if (ret)
+		return ret;
 	if (io->op == BLK_READ)
 		io_prep_preadv(&req->iocb, ad->fd, iov, n, io->pos + req->done);
 	else
@@ -366,22 +380,23 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
  */
 static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
 {
-	struct iovec *iov = (struct iovec *)io->iov;	/* written only once copied */
-	struct iovec *copy = NULL;
-	int cnt = io->iovcnt, err = 0;
+	struct iovec *vec = NULL;
 	uint64_t done = 0;
+	int err = 0;
 
 	while (done < io->len) {
-		int k = cnt < IOV_MAX ? cnt : IOV_MAX, i;
-		uint64_t want = 0;
+		const struct iovec *iov;
+		uint64_t want;
 		ssize_t n;
+		int cnt;
 
-		for (i = 0; i < k; i++)
-			want += iov[i].iov_len;
+		err = aio_iov_rest(io, done, &vec, &iov, &cnt, &want);
+		if (err)
+			break;
 		if (io->op == BLK_READ)
-			n = preadv(ad->fd, iov, k, (off_t)(io->pos + done));
+			n = preadv(ad->fd, iov, cnt, (off_t)(io->pos + done));
 		else
-			n = pwritev(ad->fd, iov, k, (off_t)(io->pos + done));
+			n = pwritev(ad->fd, iov, cnt, (off_t)(io->pos + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -394,31 +409,10 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
 			break;
 		}
 		done += (uint64_t)n;
-		if (done == io->len)
-			break;
 		if ((uint64_t)n < want)
 			__atomic_add_fetch(&ad->nr_short, 1, __ATOMIC_RELAXED);
-		/* the rest: skip whole segments, trim the next one (in a copy) */
-		while ((size_t)n >= iov->iov_len) {
-			n -= (ssize_t)iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (n) {
-			if (!copy) {
-				copy = malloc(sizeof(*copy) * (size_t)cnt);
-				if (!copy) {
-					err = -ENOMEM;
-					break;
-				}
-				memcpy(copy, iov, sizeof(*copy) * (size_t)cnt);
-				iov = copy;
-			}
-			iov->iov_base = (char *)iov->iov_base + n;
-			iov->iov_len -= (size_t)n;
-		}
 	}
-	free(copy);
+	free(vec);
 	return err;
 }
 
