@@ -178,7 +178,7 @@ void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
 	}
 }
 
-int td_line(const struct test_dev *td, const char *key)
+static int td_line(const struct test_dev *td, const char *key)
 {
 	int i;
 

@@ -85,8 +85,6 @@ void td_init(struct test_dev *td, const char *backend, const char *file, const c
  */
 void td_set(struct test_dev *td, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* The line @key is on; the section's when absent. */
-int td_line(const struct test_dev *td, const char *key);
 /* Open the backend: the backend or ERR_PTR, the message in td->err. */
 struct blk_backend *td_open(struct test_dev *td);
 /* The same; fails the test unless it opens and takes every key. */

@@ -79,18 +79,12 @@ void setup_params(const struct blk_geometry *g, const struct pc_cache_params *p,
 	}
 }
 
-void setup_lim(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
-	       uint32_t cache_block, uint64_t dirty_limit)
-{
-	struct pc_cache_params p = cache_params(cache_size, folio, dirty_limit);
-
-	setup_params(g, &p, cache_block);
-}
-
 void setup(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
 	   uint32_t cache_block)
 {
-	setup_lim(g, cache_size, folio, cache_block, cache_size);
+	struct pc_cache_params p = cache_params(cache_size, folio, cache_size);
+
+	setup_params(g, &p, cache_block);
 }
 
 /* ---- test memory ---- */

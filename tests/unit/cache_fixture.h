@@ -37,12 +37,10 @@ struct pc_cache *cache_new(uint64_t size, uint32_t folio, uint64_t dirty_limit);
  */
 void setup_params(const struct blk_geometry *g, const struct pc_cache_params *p,
 		  uint32_t cache_block);
-/* The same with cache_new()'s parameters. */
-void setup_lim(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
-	       uint32_t cache_block, uint64_t dirty_limit);
 /*
- * The same with the whole cache as dirty limit: nothing is written back
- * before the test asks, unless a writer runs out of folios.
+ * The same with cache_new()'s parameters and the whole cache as dirty
+ * limit: nothing is written back before the test asks, unless a writer
+ * runs out of folios.
  */
 void setup(const struct blk_geometry *g, uint64_t cache_size, uint32_t folio,
 	   uint32_t cache_block);

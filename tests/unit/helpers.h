@@ -14,14 +14,14 @@
 #include <stdint.h>
 
 #include "../../backends/backend.h"
+#include "../../core/log.h"	/* blk_now_ns() */
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
-/* CLOCK_MONOTONIC in seconds, in nanoseconds. */
+/* CLOCK_MONOTONIC in seconds (blk_now_ns() in nanoseconds). */
 double now_s(void);
-uint64_t now_ns(void);
 
 /* A pattern that differs per byte, position and @seed; never a zero byte. */
 void fill_pattern(unsigned char *buf, size_t len, uint64_t pos, unsigned int seed);

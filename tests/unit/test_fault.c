@@ -504,26 +504,19 @@ Test(fault, passes_deferred_completions_and_errors_below)
 		.op_mask = FAKE_OP(BLK_WRITE), .countdown = 1, .err = -ENOSPC,
 	};
 	struct tio t[32];
-	int i, j;
+	int i;
 
 	fake_set_mode(fb, FAKE_DEFERRED);
+	tio_done_reset();
 	for (i = 0; i < 32; i++) {
 		tio_init(&t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, NULL, i);
 		cr_assert_eq(blk_submit(be, &t[i].io), 0);
 	}
-	for (j = 0; j < 5000; j++) {
-		int done = 0;
-
-		for (i = 0; i < 32; i++)
-			done += __atomic_load_n(&t[i].calls, __ATOMIC_SEQ_CST);
-		if (done == 32)
-			break;
-		usleep(1000);
-	}
+	cr_assert(tio_done_wait(32, 5000), "%lu of 32 completed", tio_done());
 	for (i = 0; i < 32; i++) {
-		cr_assert_eq(t[i].calls, 1);
+		cr_assert_eq(tio_calls(&t[i]), 1);
 		cr_assert_eq(t[i].res, 0);
-		free(t[i].iov.iov_base);
+		tio_free(&t[i]);
 	}
 	fake_set_mode(fb, FAKE_INLINE);
 	/* the layer below's own error comes up unchanged, and is not counted */

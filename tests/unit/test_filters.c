@@ -623,9 +623,9 @@ static struct blk_backend *delay_open_with(struct tparams *tp, const char *key,
 /* The time from submit to the parent's completion, waiting for it. */
 static uint64_t wait_latency_ns(struct tio *io, unsigned int timeout_ms)
 {
-	uint64_t end = now_ns() + timeout_ms * MS;
+	uint64_t end = blk_now_ns() + timeout_ms * MS;
 
-	while (tio_calls(io) == 0 && now_ns() < end)
+	while (tio_calls(io) == 0 && blk_now_ns() < end)
 		sleep_ms(1);
 	cr_assert_eq(tio_calls(io), 1, "end_io called %d times", tio_calls(io));
 	return io->done_ns - io->submit_ns;
@@ -693,7 +693,7 @@ Test(delay, adds_to_the_layer_belows_latency)
 	cr_assert_eq(tio_submit(be, &io), 0);
 	cr_assert_eq(fake_pending(fb), 0, "passed on before its time");
 	cr_assert(fake_wait_pending(fb, 1, 5000));
-	cr_assert_geq(now_ns() - io.submit_ns, 20 * MS);
+	cr_assert_geq(blk_now_ns() - io.submit_ns, 20 * MS);
 	sleep_ms(20);
 	cr_assert_eq(tio_calls(&io), 0);
 	cr_assert(fake_complete_one(fb, 0));
@@ -932,9 +932,9 @@ Test(delay, close_with_io_in_flight)
 		cr_assert_eq(tio_submit(be, &io[i]), 0);
 	}
 	sleep_ms(3);
-	t0 = now_ns();
+	t0 = blk_now_ns();
 	be->ops->close(be);
-	cr_assert_lt(now_ns() - t0, 5000 * MS, "close waited for the delay");
+	cr_assert_lt(blk_now_ns() - t0, 5000 * MS, "close waited for the delay");
 	/* Nothing completes after close returned, and nothing is left below. */
 	cr_assert_eq(tio_done(), 200);
 	cr_assert_eq(fake_pending(fb), 0);
