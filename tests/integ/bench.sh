@@ -11,14 +11,16 @@
 #  - an unknown experiment or option is refused with exit 2 before anything
 #    is started;
 #  - `blkfs-ab BLKFS BLKFS --backend ram --runs 1 --seconds 1` prints its
-#    table (four fio rows of numbers) and leaves nothing behind either.
+#    table (four fio rows of numbers) and leaves nothing behind either; nor
+#    does an aio run stopped with SIGINT while it is mounted (its loop
+#    device and /dev/shm image are gone too).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_root
 require_fuse
 require_blkfs
-require fio dd awk numfmt fusermount3
+require fio dd awk numfmt fusermount3 python3 losetup
 
 bench=$(realpath "$_LIB_DIR/../../tools/blkfs-bench")
 out=$TDIR/out
@@ -101,6 +103,25 @@ done
 grep -q 'run 1/1 new: 1M read' "$TDIR/ab.err" || fail "blkfs-ab: no progress on stderr"
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
 [ -z "$(mounts_under "$work")" ] || fail "blkfs-ab: still mounted: $(mounts_under "$work")"
+[ -z "$(pids_matching "$work")" ] || fail "blkfs-ab: still running: $(pids_matching "$work")"
+
+# interrupted while mounted on its loop device
+TMPDIR=$work "$ab" "$BLKFS" "$BLKFS" --runs 1 --seconds 2 >/dev/null 2>"$TDIR/ab2.err" &
+abpid=$!
+_BGPIDS+=("$abpid")
+for ((i = 0; i < 100; i++)); do
+	[ -z "$(mounts_under "$work")" ] || break
+	sleep 0.1
+done
+[ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted"; }
+kill -INT "$abpid"
+wait_gone 30 "$abpid" || fail "blkfs-ab did not stop 30 s after SIGINT"
+wait "$abpid" 2>/dev/null || true
+[ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "interrupted blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
+[ -z "$(pids_matching "$work")" ] || fail "interrupted blkfs-ab: still running: $(pids_matching "$work")"
+left=$(losetup -l -n -O NAME,BACK-FILE | awk '$2 ~ /^\/dev\/shm\/blkfs-ab\./')
+[ -z "$left" ] || fail "interrupted blkfs-ab left a loop device: $left"
+compgen -G "/dev/shm/blkfs-ab.$abpid.img" >/dev/null && fail "interrupted blkfs-ab left /dev/shm/blkfs-ab.$abpid.img"
 rc=0
 "$ab" "$BLKFS" "$BLKFS" --runs x >/dev/null 2>&1 || rc=$?
 assert_eq "blkfs-ab exit status for --runs x" 2 "$rc"
