@@ -325,6 +325,7 @@ _BGPIDS=()		# background processes to kill at exit
 _XDIRS=()		# directories outside $TDIR (odirect_dir), removed at exit
 _NLOOPF=0
 declare -A _PID_OF=()	# mount point -> daemon pid
+declare -A _LOOP_FILE=()	# loop device -> the file it was attached over
 
 _cleanup() {
 	local rc=$? i m
@@ -347,8 +348,11 @@ _cleanup() {
 	for ((i = ${#_TOPMNTS[@]} - 1; i >= 0; i--)); do
 		is_mounted "${_TOPMNTS[i]}" && umount -l "${_TOPMNTS[i]}" 2>/dev/null
 	done
+	# only while it is still over the file we attached: a number detached
+	# by the test itself may be someone else's by now
 	for m in "${_LOOPS[@]}"; do
-		losetup "$m" >/dev/null 2>&1 && losetup -d "$m" 2>/dev/null
+		[ "$(losetup -n -O BACK-FILE "$m" 2>/dev/null | sed 's/ *$//')" = "${_LOOP_FILE[$m]:-}" ] &&
+			losetup -d "$m" 2>/dev/null
 	done
 	for m in "${_MNTS[@]}"; do
 		while is_mounted "$m"; do umount -l "$m" 2>/dev/null || break; done
@@ -513,6 +517,7 @@ attach_loop() {
 	shift
 	LOOP=$(losetup -f --show "$@" "$f") || fail "losetup $f failed"
 	_LOOPS+=("$LOOP")
+	_LOOP_FILE[$LOOP]=$(realpath -ms "$f")	# lexical: never stats the file
 	info "attached $LOOP -> $f"
 }
 
@@ -538,14 +543,10 @@ new_loop() {
 	fi
 }
 
+# detach_loop LOOP: detach now (the exit trap detaches what is left, and only
+# while it is still over the file this test attached).
 detach_loop() {
-	local keep=() l
 	losetup -d "$1" || fail "losetup -d $1 failed"
-	# forget it: the number may be someone else's by the time cleanup runs
-	for l in "${_LOOPS[@]}"; do
-		[ "$l" = "$1" ] || keep+=("$l")
-	done
-	_LOOPS=("${keep[@]}")
 }
 
 # mount_top DEV DIR [MOUNT ARGS...]: mount a filesystem; unmounted at exit.
