@@ -61,13 +61,13 @@ mnt_of[loop4096]=$MNT
 conf_of[loop4096]=$CONF
 
 total_acked=0
+base=$TDIR/base
+log=$TDIR/writer.log
 for ((k = 0; k < ${#seeds[@]}; k++)); do
 	seed=${seeds[$k]}
 	name=${names[$((k % ${#names[@]}))]}
 	mnt=${mnt_of[$name]}
 	dev=$mnt/d
-	base=$TDIR/base
-	log=$TDIR/writer.log
 	dd if="$dev" of="$base" bs=1M count=$((SIZE / M)) status=none ||
 		fail "seed $seed: reading the base from $dev failed"
 	# the moment of the kill: 200..2500 ms, from the seed
@@ -75,6 +75,7 @@ for ((k = 0; k < ${#seeds[@]}; k++)); do
 	info "seed $seed, $name: writer, kill -9 after $ms ms"
 	"$BLKFS_TESTBIN/crash_writer" write "$dev" "$seed" "$SIZE" "$log" 2>"$TDIR/writer.err" &
 	wpid=$!
+	_BGPIDS+=("$wpid")
 	sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
 	pid_alive "$wpid" || { cat "$TDIR/writer.err" >&2; fail "seed $seed: the writer stopped before the kill"; }
 	kill9_blkfs "$mnt"

@@ -40,9 +40,9 @@ require_helper bdev_check
 require dd sha256sum find
 bc=$BLKFS_TESTBIN/bdev_check
 
-# chk WANT BDEV_CHECK_ARGS...: WANT is every output line, space-separated;
-# bdev_check's exit 1 (the open failed) is a result like any other.
-chk() {
+# chk_open WANT BDEV_CHECK_ARGS...: lib.sh's chk, but bdev_check's exit 1
+# (the open failed) is a result like any other; WANT is every output line.
+chk_open() {
 	local want=$1 got rc
 	shift
 	got=$("$bc" "$@") && rc=0 || rc=$?
@@ -92,8 +92,8 @@ scr=$MNT/scr
 sys=$MNT/.sys
 
 # Contents to protect: a pattern over all of ram0 and d4k, on the backend.
-chk "OK OK" "$dev" pattern 0 "$S" 7 fsync
-chk "OK OK" "$d4k" pattern 0 "$S" 9 fsync
+chk_open "OK OK" "$dev" pattern 0 "$S" 7 fsync
+chk_open "OK OK" "$d4k" pattern 0 "$S" 9 fsync
 sums() {
 	sha256sum "$dev" "$d4k" | awk '{ print $1 }' | tr '\n' ' '
 }
@@ -101,114 +101,114 @@ before=$(sums)
 
 # ---------------------------------------------------------------------------
 info "open flags: O_APPEND, O_CREAT, O_EXCL, O_TRUNC"
-chk "ENOSPC ENOSPC 0" -a "$dev" write 512 pwrite 0 512 lseek 0 cur
-chk "ENOSPC" -a -w "$dev" write 1
-chk "ENOSPC" -a -d "$dev" write 4096
-chk "512 512" -a "$dev" read 512 pread 4096 512
-chk "OK" -a "$dev" verify 0 65536 7
-chk "open: EEXIST" -x "$dev" size
-chk "$S" -c "$dev" size
-chk "open: EPERM" -x "$MNT/new0" size
-chk "open: EPERM" -c "$MNT/new1" size
-chk "$S" -t "$dev" size
-chk "$S" -t -w "$dev" size
-chk "EBADF EBADF" -r "$dev" pwrite 0 512 write 1
-chk "EBADF" -w "$dev" pread 0 512
-chk "open: EISDIR" "$MNT" size
-chk "EISDIR" -r "$sys/ram0" pread 0 10
-chk "open: ENOENT" -r "$MNT/nosuch" size
+chk_open "ENOSPC ENOSPC 0" -a "$dev" write 512 pwrite 0 512 lseek 0 cur
+chk_open "ENOSPC" -a -w "$dev" write 1
+chk_open "ENOSPC" -a -d "$dev" write 4096
+chk_open "512 512" -a "$dev" read 512 pread 4096 512
+chk_open "OK" -a "$dev" verify 0 65536 7
+chk_open "open: EEXIST" -x "$dev" size
+chk_open "$S" -c "$dev" size
+chk_open "open: EPERM" -x "$MNT/new0" size
+chk_open "open: EPERM" -c "$MNT/new1" size
+chk_open "$S" -t "$dev" size
+chk_open "$S" -t -w "$dev" size
+chk_open "EBADF EBADF" -r "$dev" pwrite 0 512 write 1
+chk_open "EBADF" -w "$dev" pread 0 512
+chk_open "open: EISDIR" "$MNT" size
+chk_open "EISDIR" -r "$sys/ram0" pread 0 10
+chk_open "open: ENOENT" -r "$MNT/nosuch" size
 
 info "truncate and names"
-chk "EINVAL EINVAL EINVAL EINVAL OK" "$dev" truncate "$I63" truncate 18446744073709551615 \
+chk_open "EINVAL EINVAL EINVAL EINVAL OK" "$dev" truncate "$I63" truncate 18446744073709551615 \
 	truncate $((1 << 62)) truncate $((S + 1)) truncate "$S"
-chk EPERM exchange "$dev" "$d4k"
-chk EPERM exchange "$dev" "$sys"
-chk EPERM noreplace "$dev" "$MNT/other"
-chk EPERM rename "$sys" "$MNT/sys2"
-chk EPERM rename "$sys/ram0/size" "$sys/ram0/size2"
-chk EPERM unlink "$sys/ram0/size"
-chk EPERM rmdir "$sys/ram0/queue"
-chk EPERM rmdir "$sys"
-chk EPERM mkdir "$sys/ram0/new"
-chk EPERM create "$sys/new"
-chk EPERM mknod "$sys/ram0/node"
-chk EPERM link "$sys/ram0/size" "$MNT/l"
-chk EPERM symlink x "$sys/ram0/l"
-chk ENOENT unlink "$MNT/nosuch"
-chk EPERM chmod "$dev" 666
-chk EPERM chown "$dev" 1 1
-chk EPERM chmod "$sys/ram0/size" 666
-chk OK utimes "$dev"
+chk_open EPERM exchange "$dev" "$d4k"
+chk_open EPERM exchange "$dev" "$sys"
+chk_open EPERM noreplace "$dev" "$MNT/other"
+chk_open EPERM rename "$sys" "$MNT/sys2"
+chk_open EPERM rename "$sys/ram0/size" "$sys/ram0/size2"
+chk_open EPERM unlink "$sys/ram0/size"
+chk_open EPERM rmdir "$sys/ram0/queue"
+chk_open EPERM rmdir "$sys"
+chk_open EPERM mkdir "$sys/ram0/new"
+chk_open EPERM create "$sys/new"
+chk_open EPERM mknod "$sys/ram0/node"
+chk_open EPERM link "$sys/ram0/size" "$MNT/l"
+chk_open EPERM symlink x "$sys/ram0/l"
+chk_open ENOENT unlink "$MNT/nosuch"
+chk_open EPERM chmod "$dev" 666
+chk_open EPERM chown "$dev" 1 1
+chk_open EPERM chmod "$sys/ram0/size" 666
+chk_open OK utimes "$dev"
 
 info "xattrs"
 for f in "$dev" "$sys/ram0/size"; do
-	chk "EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP" -r "$f" \
+	chk_open "EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP EOPNOTSUPP" -r "$f" \
 		setxattr user.x 1 getxattr user.x listxattr removexattr user.x \
 		setxattr trusted.x 1 setxattr security.x 1
-	chk "ENODATA EOPNOTSUPP" -r "$f" getxattr system.posix_acl_access getxattr security.selinux
+	chk_open "ENODATA EOPNOTSUPP" -r "$f" getxattr system.posix_acl_access getxattr security.selinux
 done
 
 info "ioctls"
 # BLKSSZGET BLKFLSBUF BLKDISCARD BLKZEROOUT BLKGETSIZE64 FS_IOC_GETFLAGS
 # FS_IOC_SETFLAGS, and made-up ones: ENOTTY; FS_IOC_FIEMAP: EOPNOTSUPP
 for r in 0x1268 0x1261 0x1277 0x127f 0x80081272 0x80086601 0x40086602 0xdeadbeef 0xffffffff; do
-	chk ENOTTY "$dev" ioctl "$r"
+	chk_open ENOTTY "$dev" ioctl "$r"
 done
-chk EOPNOTSUPP "$dev" ioctl 0xc020660b
-chk ENOTTY -r "$sys/ram0/size" ioctl 0x80081272
+chk_open EOPNOTSUPP "$dev" ioctl 0xc020660b
+chk_open ENOTTY -r "$sys/ram0/size" ioctl 0x80081272
 
 info "offsets near 2^63"
-chk "0 ENOSPC 0 ENOSPC" "$dev" pread "$NEAR" 4096 pwrite "$NEAR" 4096 pread $((I63 - 1)) 1 \
+chk_open "0 ENOSPC 0 ENOSPC" "$dev" pread "$NEAR" 4096 pwrite "$NEAR" 4096 pread $((I63 - 1)) 1 \
 	pwrite $((I63 - 1)) 1
-chk "0 ENOSPC" -d "$dev" pread "$DNEAR" 4096 pwrite "$DNEAR" 4096
-chk "EINVAL EINVAL EINVAL EINVAL" "$dev" pread "$I63" 1 pwrite "$I63" 1 pread $((NEAR + 1)) 4096 \
+chk_open "0 ENOSPC" -d "$dev" pread "$DNEAR" 4096 pwrite "$DNEAR" 4096
+chk_open "EINVAL EINVAL EINVAL EINVAL" "$dev" pread "$I63" 1 pwrite "$I63" 1 pread $((NEAR + 1)) 4096 \
 	pwrite $((NEAR + 1)) 4096
-chk "EINVAL EINVAL EINVAL" "$dev" pread 9223372036854775808 1 pwrite 9223372036854775808 1 \
+chk_open "EINVAL EINVAL EINVAL" "$dev" pread 9223372036854775808 1 pwrite 9223372036854775808 1 \
 	pwrite 18446744073709551615 512
-chk "EINVAL EINVAL" -d "$dev" pread $((DNEAR + 4096)) 4096 pwrite $((DNEAR + 4096)) 4096
-chk "$I63 EINVAL EINVAL" "$dev" lseek "$I63" set read 1 write 1
-chk "ENXIO $S $S 4096 $S" "$dev" lseek "$S" data lseek 0 hole lseek 0 end lseek 4096 data \
+chk_open "EINVAL EINVAL" -d "$dev" pread $((DNEAR + 4096)) 4096 pwrite $((DNEAR + 4096)) 4096
+chk_open "$I63 EINVAL EINVAL" "$dev" lseek "$I63" set read 1 write 1
+chk_open "ENXIO $S $S 4096 $S" "$dev" lseek "$S" data lseek 0 hole lseek 0 end lseek 4096 data \
 	lseek 0 end
 
 info "zero-length I/O"
-chk "0 0 0 0 0 0 0 0" "$dev" pread 0 0 pwrite 0 0 pread "$S" 0 pwrite "$S" 0 \
+chk_open "0 0 0 0 0 0 0 0" "$dev" pread 0 0 pwrite 0 0 pread "$S" 0 pwrite "$S" 0 \
 	pwrite $((S * 2)) 0 pwrite "$NEAR" 0 read 0 write 0
-chk "0 0 0" -d "$dev" pread 512 0 pwrite 512 0 pwrite "$S" 0
+chk_open "0 0 0" -d "$dev" pread 512 0 pwrite 512 0 pwrite "$S" 0
 
 info "misaligned O_DIRECT"
-chk "EINVAL EINVAL EINVAL EINVAL" -d "$dev" pwrite 100 512 pwrite 512 100 pread 512 100 pread 1 512
-chk "EINVAL EINVAL" -d "$d4k" pwrite 512 4096 pwrite 4096 512
+chk_open "EINVAL EINVAL EINVAL EINVAL" -d "$dev" pwrite 100 512 pwrite 512 100 pread 512 100 pread 1 512
+chk_open "EINVAL EINVAL" -d "$d4k" pwrite 512 4096 pwrite 4096 512
 
 info "fallocate: modes and ranges"
 # KEEP_SIZE alone, PUNCH_HOLE without KEEP_SIZE, NO_HIDE_STALE, COLLAPSE_RANGE,
 # INSERT_RANGE, UNSHARE_RANGE, PUNCH_HOLE|ZERO_RANGE, plain allocation: EOPNOTSUPP
 for m in 0 1 2 4 6 8 0x20 0x40 0x13 0x18; do
-	chk EOPNOTSUPP "$dev" fallocate "$m" 0 4096
+	chk_open EOPNOTSUPP "$dev" fallocate "$m" 0 4096
 done
-chk "EINVAL EINVAL EINVAL EINVAL EINVAL EINVAL" "$dev" punch 0 100 punch 100 512 zero 256 512 \
+chk_open "EINVAL EINVAL EINVAL EINVAL EINVAL EINVAL" "$dev" punch 0 100 punch 100 512 zero 256 512 \
 	zerokeep 512 100 punch "$S" 512 punch $((S + 4096)) 4096
-chk "EINVAL EINVAL EINVAL" "$dev" fallocate 3 0 0 zero $((S - 4096)) 8192 fallocate 0x10 512 "$NEAR"
-chk "EFBIG EFBIG" "$dev" punch "$NEAR" 8192 zero "$I63" 1
-chk "EINVAL EINVAL" "$d4k" punch 512 4096 zero 4096 512
-chk "EOPNOTSUPP" "$sys/ram0/queue/read_ahead_kb" punch 0 4096
+chk_open "EINVAL EINVAL EINVAL" "$dev" fallocate 3 0 0 zero $((S - 4096)) 8192 fallocate 0x10 512 "$NEAR"
+chk_open "EFBIG EFBIG" "$dev" punch "$NEAR" 8192 zero "$I63" 1
+chk_open "EINVAL EINVAL" "$d4k" punch 512 4096 zero 4096 512
+chk_open "EOPNOTSUPP" "$sys/ram0/queue/read_ahead_kb" punch 0 4096
 
 info "still serving, nothing changed"
 pid_alive "$DAEMON_PID" || fail "the daemon died"
 after=$(sums)
 assert_eq "sha256 of ram0 and d4k after the hostile sequence" "$before" "$after"
-chk OK "$dev" verify 0 "$S" 7
-chk OK -d "$d4k" verify 0 "$S" 9
+chk_open OK "$dev" verify 0 "$S" 7
+chk_open OK -d "$d4k" verify 0 "$S" 9
 
 # ---------------------------------------------------------------------------
 info "requests over 1 MiB crossing the end (scratch device)"
 SS=$((4 * MiB))
-chk "512 OK 512" "$scr" pwrite $((SS - 512)) $((2 * MiB)) 33 expect $((SS - 512)) 512 33 \
+chk_open "512 OK 512" "$scr" pwrite $((SS - 512)) $((2 * MiB)) 33 expect $((SS - 512)) 512 33 \
 	pread $((SS - 512)) $((3 * MiB))
-chk "4096 OK 4096" -d "$scr" pwrite $((SS - 4096)) $((2 * MiB)) 44 expect $((SS - 4096)) 4096 44 \
+chk_open "4096 OK 4096" -d "$scr" pwrite $((SS - 4096)) $((2 * MiB)) 44 expect $((SS - 4096)) 4096 44 \
 	pread $((SS - 4096)) $((2 * MiB))
-chk "$((MiB + 512)) OK" "$scr" pwrite $((SS - MiB - 512)) $((3 * MiB)) 55 \
+chk_open "$((MiB + 512)) OK" "$scr" pwrite $((SS - MiB - 512)) $((3 * MiB)) 55 \
 	expect $((SS - MiB - 512)) $((MiB + 512)) 55
-chk "ENOSPC 0" "$scr" pwrite "$SS" $((2 * MiB)) pread "$SS" $((2 * MiB))
+chk_open "ENOSPC 0" "$scr" pwrite "$SS" $((2 * MiB)) pread "$SS" $((2 * MiB))
 
 # ---------------------------------------------------------------------------
 info ".sys: bad values, partial writes, read-only attributes"
@@ -275,5 +275,5 @@ put "0" "$sys/ram0/delay/write" || fail "delay/write refused 0"
 info "at the end: still serving, data as before"
 pid_alive "$DAEMON_PID" || fail "the daemon died"
 assert_eq "sha256 of ram0 and d4k at the end" "$before" "$(sums)"
-chk "OK OK" "$scr" fill 0 65536 66 expect 0 65536 66
+chk_open "OK OK" "$scr" fill 0 65536 66 expect 0 65536 66
 stop_blkfs

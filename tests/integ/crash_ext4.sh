@@ -93,10 +93,12 @@ workload() {
 	sync "$d/log" "$d"
 	while [ ! -e "$W/stop" ]; do
 		# paused by the cut (see below): the scribbler alone writes on
-		while [ -e "$W/pause" ] && [ ! -e "$W/stop" ]; do
+		if [ -e "$W/pause" ]; then
 			touch "$W/paused"
-			sleep 0.02
-		done
+			while [ -e "$W/pause" ] && [ ! -e "$W/stop" ]; do
+				sleep 0.02
+			done
+		fi
 		i=$((i + 1))
 		case $((i % 4)) in
 		0 | 1)

@@ -606,6 +606,32 @@ mkdata() {
 	[ "$(stat -c %s "$1")" -eq "$2" ] || fail "mkdata $1 $2: short"
 }
 
+# fs_fill DIR NSMALL: files on a filesystem to verify later: a tree with
+# two big files (9 MiB), an odd size, NSMALL small ones and a sparse one;
+# their sha256 in DIR/SUMS (and $TDIR/SUMS), synced. fs_verify checks them.
+fs_fill() {
+	local fs=$1 n=$2 i
+	mkdir -p "$fs/a/b/c"
+	mkdata "$fs/big1" $((6 << 20))
+	mkdata "$fs/big2" $((3 << 20))
+	mkdata "$fs/a/b/c/odd" 123457
+	for ((i = 1; i <= n; i++)); do
+		head -c $((i * 37)) /dev/urandom >"$fs/a/small.$i"
+	done
+	mkdata "$fs/a/b/sparse_src" 65536
+	dd if="$fs/a/b/sparse_src" of="$fs/a/b/sparse" bs=64K seek=100 status=none
+	(cd "$fs" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$TDIR/SUMS"
+	cp "$TDIR/SUMS" "$fs/SUMS"
+	sync -f "$fs/SUMS"
+}
+
+# fs_verify DIR WHAT: DIR/SUMS is the list fs_fill wrote, and every file in
+# it verifies (WHAT names DIR in the messages).
+fs_verify() {
+	cmp -s "$TDIR/SUMS" "$1/SUMS" || fail "$2: SUMS is not the list that was written"
+	(cd "$1" && sha256sum --quiet -c SUMS) || fail "$2: files differ"
+}
+
 # cmp_range A AOFF B BOFF LEN: the byte ranges are identical.
 cmp_range() {
 	cmp <(dd if="$1" iflag=skip_bytes,count_bytes skip="$2" count="$5" bs=1M status=none) \
