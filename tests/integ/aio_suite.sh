@@ -56,7 +56,7 @@ back_cmp() {
 
 # run_target NAME LBS BACKING LOOPDEV CONF_LINES
 run_target() {
-	local name=$1 lbs=$2 back=$3 loopdev=$4 lines=$5 dev pbs mnt0 l
+	local name=$1 lbs=$2 back=$3 loopdev=$4 lines=$5 dev pbs l
 
 	info "=== $name: logical block size $lbs"
 	suite_ref_new
@@ -74,14 +74,13 @@ $lines"
 
 	start_blkfs "$CONF"
 	dev=$MNT/d
-	mnt0=$MNT
 	suite_data "$name" "$dev" "$lbs"
 	stop_blkfs "$MNT"
 	info "$name: the backing store equals the reference"
 	back_cmp "$name" "$back" "$loopdev"
 
 	info "$name: mount again: still the reference, read cold"
-	remount_blkfs "$mnt0"
+	remount_blkfs "$MNT"
 	cmp "$ref" "$dev" || fail "$name: device differs from the reference after remount"
 	suite_ext4 "$name" "$dev" "$lbs"
 	stop_blkfs "$MNT"

@@ -83,7 +83,7 @@ export_cmp() {
 
 # run_target NAME LBS PBS MAX_IO: an nbdkit server is up on $SOCK.
 run_target() {
-	local name=$1 lbs=$2 pbs=$3 max_io=$4 dev mnt0 l stat k
+	local name=$1 lbs=$2 pbs=$3 max_io=$4 dev l stat k
 
 	info "=== $name: logical $lbs, physical $pbs, max_io $max_io"
 	URI="nbd+unix:///?socket=$SOCK"
@@ -100,7 +100,6 @@ uri = $URI"
 
 	start_blkfs "$CONF"
 	dev=$MNT/d
-	mnt0=$MNT
 	stat=$MNT/.sys/d/blkfs_stat
 	assert_eq "$name nbd_connected" 1 "$(awk '$1 == "nbd_connected" { print $2 }' "$stat")"
 	suite_data "$name" "$dev" "$lbs"
@@ -112,7 +111,7 @@ uri = $URI"
 	export_cmp "$name"
 
 	info "$name: mount again: still the reference, read cold"
-	remount_blkfs "$mnt0"
+	remount_blkfs "$MNT"
 	cmp "$ref" "$dev" || fail "$name: device differs from the reference after remount"
 	suite_ext4 "$name" "$dev" "$lbs"
 	stop_blkfs "$MNT"

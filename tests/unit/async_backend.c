@@ -80,6 +80,15 @@ void test_io_init(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t 
 	t->io.end_io = test_end_io;
 }
 
+void test_io_init_buf(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
+		      void *buf, uint64_t len)
+{
+	test_io_init(t, w, op, pos, len);
+	t->iov[0] = (struct iovec){ .iov_base = buf, .iov_len = len };
+	t->io.iov = t->iov;
+	t->io.iovcnt = 1;
+}
+
 void submit_async(struct blk_backend *be, struct test_io *t)
 {
 	int ret;

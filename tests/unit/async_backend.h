@@ -49,6 +49,9 @@ void test_end_io(struct blk_io *io, int res);
 /* @t for @op over [@pos, +@len), counted by @w; no iovec yet. */
 void test_io_init(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
 		  uint64_t len);
+/* test_io_init() over one buffer: t->iov[0] = { @buf, @len }. */
+void test_io_init_buf(struct test_io *t, struct waiter *w, enum blk_op op, uint64_t pos,
+		      void *buf, uint64_t len);
 /* Submit @t, counted as outstanding; the submit must take it. */
 void submit_async(struct blk_backend *be, struct test_io *t);
 /* Submit, wait, and return end_io's result (called exactly once). */

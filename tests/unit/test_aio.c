@@ -622,10 +622,7 @@ Test(aio, more_inflight_than_queue_depth)
 	for (i = 0; i < N; i++) {
 		int blk = (i * 167) % N;
 
-		test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)blk * BS, BS);
-		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
-		t[i].io.iov = t[i].iov;
-		t[i].io.iovcnt = 1;
+		test_io_init_buf(&t[i], &w, BLK_WRITE, (uint64_t)blk * BS, buf + (size_t)blk * BS, BS);
 		submit_async(be, &t[i]);
 		cr_assert_leq(stat_get(be, "aio_inflight"), 8);
 	}
@@ -643,10 +640,7 @@ Test(aio, more_inflight_than_queue_depth)
 	for (i = 0; i < N; i++) {
 		int blk = (i * 389) % N;
 
-		test_io_init(&t[i], &w, BLK_READ, (uint64_t)blk * BS, BS);
-		t[i].iov[0] = (struct iovec){ buf + (size_t)blk * BS, BS };
-		t[i].io.iov = t[i].iov;
-		t[i].io.iovcnt = 1;
+		test_io_init_buf(&t[i], &w, BLK_READ, (uint64_t)blk * BS, buf + (size_t)blk * BS, BS);
 		submit_async(be, &t[i]);
 	}
 	waiter_wait(&w);
@@ -676,10 +670,8 @@ static void *hammer_fn(void *arg)
 	int i;
 
 	for (i = h->first; i < h->first + h->n; i++) {
-		test_io_init(&h->t[i], h->w, BLK_WRITE, (uint64_t)i * 4096, 4096);
-		h->t[i].iov[0] = (struct iovec){ h->buf + (size_t)i * 4096, 4096 };
-		h->t[i].io.iov = h->t[i].iov;
-		h->t[i].io.iovcnt = 1;
+		test_io_init_buf(&h->t[i], h->w, BLK_WRITE, (uint64_t)i * 4096,
+				 h->buf + (size_t)i * 4096, 4096);
 		waiter_add(h->w, 1);
 		if (blk_submit(h->be, &h->t[i].io))
 			waiter_add(h->w, -1);
@@ -833,10 +825,8 @@ Test(aio, flush)
 		} else {
 			int k = i - i / 9;
 
-			test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)k * 4096, 4096);
-			t[i].iov[0] = (struct iovec){ buf + (size_t)k * 4096, 4096 };
-			t[i].io.iov = t[i].iov;
-			t[i].io.iovcnt = 1;
+			test_io_init_buf(&t[i], &w, BLK_WRITE, (uint64_t)k * 4096,
+					 buf + (size_t)k * 4096, 4096);
 		}
 		submit_async(be, &t[i]);
 	}

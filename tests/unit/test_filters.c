@@ -38,8 +38,6 @@ static void sleep_ms(unsigned int ms)
 		;
 }
 
-/* ---- I/Os with completion tracking ---- */
-
 /* ---- a fake below, a filter above ---- */
 
 static char tdir[64];

@@ -744,10 +744,7 @@ Test(nbd, many_in_flight)
 	fill_pattern(data, (size_t)N * LEN, 0, 9);
 	waiter_init(&w);
 	for (i = 0; i < N; i++) {
-		test_io_init(&t[i], &w, BLK_WRITE, (uint64_t)i * LEN, LEN);
-		t[i].iov[0] = (struct iovec){ data + (size_t)i * LEN, LEN };
-		t[i].io.iov = t[i].iov;
-		t[i].io.iovcnt = 1;
+		test_io_init_buf(&t[i], &w, BLK_WRITE, (uint64_t)i * LEN, data + (size_t)i * LEN, LEN);
 		submit_async(be, &t[i]);
 	}
 	/* submit() never waits for a slot: most are still queued now. */
@@ -777,10 +774,7 @@ Test(nbd, many_in_flight)
 	/* Read it all back, again all at once. */
 	waiter_init(&w);
 	for (i = 0; i < N; i++) {
-		test_io_init(&t[i], &w, BLK_READ, (uint64_t)i * LEN, LEN);
-		t[i].iov[0] = (struct iovec){ got + (size_t)i * LEN, LEN };
-		t[i].io.iov = t[i].iov;
-		t[i].io.iovcnt = 1;
+		test_io_init_buf(&t[i], &w, BLK_READ, (uint64_t)i * LEN, got + (size_t)i * LEN, LEN);
 		submit_async(be, &t[i]);
 	}
 	waiter_wait(&w);
@@ -864,10 +858,7 @@ Test(nbd, injected_error_once)
 	cr_assert(fd >= 0);
 	close(fd);
 	waiter_init(&w);
-	test_io_init(&t, &w, BLK_WRITE, 8192, 8192);
-	t.iov[0] = (struct iovec){ buf, 8192 };
-	t.io.iov = t.iov;
-	t.io.iovcnt = 1;
+	test_io_init_buf(&t, &w, BLK_WRITE, 8192, buf, 8192);
 	submit_async(be, &t);
 	waiter_wait(&w);
 	usleep(100000);		/* a second end_io would show by now */
@@ -906,10 +897,7 @@ static struct test_io *submit_writes(struct blk_backend *be, struct waiter *w, i
 	int i;
 
 	for (i = 0; i < n; i++) {
-		test_io_init(&t[i], w, BLK_WRITE, (uint64_t)i * len, len);
-		t[i].iov[0] = (struct iovec){ data + (size_t)i * len, len };
-		t[i].io.iov = t[i].iov;
-		t[i].io.iovcnt = 1;
+		test_io_init_buf(&t[i], w, BLK_WRITE, (uint64_t)i * len, data + (size_t)i * len, len);
 		submit_async(be, &t[i]);
 	}
 	return t;
@@ -987,10 +975,7 @@ Test(nbd, queued_io_survives_a_quick_restart)
 	wait_stat(be, "nbd_drops", 1, 5);
 	fill_pattern(buf, sizeof(buf), 0, 12);
 	waiter_init(&w);
-	test_io_init(&t, &w, BLK_WRITE, 0, sizeof(buf));
-	t.iov[0] = (struct iovec){ buf, sizeof(buf) };
-	t.io.iov = t.iov;
-	t.io.iovcnt = 1;
+	test_io_init_buf(&t, &w, BLK_WRITE, 0, buf, sizeof(buf));
 	submit_async(be, &t);
 	usleep(200000);
 	srv_restart();
@@ -1018,10 +1003,7 @@ Test(nbd, hung_server_times_out)
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, sizeof(buf)), 0);
 	srv_kill(SIGSTOP);
 	waiter_init(&w);
-	test_io_init(&t, &w, BLK_READ, 0, sizeof(buf));
-	t.iov[0] = (struct iovec){ buf, sizeof(buf) };
-	t.io.iov = t.iov;
-	t.io.iovcnt = 1;
+	test_io_init_buf(&t, &w, BLK_READ, 0, buf, sizeof(buf));
 	t0 = now_s();
 	submit_async(be, &t);
 	waiter_wait_for(&w, 10);
