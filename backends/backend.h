@@ -196,6 +196,26 @@ int blk_param_error(struct blk_params *p, const char *key, const char *fmt, ...)
 int blk_parse_size(const char *s, uint64_t *out);
 /* @key as a size; @def when absent. -EINVAL (with p->err) when malformed. */
 int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out);
+/*
+ * Durations: one grammar for every key and attr that takes a time. Decimal
+ * digits and a unit: ns, us, ms, s, m (minutes) or h, lower case, nothing
+ * between them ("500us", "2m"). "0" needs no unit. Another bare number is
+ * taken in @bare_unit_ns where a key has always meant a unit by it (plain
+ * seconds: 1000000000), and refused where @bare_unit_ns is 0 ("2": 2 what?).
+ * Returns 0 with *@ns set, -EINVAL (malformed), or -ERANGE (more than
+ * UINT64_MAX ns, about 584 years).
+ */
+int blk_parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t *ns);
+/* For messages: what blk_parse_duration() takes. */
+#define BLK_DURATION_HELP "digits and a unit: ns, us, ms, s, m or h, such as 500us, 2ms, 5s"
+/* @ns in the largest unit that says it exactly ("0", "1500us", "2m"); snprintf's result. */
+int blk_format_duration(char *buf, size_t len, uint64_t ns);
+/*
+ * @key as a duration from @min_ns to @max_ns (bare numbers in @bare_unit_ns,
+ * see blk_parse_duration); @def_ns when absent. -EINVAL with p->err.
+ */
+int blk_param_duration(struct blk_params *p, const char *key, uint64_t def_ns,
+		       uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out);
 /* @key as plain decimal digits, @min to @max; @def when absent. -EINVAL (with p->err). */
 int blk_param_uint(struct blk_params *p, const char *key, unsigned int def,
 		   unsigned int min, unsigned int max, unsigned int *out);

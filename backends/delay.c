@@ -6,9 +6,10 @@
  * is the model).
  *
  * Keys (and live attrs of the same names): read, write, flush, discard (the
- * last also for WRITE_ZEROES). A value is a duration, `0`, `500us`, `2ms`,
- * `1s`, or a range `1ms-5ms`, each I/O then drawing its delay uniformly from
- * the range (so I/Os of one type may pass each other, as on a real disk).
+ * last also for WRITE_ZEROES). A value is a duration (blk_parse_duration:
+ * `0`, `500us`, `2ms`, `1s`; a bare non-zero number is refused) up to 1h,
+ * or a range `1ms-5ms`, each I/O then drawing its delay uniformly from the
+ * range (so I/Os of one type may pass each other, as on a real disk).
  *
  * submit() never sleeps: it puts the I/O on a min-heap of due times, and one
  * timer thread passes each on when it is due. An I/O with no delay goes on
@@ -28,7 +29,7 @@
 
 #include "backends_int.h"
 
-#define DELAY_MAX_US	(3600ull * 1000000)	/* 1h: longer is surely a typo */
+#define DELAY_MAX_NS	(3600ull * 1000000000)	/* 1h: longer is surely a typo */
 #define DELAY_TEXT_MAX	64			/* the longest value taken */
 
 enum delay_kind { DL_READ, DL_WRITE, DL_FLUSH, DL_DISCARD, DL_NR };
@@ -40,10 +41,10 @@ static const char *const delay_names[DL_NR] = {
 	[DL_DISCARD] = "discard",
 };
 
-/* [lo_us, hi_us]; lo == hi for a fixed delay. */
+/* [lo_ns, hi_ns]; lo == hi for a fixed delay. */
 struct delay_range {
-	uint64_t lo_us;
-	uint64_t hi_us;
+	uint64_t lo_ns;
+	uint64_t hi_ns;
 };
 
 /* A child I/O: held on the heap, then passed down. */
@@ -83,44 +84,27 @@ static enum delay_kind op_kind(enum blk_op op)
 	}
 }
 
-/* ---- durations: "0", "500us", "2ms", "1s", "1ms-5ms" ---- */
+/* ---- delays: a duration ("0", "500us", "2ms", "1s") or a range "1ms-5ms" ---- */
 
-static int parse_one(const char *s, size_t n, uint64_t *us)
+/* One duration of @s/@n (blanks around it allowed); -EINVAL or -ERANGE (> 1h). */
+static int parse_one(const char *s, size_t n, uint64_t *ns)
 {
-	static const struct {
-		const char *sfx;
-		uint64_t mul;
-	} units[] = { { "us", 1 }, { "ms", 1000 }, { "s", 1000000 } };
-	uint64_t v = 0;
-	size_t i = 0, u;
+	char tmp[DELAY_TEXT_MAX];
+	int ret;
 
 	while (n && (*s == ' ' || *s == '\t'))
 		s++, n--;
 	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
 		n--;
-	if (!n || s[0] < '0' || s[0] > '9')
+	if (!n || n >= sizeof(tmp))
 		return -EINVAL;
-	for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-		if (v > DELAY_MAX_US)
-			return -ERANGE;
-		v = v * 10 + (uint64_t)(s[i] - '0');
-	}
+	memcpy(tmp, s, n);
+	tmp[n] = '\0';
 	/* A bare number is only clear when it is 0: 5 what? */
-	if (i == n) {
-		if (v)
-			return -EINVAL;
-		*us = 0;
-		return 0;
-	}
-	for (u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
-		if (strlen(units[u].sfx) != n - i || memcmp(s + i, units[u].sfx, n - i))
-			continue;
-		if (v > DELAY_MAX_US / units[u].mul)
-			return -ERANGE;
-		*us = v * units[u].mul;
-		return 0;
-	}
-	return -EINVAL;
+	ret = blk_parse_duration(tmp, 0, ns);
+	if (!ret && *ns > DELAY_MAX_NS)
+		ret = -ERANGE;
+	return ret;
 }
 
 /* @s, @n: a duration or LO-HI with LO <= HI; -EINVAL or -ERANGE (> 1h). */
@@ -131,13 +115,13 @@ static int parse_range(const char *s, size_t n, struct delay_range *r)
 	int ret;
 
 	if (!dash) {
-		ret = parse_one(s, n, &v.lo_us);
-		v.hi_us = v.lo_us;
+		ret = parse_one(s, n, &v.lo_ns);
+		v.hi_ns = v.lo_ns;
 	} else {
-		ret = parse_one(s, (size_t)(dash - s), &v.lo_us);
+		ret = parse_one(s, (size_t)(dash - s), &v.lo_ns);
 		if (!ret)
-			ret = parse_one(dash + 1, n - (size_t)(dash - s) - 1, &v.hi_us);
-		if (!ret && v.lo_us > v.hi_us)
+			ret = parse_one(dash + 1, n - (size_t)(dash - s) - 1, &v.hi_ns);
+		if (!ret && v.lo_ns > v.hi_ns)
 			ret = -EINVAL;
 	}
 	if (!ret)
@@ -146,24 +130,13 @@ static int parse_range(const char *s, size_t n, struct delay_range *r)
 }
 
 /* In the largest unit that says it exactly: 2000us is "2ms". */
-static int format_one(char *buf, size_t len, uint64_t us)
-{
-	if (!us)
-		return snprintf(buf, len, "0");
-	if (us % 1000000 == 0)
-		return snprintf(buf, len, "%llus", (unsigned long long)(us / 1000000));
-	if (us % 1000 == 0)
-		return snprintf(buf, len, "%llums", (unsigned long long)(us / 1000));
-	return snprintf(buf, len, "%lluus", (unsigned long long)us);
-}
-
 static void format_range(char *buf, size_t len, const struct delay_range *r)
 {
-	int n = format_one(buf, len, r->lo_us);
+	int n = blk_format_duration(buf, len, r->lo_ns);
 
-	if (r->hi_us != r->lo_us && n >= 0 && (size_t)n < len) {
+	if (r->hi_ns != r->lo_ns && n >= 0 && (size_t)n + 1 < len) {
 		buf[n++] = '-';
-		format_one(buf + n, len - (size_t)n, r->hi_us);
+		blk_format_duration(buf + n, len - (size_t)n, r->hi_ns);
 	}
 }
 
@@ -229,18 +202,18 @@ static struct delay_io *heap_pop_locked(struct delay_dev *dd)
 /* ---- I/O ---- */
 
 /* A delay in [lo, hi], uniform (the modulo bias is below 1e-6 for 1h). */
-static uint64_t pick_us_locked(struct delay_dev *dd, const struct delay_range *r)
+static uint64_t pick_ns_locked(struct delay_dev *dd, const struct delay_range *r)
 {
 	uint64_t x;
 
-	if (r->lo_us == r->hi_us)
-		return r->lo_us;
+	if (r->lo_ns == r->hi_ns)
+		return r->lo_ns;
 	x = dd->rng;
 	x ^= x >> 12;
 	x ^= x << 25;
 	x ^= x >> 27;
 	dd->rng = x;
-	return r->lo_us + (x * 0x2545f4914f6cdd1dull) % (r->hi_us - r->lo_us + 1);
+	return r->lo_ns + (x * 0x2545f4914f6cdd1dull) % (r->hi_ns - r->lo_ns + 1);
 }
 
 /* The I/O we took ended; @res goes to the cache. */
@@ -305,7 +278,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
 	struct delay_io *c;
-	uint64_t us;
+	uint64_t ns;
 	int ret;
 
 	c = malloc(sizeof(*c));
@@ -316,10 +289,10 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	c->dd = dd;
 
 	pthread_mutex_lock(&dd->lock);
-	us = pick_us_locked(dd, &dd->range[op_kind(io->op)]);
+	ns = pick_ns_locked(dd, &dd->range[op_kind(io->op)]);
 	dd->inflight++;
-	if (us) {
-		c->due_ns = be_now_ns() + us * 1000;
+	if (ns) {
+		c->due_ns = be_now_ns() + ns;
 		/* the timer thread submits it: nobody waits in that thread */
 		c->io.flags &= ~BLK_IO_WAITED;
 		c->seq = dd->seq++;
@@ -372,7 +345,7 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 				"'%s' is too long (allowed: at most 1h = 3600s)", s));
 		if (ret)
 			return ERR_PTR(blk_param_error(p, delay_names[i],
-				"'%s' is not a delay (allowed: 0, a duration such as 500us, 2ms, 1s, or a range LO-HI such as 1ms-5ms)",
+				"'%s' is not a delay (allowed: 0, a duration (" BLK_DURATION_HELP "), or a range LO-HI such as 1ms-5ms)",
 				s));
 	}
 

@@ -1231,36 +1231,26 @@ out_unpend:
 
 /* ---- open: config, the server, its geometry ---- */
 
-/* A duration: digits with s (the default) or ms; @def_ms when absent. */
-static int nbd_param_ms(struct blk_params *p, const char *key, unsigned int def_ms,
-			unsigned int min_ms, unsigned int max_ms, unsigned int *out)
+/*
+ * `timeout`: a duration, with plain seconds as it always took; kept in ms
+ * (the poll loop's unit), so a finer value is refused rather than cut.
+ */
+static int nbd_param_timeout(struct blk_params *p, unsigned int *out_ms)
 {
-	const char *s = blk_param_get(p, key);
-	unsigned long long v;
-	char *end;
+	uint64_t ns;
+	int ret;
 
-	if (!s) {
-		*out = def_ms;
-		return 0;
-	}
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (*s < '0' || *s > '9' || errno)
-		goto bad;
-	if (!strcmp(end, "ms"))
-		;
-	else if (!*end || !strcmp(end, "s"))
-		v = v > UINT32_MAX ? v : v * 1000;
-	else
-		goto bad;
-	if (v < min_ms || v > max_ms)
-		goto bad;
-	*out = (unsigned int)v;
+	ret = blk_param_duration(p, "timeout", (uint64_t)NBD_DEF_TIMEOUT_MS * NS_PER_MS,
+				 (uint64_t)NBD_MIN_TIMEOUT_MS * NS_PER_MS,
+				 (uint64_t)NBD_MAX_TIMEOUT_MS * NS_PER_MS, 1000 * NS_PER_MS, &ns);
+	if (ret)
+		return ret;
+	if (ns % NS_PER_MS)
+		return blk_param_error(p, "timeout",
+			"'%s' is finer than 1ms (allowed: whole milliseconds)",
+			blk_param_get(p, "timeout"));
+	*out_ms = (unsigned int)(ns / NS_PER_MS);
 	return 0;
-bad:
-	return blk_param_error(p, key,
-		"'%s' is not a duration from %ums to %us (digits, then s or ms; s when neither)",
-		s, min_ms, max_ms / 1000);
 }
 
 /*
@@ -1452,8 +1442,7 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 	if (!ret)
 		ret = blk_param_uint(p, "queue_depth", NBD_DEF_QD, 1, NBD_MAX_QD, &qd);
 	if (!ret)
-		ret = nbd_param_ms(p, "timeout", NBD_DEF_TIMEOUT_MS, NBD_MIN_TIMEOUT_MS,
-				   NBD_MAX_TIMEOUT_MS, &timeout_ms);
+		ret = nbd_param_timeout(p, &timeout_ms);
 	if (ret)
 		return ERR_PTR(ret);
 	if (!uri || !*uri)

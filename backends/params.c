@@ -2,7 +2,7 @@
 /*
  * backends/params.c - what a backend's open() uses to read its config keys:
  * lookup (marking a key used, so the config can name keys nobody took),
- * sizes, numbers and booleans, and "FILE:LINE: KEY: message" errors. Also the
+ * sizes, durations, numbers and booleans, and "FILE:LINE: KEY: message" errors. Also the
  * geometry-from-config helper shared by the ram and null backends.
  */
 #include <errno.h>
@@ -124,6 +124,99 @@ int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t
 		return blk_param_error(p, key,
 			"'%s' is not a size (digits with an optional K, M, G or T suffix, binary as dd)",
 			s);
+	return 0;
+}
+
+/* The units of a duration, largest first (the formatter's order). */
+static const struct {
+	const char *sfx;
+	uint64_t ns;
+} dur_units[] = {
+	{ "h", 3600ull * 1000000000 }, { "m", 60ull * 1000000000 }, { "s", 1000000000 },
+	{ "ms", 1000000 }, { "us", 1000 }, { "ns", 1 },
+};
+
+#define NR_DUR_UNITS (sizeof(dur_units) / sizeof(dur_units[0]))
+
+int blk_parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t *ns)
+{
+	const char *c = s;
+	uint64_t v = 0;
+	bool big = false;
+	size_t u;
+
+	if (!s || *c < '0' || *c > '9')
+		return -EINVAL;
+	/* Keep reading digits past an overflow: "99...9x" is malformed, not too large. */
+	for (; *c >= '0' && *c <= '9'; c++) {
+		unsigned int d = *c - '0';
+
+		if (v > (UINT64_MAX - d) / 10)
+			big = true;
+		else
+			v = v * 10 + d;
+	}
+	if (!*c) {
+		/* A bare number: 0 needs no unit; another one only where the key has one. */
+		if (big)
+			return bare_unit_ns ? -ERANGE : -EINVAL;
+		if (!v) {
+			*ns = 0;
+			return 0;
+		}
+		if (!bare_unit_ns)
+			return -EINVAL;
+		if (v > UINT64_MAX / bare_unit_ns)
+			return -ERANGE;
+		*ns = v * bare_unit_ns;
+		return 0;
+	}
+	for (u = 0; u < NR_DUR_UNITS; u++) {
+		if (strcmp(c, dur_units[u].sfx))
+			continue;
+		if (big || v > UINT64_MAX / dur_units[u].ns)
+			return -ERANGE;
+		*ns = v * dur_units[u].ns;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int blk_format_duration(char *buf, size_t len, uint64_t ns)
+{
+	size_t u;
+
+	if (!ns)
+		return snprintf(buf, len, "0");
+	for (u = 0; u < NR_DUR_UNITS; u++)
+		if (ns % dur_units[u].ns == 0)
+			break;
+	return snprintf(buf, len, "%llu%s", (unsigned long long)(ns / dur_units[u].ns),
+			dur_units[u].sfx);
+}
+
+int blk_param_duration(struct blk_params *p, const char *key, uint64_t def_ns,
+		       uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out)
+{
+	const char *s = blk_param_get(p, key);
+	char lo[32], hi[32];
+	uint64_t v;
+	int ret;
+
+	if (!s) {
+		*out = def_ns;
+		return 0;
+	}
+	blk_format_duration(lo, sizeof(lo), min_ns);
+	blk_format_duration(hi, sizeof(hi), max_ns);
+	ret = blk_parse_duration(s, bare_unit_ns, &v);
+	if (ret == -EINVAL)
+		return blk_param_error(p, key, "'%s' is not a duration (allowed: %s..%s; %s%s)",
+				       s, lo, hi, BLK_DURATION_HELP,
+				       bare_unit_ns == 1000000000 ? ", or plain seconds" : "");
+	if (ret || v < min_ns || v > max_ns)
+		return blk_param_error(p, key, "'%s' is out of range (allowed: %s..%s)", s, lo, hi);
+	*out = v;
 	return 0;
 }
 

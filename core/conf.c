@@ -44,6 +44,8 @@
 #define CONF_DEF_BG_PCT		10
 #define CONF_DEF_LIMIT_PCT	40
 #define CONF_DEF_EXPIRE_MS	5000u
+#define NS_PER_MS		1000000ull
+#define NS_PER_S		1000000000ull
 #define CONF_MIN_EXPIRE_MS	100u
 #define CONF_MAX_EXPIRE_MS	3600000u
 
@@ -323,38 +325,6 @@ static int get_dirty(struct conf_parser *p, enum cache_key k, uint64_t size,
 	return 0;
 }
 
-/* "5s", "500ms", "2m", "1h", or plain seconds; into milliseconds. */
-static int parse_duration(const char *s, uint64_t *ms)
-{
-	static const struct {
-		const char *sfx;
-		uint64_t mul;
-	} units[] = {
-		{ "", 1000 }, { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 },
-	};
-	uint64_t v = 0;
-	size_t i;
-
-	if (!is_digit(*s))
-		return -EINVAL;
-	for (; is_digit(*s); s++) {
-		unsigned d = *s - '0';
-
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (strcmp(s, units[i].sfx))
-			continue;
-		if (v > UINT64_MAX / units[i].mul)
-			return -ERANGE;
-		*ms = v * units[i].mul;
-		return 0;
-	}
-	return -EINVAL;
-}
-
 static int finish_cache(struct conf_parser *p)
 {
 	struct conf_cache *cc = &p->c->cache;
@@ -420,16 +390,21 @@ static int finish_cache(struct conf_parser *p)
 	val = p->cval[CK_EXPIRE];
 	line = p->cline[CK_EXPIRE];
 	if (val) {
-		ret = parse_duration(val, &n);
+		/* Plain seconds were always taken here, and still are. */
+		ret = blk_parse_duration(val, NS_PER_S, &n);
 		if (ret == -EINVAL)
 			return conf_err(p, line, "dirty_expire",
-					"%s is not a duration (allowed: 100ms..1h, e.g. 500ms, 5s, 2m, or plain seconds)",
+					"%s is not a duration (allowed: 100ms..1h; " BLK_DURATION_HELP ", or plain seconds)",
 					show(&v, val));
-		if (ret || n < CONF_MIN_EXPIRE_MS || n > CONF_MAX_EXPIRE_MS)
+		if (ret || n < CONF_MIN_EXPIRE_MS * NS_PER_MS || n > CONF_MAX_EXPIRE_MS * NS_PER_MS)
 			return conf_err(p, line, "dirty_expire",
 					"%s is out of range (allowed: 100ms..1h)",
 					show(&v, val));
-		cc->dirty_expire_ms = n;
+		if (n % NS_PER_MS)
+			return conf_err(p, line, "dirty_expire",
+					"%s is finer than the flusher's 1ms resolution (allowed: whole milliseconds)",
+					show(&v, val));
+		cc->dirty_expire_ms = n / NS_PER_MS;
 	}
 	p->cache_done = true;
 	return 0;

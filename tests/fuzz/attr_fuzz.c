@@ -22,13 +22,15 @@
  *				reach every attr and seeds stay valid when
  *				filters are added)
  *   SHOW ATTR LEN		show into a LEN-byte buffer (LEN < 16)
- *   SIZE LEN BYTES		blk_parse_size() and blk_param_size()
+ *   SIZE LEN BYTES		blk_parse_size() and blk_param_size(); then
+ *				blk_parse_duration() on the same bytes
  *   PARAM LEN BYTES		blk_param_bool/get/error with a small err buffer
  *   OPEN FILTER KEY LEN BYTES	open FILTER with FILTER.KEY = BYTES as config
  * Oracles: store returns 0 or -errno; a refused store changes no attr of
  * the stack (the shown values are the same before and after); for the
  * knobs below a taken value shows as text the store takes back unchanged;
- * blk_parse_size agrees with a reference parser; a refused open says
+ * blk_parse_size and blk_parse_duration agree with reference parsers, and a
+ * duration formats back to text that parses to the same value; a refused open says
  * "FILE:LINE: KEY: message".
  */
 #include <errno.h>
@@ -376,6 +378,67 @@ static int ref_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/*
+ * A reference for blk_parse_duration: digits, then nothing (bare: 0, or in
+ * @bare ns, or refused) or one of the units; no overflow of 64-bit ns.
+ */
+static int ref_duration(const char *s, uint64_t bare, uint64_t *out)
+{
+	static const char *const sfx[] = { "ns", "us", "ms", "s", "m", "h" };
+	static const uint64_t mul[] = { 1, 1000, 1000000, 1000000000, 60000000000ull,
+					3600000000000ull };
+	unsigned __int128 v = 0;
+	size_t i;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v > UINT64_MAX)
+			v = (unsigned __int128)UINT64_MAX + 1;	/* saturate: too large */
+	}
+	if (!*s) {
+		if (v == 0) {
+			*out = 0;
+			return 0;
+		}
+		if (!bare)
+			return -EINVAL;
+		v *= bare;
+	} else {
+		for (i = 0; i < 6; i++)
+			if (!strcmp(s, sfx[i]))
+				break;
+		if (i == 6)
+			return -EINVAL;
+		v *= mul[i];
+	}
+	if (v > UINT64_MAX)
+		return -ERANGE;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* The duration grammar on the same bytes: against the reference, and formatted back. */
+static void op_duration(const char *s, uint64_t bare)
+{
+	char buf[32];
+	uint64_t a = 1, b = 2;
+	int ra = blk_parse_duration(s, bare, &a), rb = ref_duration(s, bare, &b), n;
+
+	fuzz_check(ra == rb && (ra || a == b),
+		   "blk_parse_duration('%s', %llu) = %d %llu, reference %d %llu", s,
+		   (unsigned long long)bare, ra, (unsigned long long)a, rb, (unsigned long long)b);
+	if (ra)
+		return;
+	n = blk_format_duration(buf, sizeof(buf), a);
+	fuzz_check(n > 0 && (size_t)n < sizeof(buf), "blk_format_duration(%llu) = %d",
+		   (unsigned long long)a, n);
+	fuzz_check(!blk_parse_duration(buf, 0, &b) && b == a,
+		   "'%s' (%llu ns) formats as '%s', which parses as %llu", s,
+		   (unsigned long long)a, buf, (unsigned long long)b);
+}
+
 static char *cstr(const uint8_t *v, size_t len)
 {
 	char *s = malloc(len + 1);
@@ -408,6 +471,9 @@ static void op_size(const uint8_t *v, size_t len)
 	fuzz_check(prm.used, "blk_param_size did not mark its key used");
 	if (rc)
 		fuzz_check(!strncmp(err, "fuzz.conf:3: size: ", 19), "message: %s", err);
+	/* the duration grammar takes the same bytes: without and with plain seconds */
+	op_duration(s, 0);
+	op_duration(s, 1000000000);
 	free(err);
 	free(s);
 }

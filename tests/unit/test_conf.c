@@ -868,6 +868,8 @@ Test(conf, dirty_expire)
 	} ok[] = {
 		{ "5s", 5000 }, { "500ms", 500 }, { "2m", 120000 }, { "10", 10000 },
 		{ "100ms", 100 }, { "1h", 3600000 }, { "3600", 3600000 }, { "60m", 3600000 },
+		/* the one grammar: every unit, here as elsewhere */
+		{ "250000us", 250 }, { "1500000000ns", 1500 }, { "0001s", 1000 },
 	};
 	char text[256];
 	size_t i;
@@ -879,7 +881,13 @@ Test(conf, dirty_expire)
 		conf_free(&c);
 	}
 	expect_err("[cache]\ndirty_expire = 5x\n" RAM0,
-		   F ":2: dirty_expire: 5x is not a duration (allowed: 100ms..1h, e.g. 500ms, 5s, 2m, or plain seconds)");
+		   F ":2: dirty_expire: 5x is not a duration (allowed: 100ms..1h; digits and a unit: ns, us, ms, s, m or h, such as 500us, 2ms, 5s, or plain seconds)");
+	expect_err("[cache]\ndirty_expire = 5S\n" RAM0, F ":2: dirty_expire: 5S is not a duration");
+	expect_err("[cache]\ndirty_expire = 1.5s\n" RAM0, F ":2: dirty_expire: 1.5s is not a duration");
+	expect_err("[cache]\ndirty_expire = 100500us\n" RAM0,
+		   F ":2: dirty_expire: 100500us is finer than the flusher's 1ms resolution (allowed: whole milliseconds)");
+	expect_err("[cache]\ndirty_expire = 99999999ns\n" RAM0,
+		   F ":2: dirty_expire: 99999999ns is out of range (allowed: 100ms..1h)");
 	expect_err("[cache]\ndirty_expire = s\n" RAM0, F ":2: dirty_expire: s is not a duration");
 	expect_err("[cache]\ndirty_expire = 5 s\n" RAM0, F ":2: dirty_expire: 5 s is not a duration");
 	expect_err("[cache]\ndirty_expire = 99ms\n" RAM0,
@@ -891,6 +899,124 @@ Test(conf, dirty_expire)
 		   F ":2: dirty_expire: 99999999999999999999ms is out of range");
 	expect_err("[cache]\ndirty_expire = 18446744073709551615h\n" RAM0,
 		   F ":2: dirty_expire: 18446744073709551615h is out of range");
+}
+
+/* ------------------------------------------------------------------ */
+/* the duration grammar (backends/params.c), which every duration key uses */
+
+TestSuite(duration);
+
+#define NS 1ull
+#define US 1000ull
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+Test(duration, parse)
+{
+	static const struct {
+		const char *s;
+		uint64_t bare;		/* unit of a bare number; 0: refused */
+		int ret;
+		uint64_t ns;
+	} cases[] = {
+		{ "0", 0, 0, 0 }, { "0", SEC, 0, 0 }, { "000", 0, 0, 0 },
+		{ "0ns", 0, 0, 0 }, { "0h", 0, 0, 0 },
+		{ "1ns", 0, 0, 1 }, { "7us", 0, 0, 7 * US }, { "2ms", 0, 0, 2 * MS },
+		{ "5s", 0, 0, 5 * SEC }, { "2m", 0, 0, 120 * SEC }, { "1h", 0, 0, 3600 * SEC },
+		{ "1500ms", 0, 0, 1500 * MS }, { "007s", 0, 0, 7 * SEC },
+		/* a bare number: only where the key has a unit for it */
+		{ "5", 0, -EINVAL, 0 }, { "5", SEC, 0, 5 * SEC }, { "5", MS, 0, 5 * MS },
+		/* the largest: UINT64_MAX ns, about 584 years */
+		{ "18446744073709551615ns", 0, 0, UINT64_MAX },
+		{ "18446744073709551616ns", 0, -ERANGE, 0 },
+		{ "18446744073709551615", SEC, -ERANGE, 0 },
+		{ "18446744073709551615", 0, -EINVAL, 0 },
+		{ "18446744073us", 0, 0, 18446744073ull * US },
+		{ "18446744074s", 0, -ERANGE, 0 },
+		{ "5124095h", 0, 0, 5124095ull * 3600 * SEC }, { "5124096h", 0, -ERANGE, 0 },
+		{ "5124096h1", 0, -EINVAL, 0 },
+		{ "5124095576030432h", 0, -ERANGE, 0 },
+		{ "99999999999999999999999999x", 0, -EINVAL, 0 },
+		/* malformed */
+		{ "", 0, -EINVAL, 0 }, { "s", 0, -EINVAL, 0 }, { "ms", SEC, -EINVAL, 0 },
+		{ "5S", 0, -EINVAL, 0 }, { "5MS", 0, -EINVAL, 0 }, { "5M", 0, -EINVAL, 0 },
+		{ "5 s", 0, -EINVAL, 0 }, { " 5s", 0, -EINVAL, 0 }, { "5s ", 0, -EINVAL, 0 },
+		{ "1.5s", 0, -EINVAL, 0 }, { "-1s", 0, -EINVAL, 0 }, { "+1s", 0, -EINVAL, 0 },
+		{ "5sec", 0, -EINVAL, 0 }, { "5mss", 0, -EINVAL, 0 }, { "5d", 0, -EINVAL, 0 },
+		{ "5µs", 0, -EINVAL, 0 }, { "1h30m", 0, -EINVAL, 0 }, { "0x10s", 0, -EINVAL, 0 },
+		{ "1e3ms", 0, -EINVAL, 0 },
+	};
+	size_t i;
+	uint64_t v;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		v = 0xdeadbeef;
+		cr_assert_eq(blk_parse_duration(cases[i].s, cases[i].bare, &v), cases[i].ret,
+			     "\"%s\" (bare %llu)", cases[i].s, (unsigned long long)cases[i].bare);
+		if (!cases[i].ret)
+			cr_assert_eq(v, cases[i].ns, "\"%s\" gave %llu", cases[i].s,
+				     (unsigned long long)v);
+		else
+			cr_assert_eq(v, 0xdeadbeef, "\"%s\" wrote *ns", cases[i].s);
+	}
+	cr_assert_eq(blk_parse_duration(NULL, SEC, &v), -EINVAL);
+}
+
+/* The largest unit that says it exactly, and it parses back to the same value. */
+Test(duration, format_round_trip)
+{
+	static const struct {
+		uint64_t ns;
+		const char *s;
+	} cases[] = {
+		{ 0, "0" }, { 1, "1ns" }, { 999, "999ns" }, { 1000, "1us" }, { 1500 * US, "1500us" },
+		{ 2 * MS, "2ms" }, { 1001 * MS, "1001ms" }, { 90 * SEC, "90s" },
+		{ 120 * SEC, "2m" }, { 3600 * SEC, "1h" }, { 3601 * SEC, "3601s" },
+		{ 7200 * SEC + 1, "7200000000001ns" }, { UINT64_MAX, "18446744073709551615ns" },
+	};
+	char buf[32];
+	size_t i;
+	uint64_t v;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cr_assert_eq(blk_format_duration(buf, sizeof(buf), cases[i].ns),
+			     (int)strlen(cases[i].s));
+		cr_assert_str_eq(buf, cases[i].s);
+		cr_assert_eq(blk_parse_duration(buf, 0, &v), 0, "%s", buf);
+		cr_assert_eq(v, cases[i].ns, "%s", buf);
+	}
+	/* cut short, never overrun */
+	cr_assert_eq(blk_format_duration(buf, 3, 1500 * US), 6);
+	cr_assert_str_eq(buf, "15");
+}
+
+Test(duration, param)
+{
+	struct blk_param v[3] = {
+		{ .key = "delay.tick", .value = "250us", .line = 4 },
+		{ .key = "delay.wait", .value = "3", .line = 5 },
+		{ .key = "delay.slow", .value = "2h", .line = 6 },
+	};
+	char e[256];
+	struct blk_params p = { .prefix = "delay.", .file = F, .line = 3, .dev = "ram0",
+				.v = v, .n = 3, .err = e, .errlen = sizeof(e) };
+	uint64_t ns = 0;
+
+	cr_assert_eq(blk_param_duration(&p, "tick", 0, 0, 3600 * SEC, 0, &ns), 0);
+	cr_assert_eq(ns, 250 * US);
+	cr_assert(v[0].used);
+	cr_assert_eq(blk_param_duration(&p, "absent", 42, 0, 1, 0, &ns), 0);
+	cr_assert_eq(ns, 42);
+	/* bare: refused, or plain seconds */
+	cr_assert_eq(blk_param_duration(&p, "wait", 0, 0, 3600 * SEC, 0, &ns), -EINVAL);
+	cr_assert_str_eq(e, F ":5: delay.wait: '3' is not a duration (allowed: 0..1h; "
+			 "digits and a unit: ns, us, ms, s, m or h, such as 500us, 2ms, 5s)");
+	cr_assert_eq(blk_param_duration(&p, "wait", 0, 0, 3600 * SEC, SEC, &ns), 0);
+	cr_assert_eq(ns, 3 * SEC);
+	cr_assert_eq(blk_param_duration(&p, "wait", 0, 10 * SEC, 3600 * SEC, SEC, &ns), -EINVAL);
+	cr_assert_str_eq(e, F ":5: delay.wait: '3' is out of range (allowed: 10s..1h)");
+	cr_assert_eq(blk_param_duration(&p, "slow", 0, 1 * MS, 3600 * SEC, SEC, &ns), -EINVAL);
+	cr_assert_str_eq(e, F ":6: delay.slow: '2h' is out of range (allowed: 1ms..1h)");
 }
 
 /* ------------------------------------------------------------------ */

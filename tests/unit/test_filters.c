@@ -824,13 +824,17 @@ Test(delay, attrs_round_trip)
 		{ "1ms - 5ms\n", "1ms-5ms\n" },
 		{ "0-250us", "0-250us\n" },
 		{ "3ms-3ms", "3ms\n" },
-		{ "3600s", "3600s\n" },
+		{ "3600s", "1h\n" },
+		{ "90s", "90s\n" },
+		{ "2m", "2m\n" },
+		{ "1ns", "1ns\n" },
+		{ "1500ns-2us", "1500ns-2us\n" },
 		{ "1000us-1s", "1ms-1s\n" },
 	};
 	static const char *const bad[] = {
 		"", "\n", "5", "fast", "2 ms", "2mss", "2MS", "-1ms", "5ms-1ms", "1ms-",
 		"-", "1ms-2ms-3ms", "3601s", "2h", "99999999999999999999999ms", "1.5ms",
-		"2ms\n\n", "1ns",
+		"2ms\n\n", "2ms-3", "0-5", "1m1s", "61m",
 		"1000000000000000000000000000000000000000000000000000000000000000000000us",
 	};
 	static const char *const names[] = { "read", "write", "flush", "discard" };
@@ -898,7 +902,12 @@ Test(delay, open_values_and_errors)
 
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.flush", "2h", 12);
-	filter_open_fails(&tp, "delay.flush: '2h' is not a delay");
+	filter_open_fails(&tp, "delay.flush: '2h' is too long (allowed: at most 1h");
+
+	/* A bare number is refused: 2 what? */
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.write", "2", 12);
+	filter_open_fails(&tp, "delay.write: '2' is not a delay");
 
 	tparams_init(&tp, "delay");
 	tparams_add(&tp, "delay.flush", "7200s", 12);

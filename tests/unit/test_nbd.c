@@ -265,7 +265,8 @@ Test(nbd, registered)
 Test(nbd, bad_keys)
 {
 	static const char *const bad_qd[] = { "0", "1025", "abc", "-1", "8x", "" };
-	static const char *const bad_tmo[] = { "0", "5ms", "abc", "1h", "-1", "99999999999" };
+	static const char *const bad_tmo[] = { "abc", "-1", "5x", "5 s", "1.5s" };
+	static const char *const far_tmo[] = { "0", "5ms", "9999us", "25h", "99999999999" };
 	struct test_dev td;
 	size_t i;
 
@@ -288,6 +289,16 @@ Test(nbd, bad_keys)
 		td_set(&td, "timeout", "%s", bad_tmo[i]);
 		td_open_fails(&td, "timeout", "is not a duration", NULL);
 	}
+	for (i = 0; i < sizeof(far_tmo) / sizeof(far_tmo[0]); i++) {
+		td_init_nbd(&td);
+		td_set(&td, "uri", "nbd+unix:///?socket=%s", sock);
+		td_set(&td, "timeout", "%s", far_tmo[i]);
+		td_open_fails(&td, "timeout", "is out of range (allowed: 10ms..24h", NULL);
+	}
+	td_init_nbd(&td);
+	td_set(&td, "uri", "nbd+unix:///?socket=%s", sock);
+	td_set(&td, "timeout", "10500us");
+	td_open_fails(&td, "timeout", "is finer than 1ms", NULL);
 }
 
 Test(nbd, no_server)
