@@ -7,6 +7,7 @@
 #ifndef BLKFS_BACKENDS_INT_H
 #define BLKFS_BACKENDS_INT_H
 
+#include <pthread.h>
 #include <time.h>
 
 #include "backend.h"
@@ -20,6 +21,8 @@ extern const struct blk_backend_ops nbd_backend_ops;
 extern const struct blk_backend_ops log_filter_ops;
 extern const struct blk_backend_ops delay_filter_ops;
 extern const struct blk_backend_ops fault_filter_ops;
+extern const struct blk_backend_ops flakey_filter_ops;
+extern const struct blk_backend_ops throttle_filter_ops;
 extern const struct blk_backend_ops powerloss_filter_ops;
 
 /**
@@ -88,6 +91,140 @@ int be_attr_text(const char *buf, size_t len, char *s, size_t cap);
  * Returns: the length, or -EOVERFLOW when it does not fit in @len.
  */
 int be_attr_out(char *buf, size_t len, const char *s);
+
+/* ---- what the fault-model filters share (util.c) ---- */
+
+/* An errno name (EIO, eio) or number (5): the positive errno, or -EINVAL. */
+int be_parse_errno(const char *s);
+/* "EIO", or the number when the errno has no name; @buf holds the number. */
+const char *be_errno_name(int e, char *buf, size_t len);
+/* A decimal in [0, 1] ("0", "0.25", "1", "1e-3"); -EINVAL otherwise. */
+int be_parse_probability(const char *s, double *out);
+/* Shown as "%.17g\n": the text be_parse_probability() takes back exactly. */
+int be_probability_out(char *buf, size_t len, double p);
+
+/*
+ * Seeds. Every random choice of a filter comes from a splitmix64 stream
+ * (any seed, 0 included, gives a good one), so a run replays from its seed
+ * as long as the I/O comes in the same order. `seed = auto` takes one from
+ * the clock; the filter prints it to the daemon log and shows it in .sys.
+ */
+static inline uint64_t be_rand(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static inline double be_rand01(uint64_t *state)
+{
+	return (double)(be_rand(state) >> 11) / (double)(1ull << 53);
+}
+
+/* Uniform in [0, n) for n > 0 (the modulo bias is below n / 2^64). */
+static inline uint64_t be_rand_below(uint64_t *state, uint64_t n)
+{
+	return be_rand(state) % n;
+}
+
+/* A seed from the clock and the process, for `seed = auto`. */
+uint64_t be_seed_from_clock(void);
+/* "auto" (*is_auto = true) or a decimal below 2^64; -EINVAL otherwise. */
+int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed);
+/*
+ * A filter's `seed` key: the seed it starts from (from the clock when the
+ * key is absent or `auto`). -EINVAL with p->err when malformed.
+ */
+int be_param_seed(struct blk_params *p, uint64_t *seed);
+
+/**
+ * be_entries - the next entry of a list: the text up to @sep (a config
+ * value is "a, b, c"; an attr takes one entry per line), blanks around it
+ * cut, then split at blanks into at most @max tokens of < 32 bytes each.
+ * @s, @n: what is left of the list; both advance past the entry
+ * @tok: filled with NUL-terminated tokens
+ *
+ * Returns: the number of tokens (0 for a blank entry), -ENOENT at the end
+ * of the list, or -EINVAL for more than @max tokens or a token too long.
+ */
+int be_entries(const char **s, size_t *n, char sep, char tok[][32], int max);
+
+/*
+ * A bounded pool of fixed-size objects, filled at open, for what a filter
+ * needs per I/O: the I/O path takes from it without asking the allocator
+ * (a daemon under a loop device must make progress when memory is short).
+ * Past its size the pool still serves, from malloc, and counts it: an
+ * I/O is never refused for want of a slot (a submitter that waited for
+ * one could be the completion thread that frees it).
+ */
+struct be_pool {
+	pthread_mutex_t lock;
+	char *mem;			/* nr objects of size bytes, touched at init */
+	void *free;			/* lock: free objects, linked through their first word */
+	size_t size, nr, align;
+	uint64_t nr_allocs;		/* atomic: objects malloc'ed when the pool was empty */
+	uint64_t nr_used;		/* lock: objects out now (pool and malloc) */
+	uint64_t max_used;		/* lock: the most ever out at once */
+};
+
+/*
+ * @nr objects of @size bytes (at least a pointer), each aligned to @align
+ * (a power of two; 64 keeps them off each other's cache lines). 0 or -errno.
+ */
+int be_pool_init(struct be_pool *pool, size_t nr, size_t size, size_t align);
+void be_pool_destroy(struct be_pool *pool);
+/* An object (contents undefined), or NULL only when the pool is empty and malloc fails. */
+void *be_pool_get(struct be_pool *pool);
+void be_pool_put(struct be_pool *pool, void *obj);
+/* "PREFIX_pool N\nPREFIX_pool_allocs N\nPREFIX_pool_max_used N\n" for ->stat */
+size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len);
+
+/* The `pool` key every filter with per-I/O state takes: 1..65536, default 256. */
+#define BE_POOL_DEF	256u
+#define BE_POOL_MAX	65536u
+int be_param_pool(struct blk_params *p, unsigned int *nr);
+
+/*
+ * A timer queue: a min-heap of due times and one thread that calls each
+ * timer's fire() once it is due, with no lock held (fire may submit,
+ * complete or add again). The heap is sized at init and grows past it only
+ * when more are queued (counted in nr_grows). Ties fire in the order added.
+ *
+ * Lock: q->lock covers the heap and stop; fire() runs without it.
+ */
+struct be_timer {
+	uint64_t due_ns;		/* CLOCK_MONOTONIC */
+	uint64_t seq;
+	void (*fire)(struct be_timer *t);
+};
+
+struct be_timerq {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;		/* to the thread: new earliest, or stop */
+	struct be_timer **heap;		/* lock */
+	size_t nr, cap;			/* lock */
+	uint64_t seq;			/* lock */
+	bool stop;			/* lock: fire everything now, then exit */
+	uint64_t nr_grows;		/* lock */
+};
+
+/* Sized for @cap timers; starts the thread. 0 or -errno. */
+int be_timerq_init(struct be_timerq *q, size_t cap);
+/*
+ * Fire @t at @due_ns (at once, from the thread, when it is past). Once the
+ * queue is stopping, @t fires now in the caller's thread. 0, or -ENOMEM
+ * when the heap had to grow and could not (@t is not queued).
+ */
+int be_timerq_add(struct be_timerq *q, struct be_timer *t, uint64_t due_ns);
+size_t be_timerq_len(struct be_timerq *q);
+/* Fire everything queued now (nobody waits for the time any more) and join the thread. */
+void be_timerq_stop(struct be_timerq *q);
+/* After stop. */
+void be_timerq_destroy(struct be_timerq *q);
 
 /* A filter's ->geometry: the layer below's, unchanged. */
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);

@@ -2,35 +2,62 @@
 /*
  * backends/delay.c - the delay filter: holds each I/O for a set time before
  * passing it on, so latency = delay + the layer below. A slow HDD, a
- * stalling SSD, a far-away NBD server, without one (nbdkit's delay filter
- * is the model).
+ * stalling SSD, a far-away NBD server, a slow region of a disk, an SSD's
+ * garbage-collection tail, without one (nbdkit's delay filter and dm-delay
+ * are the models).
  *
- * Keys (and live attrs of the same names): read, write, flush, discard (the
- * last also for WRITE_ZEROES). A value is a duration (blk_parse_duration:
- * `0`, `500us`, `2ms`, `1s`; a bare non-zero number is refused) up to 1h,
- * or a range `1ms-5ms`, each I/O then drawing its delay uniformly from the
- * range (so I/Os of one type may pass each other, as on a real disk).
+ * Keys (and live attrs of the same names, .sys/DEV/delay/ATTR):
+ *	read, write, flush, discard
+ *			the delay of each op (discard also for WRITE_ZEROES):
+ *			a duration (blk_parse_duration: `0`, `500us`, `2ms`;
+ *			a bare non-zero number is refused) up to 1h, or a
+ *			range `1ms-5ms`, each I/O then drawing its delay
+ *			uniformly from it (so I/Os of one type may pass each
+ *			other, as on a real disk)
+ *	map		a latency map: `OFFSET LENGTH LATENCY` per entry (bytes
+ *			with K/M/G/T; LATENCY as above; comma-separated in the
+ *			config, one per line in .sys). An I/O with a range that
+ *			overlaps entries takes the longest of their latencies
+ *			in place of its op's delay: a slow (or fast) region.
+ *			Storing lines adds them, `clear` empties it; at most
+ *			DELAY_MAX_MAP entries, inside the device.
+ *	p90, p99, p999, p9999
+ *			tail latency: 10%, 1%, 0.1%, 0.01% of I/Os (every op)
+ *			take at least this long (`p99 = 20ms`: the slowest
+ *			1% take 20ms, as a real SSD's garbage collection
+ *			shows). One draw per I/O picks its tail, the rarest
+ *			first; a tail never makes an I/O faster than its
+ *			delay would. 0 (the default) is no tail.
+ *	seed		the random stream of ranges and tails (a number, or
+ *			auto: from the clock); printed to the daemon log at
+ *			open and at each store, so a run replays
+ *	pool		I/Os the filter can hold without allocating (config
+ *			only; delay_pool* in the stat say how it went)
  *
- * submit() never sleeps: it puts the I/O on a min-heap of due times, and one
- * timer thread passes each on when it is due. An I/O with no delay goes on
- * at once from submit(). Each I/O goes down as a child blk_io, so the filter
- * sees completions and close can wait for every I/O it took: the layer below
- * is closed right after us and must not see one of ours afterwards.
+ * submit() never sleeps: an I/O with a delay goes down as a child blk_io
+ * (taken from a pool filled at open) on a timer queue, whose thread passes
+ * it on when due; close can then wait for every child. An I/O with no delay
+ * goes on at once, itself, from submit(): nothing of the filter's is in it,
+ * and a filter in the stack with nothing configured costs one atomic load.
  *
- * Lock: dd->lock covers the delays, the heap, the in-flight count and the
- * random state; it is never held across a submit below or an end_io.
+ * Lock: dd->lock covers the delays, the map, the tails, the in-flight count
+ * and the random state; it is never held across a submit below or an
+ * end_io. The pool and the timer queue have their own locks, taken alone.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "backends_int.h"
 
 #define DELAY_MAX_NS	(3600ull * 1000000000)	/* 1h: longer is surely a typo */
 #define DELAY_TEXT_MAX	64			/* the longest value taken */
+#define DELAY_MAX_MAP	256			/* the listing fits a .sys read */
+#define DELAY_MAP_TEXT_MAX (96 * DELAY_MAX_MAP)	/* the longest map store taken */
 
 enum delay_kind { DL_READ, DL_WRITE, DL_FLUSH, DL_DISCARD, DL_NR };
 
@@ -41,37 +68,68 @@ static const char *const delay_names[DL_NR] = {
 	[DL_DISCARD] = "discard",
 };
 
+/* Tails, the rarest first: the order one draw tests them in. */
+enum delay_tail { DT_P9999, DT_P999, DT_P99, DT_P90, DT_NR };
+
+static const struct {
+	const char *name;
+	double fraction;
+} tails[DT_NR] = {
+	[DT_P9999] = { "p9999", 0.0001 },
+	[DT_P999] = { "p999", 0.001 },
+	[DT_P99] = { "p99", 0.01 },
+	[DT_P90] = { "p90", 0.1 },
+};
+
 /* [lo_ns, hi_ns]; lo == hi for a fixed delay. */
 struct delay_range {
 	uint64_t lo_ns;
 	uint64_t hi_ns;
 };
 
-/* A child I/O: held on the heap, then passed down. */
+/* [pos, pos + len) takes @lat. */
+struct delay_map_ent {
+	uint64_t pos;
+	uint64_t len;
+	struct delay_range lat;
+};
+
+/* A child I/O: held on the timer queue, then passed down. From dd->pool. */
 struct delay_io {
 	struct blk_io io;		/* must come first: the layer below gets &io */
 	struct blk_io *parent;		/* the cache's; completed once */
 	struct delay_dev *dd;
-	uint64_t due_ns;		/* CLOCK_MONOTONIC */
-	uint64_t seq;			/* ties on due_ns go in submission order */
+	struct be_timer timer;
 };
 
 struct delay_dev {
 	struct blk_backend be;		/* must come first */
-	pthread_t timer;
+	const char *dev;		/* device name, for messages; set at open */
+	uint64_t size;			/* the device's; set at open */
+	struct be_pool pool;		/* struct delay_io */
+	struct be_timerq tq;
+	/*
+	 * Atomic: something is configured (a delay, a map entry or a tail).
+	 * Written under lock by every store; read without it by submit(),
+	 * which with nothing configured passes the I/O on untouched.
+	 */
+	bool active;
 
 	pthread_mutex_t lock;
-	pthread_cond_t timer_cv;	/* to the timer: new earliest due, or stop */
 	pthread_cond_t idle_cv;		/* to close: inflight reached 0 */
 	struct delay_range range[DL_NR];	/* lock */
-	uint64_t rng;			/* lock: xorshift64* state */
-	struct delay_io **heap;		/* lock: min-heap on (due_ns, seq) */
-	size_t nr_held, heap_cap;	/* lock */
-	uint64_t seq;			/* lock */
-	uint64_t inflight;		/* lock: taken and not yet completed to the cache */
-	bool stop;			/* lock: closing; the timer passes all on now */
+	struct delay_range tail[DT_NR];	/* lock */
+	struct delay_map_ent *map;	/* lock: DELAY_MAX_MAP entries, nr_map used */
+	size_t nr_map;			/* lock */
+	uint64_t seed;			/* lock: the stream's seed, as shown */
+	uint64_t rng;			/* lock: splitmix64 state */
+	uint64_t inflight;		/* lock: children not yet completed to the cache */
 
-	uint64_t nr_delayed;		/* atomic: I/Os held for a non-zero time */
+	/* Counters for ->stat; atomic, read without a lock. */
+	uint64_t nr_delayed;		/* I/Os held for a non-zero time */
+	uint64_t nr_map_hits;		/* I/Os that took a map latency */
+	uint64_t nr_tail;		/* I/Os that took a tail latency */
+	uint64_t nr_timer_full;		/* could not be queued (ENOMEM): refused */
 };
 
 static enum delay_kind op_kind(enum blk_op op)
@@ -140,90 +198,120 @@ static void format_range(char *buf, size_t len, const struct delay_range *r)
 	}
 }
 
-/* ---- the heap ---- */
-
-static bool before(const struct delay_io *a, const struct delay_io *b)
+/*
+ * The entries of a map text (@sep between entries) into @out (room for
+ * @room): each `OFFSET LENGTH LATENCY` inside the device. Returns how many,
+ * -EINVAL for a malformed one, -ENOSPC past @room.
+ */
+static int parse_map(const char *s, size_t n, char sep, uint64_t size,
+		     struct delay_map_ent *out, size_t room)
 {
-	return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq);
+	char tok[3][32];
+	size_t cnt = 0;
+	int nt;
+
+	while ((nt = be_entries(&s, &n, sep, tok, 3)) != -ENOENT) {
+		struct delay_map_ent e;
+
+		if (nt < 0)
+			return -EINVAL;
+		if (!nt)
+			continue;
+		if (nt != 3 || blk_parse_size(tok[0], &e.pos) || blk_parse_size(tok[1], &e.len) ||
+		    parse_range(tok[2], strlen(tok[2]), &e.lat))
+			return -EINVAL;
+		if (!e.len || e.pos >= size || e.len > size - e.pos)
+			return -EINVAL;
+		if (cnt == room)
+			return -ENOSPC;
+		out[cnt++] = e;
+	}
+	return (int)cnt;
 }
 
-static void heap_swap(struct delay_io **h, size_t a, size_t b)
-{
-	struct delay_io *t = h[a];
+/* ---- deciding ---- */
 
-	h[a] = h[b];
-	h[b] = t;
+/* A delay in [lo, hi], uniform. Caller holds dd->lock. */
+static uint64_t pick_locked(struct delay_dev *dd, const struct delay_range *r)
+{
+	if (r->lo_ns == r->hi_ns)
+		return r->lo_ns;
+	return r->lo_ns + be_rand_below(&dd->rng, r->hi_ns - r->lo_ns + 1);
 }
 
-/* Returns false on ENOMEM. */
-static bool heap_push_locked(struct delay_dev *dd, struct delay_io *c)
+/* Caller holds dd->lock. */
+static void update_active_locked(struct delay_dev *dd)
 {
+	bool a = dd->nr_map > 0;
+	int i;
+
+	for (i = 0; i < DL_NR; i++)
+		a |= dd->range[i].hi_ns > 0;
+	for (i = 0; i < DT_NR; i++)
+		a |= dd->tail[i].hi_ns > 0;
+	__atomic_store_n(&dd->active, a, __ATOMIC_RELAXED);
+}
+
+/* The delay of @io: its op's, or the map's where it hits, then a tail. */
+static uint64_t delay_pick(struct delay_dev *dd, const struct blk_io *io)
+{
+	uint64_t ns, m = 0;
+	bool hit = false, tail = false;
 	size_t i;
 
-	if (dd->nr_held == dd->heap_cap) {
-		size_t cap = dd->heap_cap ? 2 * dd->heap_cap : 64;
-		struct delay_io **h = realloc(dd->heap, cap * sizeof(*h));
+	pthread_mutex_lock(&dd->lock);
+	ns = pick_locked(dd, &dd->range[op_kind(io->op)]);
+	if (io->op != BLK_FLUSH) {
+		for (i = 0; i < dd->nr_map; i++) {
+			const struct delay_map_ent *e = &dd->map[i];
+			uint64_t v;
 
-		if (!h)
-			return false;
-		dd->heap = h;
-		dd->heap_cap = cap;
+			if (io->pos >= e->pos + e->len || e->pos >= io->pos + io->len)
+				continue;
+			v = pick_locked(dd, &e->lat);
+			m = hit && m > v ? m : v;
+			hit = true;
+		}
+		if (hit)
+			ns = m;
 	}
-	i = dd->nr_held++;
-	dd->heap[i] = c;
-	while (i && before(dd->heap[i], dd->heap[(i - 1) / 2])) {
-		heap_swap(dd->heap, i, (i - 1) / 2);
-		i = (i - 1) / 2;
-	}
-	return true;
-}
-
-static struct delay_io *heap_pop_locked(struct delay_dev *dd)
-{
-	struct delay_io *top = dd->heap[0];
-	size_t i = 0, n = --dd->nr_held;
-
-	dd->heap[0] = dd->heap[n];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-
-		if (l < n && before(dd->heap[l], dd->heap[m]))
-			m = l;
-		if (r < n && before(dd->heap[r], dd->heap[m]))
-			m = r;
-		if (m == i)
+	for (i = 0; i < DT_NR; i++)
+		if (dd->tail[i].hi_ns)
 			break;
-		heap_swap(dd->heap, i, m);
-		i = m;
+	if (i < DT_NR) {
+		/* one draw per I/O, whatever it picks: the stream stays in step */
+		double u = be_rand01(&dd->rng);
+
+		for (i = 0; i < DT_NR; i++) {
+			uint64_t v;
+
+			if (!dd->tail[i].hi_ns || u >= tails[i].fraction)
+				continue;
+			v = pick_locked(dd, &dd->tail[i]);
+			if (v > ns)
+				ns = v;
+			tail = true;
+			break;
+		}
 	}
-	return top;
+	pthread_mutex_unlock(&dd->lock);
+	if (hit)
+		__atomic_add_fetch(&dd->nr_map_hits, 1, __ATOMIC_RELAXED);
+	if (tail)
+		__atomic_add_fetch(&dd->nr_tail, 1, __ATOMIC_RELAXED);
+	return ns;
 }
 
 /* ---- I/O ---- */
 
-/* A delay in [lo, hi], uniform (the modulo bias is below 1e-6 for 1h). */
-static uint64_t pick_ns_locked(struct delay_dev *dd, const struct delay_range *r)
-{
-	uint64_t x;
-
-	if (r->lo_ns == r->hi_ns)
-		return r->lo_ns;
-	x = dd->rng;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	dd->rng = x;
-	return r->lo_ns + (x * 0x2545f4914f6cdd1dull) % (r->hi_ns - r->lo_ns + 1);
-}
-
-/* The I/O we took ended; @res goes to the cache. */
+/* The I/O we held ended; @res goes to the cache. */
 static void delay_end_io(struct blk_io *io, int res)
 {
 	struct delay_io *c = (struct delay_io *)io;
 	struct delay_dev *dd = c->dd;
 	struct blk_io *parent = c->parent;
 
-	free(c);
+	be_pool_put(&dd->pool, c);
 	parent->end_io(parent, res);
 	/*
 	 * After the parent's end_io: close waits for inflight 0, so it cannot
@@ -235,43 +323,15 @@ static void delay_end_io(struct blk_io *io, int res)
 	pthread_mutex_unlock(&dd->lock);
 }
 
-static void *delay_timer_main(void *arg)
+/* Due: pass it on (from the timer thread, or from close). */
+static void delay_fire(struct be_timer *t)
 {
-	struct delay_dev *dd = arg;
+	struct delay_io *c = (struct delay_io *)((char *)t - offsetof(struct delay_io, timer));
+	int ret = blk_submit(c->dd->be.next, &c->io);
 
-	pthread_mutex_lock(&dd->lock);
-	for (;;) {
-		struct delay_io *c;
-		uint64_t now;
-		int ret;
-
-		if (!dd->nr_held) {
-			if (dd->stop)
-				break;
-			pthread_cond_wait(&dd->timer_cv, &dd->lock);
-			continue;
-		}
-		now = be_now_ns();
-		/* Closing passes everything on now: nobody waits for the delay. */
-		if (!dd->stop && dd->heap[0]->due_ns > now) {
-			struct timespec ts = {
-				.tv_sec = (time_t)(dd->heap[0]->due_ns / 1000000000ull),
-				.tv_nsec = (long)(dd->heap[0]->due_ns % 1000000000ull),
-			};
-
-			pthread_cond_timedwait(&dd->timer_cv, &dd->lock, &ts);
-			continue;
-		}
-		c = heap_pop_locked(dd);
-		pthread_mutex_unlock(&dd->lock);
-		ret = blk_submit(dd->be.next, &c->io);
-		/* We took the parent: a refusal below becomes its completion. */
-		if (ret)
-			delay_end_io(&c->io, ret);
-		pthread_mutex_lock(&dd->lock);
-	}
-	pthread_mutex_unlock(&dd->lock);
-	return NULL;
+	/* We took the parent: a refusal below becomes its completion. */
+	if (ret)
+		delay_end_io(&c->io, ret);
 }
 
 static int delay_submit(struct blk_backend *be, struct blk_io *io)
@@ -281,228 +341,378 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	uint64_t ns;
 	int ret;
 
-	c = malloc(sizeof(*c));
+	if (!__atomic_load_n(&dd->active, __ATOMIC_RELAXED))
+		return blk_submit(be->next, io);
+	ns = delay_pick(dd, io);
+	if (!ns)
+		return blk_submit(be->next, io);
+
+	c = be_pool_get(&dd->pool);
 	if (!c)
 		return -ENOMEM;
 	c->io = be_child_io(io, delay_end_io, c);
+	/* the timer thread submits it: nobody waits in that thread */
+	c->io.flags &= ~BLK_IO_WAITED;
 	c->parent = io;
 	c->dd = dd;
-
+	c->timer.fire = delay_fire;
 	pthread_mutex_lock(&dd->lock);
-	ns = pick_ns_locked(dd, &dd->range[op_kind(io->op)]);
 	dd->inflight++;
-	if (ns) {
-		c->due_ns = be_now_ns() + ns;
-		/* the timer thread submits it: nobody waits in that thread */
-		c->io.flags &= ~BLK_IO_WAITED;
-		c->seq = dd->seq++;
-		if (!heap_push_locked(dd, c)) {
-			ret = -ENOMEM;
-			goto out_undo;
-		}
-		/* Only a new earliest due time changes what the timer waits for. */
-		if (dd->heap[0] == c)
-			pthread_cond_signal(&dd->timer_cv);
+	pthread_mutex_unlock(&dd->lock);
+	ret = be_timerq_add(&dd->tq, &c->timer, be_now_ns() + ns);
+	if (ret) {
+		__atomic_add_fetch(&dd->nr_timer_full, 1, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&dd->lock);
+		if (!--dd->inflight)
+			pthread_cond_broadcast(&dd->idle_cv);
 		pthread_mutex_unlock(&dd->lock);
-		__atomic_add_fetch(&dd->nr_delayed, 1, __ATOMIC_RELAXED);
-		return 0;
+		be_pool_put(&dd->pool, c);
+		return ret;
 	}
-	pthread_mutex_unlock(&dd->lock);
-
-	ret = blk_submit(be->next, &c->io);
-	if (!ret)
-		return 0;	/* @c may be gone: the layer below may complete inline */
-	pthread_mutex_lock(&dd->lock);
-out_undo:
-	if (!--dd->inflight)
-		pthread_cond_broadcast(&dd->idle_cv);
-	pthread_mutex_unlock(&dd->lock);
-	free(c);
-	return ret;
+	__atomic_add_fetch(&dd->nr_delayed, 1, __ATOMIC_RELAXED);
+	return 0;
 }
 
 /* ---- open, close, geometry, stat ---- */
 
+static const char *const delay_keys[] = {
+	"read", "write", "flush", "discard", "map", "p90", "p99", "p999", "p9999", "seed",
+	"pool", NULL,
+};
+
+static void say_seed(const struct delay_dev *dd, uint64_t seed, const char *why)
+{
+	fprintf(stderr, "blkfs: delay: %s: seed %llu (%s; delay.seed = %llu replays it)\n",
+		dd->dev, (unsigned long long)seed, why, (unsigned long long)seed);
+}
+
+/* A delay key's value: -EINVAL with p->err when malformed or too long. */
+static int param_range(struct blk_params *p, const char *key, struct delay_range *r)
+{
+	const char *s = blk_param_get(p, key);
+	int ret;
+
+	if (!s)
+		return 0;
+	ret = parse_range(s, strlen(s), r);
+	if (ret == -ERANGE)
+		return blk_param_error(p, key, "'%s' is too long (allowed: at most 1h = 3600s)", s);
+	if (ret)
+		return blk_param_error(p, key,
+			"'%s' is not a delay (allowed: 0, a duration (" BLK_DURATION_HELP "), or a range LO-HI such as 1ms-5ms)",
+			s);
+	return 0;
+}
+
 static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *next)
 {
-	struct delay_range range[DL_NR] = { { 0, 0 } };
-	pthread_condattr_t ca;
+	struct blk_geometry geo;
 	struct delay_dev *dd;
+	unsigned int pool;
+	const char *s;
 	int i, ret;
 
 	if (!next) {
 		blk_param_error(p, NULL, "the delay filter needs a layer below it");
 		return ERR_PTR(-EINVAL);
 	}
-	for (i = 0; i < DL_NR; i++) {
-		const char *s = blk_param_get(p, delay_names[i]);
-
-		if (!s)
-			continue;
-		ret = parse_range(s, strlen(s), &range[i]);
-		if (ret == -ERANGE)
-			return ERR_PTR(blk_param_error(p, delay_names[i],
-				"'%s' is too long (allowed: at most 1h = 3600s)", s));
-		if (ret)
-			return ERR_PTR(blk_param_error(p, delay_names[i],
-				"'%s' is not a delay (allowed: 0, a duration (" BLK_DURATION_HELP "), or a range LO-HI such as 1ms-5ms)",
-				s));
-	}
-
+	next->ops->geometry(next, &geo);
 	dd = calloc(1, sizeof(*dd));
 	if (!dd) {
-		ret = -ENOMEM;
-		goto out_err;
+		blk_param_error(p, NULL, "cannot set up the delay filter: out of memory");
+		return ERR_PTR(-ENOMEM);
 	}
-	memcpy(dd->range, range, sizeof(range));
-	/* Any non-zero seed; runs need not repeat (the values are in the trace). */
-	dd->rng = be_now_ns() ^ (uint64_t)(uintptr_t)dd ^ 0x9e3779b97f4a7c15ull;
-	if (!dd->rng)
-		dd->rng = 1;
-
-	ret = -pthread_mutex_init(&dd->lock, NULL);
+	dd->dev = p->dev ? p->dev : "?";
+	dd->size = geo.size;
+	dd->map = calloc(DELAY_MAX_MAP, sizeof(*dd->map));
+	if (!dd->map) {
+		ret = -ENOMEM;
+		blk_param_error(p, NULL, "cannot set up the delay filter: out of memory");
+		goto out_free;
+	}
+	for (i = 0; i < DL_NR; i++) {
+		ret = param_range(p, delay_names[i], &dd->range[i]);
+		if (ret)
+			goto out_free;
+	}
+	for (i = 0; i < DT_NR; i++) {
+		ret = param_range(p, tails[i].name, &dd->tail[i]);
+		if (ret)
+			goto out_free;
+	}
+	s = blk_param_get(p, "map");
+	if (s) {
+		ret = parse_map(s, strlen(s), ',', dd->size, dd->map, DELAY_MAX_MAP);
+		if (ret < 0) {
+			ret = blk_param_error(p, "map",
+				"'%s' is not a latency map inside the device (allowed: OFFSET LENGTH LATENCY, comma-separated, at most %d, with OFFSET + LENGTH <= %llu and LATENCY a delay such as 20ms or 5ms-50ms)",
+				s, DELAY_MAX_MAP, (unsigned long long)dd->size);
+			goto out_free;
+		}
+		dd->nr_map = (size_t)ret;
+	}
+	ret = be_param_seed(p, &dd->seed);
 	if (ret)
 		goto out_free;
-	/* Due times are CLOCK_MONOTONIC: a wall-clock jump must not stall I/O. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	ret = -pthread_cond_init(&dd->timer_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dd->rng = dd->seed;
+	ret = be_param_pool(p, &pool);
 	if (ret)
-		goto out_destroy_lock;
+		goto out_free;
+	update_active_locked(dd);
+
+	ret = be_pool_init(&dd->pool, pool, sizeof(struct delay_io), 64);
+	if (ret)
+		goto out_err;
+	ret = -pthread_mutex_init(&dd->lock, NULL);
+	if (ret)
+		goto out_destroy_pool;
 	ret = -pthread_cond_init(&dd->idle_cv, NULL);
 	if (ret)
-		goto out_destroy_timer_cv;
-	dd->be.ops = &delay_filter_ops;
-	dd->be.next = next;
-	ret = -pthread_create(&dd->timer, NULL, delay_timer_main, dd);
+		goto out_destroy_lock;
+	ret = be_timerq_init(&dd->tq, pool);
 	if (ret)
 		goto out_destroy_idle_cv;
+	dd->be.ops = &delay_filter_ops;
+	dd->be.next = next;
+	say_seed(dd, dd->seed, "at open");
 	return &dd->be;
 
 out_destroy_idle_cv:
 	pthread_cond_destroy(&dd->idle_cv);
-out_destroy_timer_cv:
-	pthread_cond_destroy(&dd->timer_cv);
 out_destroy_lock:
 	pthread_mutex_destroy(&dd->lock);
-out_free:
-	free(dd);
+out_destroy_pool:
+	be_pool_destroy(&dd->pool);
 out_err:
 	blk_param_error(p, NULL, "cannot set up the delay filter: %s", strerror(-ret));
+out_free:
+	free(dd->map);
+	free(dd);
 	return ERR_PTR(ret);
 }
 
 /*
  * Pass on what is still held (at once: nobody is left to wait for the
- * delay), then wait until every I/O taken has completed to its submitter,
- * so the layer below, closed next, sees none of ours.
+ * delay), then wait until every child has completed to its submitter, so
+ * the layer below, closed next, sees none of ours.
  */
 static void delay_close(struct blk_backend *be)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
 
-	pthread_mutex_lock(&dd->lock);
-	dd->stop = true;
-	pthread_cond_signal(&dd->timer_cv);
-	pthread_mutex_unlock(&dd->lock);
-	pthread_join(dd->timer, NULL);
-
+	be_timerq_stop(&dd->tq);
 	pthread_mutex_lock(&dd->lock);
 	while (dd->inflight)
 		pthread_cond_wait(&dd->idle_cv, &dd->lock);
 	pthread_mutex_unlock(&dd->lock);
 
+	be_timerq_destroy(&dd->tq);
 	pthread_cond_destroy(&dd->idle_cv);
-	pthread_cond_destroy(&dd->timer_cv);
 	pthread_mutex_destroy(&dd->lock);
-	free(dd->heap);
+	be_pool_destroy(&dd->pool);
+	free(dd->map);
 	free(dd);
 }
 
 static size_t delay_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
-	size_t held;
+	size_t n;
 
-	pthread_mutex_lock(&dd->lock);
-	held = dd->nr_held;
-	pthread_mutex_unlock(&dd->lock);
-	return be_stat_printf(buf, len, "delayed_ios %llu\ndelay_held_ios %zu\n",
-			      (unsigned long long)__atomic_load_n(&dd->nr_delayed, __ATOMIC_RELAXED),
-			      held);
+	n = be_stat_printf(buf, len,
+			   "delayed_ios %llu\ndelay_held_ios %zu\ndelay_map_hits %llu\n"
+			   "delay_tail_ios %llu\ndelay_refused_ios %llu\n",
+			   (unsigned long long)__atomic_load_n(&dd->nr_delayed, __ATOMIC_RELAXED),
+			   be_timerq_len(&dd->tq),
+			   (unsigned long long)__atomic_load_n(&dd->nr_map_hits, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&dd->nr_tail, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&dd->nr_timer_full, __ATOMIC_RELAXED));
+	return n + be_pool_stat(&dd->pool, "delay", buf + n, len - n);
 }
 
-/* ---- live attributes: .sys/DEV/delay/{read,write,flush,discard} ---- */
+/* ---- live attributes: .sys/DEV/delay/ ---- */
 
-static int delay_show(struct blk_backend *be, enum delay_kind k, char *buf, size_t len)
+static int range_show(struct delay_dev *dd, const struct delay_range *field, char *buf,
+		      size_t len)
 {
-	struct delay_dev *dd = (struct delay_dev *)be;
 	struct delay_range r;
 	char s[DELAY_TEXT_MAX];
-	int n;
 
 	pthread_mutex_lock(&dd->lock);
-	r = dd->range[k];
+	r = *field;
 	pthread_mutex_unlock(&dd->lock);
 	format_range(s, sizeof(s), &r);
-	n = snprintf(buf, len, "%s\n", s);
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
+	return be_attr_out(buf, len, s);
 }
 
 /* The same syntax as the config; I/Os already held keep their due time. */
-static int delay_store(struct blk_backend *be, enum delay_kind k, const char *buf,
+static int range_store(struct delay_dev *dd, struct delay_range *field, const char *buf,
 		       size_t len)
 {
-	struct delay_dev *dd = (struct delay_dev *)be;
 	struct delay_range r;
-	int ret;
 
 	if (len && buf[len - 1] == '\n')
 		len--;
 	if (!len || len >= DELAY_TEXT_MAX || memchr(buf, '\0', len))
 		return -EINVAL;
-	ret = parse_range(buf, len, &r);
-	if (ret)
+	if (parse_range(buf, len, &r))
 		return -EINVAL;
 	pthread_mutex_lock(&dd->lock);
-	dd->range[k] = r;
+	*field = r;
+	update_active_locked(dd);
 	pthread_mutex_unlock(&dd->lock);
 	return 0;
 }
 
-#define DELAY_ATTR(kind, fn)							\
+#define DELAY_ATTR(field, fn)							\
 static int delay_##fn##_show(struct blk_backend *be, char *buf, size_t len)	\
 {										\
-	return delay_show(be, kind, buf, len);					\
+	struct delay_dev *dd = (struct delay_dev *)be;				\
+										\
+	return range_show(dd, &dd->field, buf, len);				\
 }										\
 static int delay_##fn##_store(struct blk_backend *be, const char *buf, size_t len) \
 {										\
-	return delay_store(be, kind, buf, len);					\
+	struct delay_dev *dd = (struct delay_dev *)be;				\
+										\
+	return range_store(dd, &dd->field, buf, len);				\
 }
 
-DELAY_ATTR(DL_READ, read)
-DELAY_ATTR(DL_WRITE, write)
-DELAY_ATTR(DL_FLUSH, flush)
-DELAY_ATTR(DL_DISCARD, discard)
+DELAY_ATTR(range[DL_READ], read)
+DELAY_ATTR(range[DL_WRITE], write)
+DELAY_ATTR(range[DL_FLUSH], flush)
+DELAY_ATTR(range[DL_DISCARD], discard)
+DELAY_ATTR(tail[DT_P90], p90)
+DELAY_ATTR(tail[DT_P99], p99)
+DELAY_ATTR(tail[DT_P999], p999)
+DELAY_ATTR(tail[DT_P9999], p9999)
+
+/* One `OFFSET LENGTH LATENCY` line per entry, in the order added. */
+static int delay_map_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct delay_dev *dd = (struct delay_dev *)be;
+	size_t i, off = 0;
+	int ret = 0;
+
+	if (!len)
+		return -EOVERFLOW;
+	buf[0] = '\0';
+	pthread_mutex_lock(&dd->lock);
+	for (i = 0; i < dd->nr_map; i++) {
+		char lat[DELAY_TEXT_MAX];
+		int n;
+
+		format_range(lat, sizeof(lat), &dd->map[i].lat);
+		n = snprintf(buf + off, len - off, "%llu %llu %s\n",
+			     (unsigned long long)dd->map[i].pos,
+			     (unsigned long long)dd->map[i].len, lat);
+		if (n < 0 || (size_t)n >= len - off) {
+			ret = -EOVERFLOW;
+			break;
+		}
+		off += (size_t)n;
+	}
+	pthread_mutex_unlock(&dd->lock);
+	return ret ? ret : (int)off;
+}
+
+/* `clear`, or lines to add; all or nothing. */
+static int delay_map_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct delay_dev *dd = (struct delay_dev *)be;
+	struct delay_map_ent *add;
+	char s[8];
+	size_t room;
+	int ret;
+
+	if (!len || len > DELAY_MAP_TEXT_MAX || memchr(buf, '\0', len))
+		return -EINVAL;
+	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
+		pthread_mutex_lock(&dd->lock);
+		dd->nr_map = 0;
+		update_active_locked(dd);
+		pthread_mutex_unlock(&dd->lock);
+		return 0;
+	}
+	/* parsed outside the lock, into a scratch copy: the map changes only whole */
+	add = malloc(DELAY_MAX_MAP * sizeof(*add));
+	if (!add)
+		return -ENOMEM;
+	pthread_mutex_lock(&dd->lock);
+	room = DELAY_MAX_MAP - dd->nr_map;
+	pthread_mutex_unlock(&dd->lock);
+	ret = parse_map(buf, len, '\n', dd->size, add, room);
+	if (ret <= 0) {
+		free(add);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&dd->lock);
+	/* Another store may have added meanwhile: check the room again. */
+	if (dd->nr_map + (size_t)ret > DELAY_MAX_MAP) {
+		ret = -EINVAL;
+	} else {
+		memcpy(dd->map + dd->nr_map, add, (size_t)ret * sizeof(*add));
+		dd->nr_map += (size_t)ret;
+		update_active_locked(dd);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&dd->lock);
+	free(add);
+	return ret;
+}
+
+static int delay_seed_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct delay_dev *dd = (struct delay_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&dd->lock);
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)dd->seed);
+	pthread_mutex_unlock(&dd->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* A number, or auto; the stream restarts from it. */
+static int delay_seed_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct delay_dev *dd = (struct delay_dev *)be;
+	bool is_auto;
+	uint64_t seed;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
+		return -EINVAL;
+	if (is_auto)
+		seed = be_seed_from_clock();
+	pthread_mutex_lock(&dd->lock);
+	dd->seed = seed;
+	dd->rng = seed;
+	pthread_mutex_unlock(&dd->lock);
+	say_seed(dd, seed, "stored");
+	return 0;
+}
 
 static const struct blk_attr delay_attrs[] = {
 	{ .name = "read", .show = delay_read_show, .store = delay_read_store },
 	{ .name = "write", .show = delay_write_show, .store = delay_write_store },
 	{ .name = "flush", .show = delay_flush_show, .store = delay_flush_store },
 	{ .name = "discard", .show = delay_discard_show, .store = delay_discard_store },
+	{ .name = "map", .show = delay_map_show, .store = delay_map_store },
+	{ .name = "p90", .show = delay_p90_show, .store = delay_p90_store },
+	{ .name = "p99", .show = delay_p99_show, .store = delay_p99_store },
+	{ .name = "p999", .show = delay_p999_show, .store = delay_p999_store },
+	{ .name = "p9999", .show = delay_p9999_show, .store = delay_p9999_store },
+	{ .name = "seed", .show = delay_seed_show, .store = delay_seed_store },
 	{ .name = NULL },
 };
-
-static const char *const delay_keys[] = { "read", "write", "flush", "discard", NULL };
 
 const struct blk_backend_ops delay_filter_ops = {
 	.name = "delay",
 	.is_filter = true,
 	.keys = delay_keys,
-	.help = "delay: hold I/O before passing it on; delay.read/write/flush/discard = 2ms, 500us, 1s or 1ms-5ms",
+	.help = "delay: hold I/O before passing it on; delay.read/write/flush/discard = 2ms, 500us or 1ms-5ms, "
+		"delay.map = OFFSET LENGTH LATENCY, ..., delay.p90/p99/p999/p9999 = 20ms (tail latency), "
+		"delay.seed = N|auto, delay.pool = 256",
 	.open = delay_open,
 	.close = delay_close,
 	.geometry = be_filter_geometry,

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * backends/fault.c - the fault filter: fails chosen I/O with a chosen errno,
- * so a test (or a person) can see what the cache, the daemon and the
- * software above make of a failing disk. A failed I/O is completed with the
- * error and never passed to the layer below: a failed write changes nothing.
+ * or holds it (a hang), so a test (or a person) can see what the cache, the
+ * daemon and the software above make of a failing disk. A failed I/O is
+ * completed with the error and never passed to the layer below: a failed
+ * write changes nothing.
  *
  * Keys (and live attrs of the same names, .sys/DEV/fault/ATTR):
  *	ops		which ops the knobs below apply to: a comma-separated
@@ -17,6 +18,12 @@
  *	persistent	yes: once a fault has fired, every later matching op
  *			fails too, until a knob is stored again; no (default):
  *			`after` fires once and disarms itself (shows off)
+ *	hang		yes: a fault that fires holds its I/O instead of failing
+ *			it (the device stops answering): it is passed on only
+ *			when released (the `release` attr) or after
+ *			hang_timeout; no (default): it fails with errno
+ *	hang_timeout	a duration: a hung I/O is passed on after this long;
+ *			0 (default): only `release` ends a hang
  *	badblocks	a bad-block map, one `OFFSET LENGTH [ERRNO]` per line
  *			(bytes, K/M/G/T suffixes taken; ERRNO defaults to EIO;
  *			in the config, entries separated by commas). Any READ,
@@ -25,13 +32,32 @@
  *			lines adds them; `clear` empties the map; a malformed
  *			line or a range outside the device is EINVAL and
  *			nothing changes.
+ *	badblocks_once	yes: an I/O that fails on the map clears the part of the
+ *			ranges it covered, so each bad block fails once and then
+ *			works (null_blk's badblocks_once)
+ *	badblocks_clear_on_write
+ *			yes: a WRITE, DISCARD or WRITE_ZEROES over bad blocks
+ *			succeeds and clears the part it covered, as a drive
+ *			remaps a sector; reads still fail until then (dm-dust)
+ *	seed		the random stream of `probability` (a number, or auto:
+ *			from the clock); printed to the daemon log
  *	enabled		no: everything passes (the map and the knobs are kept)
+ *	pool		how many hung I/Os are held without allocating (config only)
+ * Attrs only: `release` (write 1 or all: every hung I/O is passed on; an
+ * errno name: each fails with it) and `hung` (read-only: how many are held).
  *
- * Storing `after`, `persistent` or `enabled` re-arms: the count of matching
- * ops restarts at 0 and a persistent fault that had fired stops firing.
+ * Storing `after`, `persistent`, `hang` or `enabled` re-arms: the count of
+ * matching ops restarts at 0 and a persistent fault that had fired stops
+ * firing.
  *
- * Lock: fd->lock covers every knob, the map, the count and the random
- * state; it is held only to decide, never across a submit or an end_io.
+ * A hung I/O is the cache's own blk_io on fd->hung (its record from a pool
+ * filled at open); the hang thread passes it on at its timeout, `release`
+ * in the storing thread, close all at once. Whoever takes it off the list
+ * under fd->lock is the one who ends it.
+ *
+ * Lock: fd->lock covers every knob, the map, the count, the random state
+ * and the hung list; it is held only to decide, never across a submit or
+ * an end_io.
  */
 #include <errno.h>
 #include <math.h>
@@ -47,6 +73,8 @@
 #define FAULT_AFTER_OFF	UINT64_MAX
 #define FAULT_MAX_BAD	256		/* the listing fits a .sys read */
 #define FAULT_TEXT_MAX	(64 * FAULT_MAX_BAD)	/* the longest store taken */
+#define FAULT_SAY_CLEARS 10		/* clears said in the log, then only counted */
+#define FAULT_MAX_HANG_NS (24 * 3600ull * 1000000000)	/* hang_timeout: at most 1 day */
 
 /* Op bits; discard covers BLK_DISCARD and BLK_WRITE_ZEROES. */
 enum {
@@ -76,12 +104,22 @@ struct fault_bad {
 	int err;
 };
 
+/* A hung I/O: the cache's blk_io, held on fd->hung. From fd->pool. */
+struct fault_hang {
+	struct fault_hang *next;	/* fd->lock */
+	struct blk_io *io;
+	uint64_t since_ns;
+};
+
 struct fault_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;		/* device name, for messages; set at open */
 	uint64_t size;			/* the device's; set at open */
+	struct be_pool pool;		/* struct fault_hang */
+	pthread_t hang_thread;
 
 	pthread_mutex_t lock;
+	pthread_cond_t hang_cv;		/* to the hang thread: new hang, timeout, stop */
 	unsigned int ops;		/* lock: FO_* */
 	int err;			/* lock: positive errno */
 	double probability;		/* lock */
@@ -91,14 +129,27 @@ struct fault_dev {
 	bool fired;			/* lock: a persistent fault has fired */
 	bool enabled;			/* lock */
 	bool said;			/* lock: the first injection since armed was logged */
-	uint64_t rng;			/* lock: xorshift64* state */
-	struct fault_bad *bad;		/* lock: the map, in the order added */
+	bool hang;			/* lock */
+	bool once;			/* lock: badblocks_once */
+	bool clear_on_write;		/* lock: badblocks_clear_on_write */
+	bool stop;			/* lock: closing; the hang thread passes all on */
+	uint64_t hang_timeout_ns;	/* lock: 0 = until released */
+	uint64_t seed;			/* lock: the stream's seed, as shown */
+	uint64_t rng;			/* lock: splitmix64 state */
+	struct fault_bad bad[FAULT_MAX_BAD];	/* lock: the map, in the order added */
 	size_t nr_bad;			/* lock */
+	unsigned int nr_said_clears;	/* lock */
+	struct fault_hang *hung, **hung_tail;	/* lock: oldest first */
+	size_t nr_hung;			/* lock */
 
 	/* Counters for ->stat; atomic, read without a lock. */
 	uint64_t nr_injected;		/* every I/O failed here */
 	uint64_t nr_bad_hits;		/* of those, by the bad-block map */
 	uint64_t nr_matching;		/* ops the knobs applied to */
+	uint64_t nr_cleared;		/* I/Os that cleared bad blocks (once, or a write) */
+	uint64_t nr_hangs;		/* I/Os hung */
+	uint64_t nr_released;		/* of those, ended by `release` */
+	uint64_t nr_timed_out;		/* of those, passed on at hang_timeout */
 };
 
 static unsigned int op_bit(enum blk_op op)
@@ -112,39 +163,6 @@ static unsigned int op_bit(enum blk_op op)
 }
 
 /* ---- parsing: every parser takes a NUL-terminated, trimmed string ---- */
-
-/* An errno name (EIO, eio) or number (5): the positive errno, or -EINVAL. */
-static int parse_errno(const char *s)
-{
-	char *end;
-	long v;
-	int e;
-
-	if (*s >= '0' && *s <= '9') {
-		errno = 0;
-		v = strtol(s, &end, 10);
-		if (errno || *end || v <= 0 || v >= BLK_MAX_ERRNO)
-			return -EINVAL;
-		return (int)v;
-	}
-	for (e = 1; e < 256; e++) {
-		const char *n = strerrorname_np(e);
-
-		if (n && !strcasecmp(n, s))
-			return e;
-	}
-	return -EINVAL;
-}
-
-static const char *errno_name(int e, char *buf, size_t len)
-{
-	const char *n = strerrorname_np(e);
-
-	if (n)
-		return n;
-	snprintf(buf, len, "%d", e);
-	return buf;
-}
 
 /* "read,write", "all": FO_* bits, or -EINVAL (an empty item is an error). */
 static int parse_ops(const char *s)
@@ -199,22 +217,6 @@ static void format_ops(unsigned int mask, char *buf, size_t len)
 	}
 }
 
-/* A decimal in [0, 1] ("0", "0.25", "1", "1e-3"). */
-static int parse_probability(const char *s, double *out)
-{
-	char *end;
-	double v;
-
-	if (!((*s >= '0' && *s <= '9') || *s == '.'))
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || *end || !isfinite(v) || v < 0 || v > 1)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 /* "off" (also "none", "never") or a count below UINT64_MAX. */
 static int parse_after(const char *s, uint64_t *out)
 {
@@ -236,134 +238,148 @@ static int parse_after(const char *s, uint64_t *out)
 }
 
 /*
- * One bad-block entry, "OFFSET LENGTH [ERRNO]" (@s/@n, not terminated),
- * checked against the device size. Blank entries are -ENOENT (skipped).
+ * The bad-block entries of @s/@n (@sep between entries), each
+ * "OFFSET LENGTH [ERRNO]" inside the device, into @out (room for @room).
+ * Returns how many, -EINVAL for a malformed entry, -ENOSPC past @room.
  */
-static int parse_bad(const char *s, size_t n, uint64_t size, struct fault_bad *out)
+static int parse_bad_list(const char *s, size_t n, char sep, uint64_t size,
+			  struct fault_bad *out, size_t room)
 {
 	char tok[3][32];
-	int nt = 0, e = EIO;
-	uint64_t pos, len;
+	size_t cnt = 0;
+	int nt;
 
-	for (;;) {
-		size_t k = 0;
+	while ((nt = be_entries(&s, &n, sep, tok, 3)) != -ENOENT) {
+		struct fault_bad b = { .err = EIO };
 
-		while (n && (*s == ' ' || *s == '\t' || *s == '\r'))
-			s++, n--;
-		if (!n)
-			break;
-		if (nt == 3)
+		if (nt < 0)
 			return -EINVAL;
-		while (k < n && s[k] != ' ' && s[k] != '\t' && s[k] != '\r')
-			k++;
-		if (k >= sizeof(tok[0]))
+		if (!nt)
+			continue;
+		if (nt < 2 || blk_parse_size(tok[0], &b.pos) || blk_parse_size(tok[1], &b.len))
 			return -EINVAL;
-		memcpy(tok[nt], s, k);
-		tok[nt][k] = '\0';
-		nt++;
-		s += k;
-		n -= k;
-	}
-	if (!nt)
-		return -ENOENT;
-	if (nt < 2)
-		return -EINVAL;
-	if (blk_parse_size(tok[0], &pos) || blk_parse_size(tok[1], &len))
-		return -EINVAL;
-	if (!len || pos >= size || len > size - pos)
-		return -EINVAL;
-	if (nt == 3) {
-		e = parse_errno(tok[2]);
-		if (e < 0)
+		if (!b.len || b.pos >= size || b.len > size - b.pos)
 			return -EINVAL;
+		if (nt == 3) {
+			b.err = be_parse_errno(tok[2]);
+			if (b.err < 0)
+				return -EINVAL;
+		}
+		if (cnt == room)
+			return -ENOSPC;
+		out[cnt++] = b;
 	}
-	out->pos = pos;
-	out->len = len;
-	out->err = e;
-	return 0;
-}
-
-/*
- * Entries of @s/@n separated by @sep into a new array (*@out, *@nr);
- * -EINVAL for any malformed entry. @room: how many may be added.
- */
-static int parse_bad_list(const char *s, size_t n, char sep, uint64_t size, size_t room,
-			  struct fault_bad **out, size_t *nr)
-{
-	struct fault_bad *v = NULL;
-	size_t cnt = 0, cap = 0;
-
-	while (n) {
-		const char *end = memchr(s, sep, n);
-		size_t k = end ? (size_t)(end - s) : n;
-		struct fault_bad b;
-		int ret = parse_bad(s, k, size, &b);
-
-		if (ret && ret != -ENOENT) {
-			free(v);
-			return ret;
-		}
-		if (!ret) {
-			if (cnt == room) {
-				free(v);
-				return -ENOSPC;
-			}
-			if (cnt == cap) {
-				size_t c = cap ? 2 * cap : 8;
-				struct fault_bad *nv = realloc(v, c * sizeof(*nv));
-
-				if (!nv) {
-					free(v);
-					return -ENOMEM;
-				}
-				v = nv;
-				cap = c;
-			}
-			v[cnt++] = b;
-		}
-		s += k;
-		n -= k;
-		if (end) {
-			s++;
-			n--;
-		}
-	}
-	*out = v;
-	*nr = cnt;
-	return 0;
+	return (int)cnt;
 }
 
 /* ---- deciding ---- */
 
-static double rand01_locked(struct fault_dev *fd)
-{
-	uint64_t x = fd->rng;
+/* What becomes of an I/O. */
+struct fault_verdict {
+	int err;		/* fail with -err (0: not failed) */
+	bool hang;		/* hold it instead */
+	bool bad_hit;		/* the map failed it */
+	bool cleared;		/* it cleared bad blocks */
+};
 
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	fd->rng = x;
-	return (double)((x * 0x2545f4914f6cdd1dull) >> 11) / (double)(1ull << 53);
+static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
+{
+	return pos < b->pos + b->len && b->pos < pos + len;
 }
 
-/* The errno @io fails with, or 0 to pass it on. */
-static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad_hit)
+/*
+ * Take [pos, pos + len) out of the map. A range cut in the middle becomes
+ * two; with the map full, the smaller piece is cleared too (said once):
+ * a block more works, rather than a block written or failed once failing
+ * again. Caller holds fd->lock.
+ */
+static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
+			     const char *why)
 {
+	uint64_t end = pos + len;
+	size_t i = 0;
+
+	while (i < fd->nr_bad) {
+		struct fault_bad *b = &fd->bad[i];
+		uint64_t b_end = b->pos + b->len;
+
+		if (!overlaps(b, pos, len)) {
+			i++;
+			continue;
+		}
+		if (fd->nr_said_clears < FAULT_SAY_CLEARS) {
+			uint64_t c0 = b->pos > pos ? b->pos : pos;
+			uint64_t c1 = b_end < end ? b_end : end;
+
+			fprintf(stderr, "blkfs: fault: %s: bad blocks %llu+%llu cleared by %s%s\n",
+				fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), why,
+				++fd->nr_said_clears == FAULT_SAY_CLEARS ?
+				" (further clears are only counted: fault_badblocks_cleared)" : "");
+		}
+		if (pos <= b->pos && end >= b_end) {
+			/* all of it: the later entries move up, order kept */
+			memmove(b, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
+			fd->nr_bad--;
+			continue;
+		}
+		if (pos <= b->pos) {
+			b->len = b_end - end;
+			b->pos = end;
+		} else if (end >= b_end) {
+			b->len = pos - b->pos;
+		} else if (fd->nr_bad < FAULT_MAX_BAD) {
+			memmove(b + 2, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
+			fd->nr_bad++;
+			b[1] = (struct fault_bad){ .pos = end, .len = b_end - end, .err = b->err };
+			b->len = pos - b->pos;
+			i++;
+		} else {
+			fprintf(stderr, "blkfs: fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too\n",
+				fd->dev, FAULT_MAX_BAD, why, (unsigned long long)pos,
+				(unsigned long long)len, (unsigned long long)b->pos,
+				(unsigned long long)b->len);
+			if (pos - b->pos >= b_end - end) {
+				b->len = pos - b->pos;
+			} else {
+				b->len = b_end - end;
+				b->pos = end;
+			}
+		}
+		i++;
+	}
+}
+
+static bool is_write_op(enum blk_op op)
+{
+	return op == BLK_WRITE || op == BLK_DISCARD || op == BLK_WRITE_ZEROES;
+}
+
+/* What becomes of @io: the map first, then the knobs. */
+static struct fault_verdict fault_decide(struct fault_dev *fd, const struct blk_io *io)
+{
+	struct fault_verdict v = { 0 };
 	unsigned int bit = op_bit(io->op);
-	int err = 0;
 	size_t i;
 
-	*bad_hit = false;
 	pthread_mutex_lock(&fd->lock);
 	if (!fd->enabled)
 		goto out_unlock;
 	if (io->op != BLK_FLUSH) {
-		for (i = 0; i < fd->nr_bad; i++) {
-			const struct fault_bad *b = &fd->bad[i];
-
-			if (io->pos < b->pos + b->len && b->pos < io->pos + io->len) {
-				err = b->err;
-				*bad_hit = true;
+		for (i = 0; i < fd->nr_bad; i++)
+			if (overlaps(&fd->bad[i], io->pos, io->len))
+				break;
+		if (i < fd->nr_bad) {
+			if (fd->clear_on_write && is_write_op(io->op)) {
+				/* remapped: the write goes on, the knobs below still apply */
+				clear_bad_locked(fd, io->pos, io->len, blk_op_name(io->op));
+				v.cleared = true;
+			} else {
+				v.err = fd->bad[i].err;
+				v.bad_hit = true;
+				if (fd->once) {
+					clear_bad_locked(fd, io->pos, io->len, "a failed I/O (badblocks_once)");
+					v.cleared = true;
+				}
 				goto out_unlock;
 			}
 		}
@@ -372,23 +388,23 @@ static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad
 		goto out_unlock;
 	__atomic_add_fetch(&fd->nr_matching, 1, __ATOMIC_RELAXED);
 	if (fd->fired) {
-		err = fd->err;
-		goto out_unlock;
+		v.err = fd->err;
+		goto out_fired;
 	}
 	if (fd->after != FAULT_AFTER_OFF) {
 		if (fd->passed >= fd->after) {
-			err = fd->err;
+			v.err = fd->err;
 			if (!fd->persistent)
 				fd->after = FAULT_AFTER_OFF;	/* fired once: disarmed */
 		} else {
 			fd->passed++;
 		}
 	}
-	if (!err && fd->probability > 0 && rand01_locked(fd) < fd->probability)
-		err = fd->err;
-	if (err && fd->persistent)
+	if (!v.err && fd->probability > 0 && be_rand01(&fd->rng) < fd->probability)
+		v.err = fd->err;
+	if (v.err && fd->persistent)
 		fd->fired = true;
-	if (err && !fd->said) {
+	if (v.err && !fd->said) {
 		char eb[16], where[48] = "";
 
 		fd->said = true;
@@ -396,40 +412,167 @@ static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad
 			snprintf(where, sizeof(where), " at %llu+%llu", (unsigned long long)io->pos,
 				 (unsigned long long)io->len);
 		fprintf(stderr, "blkfs: fault: %s: injecting %s into %s%s%s\n",
-			fd->dev, errno_name(err, eb, sizeof(eb)), blk_op_name(io->op), where,
-			fd->persistent ? " (persistent: every later one fails too)" : "");
+			fd->dev, fd->hang ? "a hang" : be_errno_name(v.err, eb, sizeof(eb)),
+			blk_op_name(io->op), where,
+			fd->persistent ? " (persistent: every later one too)" : "");
+	}
+out_fired:
+	if (v.err && fd->hang) {
+		v.err = 0;
+		v.hang = true;
 	}
 out_unlock:
 	pthread_mutex_unlock(&fd->lock);
-	return err;
+	return v;
+}
+
+/* ---- hangs ---- */
+
+/* Pass a hung I/O on (the hang is over) or fail it with @err. */
+static void hang_end(struct fault_dev *fd, struct fault_hang *h, int err)
+{
+	struct blk_io *io = h->io;
+	int ret;
+
+	be_pool_put(&fd->pool, h);
+	if (err) {
+		io->end_io(io, -err);
+		return;
+	}
+	ret = blk_submit(fd->be.next, io);
+	/* We took it: a refusal below becomes its completion. */
+	if (ret)
+		io->end_io(io, ret);
+}
+
+/* Hold @io until released or timed out; -ENOMEM when no record can be had. */
+static int hang_add(struct fault_dev *fd, struct blk_io *io)
+{
+	struct fault_hang *h = be_pool_get(&fd->pool);
+
+	if (!h)
+		return -ENOMEM;
+	/* passed on later by another thread: nobody waits in that one */
+	io->flags &= ~BLK_IO_WAITED;
+	h->io = io;
+	h->next = NULL;
+	h->since_ns = be_now_ns();
+	pthread_mutex_lock(&fd->lock);
+	*fd->hung_tail = h;
+	fd->hung_tail = &h->next;
+	fd->nr_hung++;
+	pthread_cond_signal(&fd->hang_cv);
+	pthread_mutex_unlock(&fd->lock);
+	__atomic_add_fetch(&fd->nr_hangs, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/*
+ * Take every hung I/O off the list (all, or those past their timeout at
+ * @now) into a list of the caller's. Caller holds fd->lock.
+ */
+static struct fault_hang *hang_take_locked(struct fault_dev *fd, bool all, uint64_t now)
+{
+	struct fault_hang *taken = NULL, **tail = &taken, **pp = &fd->hung, *h;
+
+	while ((h = *pp)) {
+		if (all || (fd->hang_timeout_ns && now - h->since_ns >= fd->hang_timeout_ns)) {
+			*pp = h->next;
+			fd->nr_hung--;
+			h->next = NULL;
+			*tail = h;
+			tail = &h->next;
+		} else {
+			pp = &h->next;
+		}
+	}
+	fd->hung_tail = pp;
+	return taken;
+}
+
+/* Ends each hang at its timeout; at close, all of them at once. */
+static void *hang_main(void *arg)
+{
+	struct fault_dev *fd = arg;
+
+	pthread_mutex_lock(&fd->lock);
+	for (;;) {
+		uint64_t now = be_now_ns(), due = UINT64_MAX;
+		struct fault_hang *taken, *h;
+		bool stop = fd->stop;
+
+		taken = hang_take_locked(fd, stop, now);
+		if (taken) {
+			pthread_mutex_unlock(&fd->lock);
+			while ((h = taken)) {
+				taken = h->next;
+				if (!stop)
+					__atomic_add_fetch(&fd->nr_timed_out, 1, __ATOMIC_RELAXED);
+				hang_end(fd, h, 0);
+			}
+			pthread_mutex_lock(&fd->lock);
+			continue;
+		}
+		if (stop)
+			break;
+		if (fd->hang_timeout_ns)
+			for (h = fd->hung; h; h = h->next)
+				if (h->since_ns + fd->hang_timeout_ns < due)
+					due = h->since_ns + fd->hang_timeout_ns;
+		if (due == UINT64_MAX) {
+			pthread_cond_wait(&fd->hang_cv, &fd->lock);
+		} else {
+			struct timespec ts = {
+				.tv_sec = (time_t)(due / 1000000000ull),
+				.tv_nsec = (long)(due % 1000000000ull),
+			};
+
+			pthread_cond_timedwait(&fd->hang_cv, &fd->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&fd->lock);
+	return NULL;
 }
 
 static int fault_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	bool bad_hit;
-	int err = fault_decide(fd, io, &bad_hit);
+	struct fault_verdict v = fault_decide(fd, io);
 
-	if (!err)
+	if (v.cleared)
+		__atomic_add_fetch(&fd->nr_cleared, 1, __ATOMIC_RELAXED);
+	if (v.hang)
+		return hang_add(fd, io);
+	if (!v.err)
 		return blk_submit(be->next, io);
 	__atomic_add_fetch(&fd->nr_injected, 1, __ATOMIC_RELAXED);
-	if (bad_hit)
+	if (v.bad_hit)
 		__atomic_add_fetch(&fd->nr_bad_hits, 1, __ATOMIC_RELAXED);
 	/* Taken and failed, as a disk fails it: the error is the I/O's result. */
-	io->end_io(io, -err);
+	io->end_io(io, -v.err);
 	return 0;
 }
 
 /* ---- open, close, geometry, stat ---- */
 
 static const char *const fault_keys[] = {
-	"ops", "errno", "probability", "after", "persistent", "badblocks", "enabled", NULL,
+	"ops", "errno", "probability", "after", "persistent", "hang", "hang_timeout",
+	"badblocks", "badblocks_once", "badblocks_clear_on_write", "seed", "enabled", "pool",
+	NULL,
 };
+
+static void say_seed(const struct fault_dev *fd, uint64_t seed, const char *why)
+{
+	fprintf(stderr, "blkfs: fault: %s: seed %llu (%s; fault.seed = %llu replays it)\n",
+		fd->dev, (unsigned long long)seed, why, (unsigned long long)seed);
+}
 
 static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct blk_geometry geo;
 	struct fault_dev *fd;
+	pthread_condattr_t ca;
+	unsigned int pool;
 	const char *s;
 	int ret;
 
@@ -449,6 +592,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	fd->err = EIO;
 	fd->after = FAULT_AFTER_OFF;
 	fd->enabled = true;
+	fd->hung_tail = &fd->hung;
 
 	s = blk_param_get(p, "ops");
 	if (s) {
@@ -463,7 +607,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	}
 	s = blk_param_get(p, "errno");
 	if (s) {
-		ret = parse_errno(s);
+		ret = be_parse_errno(s);
 		if (ret < 0) {
 			ret = blk_param_error(p, "errno",
 				"'%s' is not an errno (allowed: a name such as EIO, ENOSPC, ENOMEM, EROFS, or a number)",
@@ -473,7 +617,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 		fd->err = ret;
 	}
 	s = blk_param_get(p, "probability");
-	if (s && parse_probability(s, &fd->probability)) {
+	if (s && be_parse_probability(s, &fd->probability)) {
 		ret = blk_param_error(p, "probability", "'%s' is not a probability (allowed: 0 to 1, such as 0.01)", s);
 		goto out_free;
 	}
@@ -483,58 +627,112 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 		goto out_free;
 	}
 	ret = blk_param_bool(p, "persistent", false, &fd->persistent);
+	if (!ret)
+		ret = blk_param_bool(p, "hang", false, &fd->hang);
+	if (!ret)
+		ret = blk_param_duration(p, "hang_timeout", 0, 0, FAULT_MAX_HANG_NS, 0,
+					 &fd->hang_timeout_ns);
+	if (!ret)
+		ret = blk_param_bool(p, "enabled", true, &fd->enabled);
+	if (!ret)
+		ret = blk_param_bool(p, "badblocks_once", false, &fd->once);
+	if (!ret)
+		ret = blk_param_bool(p, "badblocks_clear_on_write", false, &fd->clear_on_write);
+	if (!ret)
+		ret = be_param_seed(p, &fd->seed);
+	if (!ret)
+		ret = be_param_pool(p, &pool);
 	if (ret)
 		goto out_free;
-	ret = blk_param_bool(p, "enabled", true, &fd->enabled);
-	if (ret)
-		goto out_free;
+	fd->rng = fd->seed;
 	s = blk_param_get(p, "badblocks");
 	if (s) {
-		ret = parse_bad_list(s, strlen(s), ',', fd->size, FAULT_MAX_BAD, &fd->bad, &fd->nr_bad);
-		if (ret) {
+		ret = parse_bad_list(s, strlen(s), ',', fd->size, fd->bad, FAULT_MAX_BAD);
+		if (ret < 0) {
 			ret = blk_param_error(p, "badblocks",
 				"'%s' is not a list of bad ranges inside the device (allowed: OFFSET LENGTH [ERRNO], comma-separated, at most %d, with OFFSET + LENGTH <= %llu)",
 				s, FAULT_MAX_BAD, (unsigned long long)fd->size);
 			goto out_free;
 		}
+		fd->nr_bad = (size_t)ret;
 	}
-	fd->rng = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)fd ^ 0x9e3779b97f4a7c15ull;
-	if (!fd->rng)
-		fd->rng = 1;
+	ret = be_pool_init(&fd->pool, pool, sizeof(struct fault_hang), 64);
+	if (ret)
+		goto out_err;
 	ret = -pthread_mutex_init(&fd->lock, NULL);
-	if (ret) {
-		blk_param_error(p, NULL, "cannot set up the fault filter: %s", strerror(-ret));
-		goto out_free;
-	}
+	if (ret)
+		goto out_destroy_pool;
+	/* Hang timeouts are CLOCK_MONOTONIC: a wall-clock jump must not end one. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	ret = -pthread_cond_init(&fd->hang_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (ret)
+		goto out_destroy_lock;
+	ret = -pthread_create(&fd->hang_thread, NULL, hang_main, fd);
+	if (ret)
+		goto out_destroy_cv;
 	fd->be.ops = &fault_filter_ops;
 	fd->be.next = next;
+	say_seed(fd, fd->seed, "at open");
 	return &fd->be;
 
+out_destroy_cv:
+	pthread_cond_destroy(&fd->hang_cv);
+out_destroy_lock:
+	pthread_mutex_destroy(&fd->lock);
+out_destroy_pool:
+	be_pool_destroy(&fd->pool);
+out_err:
+	blk_param_error(p, NULL, "cannot set up the fault filter: %s", strerror(-ret));
 out_free:
-	free(fd->bad);
 	free(fd);
 	return ERR_PTR(ret);
 }
 
-/* Nothing of ours is in flight: a passed I/O is the layer below's. */
+/*
+ * Every hung I/O is passed on now (nobody is left to release it); a passed
+ * I/O is the layer below's, which is closed after us and waits for it.
+ */
 static void fault_close(struct blk_backend *be)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
 
+	pthread_mutex_lock(&fd->lock);
+	fd->stop = true;
+	pthread_cond_signal(&fd->hang_cv);
+	pthread_mutex_unlock(&fd->lock);
+	pthread_join(fd->hang_thread, NULL);
+	pthread_cond_destroy(&fd->hang_cv);
 	pthread_mutex_destroy(&fd->lock);
-	free(fd->bad);
+	be_pool_destroy(&fd->pool);
 	free(fd);
 }
 
 static size_t fault_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
+	size_t n, hung, bad;
 
-	return be_stat_printf(buf, len,
-			      "fault_injected %llu\nfault_badblock_injected %llu\nfault_matching_ops %llu\n",
-			      (unsigned long long)__atomic_load_n(&fd->nr_injected, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&fd->nr_bad_hits, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&fd->nr_matching, __ATOMIC_RELAXED));
+	pthread_mutex_lock(&fd->lock);
+	hung = fd->nr_hung;
+	bad = fd->nr_bad;
+	pthread_mutex_unlock(&fd->lock);
+	n = be_stat_printf(buf, len,
+			   "fault_injected %llu\nfault_badblock_injected %llu\nfault_matching_ops %llu\n"
+			   "fault_badblocks_cleared %llu\nfault_badblock_ranges %zu\n"
+			   "fault_hangs %llu\nfault_hung_ios %zu\nfault_hangs_released %llu\n"
+			   "fault_hangs_timed_out %llu\n",
+			   (unsigned long long)__atomic_load_n(&fd->nr_injected, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fd->nr_bad_hits, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fd->nr_matching, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fd->nr_cleared, __ATOMIC_RELAXED),
+			   bad,
+			   (unsigned long long)__atomic_load_n(&fd->nr_hangs, __ATOMIC_RELAXED),
+			   hung,
+			   (unsigned long long)__atomic_load_n(&fd->nr_released, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fd->nr_timed_out, __ATOMIC_RELAXED));
+	return n + be_pool_stat(&fd->pool, "fault", buf + n, len - n);
 }
 
 /* ---- live attributes: .sys/DEV/fault/ ---- */
@@ -584,7 +782,7 @@ static int fault_errno_show(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_lock(&fd->lock);
 	e = fd->err;
 	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, errno_name(e, eb, sizeof(eb)));
+	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
 }
 
 static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len)
@@ -595,7 +793,7 @@ static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len
 
 	if (be_attr_text(buf, len, s, sizeof(s)))
 		return -EINVAL;
-	e = parse_errno(s);
+	e = be_parse_errno(s);
 	if (e < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
@@ -608,15 +806,11 @@ static int fault_probability_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
 	double p;
-	int n;
 
 	pthread_mutex_lock(&fd->lock);
 	p = fd->probability;
 	pthread_mutex_unlock(&fd->lock);
-	n = snprintf(buf, len, "%.17g\n", p);
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
+	return be_probability_out(buf, len, p);
 }
 
 static int fault_probability_store(struct blk_backend *be, const char *buf, size_t len)
@@ -625,7 +819,7 @@ static int fault_probability_store(struct blk_backend *be, const char *buf, size
 	char s[64];
 	double p;
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || parse_probability(s, &p))
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_probability(s, &p))
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
 	fd->probability = p;
@@ -675,7 +869,8 @@ static int bool_show(struct fault_dev *fd, const bool *field, char *buf, size_t 
 	return be_attr_out(buf, len, v ? "1" : "0");
 }
 
-static int bool_store(struct fault_dev *fd, bool *field, const char *buf, size_t len)
+static int bool_store(struct fault_dev *fd, bool *field, bool rearm, const char *buf,
+		      size_t len)
 {
 	char s[8];
 	bool v;
@@ -684,37 +879,140 @@ static int bool_store(struct fault_dev *fd, bool *field, const char *buf, size_t
 		return -EINVAL;
 	pthread_mutex_lock(&fd->lock);
 	*field = v;
-	rearm_locked(fd);
+	if (rearm)
+		rearm_locked(fd);
 	pthread_mutex_unlock(&fd->lock);
 	return 0;
 }
 
-static int fault_persistent_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-
-	return bool_show(fd, &fd->persistent, buf, len);
+#define FAULT_BOOL_ATTR(field, rearm)						\
+static int fault_##field##_show(struct blk_backend *be, char *buf, size_t len)	\
+{										\
+	struct fault_dev *fd = (struct fault_dev *)be;				\
+										\
+	return bool_show(fd, &fd->field, buf, len);				\
+}										\
+static int fault_##field##_store(struct blk_backend *be, const char *buf, size_t len) \
+{										\
+	struct fault_dev *fd = (struct fault_dev *)be;				\
+										\
+	return bool_store(fd, &fd->field, rearm, buf, len);			\
 }
 
-static int fault_persistent_store(struct blk_backend *be, const char *buf, size_t len)
+FAULT_BOOL_ATTR(persistent, true)
+FAULT_BOOL_ATTR(enabled, true)
+FAULT_BOOL_ATTR(hang, true)
+FAULT_BOOL_ATTR(once, false)
+FAULT_BOOL_ATTR(clear_on_write, false)
+
+static int fault_hang_timeout_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
+	char s[32];
+	uint64_t ns;
 
-	return bool_store(fd, &fd->persistent, buf, len);
+	pthread_mutex_lock(&fd->lock);
+	ns = fd->hang_timeout_ns;
+	pthread_mutex_unlock(&fd->lock);
+	blk_format_duration(s, sizeof(s), ns);
+	return be_attr_out(buf, len, s);
 }
 
-static int fault_enabled_show(struct blk_backend *be, char *buf, size_t len)
+/* Applies to the I/Os hung now as well: each ends at its start + the new timeout. */
+static int fault_hang_timeout_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
+	char s[32];
+	uint64_t ns;
 
-	return bool_show(fd, &fd->enabled, buf, len);
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 0, &ns) ||
+	    ns > FAULT_MAX_HANG_NS)
+		return -EINVAL;
+	pthread_mutex_lock(&fd->lock);
+	fd->hang_timeout_ns = ns;
+	pthread_cond_signal(&fd->hang_cv);
+	pthread_mutex_unlock(&fd->lock);
+	return 0;
 }
 
-static int fault_enabled_store(struct blk_backend *be, const char *buf, size_t len)
+static int fault_hung_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
+	char s[24];
 
-	return bool_store(fd, &fd->enabled, buf, len);
+	pthread_mutex_lock(&fd->lock);
+	snprintf(s, sizeof(s), "%zu", fd->nr_hung);
+	pthread_mutex_unlock(&fd->lock);
+	return be_attr_out(buf, len, s);
+}
+
+static int fault_release_show(struct blk_backend *be, char *buf, size_t len)
+{
+	(void)be;
+	return be_attr_out(buf, len, "0");
+}
+
+/*
+ * `1` or `all`: every hung I/O goes on to the layer below; an errno name
+ * or number: each fails with it. Ends what is hung now; a later fault
+ * hangs again. With nothing hung it succeeds and does nothing.
+ */
+static int fault_release_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct fault_dev *fd = (struct fault_dev *)be;
+	struct fault_hang *taken, *h;
+	char s[32];
+	int err = 0;
+
+	if (be_attr_text(buf, len, s, sizeof(s)))
+		return -EINVAL;
+	if (strcmp(s, "1") && strcasecmp(s, "all")) {
+		err = be_parse_errno(s);
+		if (err < 0)
+			return -EINVAL;
+	}
+	pthread_mutex_lock(&fd->lock);
+	taken = hang_take_locked(fd, true, 0);
+	pthread_mutex_unlock(&fd->lock);
+	while ((h = taken)) {
+		taken = h->next;
+		__atomic_add_fetch(&fd->nr_released, 1, __ATOMIC_RELAXED);
+		if (err)
+			__atomic_add_fetch(&fd->nr_injected, 1, __ATOMIC_RELAXED);
+		hang_end(fd, h, err);
+	}
+	return 0;
+}
+
+static int fault_seed_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct fault_dev *fd = (struct fault_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&fd->lock);
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)fd->seed);
+	pthread_mutex_unlock(&fd->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* A number, or auto; the stream restarts from it. */
+static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct fault_dev *fd = (struct fault_dev *)be;
+	bool is_auto;
+	uint64_t seed;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
+		return -EINVAL;
+	if (is_auto)
+		seed = be_seed_from_clock();
+	pthread_mutex_lock(&fd->lock);
+	fd->seed = seed;
+	fd->rng = seed;
+	pthread_mutex_unlock(&fd->lock);
+	say_seed(fd, seed, "stored");
+	return 0;
 }
 
 /* One `OFFSET LENGTH ERRNO` line per range, in the order added. */
@@ -733,7 +1031,7 @@ static int fault_badblocks_show(struct blk_backend *be, char *buf, size_t len)
 		int n = snprintf(buf + off, len - off, "%llu %llu %s\n",
 				 (unsigned long long)fd->bad[i].pos,
 				 (unsigned long long)fd->bad[i].len,
-				 errno_name(fd->bad[i].err, eb, sizeof(eb)));
+				 be_errno_name(fd->bad[i].err, eb, sizeof(eb)));
 
 		if (n < 0 || (size_t)n >= len - off) {
 			ret = -EOVERFLOW;
@@ -752,8 +1050,8 @@ static int fault_badblocks_show(struct blk_backend *be, char *buf, size_t len)
 static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	struct fault_bad *add, *v;
-	size_t nr, room;
+	struct fault_bad *add;
+	size_t room;
 	char s[8];
 	int ret;
 
@@ -761,38 +1059,31 @@ static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t
 		return -EINVAL;
 	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
 		pthread_mutex_lock(&fd->lock);
-		v = fd->bad;
-		fd->bad = NULL;
 		fd->nr_bad = 0;
 		pthread_mutex_unlock(&fd->lock);
-		free(v);
 		return 0;
 	}
+	/* parsed outside the lock, into a scratch copy: the map changes only whole */
+	add = malloc(FAULT_MAX_BAD * sizeof(*add));
+	if (!add)
+		return -ENOMEM;
 	pthread_mutex_lock(&fd->lock);
 	room = FAULT_MAX_BAD - fd->nr_bad;
 	pthread_mutex_unlock(&fd->lock);
-	ret = parse_bad_list(buf, len, '\n', fd->size, room, &add, &nr);
-	if (ret)
-		return ret == -ENOMEM ? ret : -EINVAL;
-	if (!nr) {
+	ret = parse_bad_list(buf, len, '\n', fd->size, add, room);
+	if (ret <= 0) {
 		free(add);
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&fd->lock);
 	/* Another store may have added meanwhile: check the room again. */
-	if (fd->nr_bad + nr > FAULT_MAX_BAD) {
+	if (fd->nr_bad + (size_t)ret > FAULT_MAX_BAD) {
 		ret = -EINVAL;
-		goto out_unlock;
+	} else {
+		memcpy(fd->bad + fd->nr_bad, add, (size_t)ret * sizeof(*add));
+		fd->nr_bad += (size_t)ret;
+		ret = 0;
 	}
-	v = realloc(fd->bad, (fd->nr_bad + nr) * sizeof(*v));
-	if (!v) {
-		ret = -ENOMEM;
-		goto out_unlock;
-	}
-	memcpy(v + fd->nr_bad, add, nr * sizeof(*v));
-	fd->bad = v;
-	fd->nr_bad += nr;
-out_unlock:
 	pthread_mutex_unlock(&fd->lock);
 	free(add);
 	return ret;
@@ -804,7 +1095,15 @@ static const struct blk_attr fault_attrs[] = {
 	{ .name = "probability", .show = fault_probability_show, .store = fault_probability_store },
 	{ .name = "after", .show = fault_after_show, .store = fault_after_store },
 	{ .name = "persistent", .show = fault_persistent_show, .store = fault_persistent_store },
+	{ .name = "hang", .show = fault_hang_show, .store = fault_hang_store },
+	{ .name = "hang_timeout", .show = fault_hang_timeout_show, .store = fault_hang_timeout_store },
+	{ .name = "release", .show = fault_release_show, .store = fault_release_store },
+	{ .name = "hung", .show = fault_hung_show },
 	{ .name = "badblocks", .show = fault_badblocks_show, .store = fault_badblocks_store },
+	{ .name = "badblocks_once", .show = fault_once_show, .store = fault_once_store },
+	{ .name = "badblocks_clear_on_write", .show = fault_clear_on_write_show,
+	  .store = fault_clear_on_write_store },
+	{ .name = "seed", .show = fault_seed_show, .store = fault_seed_store },
 	{ .name = "enabled", .show = fault_enabled_show, .store = fault_enabled_store },
 	{ .name = NULL },
 };
@@ -813,9 +1112,11 @@ const struct blk_backend_ops fault_filter_ops = {
 	.name = "fault",
 	.is_filter = true,
 	.keys = fault_keys,
-	.help = "fault: fail I/O with an errno; fault.ops = read,write,flush,discard, fault.errno = EIO, "
+	.help = "fault: fail or hang I/O; fault.ops = read,write,flush,discard, fault.errno = EIO, "
 		"fault.probability = 0..1, fault.after = N, fault.persistent = yes|no, "
-		"fault.badblocks = OFFSET LENGTH ERRNO, ...",
+		"fault.hang = yes|no, fault.hang_timeout = 30s, "
+		"fault.badblocks = OFFSET LENGTH ERRNO, ..., fault.badblocks_once = yes|no, "
+		"fault.badblocks_clear_on_write = yes|no, fault.seed = N|auto",
 	.open = fault_open,
 	.close = fault_close,
 	.geometry = be_filter_geometry,

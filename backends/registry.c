@@ -18,6 +18,8 @@ static const struct blk_backend_ops *const backend_table[] = {
 	&log_filter_ops,
 	&delay_filter_ops,
 	&fault_filter_ops,
+	&flakey_filter_ops,
+	&throttle_filter_ops,
 	&powerloss_filter_ops,
 };
 

@@ -2,12 +2,18 @@
 /*
  * backends/util.c - small pieces every backend or filter would otherwise
  * write again: an op's name, the ->stat text, an attr's one-line value in
- * and out, and a filter's geometry, which is the layer below's.
+ * and out, a filter's geometry (the layer below's), and what the fault and
+ * latency filters share: errno names, probabilities, seeds, list entries,
+ * the per-I/O object pool and the timer queue.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "backends_int.h"
 
@@ -61,4 +67,425 @@ int be_attr_out(char *buf, size_t len, const char *s)
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	be->next->ops->geometry(be->next, geo);
+}
+
+/* ---- errnos, probabilities, seeds ---- */
+
+int be_parse_errno(const char *s)
+{
+	char *end;
+	long v;
+	int e;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtol(s, &end, 10);
+		if (errno || *end || v <= 0 || v >= BLK_MAX_ERRNO)
+			return -EINVAL;
+		return (int)v;
+	}
+	for (e = 1; e < 256; e++) {
+		const char *n = strerrorname_np(e);
+
+		if (n && !strcasecmp(n, s))
+			return e;
+	}
+	return -EINVAL;
+}
+
+const char *be_errno_name(int e, char *buf, size_t len)
+{
+	const char *n = strerrorname_np(e);
+
+	if (n)
+		return n;
+	snprintf(buf, len, "%d", e);
+	return buf;
+}
+
+int be_parse_probability(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!((*s >= '0' && *s <= '9') || *s == '.'))
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < 0 || v > 1)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int be_probability_out(char *buf, size_t len, double p)
+{
+	int n = snprintf(buf, len, "%.17g\n", p);
+
+	if (n < 0 || (size_t)n >= len)
+		return -EOVERFLOW;
+	return n;
+}
+
+uint64_t be_seed_from_clock(void)
+{
+	struct timespec ts;
+	uint64_t s;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	s ^= be_now_ns() << 17 ^ ((uint64_t)getpid() << 32);
+	/* one splitmix step: seeds taken close together differ in every bit */
+	return be_rand(&s);
+}
+
+int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!strcasecmp(s, "auto")) {
+		*is_auto = true;
+		*seed = 0;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*is_auto = false;
+	*seed = v;
+	return 0;
+}
+
+int be_param_seed(struct blk_params *p, uint64_t *seed)
+{
+	const char *s = blk_param_get(p, "seed");
+	bool is_auto = true;
+
+	if (s && be_parse_seed(s, &is_auto, seed))
+		return blk_param_error(p, "seed",
+			"'%s' is not a seed (allowed: a number below 2^64, or auto for one from the clock)",
+			s);
+	if (is_auto)
+		*seed = be_seed_from_clock();
+	return 0;
+}
+
+/* ---- list entries ---- */
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r';
+}
+
+int be_entries(const char **sp, size_t *np, char sep, char tok[][32], int max)
+{
+	const char *s = *sp, *end;
+	size_t n = *np, k;
+	int nt = 0;
+
+	if (!n)
+		return -ENOENT;
+	end = memchr(s, sep, n);
+	k = end ? (size_t)(end - s) : n;
+	*sp = s + k + (end ? 1 : 0);
+	*np = n - k - (end ? 1 : 0);
+	for (;;) {
+		size_t t = 0;
+
+		while (k && is_blank(*s))
+			s++, k--;
+		if (!k)
+			break;
+		if (nt == max)
+			return -EINVAL;
+		while (t < k && !is_blank(s[t]))
+			t++;
+		if (t >= 32 || memchr(s, '\0', t))
+			return -EINVAL;
+		memcpy(tok[nt], s, t);
+		tok[nt][t] = '\0';
+		nt++;
+		s += t;
+		k -= t;
+	}
+	return nt;
+}
+
+/* ---- the per-I/O object pool ---- */
+
+int be_pool_init(struct be_pool *pool, size_t nr, size_t size, size_t align)
+{
+	size_t i;
+	int ret;
+
+	memset(pool, 0, sizeof(*pool));
+	if (align < sizeof(void *))
+		align = sizeof(void *);
+	size = (size < sizeof(void *) ? sizeof(void *) : size);
+	size = (size + align - 1) & ~(align - 1);
+	pool->size = size;
+	pool->nr = nr;
+	pool->align = align;
+	if (nr) {
+		pool->mem = aligned_alloc(align, nr * size);
+		if (!pool->mem)
+			return -ENOMEM;
+		/* Touched now, not on the I/O path (first touch is slow here). */
+		memset(pool->mem, 0, nr * size);
+		for (i = nr; i-- > 0;) {
+			void *o = pool->mem + i * size;
+
+			*(void **)o = pool->free;
+			pool->free = o;
+		}
+	}
+	ret = -pthread_mutex_init(&pool->lock, NULL);
+	if (ret) {
+		free(pool->mem);
+		pool->mem = NULL;
+	}
+	return ret;
+}
+
+void be_pool_destroy(struct be_pool *pool)
+{
+	pthread_mutex_destroy(&pool->lock);
+	free(pool->mem);
+	pool->mem = NULL;
+}
+
+static bool pool_owns(const struct be_pool *pool, const void *obj)
+{
+	const char *o = obj;
+
+	return pool->nr && o >= pool->mem && o < pool->mem + pool->nr * pool->size;
+}
+
+void *be_pool_get(struct be_pool *pool)
+{
+	void *o;
+
+	pthread_mutex_lock(&pool->lock);
+	o = pool->free;
+	if (o)
+		pool->free = *(void **)o;
+	if (++pool->nr_used > pool->max_used)
+		pool->max_used = pool->nr_used;
+	pthread_mutex_unlock(&pool->lock);
+	if (o)
+		return o;
+	/* Empty: serve anyway, and say so in the counters. */
+	__atomic_add_fetch(&pool->nr_allocs, 1, __ATOMIC_RELAXED);
+	o = aligned_alloc(pool->align, pool->size);
+	if (!o) {
+		pthread_mutex_lock(&pool->lock);
+		pool->nr_used--;
+		pthread_mutex_unlock(&pool->lock);
+	}
+	return o;
+}
+
+void be_pool_put(struct be_pool *pool, void *obj)
+{
+	bool mine = pool_owns(pool, obj);
+
+	pthread_mutex_lock(&pool->lock);
+	pool->nr_used--;
+	if (mine) {
+		*(void **)obj = pool->free;
+		pool->free = obj;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	if (!mine)
+		free(obj);
+}
+
+size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len)
+{
+	uint64_t max_used;
+
+	pthread_mutex_lock(&pool->lock);
+	max_used = pool->max_used;
+	pthread_mutex_unlock(&pool->lock);
+	return be_stat_printf(buf, len, "%s_pool %zu\n%s_pool_allocs %llu\n%s_pool_max_used %llu\n",
+			      prefix, pool->nr, prefix,
+			      (unsigned long long)__atomic_load_n(&pool->nr_allocs, __ATOMIC_RELAXED),
+			      prefix, (unsigned long long)max_used);
+}
+
+int be_param_pool(struct blk_params *p, unsigned int *nr)
+{
+	return blk_param_uint(p, "pool", BE_POOL_DEF, 1, BE_POOL_MAX, nr);
+}
+
+/* ---- the timer queue ---- */
+
+static bool timer_before(const struct be_timer *a, const struct be_timer *b)
+{
+	return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq);
+}
+
+static void heap_swap(struct be_timer **h, size_t a, size_t b)
+{
+	struct be_timer *t = h[a];
+
+	h[a] = h[b];
+	h[b] = t;
+}
+
+static struct be_timer *timerq_pop_locked(struct be_timerq *q)
+{
+	struct be_timer *top = q->heap[0];
+	size_t i = 0, n = --q->nr;
+
+	q->heap[0] = q->heap[n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+
+		if (l < n && timer_before(q->heap[l], q->heap[m]))
+			m = l;
+		if (r < n && timer_before(q->heap[r], q->heap[m]))
+			m = r;
+		if (m == i)
+			break;
+		heap_swap(q->heap, i, m);
+		i = m;
+	}
+	return top;
+}
+
+static void *timerq_main(void *arg)
+{
+	struct be_timerq *q = arg;
+
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		struct be_timer *t;
+
+		if (!q->nr) {
+			if (q->stop)
+				break;
+			pthread_cond_wait(&q->cv, &q->lock);
+			continue;
+		}
+		/* Stopping fires everything now: nobody waits for the time. */
+		if (!q->stop && q->heap[0]->due_ns > be_now_ns()) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(q->heap[0]->due_ns / 1000000000ull),
+				.tv_nsec = (long)(q->heap[0]->due_ns % 1000000000ull),
+			};
+
+			pthread_cond_timedwait(&q->cv, &q->lock, &ts);
+			continue;
+		}
+		t = timerq_pop_locked(q);
+		pthread_mutex_unlock(&q->lock);
+		t->fire(t);
+		pthread_mutex_lock(&q->lock);
+	}
+	pthread_mutex_unlock(&q->lock);
+	return NULL;
+}
+
+int be_timerq_init(struct be_timerq *q, size_t cap)
+{
+	pthread_condattr_t ca;
+	int ret;
+
+	memset(q, 0, sizeof(*q));
+	q->cap = cap ? cap : 1;
+	q->heap = calloc(q->cap, sizeof(*q->heap));
+	if (!q->heap)
+		return -ENOMEM;
+	ret = -pthread_mutex_init(&q->lock, NULL);
+	if (ret)
+		goto out_free;
+	/* Due times are CLOCK_MONOTONIC: a wall-clock jump must not stall I/O. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	ret = -pthread_cond_init(&q->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (ret)
+		goto out_destroy_lock;
+	ret = -pthread_create(&q->thread, NULL, timerq_main, q);
+	if (ret)
+		goto out_destroy_cv;
+	return 0;
+
+out_destroy_cv:
+	pthread_cond_destroy(&q->cv);
+out_destroy_lock:
+	pthread_mutex_destroy(&q->lock);
+out_free:
+	free(q->heap);
+	q->heap = NULL;
+	return ret;
+}
+
+int be_timerq_add(struct be_timerq *q, struct be_timer *t, uint64_t due_ns)
+{
+	size_t i;
+
+	t->due_ns = due_ns;
+	pthread_mutex_lock(&q->lock);
+	if (q->stop) {
+		pthread_mutex_unlock(&q->lock);
+		t->fire(t);
+		return 0;
+	}
+	if (q->nr == q->cap) {
+		size_t cap = 2 * q->cap;
+		struct be_timer **h = realloc(q->heap, cap * sizeof(*h));
+
+		if (!h) {
+			pthread_mutex_unlock(&q->lock);
+			return -ENOMEM;
+		}
+		q->heap = h;
+		q->cap = cap;
+		q->nr_grows++;
+	}
+	t->seq = q->seq++;
+	i = q->nr++;
+	q->heap[i] = t;
+	while (i && timer_before(q->heap[i], q->heap[(i - 1) / 2])) {
+		heap_swap(q->heap, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	/* Only a new earliest due time changes what the thread waits for. */
+	if (q->heap[0] == t)
+		pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->lock);
+	return 0;
+}
+
+size_t be_timerq_len(struct be_timerq *q)
+{
+	size_t n;
+
+	pthread_mutex_lock(&q->lock);
+	n = q->nr;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
+void be_timerq_stop(struct be_timerq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->stop = true;
+	pthread_cond_signal(&q->cv);
+	pthread_mutex_unlock(&q->lock);
+	pthread_join(q->thread, NULL);
+}
+
+void be_timerq_destroy(struct be_timerq *q)
+{
+	pthread_cond_destroy(&q->cv);
+	pthread_mutex_destroy(&q->lock);
+	free(q->heap);
+	q->heap = NULL;
 }

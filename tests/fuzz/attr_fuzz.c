@@ -50,7 +50,16 @@
 static const char *const roundtrip[] = {
 	"delay/read", "delay/write", "delay/flush", "delay/discard", "log/enabled",
 	"fault/ops", "fault/errno", "fault/probability", "fault/after", "fault/persistent",
-	"fault/enabled", "powerloss/seed", NULL,
+	"fault/enabled", "powerloss/seed",
+	"delay/p90", "delay/p99", "delay/p999", "delay/p9999", "delay/seed",
+	"fault/hang", "fault/hang_timeout", "fault/badblocks_once",
+	"fault/badblocks_clear_on_write", "fault/seed",
+	"flakey/up_interval", "flakey/down_interval", "flakey/error_reads",
+	"flakey/error_writes", "flakey/drop_writes", "flakey/corrupt_bio_byte",
+	"flakey/random_read_corrupt", "flakey/random_write_corrupt", "flakey/errno",
+	"flakey/seed",
+	"throttle/mbps", "throttle/read_mbps", "throttle/write_mbps", "throttle/burst",
+	"throttle/queue_depth", "throttle/latency_per_inflight", NULL,
 };
 
 struct attr_ref {

@@ -468,7 +468,42 @@ Test(fault, config_keys)
 
 	/* every key in the ops' list */
 	for (const char *const *k = blk_backend_find("fault")->keys; *k; k++)
-		cr_assert(strstr("ops errno probability after persistent badblocks enabled", *k), "%s", *k);
+		cr_assert(strstr("ops errno probability after persistent hang hang_timeout badblocks "
+				 "badblocks_once badblocks_clear_on_write seed enabled pool", *k),
+			  "%s", *k);
+
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.hang", "yes", 4);
+	tparams_add(&tp, "fault.hang_timeout", "2m", 5);
+	tparams_add(&tp, "fault.badblocks_once", "on", 6);
+	tparams_add(&tp, "fault.badblocks_clear_on_write", "1", 7);
+	tparams_add(&tp, "fault.seed", "12345", 8);
+	tparams_add(&tp, "fault.pool", "4", 9);
+	be = filter_open(&tp);
+	for (int i = 0; i < tp.p.n; i++)
+		cr_assert(tp.v[i].used, "%s not taken", tp.v[i].key);
+	cr_assert_str_eq(attr_show(be, "hang"), "1\n");
+	cr_assert_str_eq(attr_show(be, "hang_timeout"), "2m\n");
+	cr_assert_str_eq(attr_show(be, "badblocks_once"), "1\n");
+	cr_assert_str_eq(attr_show(be, "badblocks_clear_on_write"), "1\n");
+	cr_assert_str_eq(attr_show(be, "seed"), "12345\n");
+	cr_assert_eq(stat_get(be, "fault_pool"), 4);
+	be->ops->close(be);
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.hang_timeout", "30", 5);
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.hang_timeout: '30' is not a duration");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.hang_timeout", "2d", 5);
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.hang_timeout: '2d' is not a duration");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.hang_timeout", "25h", 5);
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.hang_timeout: '25h' is out of range (allowed: 0..24h)");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.seed", "-1", 5);
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.seed: '-1' is not a seed");
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.pool", "0", 5);
+	filter_open_fails(&tp, "/etc/blkfs.conf:5: fault.pool: '0' is not a number from 1 to 65536");
 
 	tparams_init(&tp);
 	tparams_add(&tp, "fault.ops", "writes", 4);
@@ -605,5 +640,308 @@ Test(fault, threads)
 	cr_assert_eq(stat_get(be, "fault_injected"), (unsigned long long)failed);
 	cr_assert_eq(fake_total_count(fb, FAKE_ANY), 2000 - (uint64_t)failed);
 	cr_assert(failed > 100 && failed < 320, "%d of 2000", failed);
+	be->ops->close(be);
+}
+
+/* ================================================================== */
+/* bad blocks with a life */
+
+/* null_blk's badblocks_once: each bad block fails one I/O, then works. */
+Test(fault, badblocks_once)
+{
+	struct blk_backend *be = fault_open_default();
+
+	cr_assert_eq(wr(be, 0, 64 * KiB, 0x71), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "8K 16K EIO\n40K 4K ENOSPC"), 0);
+	cr_assert_eq(attr_store(be, "badblocks_once", "yes"), 0);
+	/* a read of the middle fails once, and only that part is cleared */
+	cr_assert_eq(rd(be, 12 * KiB, 4096), -EIO);
+	cr_assert_str_eq(attr_show_list(be, "badblocks"),
+			 "8192 4096 EIO\n16384 8192 EIO\n40960 4096 ENOSPC\n");
+	cr_assert_eq(rd(be, 12 * KiB, 4096), 0);
+	/* the rest still fails, once each */
+	cr_assert_eq(rd(be, 8 * KiB, 4096), -EIO);
+	cr_assert_eq(rd(be, 8 * KiB, 4096), 0);
+	/* a failed write changes nothing, and clears what it covered */
+	cr_assert_eq(wr(be, 16 * KiB, 8 * KiB, 0x72), -EIO);
+	cr_assert(store_is(16 * KiB, 8 * KiB, 0x71));
+	cr_assert_eq(wr(be, 16 * KiB, 8 * KiB, 0x72), 0);
+	cr_assert(store_is(16 * KiB, 8 * KiB, 0x72));
+	/* an I/O over two ranges fails once (with the first's errno) and clears both */
+	cr_assert_eq(attr_store(be, "badblocks", "36K 4K EROFS"), 0);
+	cr_assert_eq(rd(be, 32 * KiB, 16 * KiB), -ENOSPC);
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "");
+	cr_assert_eq(rd(be, 32 * KiB, 16 * KiB), 0);
+	cr_assert_eq(stat_get(be, "fault_badblock_injected"), 4);
+	cr_assert_eq(stat_get(be, "fault_badblocks_cleared"), 4);
+	cr_assert_eq(stat_get(be, "fault_badblock_ranges"), 0);
+
+	/* off: a bad block fails every time, as before */
+	cr_assert_eq(attr_store(be, "badblocks_once", "no"), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "0 512"), 0);
+	cr_assert_eq(rd(be, 0, 512), -EIO);
+	cr_assert_eq(rd(be, 0, 512), -EIO);
+	attr_refuses(be, "badblocks_once", "twice");
+	be->ops->close(be);
+}
+
+/* dm-dust: reads of a bad block fail; a write to it succeeds and remaps it. */
+Test(fault, badblocks_clear_on_write)
+{
+	struct blk_backend *be = fault_open_default();
+	uint8_t buf[4096];
+
+	cr_assert_eq(attr_store(be, "badblocks_clear_on_write", "1"), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "1M 64K EIO"), 0);
+	cr_assert_eq(rd(be, MiB, 4096), -EIO);
+	cr_assert_eq(rd(be, MiB, 4096), -EIO);
+	/* a write in the middle lands and splits the range */
+	cr_assert_eq(wr(be, MiB + 16 * KiB, 4096, 0x81), 0);
+	cr_assert(store_is(MiB + 16 * KiB, 4096, 0x81));
+	cr_assert_str_eq(attr_show_list(be, "badblocks"),
+			 "1048576 16384 EIO\n1069056 45056 EIO\n");
+	cr_assert_eq(do_io(be, BLK_READ, MiB + 16 * KiB, 4096, 0, buf), 0);
+	cr_assert_eq(buf[0], 0x81);
+	cr_assert_eq(rd(be, MiB + 12 * KiB, 8 * KiB), -EIO);
+	/* WRITE_ZEROES and DISCARD write too */
+	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, MiB, 16 * KiB, 0, NULL), 0);
+	cr_assert_eq(do_io(be, BLK_DISCARD, MiB + 20 * KiB, 44 * KiB, 0, NULL), 0);
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "");
+	cr_assert_eq(rd(be, MiB, 64 * KiB), 0);
+	cr_assert_eq(stat_get(be, "fault_badblocks_cleared"), 3);
+	/* the op knobs still apply to a write that cleared */
+	cr_assert_eq(attr_store(be, "badblocks", "2M 4K"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	cr_assert_eq(wr(be, 2 * MiB, 4096, 0x82), -EIO);
+	cr_assert_str_eq(attr_show_list(be, "badblocks"), "");
+	/* with once too, a read clears it */
+	cr_assert_eq(attr_store(be, "badblocks_once", "1"), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "3M 4K"), 0);
+	cr_assert_eq(rd(be, 3 * MiB, 4096), -EIO);
+	cr_assert_eq(rd(be, 3 * MiB, 4096), 0);
+	be->ops->close(be);
+	cr_assert_eq(fake_violations(fb), 0);
+}
+
+/* A full map that must split: the smaller side goes too, never a crash or overrun. */
+Test(fault, badblocks_split_with_a_full_map)
+{
+	struct blk_backend *be = fault_open_default();
+	char line[64];
+	int i;
+
+	cr_assert_eq(attr_store(be, "badblocks_clear_on_write", "1"), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "0 1M"), 0);
+	for (i = 1; i < 256; i++) {
+		snprintf(line, sizeof(line), "%d 512\n", 2 * (int)MiB + i * 4096);
+		cr_assert_eq(attr_store(be, "badblocks", line), 0, "entry %d", i);
+	}
+	cr_assert_eq(stat_get(be, "fault_badblock_ranges"), 256);
+	/* [0, 1M) cut at 256K..260K: the larger side after it stays bad, the 256K before goes */
+	cr_assert_eq(wr(be, 256 * KiB, 4096, 0x91), 0);
+	cr_assert_eq(stat_get(be, "fault_badblock_ranges"), 256);
+	cr_assert_eq(rd(be, 252 * KiB, 4096), 0);
+	cr_assert_eq(rd(be, 0, 4096), 0);
+	cr_assert_eq(rd(be, 260 * KiB, 4096), -EIO);
+	cr_assert_eq(rd(be, MiB - 4096, 4096), -EIO);
+	be->ops->close(be);
+}
+
+/* ================================================================== */
+/* hangs */
+
+/* A submit whose I/O completes later, from another thread. */
+static void tio_start_flags(struct blk_backend *be, struct tio *t, enum blk_op op, uint64_t pos,
+			    uint64_t len, int fill, unsigned int flags)
+{
+	tio_init(t, op, pos, len, NULL, fill);
+	t->io.flags = flags;
+	cr_assert_eq(tio_submit(be, t), 0);
+}
+
+static void tio_start(struct blk_backend *be, struct tio *t, enum blk_op op, uint64_t pos,
+		      uint64_t len, int fill)
+{
+	tio_start_flags(be, t, op, pos, len, fill, 0);
+}
+
+Test(fault, hang_until_released)
+{
+	struct blk_backend *be = fault_open_default();
+	struct tio r, w;
+
+	cr_assert_eq(wr(be, 0, 8192, 0xa1), 0);
+	cr_assert_eq(attr_store(be, "ops", "read"), 0);
+	cr_assert_eq(attr_store(be, "hang", "yes"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	fake_log_clear(fb);
+	tio_start_flags(be, &r, BLK_READ, 0, 4096, 0, BLK_IO_WAITED);
+	/* held: not below, not completed */
+	usleep(50 * 1000);
+	cr_assert_eq(tio_calls(&r), 0);
+	cr_assert_eq(fake_log_len(fb), 0);
+	cr_assert_str_eq(attr_show(be, "hung"), "1\n");
+	cr_assert_eq(stat_get(be, "fault_hung_ios"), 1);
+	/* after fired once: the next read goes through, writes were never in ops */
+	cr_assert_eq(rd(be, 4096, 4096), 0);
+	cr_assert_eq(wr(be, 8192, 4096, 0xa2), 0);
+	/* released: passed on, and it reads what is there */
+	cr_assert_eq(attr_store(be, "release", "1\n"), 0);
+	cr_assert(tio_wait(&r, 5000));
+	cr_assert_eq(r.res, 0);
+	cr_assert_eq(((uint8_t *)r.iov.iov_base)[0], 0xa1);
+	cr_assert_str_eq(attr_show(be, "hung"), "0\n");
+	cr_assert_eq(stat_get(be, "fault_hangs"), 1);
+	cr_assert_eq(stat_get(be, "fault_hangs_released"), 1);
+	cr_assert_eq(stat_get(be, "fault_injected"), 0);
+	tio_free(&r);
+
+	/* persistent: every read hangs; released with an errno, each fails with it */
+	cr_assert_eq(attr_store(be, "persistent", "1"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	tio_start(be, &r, BLK_READ, 0, 4096, 0);
+	tio_start(be, &w, BLK_READ, 4096, 4096, 0);
+	cr_assert_str_eq(attr_show(be, "hung"), "2\n");
+	attr_refuses(be, "release", "0");
+	attr_refuses(be, "release", "yes");
+	attr_refuses(be, "release", "EWHAT");
+	attr_refuses(be, "release", "");
+	cr_assert_str_eq(attr_show(be, "hung"), "2\n");
+	cr_assert_eq(attr_store(be, "release", "ETIMEDOUT"), 0);
+	cr_assert(tio_wait(&r, 5000) && tio_wait(&w, 5000));
+	cr_assert_eq(r.res, -ETIMEDOUT);
+	cr_assert_eq(w.res, -ETIMEDOUT);
+	cr_assert_eq(tio_calls(&r) + tio_calls(&w), 2);
+	/* nothing hung: release is a no-op */
+	cr_assert_eq(attr_store(be, "release", "all"), 0);
+	tio_free(&r);
+	tio_free(&w);
+	be->ops->close(be);
+	cr_assert_eq(fake_violations(fb), 0);
+}
+
+/* hang_timeout: the I/O goes on by itself after the stated time. */
+Test(fault, hang_timeout)
+{
+	struct blk_backend *be = fault_open_default();
+	struct fake_op fo;
+	struct tio t, u;
+	uint64_t lat;
+
+	cr_assert_eq(attr_store(be, "hang", "1"), 0);
+	cr_assert_eq(attr_store(be, "hang_timeout", "200ms"), 0);
+	cr_assert_str_eq(attr_show(be, "hang_timeout"), "200ms\n");
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	tio_start_flags(be, &t, BLK_WRITE, 0, 4096, 0xb1, BLK_IO_WAITED);
+	cr_assert(tio_wait(&t, 5000));
+	lat = t.done_ns - t.submit_ns;
+	cr_assert_geq(lat, 200 * 1000000ull, "%llu ns", (unsigned long long)lat);
+	cr_assert_lt(lat, 2000 * 1000000ull, "%llu ns", (unsigned long long)lat);
+	cr_assert_eq(t.res, 0);
+	cr_assert(store_is(0, 4096, 0xb1));
+	/* passed on from the hang thread: not BLK_IO_WAITED */
+	cr_assert(fake_log_get(fb, 0, &fo));
+	cr_assert_eq(fo.flags, 0);
+	cr_assert_eq(stat_get(be, "fault_hangs_timed_out"), 1);
+	tio_free(&t);
+
+	/* a new timeout applies to what is hung now: 1h, then 0 (only release) ... */
+	cr_assert_eq(attr_store(be, "hang_timeout", "1h"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	tio_start(be, &t, BLK_WRITE, 0, 4096, 0xb2);
+	usleep(100 * 1000);
+	cr_assert_eq(tio_calls(&t), 0);
+	/* ... then 50ms: already past, it goes now */
+	cr_assert_eq(attr_store(be, "hang_timeout", "50ms"), 0);
+	cr_assert(tio_wait(&t, 5000));
+	cr_assert_eq(t.res, 0);
+	tio_free(&t);
+
+	attr_refuses(be, "hang_timeout", "5");
+	attr_refuses(be, "hang_timeout", "25h");
+	attr_refuses(be, "hang_timeout", "-1s");
+
+	/* close with a hung I/O: it is passed on, and completes, before close returns */
+	cr_assert_eq(attr_store(be, "hang_timeout", "0"), 0);
+	cr_assert_eq(attr_store(be, "after", "0"), 0);
+	tio_start(be, &u, BLK_WRITE, 8192, 4096, 0xb3);
+	cr_assert_eq(tio_calls(&u), 0);
+	be->ops->close(be);
+	cr_assert_eq(tio_calls(&u), 1);
+	cr_assert_eq(u.res, 0);
+	cr_assert(store_is(8192, 4096, 0xb3));
+	tio_free(&u);
+}
+
+/* More hangs than the pool: still held (allocated, counted), all released. */
+Test(fault, hang_pool_overflow)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio t[6];
+	int i;
+
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.pool", "2", 4);
+	tparams_add(&tp, "fault.hang", "yes", 5);
+	tparams_add(&tp, "fault.persistent", "yes", 6);
+	tparams_add(&tp, "fault.after", "0", 7);
+	be = filter_open(&tp);
+	for (i = 0; i < 6; i++)
+		tio_start(be, &t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, 0xc0 + i);
+	cr_assert_str_eq(attr_show(be, "hung"), "6\n");
+	cr_assert_eq(stat_get(be, "fault_pool_allocs"), 4);
+	cr_assert_eq(stat_get(be, "fault_pool_max_used"), 6);
+	cr_assert_eq(attr_store(be, "release", "1"), 0);
+	for (i = 0; i < 6; i++) {
+		cr_assert_eq(tio_calls(&t[i]), 1);
+		cr_assert_eq(t[i].res, 0);
+		cr_assert(store_is((uint64_t)i * 4096, 4096, 0xc0 + i));
+		tio_free(&t[i]);
+	}
+	be->ops->close(be);
+}
+
+/* ================================================================== */
+/* seeds */
+
+/* The same seed, the same I/O in the same order: the same failures. */
+Test(fault, seed_replays)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	char a[129], b[129], c[129];
+	int i;
+
+	tparams_init(&tp);
+	tparams_add(&tp, "fault.seed", "4242", 4);
+	tparams_add(&tp, "fault.probability", "0.5", 5);
+	be = filter_open(&tp);
+	cr_assert_str_eq(attr_show(be, "seed"), "4242\n");
+	for (i = 0; i < 128; i++)
+		a[i] = wr(be, 0, 512, 1) ? 'x' : '.';
+	a[128] = '\0';
+	cr_assert_eq(attr_store(be, "seed", "4242"), 0);
+	for (i = 0; i < 128; i++)
+		b[i] = wr(be, 0, 512, 1) ? 'x' : '.';
+	b[128] = '\0';
+	cr_assert_str_eq(a, b);
+	cr_assert_eq(attr_store(be, "seed", "4243"), 0);
+	for (i = 0; i < 128; i++)
+		c[i] = wr(be, 0, 512, 1) ? 'x' : '.';
+	c[128] = '\0';
+	cr_assert_str_neq(a, c);
+	/* auto: a new seed from the clock, shown */
+	cr_assert_eq(attr_store(be, "seed", "auto"), 0);
+	cr_assert_str_neq(attr_show(be, "seed"), "4243\n");
+	attr_refuses(be, "seed", "x");
+	attr_refuses(be, "seed", "18446744073709551616");
+	be->ops->close(be);
+
+	/* a second filter opened with the config's seed replays the first run */
+	be = filter_open(&tp);
+	for (i = 0; i < 128; i++)
+		b[i] = wr(be, 0, 512, 1) ? 'x' : '.';
+	cr_assert_str_eq(a, b);
 	be->ops->close(be);
 }

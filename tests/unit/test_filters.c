@@ -1054,6 +1054,167 @@ Test(delay, threads_submit_while_timer_runs)
 	cr_assert_eq(fake_total_count(fb, FAKE_ANY), DW_THREADS * DW_IOS);
 }
 
+/* A latency map: a region slower (or faster) than the op's delay. */
+Test(delay, latency_map)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio io;
+	uint64_t lat;
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.read", "5ms", 8);
+	tparams_add(&tp, "delay.map", "1M 1M 60ms, 4M 4K 0", 9);
+	be = filter_open(&tp);
+	cr_assert_str_eq(attr_show_list(be, "map"), "1048576 1048576 60ms\n4194304 4096 0\n");
+	/* inside the slow region */
+	tio_init(&io, BLK_READ, MiB + 4096, 4096, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	lat = wait_latency_ns(&io, 5000);
+	cr_assert_geq(lat, 60 * MS, "%llu", (unsigned long long)lat);
+	tio_free(&io);
+	/* overlapping its edge is inside too */
+	tio_init(&io, BLK_READ, MiB - 512, 1024, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_geq(wait_latency_ns(&io, 5000), 60 * MS);
+	tio_free(&io);
+	/* outside: the op's delay */
+	tio_init(&io, BLK_READ, 3 * MiB, 4096, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	lat = wait_latency_ns(&io, 5000);
+	cr_assert(lat >= 5 * MS && lat < 60 * MS, "%llu", (unsigned long long)lat);
+	tio_free(&io);
+	/* a fast region: 0 in place of the 5ms, so it goes at once */
+	tio_init(&io, BLK_READ, 4 * MiB, 4096, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(tio_calls(&io), 1);
+	tio_free(&io);
+	/* writes too (the map has no op), flushes never (no range) */
+	tio_init(&io, BLK_WRITE, MiB, 512, NULL, 1);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_geq(wait_latency_ns(&io, 5000), 60 * MS);
+	tio_free(&io);
+	tio_init(&io, BLK_FLUSH, 0, 0, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_eq(tio_calls(&io), 1);
+	cr_assert_eq(stat_get(be, "delay_map_hits"), 4);
+
+	/* live: lines add, the longest of overlapping entries wins, clear empties */
+	cr_assert_eq(attr_store(be, "map", "1M 4K 100ms\n\n"), 0);
+	tio_init(&io, BLK_READ, MiB, 4096, NULL, 0);
+	cr_assert_eq(tio_submit(be, &io), 0);
+	cr_assert_geq(wait_latency_ns(&io, 5000), 100 * MS);
+	tio_free(&io);
+	attr_refuses(be, "map", "1M 4K");
+	attr_refuses(be, "map", "1M 4K 5");
+	attr_refuses(be, "map", "1M 0 5ms");
+	attr_refuses(be, "map", "64M 512 5ms");
+	attr_refuses(be, "map", "1M 4K 2h");
+	attr_refuses(be, "map", "2M 4K 5ms\n3M 4K fast");
+	attr_refuses(be, "map", "");
+	cr_assert_eq(attr_store(be, "map", "clear"), 0);
+	cr_assert_str_eq(attr_show_list(be, "map"), "");
+	be->ops->close(be);
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.map", "1M 1M 60", 9);
+	filter_open_fails(&tp, "delay.map: '1M 1M 60' is not a latency map inside the device");
+}
+
+/* Tail latency: one draw per I/O; the same seed picks the same I/Os. */
+Test(delay, tail_latency_replays_from_the_seed)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	char a[401], b[401];
+	int i, n = 0, pass;
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.p90", "20ms", 8);
+	tparams_add(&tp, "delay.seed", "31337", 9);
+	be = filter_open(&tp);
+	cr_assert_str_eq(attr_show(be, "p90"), "20ms\n");
+	cr_assert_str_eq(attr_show(be, "p99"), "0\n");
+	cr_assert_str_eq(attr_show(be, "seed"), "31337\n");
+	for (pass = 0; pass < 2; pass++) {
+		char *m = pass ? b : a;
+
+		tio_done_reset();
+		for (i = 0; i < 400; i++) {
+			struct tio *io = malloc(sizeof(*io));
+
+			cr_assert_not_null(io);
+			tio_init(io, BLK_WRITE, (uint64_t)i * 512, 512, NULL, 1);
+			cr_assert_eq(tio_submit(be, io), 0);
+			/* no base delay: an I/O without a tail goes (and ends) at once */
+			m[i] = tio_calls(io) ? '.' : 'T';
+			n += m[i] == 'T';
+			cr_assert(tio_wait(io, 5000));
+			tio_free(io);
+			free(io);
+		}
+		m[400] = '\0';
+		cr_assert_eq(attr_store(be, "seed", "31337"), 0);
+	}
+	cr_assert_str_eq(a, b, "the same seed picked other I/Os");
+	/* 10% of 400 each pass, within 5 sd */
+	cr_assert(n > 2 * 15 && n < 2 * 70, "%d tails in 800", n);
+	cr_assert_eq(stat_get(be, "delay_tail_ios"), (uint64_t)n);
+	/* a tail never shortens: p99 below the base leaves the base */
+	cr_assert_eq(attr_store(be, "p90", "0"), 0);
+	cr_assert_eq(attr_store(be, "p9999", "1ms"), 0);
+	cr_assert_eq(attr_store(be, "write", "30ms"), 0);
+	{
+		struct tio io;
+
+		tio_init(&io, BLK_WRITE, 0, 512, NULL, 1);
+		cr_assert_eq(tio_submit(be, &io), 0);
+		cr_assert_geq(wait_latency_ns(&io, 5000), 30 * MS);
+		tio_free(&io);
+	}
+	/* p99 = 1 in 100 over every op, flush included: count on a fixed seed */
+	cr_assert_eq(attr_store(be, "write", "0"), 0);
+	cr_assert_eq(attr_store(be, "p9999", "0"), 0);
+	cr_assert_eq(attr_store(be, "p99", "10ms-20ms"), 0);
+	cr_assert_str_eq(attr_show(be, "p99"), "10ms-20ms\n");
+	attr_refuses(be, "p99", "20");
+	attr_refuses(be, "p99", "2h");
+	attr_refuses(be, "seed", "-5");
+	be->ops->close(be);
+}
+
+/* More held than the pool: served (counted), all complete; the heap grows past it. */
+Test(delay, pool_overflow)
+{
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio io[6];
+	int i;
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.pool", "2", 8);
+	tparams_add(&tp, "delay.write", "20ms", 9);
+	be = filter_open(&tp);
+	tio_done_reset();
+	for (i = 0; i < 6; i++) {
+		tio_init(&io[i], BLK_WRITE, (uint64_t)i * 512, 512, NULL, 1);
+		cr_assert_eq(tio_submit(be, &io[i]), 0);
+	}
+	cr_assert_eq(stat_get(be, "delay_pool_allocs"), 4);
+	cr_assert_eq(stat_get(be, "delay_pool_max_used"), 6);
+	cr_assert(tio_done_wait(6, 5000));
+	for (i = 0; i < 6; i++) {
+		cr_assert_eq(io[i].calls, 1);
+		tio_free(&io[i]);
+	}
+	cr_assert_eq(stat_get(be, "delay_held_ios"), 0);
+	be->ops->close(be);
+
+	tparams_init(&tp, "delay");
+	tparams_add(&tp, "delay.pool", "65537", 8);
+	filter_open_fails(&tp, "delay.pool: '65537' is not a number from 1 to 65536");
+}
+
 /* ================================================================== */
 /* stack: conf + core/stack.c */
 

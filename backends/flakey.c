@@ -1,0 +1,1088 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/flakey.c - the flakey filter: dm-flakey's unreliable device, in
+ * its own names. From open the device is up for up_interval, then down for
+ * down_interval, over and over; in a down window it fails reads and/or
+ * writes, acknowledges writes and drops them, or corrupts data silently
+ * (the I/O succeeds: what a checksumming filesystem must catch).
+ *
+ * Keys (and live attrs of the same names, .sys/DEV/flakey/ATTR):
+ *	up_interval, down_interval
+ *			durations (blk_parse_duration; plain seconds too, as
+ *			dm-flakey counts them). down_interval 0 (the default):
+ *			never down. up_interval 0 with a down_interval: always
+ *			down (xfstests' drop-writes table is `0 180`). Storing
+ *			either starts the cycle again, up first.
+ *	error_reads	yes: in a down window every READ fails with errno
+ *	error_writes	yes: every WRITE, DISCARD, WRITE_ZEROES and FLUSH fails
+ *	drop_writes	yes: every WRITE, DISCARD and WRITE_ZEROES succeeds and
+ *			is dropped (FLUSH still goes down: it makes what was
+ *			written before the window durable). error_writes wins.
+ *	corrupt_bio_byte
+ *			`N r|w VALUE [FLAGS]`: byte N (from 1) of each READ
+ *			(r) or WRITE (w) becomes VALUE (0..255); FLAGS, if
+ *			given, must be 0 (blkfs I/O has no request flags);
+ *			`off` (default) clears it
+ *	random_read_corrupt, random_write_corrupt
+ *			0..1 (dm-flakey's 1000000000 is 1): each READ or WRITE
+ *			has a random byte XORed with a random non-zero value
+ *			(it always changes) with this chance
+ *	corrupt_ranges	`OFFSET LENGTH` entries (comma-separated in the config,
+ *			one per line in .sys; `clear` empties): corruption only
+ *			touches bytes inside them (merged, sorted)
+ *	errno		what error_reads / error_writes fail with; default EIO
+ *	seed		the random stream of the corruption (a number, or
+ *			auto: from the clock); printed to the daemon log
+ *	pool		corrupted I/Os in flight without allocating (config only)
+ * Read-only attrs: `state` (up or down now) and `last_corruption`
+ * (`OP OFFSET OLD NEW`: the device offset of the last byte corrupted and
+ * its value before and after, or `none`).
+ *
+ * With none of error_reads, error_writes, drop_writes or a corruption set,
+ * a down window fails every I/O (dm-flakey's rule).
+ *
+ * Corruption never touches the cache's memory of a write: the write goes
+ * down with a vector in which the one dma_align-sized piece holding the
+ * byte is a copy (a bounce buffer), so the cache keeps what it was given
+ * and the device gets the corrupted byte. A read is corrupted in its own
+ * buffer after the layer below filled it. Which byte is decided at submit,
+ * so the same seed and the same order of I/O corrupt the same bytes.
+ *
+ * Lock: fk->lock covers every knob, the ranges, the random state, the
+ * cycle's start and last_corruption; it is held only to decide, never
+ * across a submit or an end_io.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backends_int.h"
+
+#define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
+#define FLAKEY_MAX_RANGES	256		/* the listing fits a .sys read */
+#define FLAKEY_TEXT_MAX		(64 * FLAKEY_MAX_RANGES)
+#define FLAKEY_SAY		10		/* corruptions said in the log, then counted */
+#define FLAKEY_INLINE_IOV	20		/* a 1 MiB write of 64 KiB folios, + 4 */
+#define FLAKEY_BOUNCES		64		/* bounce pieces in the pool */
+#define FLAKEY_MAX_POINTS	2		/* corrupt_bio_byte and a random one */
+
+/* One corrupted byte. */
+struct flakey_point {
+	uint64_t off;		/* in the I/O */
+	int value;		/* the new value, or -1: XOR with xor */
+	uint8_t xor;		/* non-zero */
+};
+
+struct flakey_range {
+	uint64_t pos;
+	uint64_t len;
+};
+
+/* A child I/O: a read or write to corrupt. From fk->pool. */
+struct flakey_io {
+	struct blk_io io;		/* must come first: the layer below gets &io */
+	struct blk_io *parent;
+	struct flakey_dev *fk;
+	struct flakey_point pt[FLAKEY_MAX_POINTS];
+	int npt;
+	void *bounce[FLAKEY_MAX_POINTS];	/* WRITE: the copied pieces */
+	struct iovec *iov;		/* WRITE: iov_inline, or malloc'ed */
+	struct iovec iov_inline[FLAKEY_INLINE_IOV];
+};
+
+struct flakey_dev {
+	struct blk_backend be;		/* must come first */
+	const char *dev;		/* device name, for messages; set at open */
+	uint64_t size;			/* set at open */
+	uint32_t align;			/* the layer below's dma_align (>= 1) */
+	struct be_pool pool;		/* struct flakey_io */
+	struct be_pool bounces;		/* align-sized pieces, align-aligned */
+	/*
+	 * Atomic: down_interval is non-zero, so a window may be down. With it
+	 * false submit() passes everything on without taking the lock.
+	 */
+	bool can_go_down;
+
+	pthread_mutex_t lock;
+	pthread_cond_t idle_cv;		/* to close: inflight reached 0 */
+	uint64_t up_ns, down_ns;	/* lock */
+	uint64_t start_ns;		/* lock: when the cycle (re)started */
+	bool error_reads, error_writes, drop_writes;	/* lock */
+	uint64_t byte_n;		/* lock: corrupt_bio_byte's N, 0 = off */
+	bool byte_write;		/* lock: its direction */
+	int byte_value;			/* lock */
+	double p_read, p_write;		/* lock */
+	int err;			/* lock: positive errno */
+	struct flakey_range ranges[FLAKEY_MAX_RANGES];	/* lock: sorted, merged */
+	size_t nr_ranges;		/* lock */
+	uint64_t seed, rng;		/* lock */
+	unsigned int nr_said;		/* lock */
+	char last[96];			/* lock: last_corruption */
+	uint64_t inflight;		/* lock: children not yet completed to the cache */
+
+	/* Counters for ->stat; atomic, read without a lock. */
+	uint64_t nr_down_ios;		/* I/Os that came in a down window */
+	uint64_t nr_errors;		/* failed */
+	uint64_t nr_dropped;		/* writes dropped */
+	uint64_t nr_read_corrupt;	/* READs corrupted */
+	uint64_t nr_write_corrupt;	/* WRITEs corrupted */
+};
+
+/* ---- parsing ---- */
+
+/* "off", or "N r|w VALUE [0]". */
+static int parse_byte(const char *s, uint64_t *n, bool *write, int *value)
+{
+	char tok[4][32], *end;
+	const char *p = s;
+	size_t len = strlen(s);
+	unsigned long long v;
+	int nt;
+
+	if (!strcasecmp(s, "off") || !strcmp(s, "0")) {
+		*n = 0;
+		*write = false;
+		*value = 0;
+		return 0;
+	}
+	nt = be_entries(&p, &len, '\n', tok, 4);
+	if (nt < 3 || len)
+		return -EINVAL;
+	if (tok[0][0] < '1' || tok[0][0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(tok[0], &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*n = v;
+	if (!strcmp(tok[1], "r"))
+		*write = false;
+	else if (!strcmp(tok[1], "w"))
+		*write = true;
+	else
+		return -EINVAL;
+	if (tok[2][0] < '0' || tok[2][0] > '9')
+		return -EINVAL;
+	v = strtoull(tok[2], &end, 10);
+	if (*end || v > 255)
+		return -EINVAL;
+	*value = (int)v;
+	if (nt == 4 && strcmp(tok[3], "0"))
+		return -EINVAL;
+	return 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+	const struct flakey_range *x = a, *y = b;
+
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Sort and merge @v[0..n) in place; returns the new count. */
+static size_t merge_ranges(struct flakey_range *v, size_t n)
+{
+	size_t i, out = 0;
+
+	qsort(v, n, sizeof(*v), cmp_range);
+	for (i = 0; i < n; i++) {
+		if (out && v[i].pos <= v[out - 1].pos + v[out - 1].len) {
+			uint64_t end = v[i].pos + v[i].len;
+
+			if (end > v[out - 1].pos + v[out - 1].len)
+				v[out - 1].len = end - v[out - 1].pos;
+			continue;
+		}
+		v[out++] = v[i];
+	}
+	return out;
+}
+
+/* `OFFSET LENGTH` entries inside the device into @out (room @room): count or -errno. */
+static int parse_ranges(const char *s, size_t n, char sep, uint64_t size,
+			struct flakey_range *out, size_t room)
+{
+	char tok[2][32];
+	size_t cnt = 0;
+	int nt;
+
+	while ((nt = be_entries(&s, &n, sep, tok, 2)) != -ENOENT) {
+		struct flakey_range r;
+
+		if (nt < 0)
+			return -EINVAL;
+		if (!nt)
+			continue;
+		if (nt != 2 || blk_parse_size(tok[0], &r.pos) || blk_parse_size(tok[1], &r.len))
+			return -EINVAL;
+		if (!r.len || r.pos >= size || r.len > size - r.pos)
+			return -EINVAL;
+		if (cnt == room)
+			return -ENOSPC;
+		out[cnt++] = r;
+	}
+	return (int)cnt;
+}
+
+/* ---- deciding ---- */
+
+enum flakey_action { FK_PASS, FK_FAIL, FK_DROP, FK_CORRUPT };
+
+/* Down now? Caller holds fk->lock. */
+static bool is_down_locked(const struct flakey_dev *fk, uint64_t now)
+{
+	if (!fk->down_ns)
+		return false;
+	if (!fk->up_ns)
+		return true;
+	return (now - fk->start_ns) % (fk->up_ns + fk->down_ns) >= fk->up_ns;
+}
+
+/* Bytes of [pos, pos + len) inside the ranges (all of it without ranges). */
+static uint64_t eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len)
+{
+	uint64_t sum = 0;
+	size_t i;
+
+	if (!fk->nr_ranges)
+		return len;
+	for (i = 0; i < fk->nr_ranges; i++) {
+		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
+		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
+
+		if (b > pos + len)
+			b = pos + len;
+		if (a < b)
+			sum += b - a;
+	}
+	return sum;
+}
+
+/* The offset in the I/O of the @k-th eligible byte. */
+static uint64_t nth_eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len,
+				    uint64_t k)
+{
+	size_t i;
+
+	if (!fk->nr_ranges)
+		return k;
+	for (i = 0; i < fk->nr_ranges; i++) {
+		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
+		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
+
+		if (b > pos + len)
+			b = pos + len;
+		if (a >= b)
+			continue;
+		if (k < b - a)
+			return a + k - pos;
+		k -= b - a;
+	}
+	return 0;	/* not reached: k < eligible_locked() */
+}
+
+static bool in_ranges_locked(const struct flakey_dev *fk, uint64_t at)
+{
+	size_t i;
+
+	if (!fk->nr_ranges)
+		return true;
+	for (i = 0; i < fk->nr_ranges; i++)
+		if (at >= fk->ranges[i].pos && at - fk->ranges[i].pos < fk->ranges[i].len)
+			return true;
+	return false;
+}
+
+/*
+ * What becomes of @io; for FK_FAIL the errno in *@err, for FK_CORRUPT the
+ * bytes in @pt (*@npt of them).
+ */
+static enum flakey_action flakey_decide(struct flakey_dev *fk, const struct blk_io *io,
+					int *err, struct flakey_point *pt, int *npt)
+{
+	enum flakey_action a = FK_PASS;
+	bool write = io->op != BLK_READ && io->op != BLK_FLUSH;
+	bool data = io->op == BLK_READ || io->op == BLK_WRITE;
+	bool features;
+	double p;
+
+	*npt = 0;
+	pthread_mutex_lock(&fk->lock);
+	if (!is_down_locked(fk, be_now_ns()))
+		goto out_unlock;
+	__atomic_add_fetch(&fk->nr_down_ios, 1, __ATOMIC_RELAXED);
+	features = fk->error_reads || fk->error_writes || fk->drop_writes || fk->byte_n ||
+		   fk->p_read > 0 || fk->p_write > 0;
+	if (!features || (io->op == BLK_READ && fk->error_reads) ||
+	    ((write || io->op == BLK_FLUSH) && fk->error_writes)) {
+		*err = fk->err;
+		a = FK_FAIL;
+		goto out_unlock;
+	}
+	if (write && fk->drop_writes) {
+		a = FK_DROP;
+		goto out_unlock;
+	}
+	if (!data)
+		goto out_unlock;
+	if (fk->byte_n && fk->byte_write == (io->op == BLK_WRITE) && fk->byte_n <= io->len &&
+	    in_ranges_locked(fk, io->pos + fk->byte_n - 1))
+		pt[(*npt)++] = (struct flakey_point){ .off = fk->byte_n - 1, .value = fk->byte_value };
+	p = io->op == BLK_READ ? fk->p_read : fk->p_write;
+	if (p > 0) {
+		uint64_t n = eligible_locked(fk, io->pos, io->len);
+
+		/* the draws only for an I/O that could be corrupted: the stream stays short */
+		if (n && be_rand01(&fk->rng) < p) {
+			uint64_t k = be_rand_below(&fk->rng, n);
+
+			pt[(*npt)++] = (struct flakey_point){
+				.off = nth_eligible_locked(fk, io->pos, io->len, k),
+				.value = -1,
+				.xor = (uint8_t)(1 + be_rand_below(&fk->rng, 255)),
+			};
+		}
+	}
+	if (*npt)
+		a = FK_CORRUPT;
+out_unlock:
+	pthread_mutex_unlock(&fk->lock);
+	return a;
+}
+
+/* ---- corrupting ---- */
+
+/* Where byte @off of a vector is. */
+static uint8_t *iov_byte(const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	int i;
+
+	for (i = 0; i < iovcnt; i++) {
+		if (off < iov[i].iov_len)
+			return (uint8_t *)iov[i].iov_base + off;
+		off -= iov[i].iov_len;
+	}
+	return NULL;
+}
+
+static uint8_t corrupt_value(const struct flakey_point *p, uint8_t old)
+{
+	return p->value < 0 ? old ^ p->xor : (uint8_t)p->value;
+}
+
+/* Note one corrupted byte: last_corruption, and the log for the first few. */
+static void note_corruption(struct flakey_dev *fk, const struct blk_io *io, uint64_t off,
+			    uint8_t old, uint8_t new)
+{
+	const char *op = io->op == BLK_READ ? "read" : "write";
+
+	pthread_mutex_lock(&fk->lock);
+	snprintf(fk->last, sizeof(fk->last), "%s %llu %u %u", op,
+		 (unsigned long long)(io->pos + off), old, new);
+	if (fk->nr_said < FLAKEY_SAY) {
+		fk->nr_said++;
+		fprintf(stderr, "blkfs: flakey: %s: corrupted %s %llu+%llu at byte %llu: 0x%02x -> 0x%02x%s\n",
+			fk->dev, blk_op_name(io->op), (unsigned long long)io->pos,
+			(unsigned long long)io->len, (unsigned long long)(io->pos + off), old, new,
+			fk->nr_said == FLAKEY_SAY ?
+			" (further corruptions are only counted: flakey_*_corruptions)" : "");
+	}
+	pthread_mutex_unlock(&fk->lock);
+}
+
+static void child_done(struct flakey_dev *fk, struct flakey_io *c)
+{
+	int i;
+
+	for (i = 0; i < FLAKEY_MAX_POINTS; i++)
+		if (c->bounce[i])
+			be_pool_put(&fk->bounces, c->bounce[i]);
+	if (c->iov && c->iov != c->iov_inline)
+		free(c->iov);
+	be_pool_put(&fk->pool, c);
+}
+
+static void flakey_end_io(struct blk_io *io, int res)
+{
+	struct flakey_io *c = (struct flakey_io *)io;
+	struct flakey_dev *fk = c->fk;
+	struct blk_io *parent = c->parent;
+	int i;
+
+	if (!res && parent->op == BLK_READ) {
+		/* the data the layer below gave, in the cache's buffer: ours to spoil */
+		for (i = 0; i < c->npt; i++) {
+			uint8_t *b = iov_byte(parent->iov, parent->iovcnt, c->pt[i].off);
+			uint8_t old = *b;
+
+			*b = corrupt_value(&c->pt[i], old);
+			note_corruption(fk, parent, c->pt[i].off, old, *b);
+		}
+		__atomic_add_fetch(&fk->nr_read_corrupt, 1, __ATOMIC_RELAXED);
+	} else if (!res) {
+		__atomic_add_fetch(&fk->nr_write_corrupt, 1, __ATOMIC_RELAXED);
+	}
+	child_done(fk, c);
+	parent->end_io(parent, res);
+	/* After the parent's end_io: close waits for inflight 0 before freeing fk. */
+	pthread_mutex_lock(&fk->lock);
+	if (!--fk->inflight)
+		pthread_cond_broadcast(&fk->idle_cv);
+	pthread_mutex_unlock(&fk->lock);
+}
+
+/*
+ * The child's vector for a corrupted WRITE: the parent's, with the piece
+ * holding each point replaced by a corrupted copy. A piece is the
+ * align-sized, align-aligned block of one iovec around the byte (iovec
+ * bases and lengths are multiples of align, so it never crosses one).
+ */
+static int build_write(struct flakey_dev *fk, struct flakey_io *c)
+{
+	const struct blk_io *p = c->parent;
+	uint64_t a = fk->align, base = 0;
+	int i, k = 0, nb = 0, n = 0, cap = p->iovcnt + 2 * FLAKEY_MAX_POINTS;
+
+	if (c->npt == 2 && c->pt[0].off > c->pt[1].off) {
+		struct flakey_point t = c->pt[0];
+
+		c->pt[0] = c->pt[1];
+		c->pt[1] = t;
+	}
+	if (cap <= FLAKEY_INLINE_IOV) {
+		c->iov = c->iov_inline;
+	} else {
+		/* a vector longer than the slot holds: allocated, and counted as a miss */
+		__atomic_add_fetch(&fk->pool.nr_allocs, 1, __ATOMIC_RELAXED);
+		c->iov = malloc((size_t)cap * sizeof(*c->iov));
+		if (!c->iov)
+			return -ENOMEM;
+	}
+	for (i = 0; i < p->iovcnt; i++) {
+		const struct iovec *v = &p->iov[i];
+		uint64_t cur = 0;	/* how much of v is in the child's vector */
+
+		while (k < c->npt && c->pt[k].off < base + v->iov_len) {
+			uint64_t start = (c->pt[k].off - base) / a * a;
+			uint8_t *piece;
+
+			if (start > cur)
+				c->iov[n++] = (struct iovec){ (char *)v->iov_base + cur, start - cur };
+			piece = be_pool_get(&fk->bounces);
+			if (!piece)
+				return -ENOMEM;
+			c->bounce[nb++] = piece;
+			memcpy(piece, (char *)v->iov_base + start, a);
+			/* this point, and the next when it falls in the same piece */
+			for (; k < c->npt && c->pt[k].off < base + start + a; k++) {
+				uint8_t *b = piece + (c->pt[k].off - base - start), old = *b;
+
+				*b = corrupt_value(&c->pt[k], old);
+				note_corruption(fk, p, c->pt[k].off, old, *b);
+			}
+			c->iov[n++] = (struct iovec){ piece, a };
+			cur = start + a;
+		}
+		if (cur < v->iov_len)
+			c->iov[n++] = (struct iovec){ (char *)v->iov_base + cur, v->iov_len - cur };
+		base += v->iov_len;
+	}
+	c->io.iov = c->iov;
+	c->io.iovcnt = n;
+	return 0;
+}
+
+static int flakey_submit(struct blk_backend *be, struct blk_io *io)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	struct flakey_point pt[FLAKEY_MAX_POINTS];
+	struct flakey_io *c;
+	int err = 0, npt, ret;
+
+	if (!__atomic_load_n(&fk->can_go_down, __ATOMIC_RELAXED))
+		return blk_submit(be->next, io);
+	switch (flakey_decide(fk, io, &err, pt, &npt)) {
+	case FK_PASS:
+		return blk_submit(be->next, io);
+	case FK_FAIL:
+		__atomic_add_fetch(&fk->nr_errors, 1, __ATOMIC_RELAXED);
+		io->end_io(io, -err);
+		return 0;
+	case FK_DROP:
+		__atomic_add_fetch(&fk->nr_dropped, 1, __ATOMIC_RELAXED);
+		io->end_io(io, 0);
+		return 0;
+	case FK_CORRUPT:
+		break;
+	}
+	c = be_pool_get(&fk->pool);
+	if (!c)
+		return -ENOMEM;
+	c->io = be_child_io(io, flakey_end_io, c);
+	c->parent = io;
+	c->fk = fk;
+	memcpy(c->pt, pt, sizeof(pt));
+	c->npt = npt;
+	c->bounce[0] = c->bounce[1] = NULL;
+	c->iov = NULL;
+	if (io->op == BLK_WRITE) {
+		ret = build_write(fk, c);
+		if (ret) {
+			child_done(fk, c);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&fk->lock);
+	fk->inflight++;
+	pthread_mutex_unlock(&fk->lock);
+	ret = blk_submit(be->next, &c->io);
+	if (ret) {
+		/* refused below: nothing happened; @c was not completed */
+		child_done(fk, c);
+		pthread_mutex_lock(&fk->lock);
+		if (!--fk->inflight)
+			pthread_cond_broadcast(&fk->idle_cv);
+		pthread_mutex_unlock(&fk->lock);
+	}
+	return ret;
+}
+
+/* ---- open, close, stat ---- */
+
+static const char *const flakey_keys[] = {
+	"up_interval", "down_interval", "error_reads", "error_writes", "drop_writes",
+	"corrupt_bio_byte", "random_read_corrupt", "random_write_corrupt", "corrupt_ranges",
+	"errno", "seed", "pool", NULL,
+};
+
+static void say_seed(const struct flakey_dev *fk, uint64_t seed, const char *why)
+{
+	fprintf(stderr, "blkfs: flakey: %s: seed %llu (%s; flakey.seed = %llu replays it)\n",
+		fk->dev, (unsigned long long)seed, why, (unsigned long long)seed);
+}
+
+/* Caller holds fk->lock (or owns fk alone). */
+static void update_can_go_down_locked(struct flakey_dev *fk)
+{
+	__atomic_store_n(&fk->can_go_down, fk->down_ns > 0, __ATOMIC_RELAXED);
+}
+
+static int param_probability(struct blk_params *p, const char *key, double *out)
+{
+	const char *s = blk_param_get(p, key);
+
+	if (s && be_parse_probability(s, out))
+		return blk_param_error(p, key,
+			"'%s' is not a probability (allowed: 0 to 1, such as 0.01; dm-flakey's 1000000000 is 1)",
+			s);
+	return 0;
+}
+
+static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend *next)
+{
+	struct blk_geometry geo;
+	struct flakey_dev *fk;
+	unsigned int pool;
+	const char *s;
+	int ret;
+
+	if (!next) {
+		blk_param_error(p, NULL, "the flakey filter needs a layer below it");
+		return ERR_PTR(-EINVAL);
+	}
+	next->ops->geometry(next, &geo);
+	fk = calloc(1, sizeof(*fk));
+	if (!fk) {
+		blk_param_error(p, NULL, "cannot set up the flakey filter: out of memory");
+		return ERR_PTR(-ENOMEM);
+	}
+	fk->dev = p->dev ? p->dev : "?";
+	fk->size = geo.size;
+	fk->align = geo.dma_align ? geo.dma_align : 1;
+	fk->err = EIO;
+	snprintf(fk->last, sizeof(fk->last), "none");
+
+	ret = blk_param_duration(p, "up_interval", 0, 0, FLAKEY_MAX_INTERVAL_NS, 1000000000ull,
+				 &fk->up_ns);
+	if (!ret)
+		ret = blk_param_duration(p, "down_interval", 0, 0, FLAKEY_MAX_INTERVAL_NS,
+					 1000000000ull, &fk->down_ns);
+	if (!ret)
+		ret = blk_param_bool(p, "error_reads", false, &fk->error_reads);
+	if (!ret)
+		ret = blk_param_bool(p, "error_writes", false, &fk->error_writes);
+	if (!ret)
+		ret = blk_param_bool(p, "drop_writes", false, &fk->drop_writes);
+	if (!ret)
+		ret = param_probability(p, "random_read_corrupt", &fk->p_read);
+	if (!ret)
+		ret = param_probability(p, "random_write_corrupt", &fk->p_write);
+	if (!ret)
+		ret = be_param_seed(p, &fk->seed);
+	if (!ret)
+		ret = be_param_pool(p, &pool);
+	if (ret)
+		goto out_free;
+	fk->rng = fk->seed;
+	s = blk_param_get(p, "corrupt_bio_byte");
+	if (s && parse_byte(s, &fk->byte_n, &fk->byte_write, &fk->byte_value)) {
+		ret = blk_param_error(p, "corrupt_bio_byte",
+			"'%s' is not a corruption (allowed: N r|w VALUE [0], with N from 1 and VALUE 0..255, or off)",
+			s);
+		goto out_free;
+	}
+	s = blk_param_get(p, "errno");
+	if (s) {
+		ret = be_parse_errno(s);
+		if (ret < 0) {
+			ret = blk_param_error(p, "errno",
+				"'%s' is not an errno (allowed: a name such as EIO, ENOSPC, or a number)", s);
+			goto out_free;
+		}
+		fk->err = ret;
+	}
+	s = blk_param_get(p, "corrupt_ranges");
+	if (s) {
+		ret = parse_ranges(s, strlen(s), ',', fk->size, fk->ranges, FLAKEY_MAX_RANGES);
+		if (ret < 0) {
+			ret = blk_param_error(p, "corrupt_ranges",
+				"'%s' is not a list of ranges inside the device (allowed: OFFSET LENGTH, comma-separated, at most %d, with OFFSET + LENGTH <= %llu)",
+				s, FLAKEY_MAX_RANGES, (unsigned long long)fk->size);
+			goto out_free;
+		}
+		fk->nr_ranges = merge_ranges(fk->ranges, (size_t)ret);
+	}
+	update_can_go_down_locked(fk);
+
+	ret = be_pool_init(&fk->pool, pool, sizeof(struct flakey_io), 64);
+	if (ret)
+		goto out_err;
+	ret = be_pool_init(&fk->bounces, FLAKEY_BOUNCES, fk->align, fk->align < 64 ? 64 : fk->align);
+	if (ret)
+		goto out_destroy_pool;
+	ret = -pthread_mutex_init(&fk->lock, NULL);
+	if (ret)
+		goto out_destroy_bounces;
+	ret = -pthread_cond_init(&fk->idle_cv, NULL);
+	if (ret)
+		goto out_destroy_lock;
+	fk->start_ns = be_now_ns();
+	fk->be.ops = &flakey_filter_ops;
+	fk->be.next = next;
+	say_seed(fk, fk->seed, "at open");
+	return &fk->be;
+
+out_destroy_lock:
+	pthread_mutex_destroy(&fk->lock);
+out_destroy_bounces:
+	be_pool_destroy(&fk->bounces);
+out_destroy_pool:
+	be_pool_destroy(&fk->pool);
+out_err:
+	blk_param_error(p, NULL, "cannot set up the flakey filter: %s", strerror(-ret));
+out_free:
+	free(fk);
+	return ERR_PTR(ret);
+}
+
+/* Wait for the children still below: the layer below is closed next. */
+static void flakey_close(struct blk_backend *be)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	pthread_mutex_lock(&fk->lock);
+	while (fk->inflight)
+		pthread_cond_wait(&fk->idle_cv, &fk->lock);
+	pthread_mutex_unlock(&fk->lock);
+	pthread_cond_destroy(&fk->idle_cv);
+	pthread_mutex_destroy(&fk->lock);
+	be_pool_destroy(&fk->bounces);
+	be_pool_destroy(&fk->pool);
+	free(fk);
+}
+
+static size_t flakey_stat(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	bool down;
+	size_t n;
+
+	pthread_mutex_lock(&fk->lock);
+	down = is_down_locked(fk, be_now_ns());
+	pthread_mutex_unlock(&fk->lock);
+	n = be_stat_printf(buf, len,
+			   "flakey_down %d\nflakey_down_ios %llu\nflakey_errors %llu\n"
+			   "flakey_dropped_writes %llu\nflakey_read_corruptions %llu\n"
+			   "flakey_write_corruptions %llu\n",
+			   down,
+			   (unsigned long long)__atomic_load_n(&fk->nr_down_ios, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fk->nr_errors, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fk->nr_dropped, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fk->nr_read_corrupt, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fk->nr_write_corrupt, __ATOMIC_RELAXED));
+	n += be_pool_stat(&fk->pool, "flakey", buf + n, len - n);
+	return n + be_pool_stat(&fk->bounces, "flakey_bounce", buf + n, len - n);
+}
+
+/* ---- live attributes: .sys/DEV/flakey/ ---- */
+
+static int interval_show(struct flakey_dev *fk, const uint64_t *field, char *buf, size_t len)
+{
+	char s[32];
+	uint64_t v;
+
+	pthread_mutex_lock(&fk->lock);
+	v = *field;
+	pthread_mutex_unlock(&fk->lock);
+	blk_format_duration(s, sizeof(s), v);
+	return be_attr_out(buf, len, s);
+}
+
+/* A new interval starts the cycle again, up first (as loading a dm table does). */
+static int interval_store(struct flakey_dev *fk, uint64_t *field, const char *buf, size_t len)
+{
+	char s[32];
+	uint64_t v;
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 1000000000ull, &v) ||
+	    v > FLAKEY_MAX_INTERVAL_NS)
+		return -EINVAL;
+	pthread_mutex_lock(&fk->lock);
+	*field = v;
+	fk->start_ns = be_now_ns();
+	update_can_go_down_locked(fk);
+	pthread_mutex_unlock(&fk->lock);
+	return 0;
+}
+
+static int flakey_up_interval_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return interval_show(fk, &fk->up_ns, buf, len);
+}
+
+static int flakey_up_interval_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return interval_store(fk, &fk->up_ns, buf, len);
+}
+
+static int flakey_down_interval_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return interval_show(fk, &fk->down_ns, buf, len);
+}
+
+static int flakey_down_interval_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return interval_store(fk, &fk->down_ns, buf, len);
+}
+
+#define FLAKEY_BOOL_ATTR(field)							\
+static int flakey_##field##_show(struct blk_backend *be, char *buf, size_t len)	\
+{										\
+	struct flakey_dev *fk = (struct flakey_dev *)be;			\
+	bool v;									\
+										\
+	pthread_mutex_lock(&fk->lock);						\
+	v = fk->field;								\
+	pthread_mutex_unlock(&fk->lock);					\
+	return be_attr_out(buf, len, v ? "1" : "0");				\
+}										\
+static int flakey_##field##_store(struct blk_backend *be, const char *buf, size_t len) \
+{										\
+	struct flakey_dev *fk = (struct flakey_dev *)be;			\
+	char s[8];								\
+	bool v;									\
+										\
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))	\
+		return -EINVAL;							\
+	pthread_mutex_lock(&fk->lock);						\
+	fk->field = v;								\
+	pthread_mutex_unlock(&fk->lock);					\
+	return 0;								\
+}
+
+FLAKEY_BOOL_ATTR(error_reads)
+FLAKEY_BOOL_ATTR(error_writes)
+FLAKEY_BOOL_ATTR(drop_writes)
+
+static int flakey_corrupt_bio_byte_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[64];
+
+	pthread_mutex_lock(&fk->lock);
+	if (!fk->byte_n)
+		snprintf(s, sizeof(s), "off");
+	else
+		snprintf(s, sizeof(s), "%llu %c %d", (unsigned long long)fk->byte_n,
+			 fk->byte_write ? 'w' : 'r', fk->byte_value);
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, s);
+}
+
+static int flakey_corrupt_bio_byte_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	uint64_t n;
+	bool w;
+	int v;
+	char s[128];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || parse_byte(s, &n, &w, &v))
+		return -EINVAL;
+	pthread_mutex_lock(&fk->lock);
+	fk->byte_n = n;
+	fk->byte_write = w;
+	fk->byte_value = v;
+	fk->nr_said = 0;
+	pthread_mutex_unlock(&fk->lock);
+	return 0;
+}
+
+static int probability_show(struct flakey_dev *fk, const double *field, char *buf, size_t len)
+{
+	double v;
+
+	pthread_mutex_lock(&fk->lock);
+	v = *field;
+	pthread_mutex_unlock(&fk->lock);
+	return be_probability_out(buf, len, v);
+}
+
+static int probability_store(struct flakey_dev *fk, double *field, const char *buf, size_t len)
+{
+	char s[64];
+	double v;
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_probability(s, &v))
+		return -EINVAL;
+	pthread_mutex_lock(&fk->lock);
+	*field = v;
+	fk->nr_said = 0;
+	pthread_mutex_unlock(&fk->lock);
+	return 0;
+}
+
+static int flakey_random_read_corrupt_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return probability_show(fk, &fk->p_read, buf, len);
+}
+
+static int flakey_random_read_corrupt_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return probability_store(fk, &fk->p_read, buf, len);
+}
+
+static int flakey_random_write_corrupt_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return probability_show(fk, &fk->p_write, buf, len);
+}
+
+static int flakey_random_write_corrupt_store(struct blk_backend *be, const char *buf,
+					     size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	return probability_store(fk, &fk->p_write, buf, len);
+}
+
+/* One `OFFSET LENGTH` line per range, sorted and merged. */
+static int flakey_corrupt_ranges_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	size_t i, off = 0;
+	int ret = 0;
+
+	if (!len)
+		return -EOVERFLOW;
+	buf[0] = '\0';
+	pthread_mutex_lock(&fk->lock);
+	for (i = 0; i < fk->nr_ranges; i++) {
+		int n = snprintf(buf + off, len - off, "%llu %llu\n",
+				 (unsigned long long)fk->ranges[i].pos,
+				 (unsigned long long)fk->ranges[i].len);
+
+		if (n < 0 || (size_t)n >= len - off) {
+			ret = -EOVERFLOW;
+			break;
+		}
+		off += (size_t)n;
+	}
+	pthread_mutex_unlock(&fk->lock);
+	return ret ? ret : (int)off;
+}
+
+/* `clear`, or lines to add (merged with what is there); all or nothing. */
+static int flakey_corrupt_ranges_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	struct flakey_range *v;
+	size_t have;
+	char s[8];
+	int ret;
+
+	if (!len || len > FLAKEY_TEXT_MAX || memchr(buf, '\0', len))
+		return -EINVAL;
+	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
+		pthread_mutex_lock(&fk->lock);
+		fk->nr_ranges = 0;
+		pthread_mutex_unlock(&fk->lock);
+		return 0;
+	}
+	v = malloc(2 * FLAKEY_MAX_RANGES * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ret = parse_ranges(buf, len, '\n', fk->size, v, FLAKEY_MAX_RANGES);
+	if (ret <= 0) {
+		free(v);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&fk->lock);
+	have = fk->nr_ranges;
+	memcpy(v + ret, fk->ranges, have * sizeof(*v));
+	have = merge_ranges(v, have + (size_t)ret);
+	if (have > FLAKEY_MAX_RANGES) {
+		ret = -EINVAL;
+	} else {
+		memcpy(fk->ranges, v, have * sizeof(*v));
+		fk->nr_ranges = have;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&fk->lock);
+	free(v);
+	return ret;
+}
+
+static int flakey_errno_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char eb[16];
+	int e;
+
+	pthread_mutex_lock(&fk->lock);
+	e = fk->err;
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
+}
+
+static int flakey_errno_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[32];
+	int e;
+
+	if (be_attr_text(buf, len, s, sizeof(s)))
+		return -EINVAL;
+	e = be_parse_errno(s);
+	if (e < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&fk->lock);
+	fk->err = e;
+	pthread_mutex_unlock(&fk->lock);
+	return 0;
+}
+
+static int flakey_seed_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&fk->lock);
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)fk->seed);
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* A number, or auto; the stream restarts from it. */
+static int flakey_seed_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	bool is_auto;
+	uint64_t seed;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
+		return -EINVAL;
+	if (is_auto)
+		seed = be_seed_from_clock();
+	pthread_mutex_lock(&fk->lock);
+	fk->seed = seed;
+	fk->rng = seed;
+	fk->nr_said = 0;
+	pthread_mutex_unlock(&fk->lock);
+	say_seed(fk, seed, "stored");
+	return 0;
+}
+
+static int flakey_state_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	bool down;
+
+	pthread_mutex_lock(&fk->lock);
+	down = is_down_locked(fk, be_now_ns());
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, down ? "down" : "up");
+}
+
+static int flakey_last_corruption_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[sizeof(fk->last)];
+
+	pthread_mutex_lock(&fk->lock);
+	memcpy(s, fk->last, sizeof(s));
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, s);
+}
+
+#define RW(n) { .name = #n, .show = flakey_##n##_show, .store = flakey_##n##_store }
+
+static const struct blk_attr flakey_attrs[] = {
+	RW(up_interval),
+	RW(down_interval),
+	RW(error_reads),
+	RW(error_writes),
+	RW(drop_writes),
+	RW(corrupt_bio_byte),
+	RW(random_read_corrupt),
+	RW(random_write_corrupt),
+	RW(corrupt_ranges),
+	RW(errno),
+	RW(seed),
+	{ .name = "state", .show = flakey_state_show },
+	{ .name = "last_corruption", .show = flakey_last_corruption_show },
+	{ .name = NULL },
+};
+
+const struct blk_backend_ops flakey_filter_ops = {
+	.name = "flakey",
+	.is_filter = true,
+	.keys = flakey_keys,
+	.help = "flakey: dm-flakey's up/down cycle; flakey.up_interval/down_interval = 5s, "
+		"flakey.error_reads/error_writes/drop_writes = yes|no, "
+		"flakey.corrupt_bio_byte = N r|w VALUE, flakey.random_read_corrupt/random_write_corrupt = 0..1, "
+		"flakey.corrupt_ranges = OFFSET LENGTH, ..., flakey.errno = EIO, flakey.seed = N|auto",
+	.open = flakey_open,
+	.close = flakey_close,
+	.geometry = be_filter_geometry,
+	.submit = flakey_submit,
+	.stat = flakey_stat,
+	.attrs = flakey_attrs,
+};

@@ -1,0 +1,573 @@
+// SPDX-License-Identifier: MIT
+/*
+ * backends/throttle.c - the throttle filter: a disk's bandwidth and queue,
+ * modelled. A bandwidth cap per direction (null_blk's mbps, nbdkit's rate
+ * filter), a concurrency limit (at most N I/Os at the layer below, the rest
+ * wait in order, as a disk with a queue depth of N), and latency that grows
+ * with the I/Os in flight.
+ *
+ * Keys (and live attrs of the same names, .sys/DEV/throttle/ATTR):
+ *	mbps		a cap on READ and WRITE together, in MiB/s (2^20
+ *			bytes, as null_blk counts); 0 (default) is no cap
+ *	read_mbps, write_mbps
+ *			a cap on one direction; with mbps too, both apply
+ *	burst		bytes that may pass at once after an idle spell (the
+ *			bucket's size, K/M/G suffixes); default 0
+ *	queue_depth	at most this many I/Os at the layer below; the rest wait
+ *			in submission order; 0 (default) is no limit
+ *	latency_per_inflight
+ *			a duration: an I/O passed down waits this long for each
+ *			other I/O in flight below (see the model below); 0 is off
+ *	pool		I/Os the filter holds without allocating (config only)
+ * Read-only attrs: `inflight` (I/Os at the layer below now) and `queued`
+ * (waiting for a slot).
+ *
+ * Bandwidth is a token bucket kept as a virtual time vt: the bucket is
+ * full (burst bytes) at vt + burst/rate and empty at vt. An I/O of L bytes
+ * takes L tokens: vt = max(vt, now - burst/rate) + L/rate, and it goes on
+ * at max(now, vt). So every I/O pays for its own bytes before it goes: a
+ * 1 MiB READ at 100 MiB/s waits 10 ms on an idle bucket with no burst, and
+ * one larger than the burst waits for what the bucket lacks. Large I/O
+ * drains the bucket by its size, honestly; the long-run rate is the cap.
+ * DISCARD, WRITE_ZEROES and FLUSH carry no data and are not charged.
+ *
+ * Latency with concurrency (the model chosen): a device whose internal
+ * parallelism is used up serves each I/O more slowly the more share it:
+ * an I/O passed down while K others are in flight below waits K times
+ * latency_per_inflight first (holding its queue slot). With queue_depth 1
+ * and a delay below, the filter is a single server; with this knob it is
+ * a shared one whose latency grows linearly with the load.
+ *
+ * An I/O goes: bucket (held on the timer queue until its tokens are
+ * there) -> queue (FIFO, until a slot is free) -> contention hold (timer
+ * queue again) -> the layer below. With nothing configured, submit()
+ * passes the I/O on itself after one atomic load. Otherwise it goes down
+ * as a child (from a pool filled at open), so close can wait for it.
+ * Whoever frees a slot dispatches the queue; one thread at a time does
+ * (td->dispatching), so a layer below that completes inline cannot make
+ * the stack grow with the queue.
+ *
+ * Lock: td->lock covers the knobs, the buckets, the queue and the counts;
+ * it is never held across a submit below or an end_io.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends_int.h"
+
+#define THROTTLE_MAX_MBPS	1000000u		/* 1 TiB/s: no cap, in effect */
+#define THROTTLE_MAX_QD		65536u
+#define THROTTLE_MAX_PER_NS	(1000000000ull)		/* latency_per_inflight: at most 1s */
+#define NS_PER_S		1000000000ull
+
+/* A token bucket: rate bytes/s (0: off), empty at vt_ns. */
+struct throttle_bucket {
+	uint32_t mbps;
+	uint64_t vt_ns;
+};
+
+enum throttle_stage { TS_BUCKET, TS_CONTEND };
+
+/* A child I/O. From td->pool. */
+struct throttle_io {
+	struct blk_io io;		/* must come first: the layer below gets &io */
+	struct blk_io *parent;
+	struct throttle_dev *td;
+	struct be_timer timer;
+	enum throttle_stage stage;	/* what the timer ends */
+	struct throttle_io *next;	/* td->lock: on the queue */
+};
+
+struct throttle_dev {
+	struct blk_backend be;		/* must come first */
+	const char *dev;
+	struct be_pool pool;		/* struct throttle_io */
+	struct be_timerq tq;
+	/* Atomic: something is configured; with nothing, submit() passes I/O on itself. */
+	bool active;
+
+	pthread_mutex_t lock;
+	pthread_cond_t idle_cv;		/* to close: inflight reached 0 */
+	struct throttle_bucket all, rd, wr;	/* lock */
+	uint64_t burst;			/* lock: bytes */
+	unsigned int qd;		/* lock: 0 = no limit */
+	uint64_t per_inflight_ns;	/* lock */
+	unsigned int below;		/* lock: children below, or held for contention */
+	unsigned int max_below;		/* lock */
+	struct throttle_io *q_head, **q_tail;	/* lock: waiting for a slot, oldest first */
+	size_t nr_queued;		/* lock */
+	bool dispatching;		/* lock: a thread is in dispatch()'s loop */
+	uint64_t inflight;		/* lock: children taken and not yet completed to the cache */
+
+	/* Counters for ->stat; atomic, read without a lock. */
+	uint64_t nr_bw_waits;		/* I/Os held by a bucket */
+	uint64_t bw_wait_ns;		/* their holds, added up */
+	uint64_t nr_queued_total;	/* I/Os that waited for a slot */
+	uint64_t nr_contended;		/* I/Os held for the others in flight */
+	uint64_t contend_ns;		/* those holds, added up */
+};
+
+/* ---- the buckets ---- */
+
+static uint64_t cost_ns(uint64_t bytes, uint32_t mbps)
+{
+	return (uint64_t)((unsigned __int128)bytes * NS_PER_S / ((uint64_t)mbps << 20));
+}
+
+/* When @len bytes may go through @b at @now (and take them). Caller holds td->lock. */
+static uint64_t bucket_take_locked(struct throttle_bucket *b, uint64_t burst, uint64_t len,
+				   uint64_t now)
+{
+	uint64_t full = cost_ns(burst, b->mbps), base = b->vt_ns;
+
+	if (!b->mbps)
+		return now;
+	if (now > full && base < now - full)
+		base = now - full;
+	b->vt_ns = base + cost_ns(len, b->mbps);
+	return b->vt_ns > now ? b->vt_ns : now;
+}
+
+/* Caller holds td->lock. */
+static void update_active_locked(struct throttle_dev *td)
+{
+	bool a = td->all.mbps || td->rd.mbps || td->wr.mbps || td->qd || td->per_inflight_ns;
+
+	__atomic_store_n(&td->active, a, __ATOMIC_RELAXED);
+}
+
+/* ---- I/O ---- */
+
+static void throttle_end_io(struct blk_io *io, int res);
+static void dispatch(struct throttle_dev *td);
+
+static void submit_below(struct throttle_io *c)
+{
+	int ret = blk_submit(c->td->be.next, &c->io);
+
+	/* We took the parent: a refusal below becomes its completion. */
+	if (ret)
+		throttle_end_io(&c->io, ret);
+}
+
+/* @c has a slot; @others were in flight below when it got it. */
+static void start_below(struct throttle_dev *td, struct throttle_io *c, unsigned int others)
+{
+	uint64_t hold;
+
+	pthread_mutex_lock(&td->lock);
+	hold = td->per_inflight_ns * others;
+	pthread_mutex_unlock(&td->lock);
+	if (hold) {
+		__atomic_add_fetch(&td->nr_contended, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&td->contend_ns, hold, __ATOMIC_RELAXED);
+		c->io.flags &= ~BLK_IO_WAITED;
+		c->stage = TS_CONTEND;
+		if (!be_timerq_add(&td->tq, &c->timer, be_now_ns() + hold))
+			return;
+		/* no room on the timer queue: it goes without the hold */
+	}
+	submit_below(c);
+}
+
+/* Into the queue, or straight to a free slot when nothing waits before it. */
+static void enter_queue(struct throttle_dev *td, struct throttle_io *c)
+{
+	unsigned int others;
+
+	pthread_mutex_lock(&td->lock);
+	if (!td->q_head && (!td->qd || td->below < td->qd)) {
+		others = td->below++;
+		if (td->below > td->max_below)
+			td->max_below = td->below;
+		pthread_mutex_unlock(&td->lock);
+		start_below(td, c, others);
+		return;
+	}
+	/* dispatched by whoever frees a slot: nobody waits in that thread */
+	c->io.flags &= ~BLK_IO_WAITED;
+	c->next = NULL;
+	*td->q_tail = c;
+	td->q_tail = &c->next;
+	td->nr_queued++;
+	pthread_mutex_unlock(&td->lock);
+	__atomic_add_fetch(&td->nr_queued_total, 1, __ATOMIC_RELAXED);
+	dispatch(td);
+}
+
+/*
+ * Start queued I/Os while slots are free. One thread at a time: another
+ * that finds the loop running leaves it the work (the loop rechecks the
+ * queue under the lock after each start, so nothing is missed).
+ */
+static void dispatch(struct throttle_dev *td)
+{
+	pthread_mutex_lock(&td->lock);
+	if (td->dispatching) {
+		pthread_mutex_unlock(&td->lock);
+		return;
+	}
+	td->dispatching = true;
+	while (td->q_head && (!td->qd || td->below < td->qd)) {
+		struct throttle_io *c = td->q_head;
+		unsigned int others;
+
+		td->q_head = c->next;
+		if (!td->q_head)
+			td->q_tail = &td->q_head;
+		td->nr_queued--;
+		others = td->below++;
+		if (td->below > td->max_below)
+			td->max_below = td->below;
+		pthread_mutex_unlock(&td->lock);
+		start_below(td, c, others);
+		pthread_mutex_lock(&td->lock);
+	}
+	td->dispatching = false;
+	pthread_mutex_unlock(&td->lock);
+}
+
+static void throttle_fire(struct be_timer *t)
+{
+	struct throttle_io *c = (struct throttle_io *)((char *)t - offsetof(struct throttle_io, timer));
+
+	if (c->stage == TS_BUCKET)
+		enter_queue(c->td, c);
+	else
+		submit_below(c);
+}
+
+static void throttle_end_io(struct blk_io *io, int res)
+{
+	struct throttle_io *c = (struct throttle_io *)io;
+	struct throttle_dev *td = c->td;
+	struct blk_io *parent = c->parent;
+
+	pthread_mutex_lock(&td->lock);
+	td->below--;
+	pthread_mutex_unlock(&td->lock);
+	/* the freed slot goes to the next in line before the cache hears of this one */
+	dispatch(td);
+	be_pool_put(&td->pool, c);
+	parent->end_io(parent, res);
+	/* After the parent's end_io: close waits for inflight 0 before freeing td. */
+	pthread_mutex_lock(&td->lock);
+	if (!--td->inflight)
+		pthread_cond_broadcast(&td->idle_cv);
+	pthread_mutex_unlock(&td->lock);
+}
+
+static int throttle_submit(struct blk_backend *be, struct blk_io *io)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	struct throttle_io *c;
+	uint64_t now, due;
+
+	if (!__atomic_load_n(&td->active, __ATOMIC_RELAXED))
+		return blk_submit(be->next, io);
+	c = be_pool_get(&td->pool);
+	if (!c)
+		return -ENOMEM;
+	c->io = be_child_io(io, throttle_end_io, c);
+	c->parent = io;
+	c->td = td;
+	c->timer.fire = throttle_fire;
+	now = be_now_ns();
+	due = now;
+	pthread_mutex_lock(&td->lock);
+	td->inflight++;
+	if (io->op == BLK_READ || io->op == BLK_WRITE) {
+		struct throttle_bucket *dir = io->op == BLK_READ ? &td->rd : &td->wr;
+		uint64_t d1 = bucket_take_locked(dir, td->burst, io->len, now);
+		uint64_t d2 = bucket_take_locked(&td->all, td->burst, io->len, now);
+
+		due = d1 > d2 ? d1 : d2;
+	}
+	pthread_mutex_unlock(&td->lock);
+	if (due > now) {
+		__atomic_add_fetch(&td->nr_bw_waits, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&td->bw_wait_ns, due - now, __ATOMIC_RELAXED);
+		c->io.flags &= ~BLK_IO_WAITED;
+		c->stage = TS_BUCKET;
+		if (!be_timerq_add(&td->tq, &c->timer, due))
+			return 0;
+		/* no room on the timer queue: it goes on unthrottled rather than fail */
+	}
+	enter_queue(td, c);
+	return 0;
+}
+
+/* ---- open, close, stat ---- */
+
+static const char *const throttle_keys[] = {
+	"mbps", "read_mbps", "write_mbps", "burst", "queue_depth", "latency_per_inflight",
+	"pool", NULL,
+};
+
+static struct blk_backend *throttle_open(struct blk_params *p, struct blk_backend *next)
+{
+	struct throttle_dev *td;
+	unsigned int pool, v[3];
+	int ret;
+
+	if (!next) {
+		blk_param_error(p, NULL, "the throttle filter needs a layer below it");
+		return ERR_PTR(-EINVAL);
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td) {
+		blk_param_error(p, NULL, "cannot set up the throttle filter: out of memory");
+		return ERR_PTR(-ENOMEM);
+	}
+	td->dev = p->dev ? p->dev : "?";
+	td->q_tail = &td->q_head;
+	ret = blk_param_uint(p, "mbps", 0, 0, THROTTLE_MAX_MBPS, &v[0]);
+	if (!ret)
+		ret = blk_param_uint(p, "read_mbps", 0, 0, THROTTLE_MAX_MBPS, &v[1]);
+	if (!ret)
+		ret = blk_param_uint(p, "write_mbps", 0, 0, THROTTLE_MAX_MBPS, &v[2]);
+	if (!ret)
+		ret = blk_param_size(p, "burst", 0, &td->burst);
+	if (!ret)
+		ret = blk_param_uint(p, "queue_depth", 0, 0, THROTTLE_MAX_QD, &td->qd);
+	if (!ret)
+		ret = blk_param_duration(p, "latency_per_inflight", 0, 0, THROTTLE_MAX_PER_NS, 0,
+					 &td->per_inflight_ns);
+	if (!ret)
+		ret = be_param_pool(p, &pool);
+	if (ret)
+		goto out_free;
+	td->all.mbps = v[0];
+	td->rd.mbps = v[1];
+	td->wr.mbps = v[2];
+	update_active_locked(td);
+
+	ret = be_pool_init(&td->pool, pool, sizeof(struct throttle_io), 64);
+	if (ret)
+		goto out_err;
+	ret = -pthread_mutex_init(&td->lock, NULL);
+	if (ret)
+		goto out_destroy_pool;
+	ret = -pthread_cond_init(&td->idle_cv, NULL);
+	if (ret)
+		goto out_destroy_lock;
+	ret = be_timerq_init(&td->tq, pool);
+	if (ret)
+		goto out_destroy_cv;
+	td->be.ops = &throttle_filter_ops;
+	td->be.next = next;
+	return &td->be;
+
+out_destroy_cv:
+	pthread_cond_destroy(&td->idle_cv);
+out_destroy_lock:
+	pthread_mutex_destroy(&td->lock);
+out_destroy_pool:
+	be_pool_destroy(&td->pool);
+out_err:
+	blk_param_error(p, NULL, "cannot set up the throttle filter: %s", strerror(-ret));
+out_free:
+	free(td);
+	return ERR_PTR(ret);
+}
+
+/*
+ * What the buckets and contention hold goes on now; the queue drains as
+ * the layer below completes (no limit is lifted: a queue depth of 1 stays
+ * 1). Then wait for every child, so the layer below, closed next, sees
+ * none of ours.
+ */
+static void throttle_close(struct blk_backend *be)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+
+	be_timerq_stop(&td->tq);
+	pthread_mutex_lock(&td->lock);
+	while (td->inflight)
+		pthread_cond_wait(&td->idle_cv, &td->lock);
+	pthread_mutex_unlock(&td->lock);
+	be_timerq_destroy(&td->tq);
+	pthread_cond_destroy(&td->idle_cv);
+	pthread_mutex_destroy(&td->lock);
+	be_pool_destroy(&td->pool);
+	free(td);
+}
+
+static size_t throttle_stat(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	unsigned int below, max_below;
+	size_t queued, n;
+
+	pthread_mutex_lock(&td->lock);
+	below = td->below;
+	max_below = td->max_below;
+	queued = td->nr_queued;
+	pthread_mutex_unlock(&td->lock);
+	n = be_stat_printf(buf, len,
+			   "throttle_bw_waits %llu\nthrottle_bw_wait_us %llu\nthrottle_queued_ios %llu\n"
+			   "throttle_contended_ios %llu\nthrottle_contend_us %llu\n"
+			   "throttle_inflight %u\nthrottle_max_inflight %u\nthrottle_queue_len %zu\n",
+			   (unsigned long long)__atomic_load_n(&td->nr_bw_waits, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&td->bw_wait_ns, __ATOMIC_RELAXED) / 1000,
+			   (unsigned long long)__atomic_load_n(&td->nr_queued_total, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&td->nr_contended, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&td->contend_ns, __ATOMIC_RELAXED) / 1000,
+			   below, max_below, queued);
+	return n + be_pool_stat(&td->pool, "throttle", buf + n, len - n);
+}
+
+/* ---- live attributes: .sys/DEV/throttle/ ---- */
+
+static int uint_show(struct throttle_dev *td, const unsigned int *field, char *buf, size_t len)
+{
+	char s[16];
+
+	pthread_mutex_lock(&td->lock);
+	snprintf(s, sizeof(s), "%u", *field);
+	pthread_mutex_unlock(&td->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* Digits, @max at most; a new limit applies to the I/O that comes next. */
+static int uint_store(struct throttle_dev *td, unsigned int *field, unsigned int max,
+		      const char *buf, size_t len)
+{
+	unsigned long v;
+	char s[16], *end;
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || s[0] < '0' || s[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EINVAL;
+	pthread_mutex_lock(&td->lock);
+	*field = (unsigned int)v;
+	update_active_locked(td);
+	pthread_mutex_unlock(&td->lock);
+	/* a deeper queue (or none) lets the waiting ones go now */
+	dispatch(td);
+	return 0;
+}
+
+#define UINT_ATTR(name, field, max)						\
+static int throttle_##name##_show(struct blk_backend *be, char *buf, size_t len) \
+{										\
+	struct throttle_dev *td = (struct throttle_dev *)be;			\
+										\
+	return uint_show(td, &td->field, buf, len);				\
+}										\
+static int throttle_##name##_store(struct blk_backend *be, const char *buf, size_t len) \
+{										\
+	struct throttle_dev *td = (struct throttle_dev *)be;			\
+										\
+	return uint_store(td, &td->field, max, buf, len);			\
+}
+
+UINT_ATTR(mbps, all.mbps, THROTTLE_MAX_MBPS)
+UINT_ATTR(read_mbps, rd.mbps, THROTTLE_MAX_MBPS)
+UINT_ATTR(write_mbps, wr.mbps, THROTTLE_MAX_MBPS)
+UINT_ATTR(queue_depth, qd, THROTTLE_MAX_QD)
+
+static int throttle_burst_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&td->lock);
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)td->burst);
+	pthread_mutex_unlock(&td->lock);
+	return be_attr_out(buf, len, s);
+}
+
+static int throttle_burst_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	uint64_t v;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_size(s, &v))
+		return -EINVAL;
+	pthread_mutex_lock(&td->lock);
+	td->burst = v;
+	pthread_mutex_unlock(&td->lock);
+	return 0;
+}
+
+static int throttle_latency_per_inflight_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	char s[32];
+
+	pthread_mutex_lock(&td->lock);
+	blk_format_duration(s, sizeof(s), td->per_inflight_ns);
+	pthread_mutex_unlock(&td->lock);
+	return be_attr_out(buf, len, s);
+}
+
+static int throttle_latency_per_inflight_store(struct blk_backend *be, const char *buf,
+					       size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	uint64_t v;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 0, &v) ||
+	    v > THROTTLE_MAX_PER_NS)
+		return -EINVAL;
+	pthread_mutex_lock(&td->lock);
+	td->per_inflight_ns = v;
+	update_active_locked(td);
+	pthread_mutex_unlock(&td->lock);
+	return 0;
+}
+
+static int throttle_inflight_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+
+	return uint_show(td, &td->below, buf, len);
+}
+
+static int throttle_queued_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&td->lock);
+	snprintf(s, sizeof(s), "%zu", td->nr_queued);
+	pthread_mutex_unlock(&td->lock);
+	return be_attr_out(buf, len, s);
+}
+
+#define RW(n) { .name = #n, .show = throttle_##n##_show, .store = throttle_##n##_store }
+
+static const struct blk_attr throttle_attrs[] = {
+	RW(mbps),
+	RW(read_mbps),
+	RW(write_mbps),
+	RW(burst),
+	RW(queue_depth),
+	RW(latency_per_inflight),
+	{ .name = "inflight", .show = throttle_inflight_show },
+	{ .name = "queued", .show = throttle_queued_show },
+	{ .name = NULL },
+};
+
+const struct blk_backend_ops throttle_filter_ops = {
+	.name = "throttle",
+	.is_filter = true,
+	.keys = throttle_keys,
+	.help = "throttle: bandwidth and queue; throttle.mbps/read_mbps/write_mbps = MiB/s, throttle.burst = SIZE, "
+		"throttle.queue_depth = N, throttle.latency_per_inflight = 50us",
+	.open = throttle_open,
+	.close = throttle_close,
+	.geometry = be_filter_geometry,
+	.submit = throttle_submit,
+	.stat = throttle_stat,
+	.attrs = throttle_attrs,
+};
