@@ -130,6 +130,21 @@ static inline uint64_t be_rand_below(uint64_t *state, uint64_t n)
 	return be_rand(state) % n;
 }
 
+/*
+ * "blkfs: FILTER: DEV: seed N (WHY; FILTER.seed = N replays it)" on stderr.
+ * A filter says it at open (which `blkfs mount` prints: the daemon's log
+ * does not exist yet), again at its first I/O (by then stderr is the
+ * daemon's log) and at every store of `seed`.
+ */
+void be_say_seed(const char *filter, const char *dev, uint64_t seed, const char *why);
+
+/* True once: for the first I/O's seed line. */
+static inline bool be_first_io(bool *said)
+{
+	return !__atomic_load_n(said, __ATOMIC_RELAXED) &&
+	       !__atomic_exchange_n(said, true, __ATOMIC_RELAXED);
+}
+
 /* A seed from the clock and the process, for `seed = auto`. */
 uint64_t be_seed_from_clock(void);
 /* "auto" (*is_auto = true) or a decimal below 2^64; -EINVAL otherwise. */

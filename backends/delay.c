@@ -114,6 +114,7 @@ struct delay_dev {
 	 * which with nothing configured passes the I/O on untouched.
 	 */
 	bool active;
+	bool seed_said;			/* atomic: the first I/O said the seed */
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle_cv;		/* to close: inflight reached 0 */
@@ -334,6 +335,17 @@ static void delay_fire(struct be_timer *t)
 		delay_end_io(&c->io, ret);
 }
 
+/* The seed again at the first I/O: stderr is the daemon's log by then. */
+static void say_seed_first_io(struct delay_dev *dd)
+{
+	uint64_t seed;
+
+	pthread_mutex_lock(&dd->lock);
+	seed = dd->seed;
+	pthread_mutex_unlock(&dd->lock);
+	be_say_seed("delay", dd->dev, seed, "first I/O");
+}
+
 static int delay_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
@@ -341,6 +353,8 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	uint64_t ns;
 	int ret;
 
+	if (be_first_io(&dd->seed_said))
+		say_seed_first_io(dd);
 	if (!__atomic_load_n(&dd->active, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
 	ns = delay_pick(dd, io);
@@ -379,12 +393,6 @@ static const char *const delay_keys[] = {
 	"read", "write", "flush", "discard", "map", "p90", "p99", "p999", "p9999", "seed",
 	"pool", NULL,
 };
-
-static void say_seed(const struct delay_dev *dd, uint64_t seed, const char *why)
-{
-	fprintf(stderr, "blkfs: delay: %s: seed %llu (%s; delay.seed = %llu replays it)\n",
-		dd->dev, (unsigned long long)seed, why, (unsigned long long)seed);
-}
 
 /* A delay key's value: -EINVAL with p->err when malformed or too long. */
 static int param_range(struct blk_params *p, const char *key, struct delay_range *r)
@@ -474,7 +482,7 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 		goto out_destroy_idle_cv;
 	dd->be.ops = &delay_filter_ops;
 	dd->be.next = next;
-	say_seed(dd, dd->seed, "at open");
+	be_say_seed("delay", dd->dev, dd->seed, "at open");
 	return &dd->be;
 
 out_destroy_idle_cv:
@@ -688,7 +696,7 @@ static int delay_seed_store(struct blk_backend *be, const char *buf, size_t len)
 	dd->seed = seed;
 	dd->rng = seed;
 	pthread_mutex_unlock(&dd->lock);
-	say_seed(dd, seed, "stored");
+	be_say_seed("delay", dd->dev, seed, "stored");
 	return 0;
 }
 

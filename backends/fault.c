@@ -117,6 +117,7 @@ struct fault_dev {
 	uint64_t size;			/* the device's; set at open */
 	struct be_pool pool;		/* struct fault_hang */
 	pthread_t hang_thread;
+	bool seed_said;			/* atomic: the first I/O said the seed */
 
 	pthread_mutex_t lock;
 	pthread_cond_t hang_cv;		/* to the hang thread: new hang, timeout, stop */
@@ -537,7 +538,17 @@ static void *hang_main(void *arg)
 static int fault_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	struct fault_verdict v = fault_decide(fd, io);
+	struct fault_verdict v;
+
+	if (be_first_io(&fd->seed_said)) {
+		uint64_t seed;
+
+		pthread_mutex_lock(&fd->lock);
+		seed = fd->seed;
+		pthread_mutex_unlock(&fd->lock);
+		be_say_seed("fault", fd->dev, seed, "first I/O");
+	}
+	v = fault_decide(fd, io);
 
 	if (v.cleared)
 		__atomic_add_fetch(&fd->nr_cleared, 1, __ATOMIC_RELAXED);
@@ -560,12 +571,6 @@ static const char *const fault_keys[] = {
 	"badblocks", "badblocks_once", "badblocks_clear_on_write", "seed", "enabled", "pool",
 	NULL,
 };
-
-static void say_seed(const struct fault_dev *fd, uint64_t seed, const char *why)
-{
-	fprintf(stderr, "blkfs: fault: %s: seed %llu (%s; fault.seed = %llu replays it)\n",
-		fd->dev, (unsigned long long)seed, why, (unsigned long long)seed);
-}
 
 static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *next)
 {
@@ -674,7 +679,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 		goto out_destroy_cv;
 	fd->be.ops = &fault_filter_ops;
 	fd->be.next = next;
-	say_seed(fd, fd->seed, "at open");
+	be_say_seed("fault", fd->dev, fd->seed, "at open");
 	return &fd->be;
 
 out_destroy_cv:
@@ -1011,7 +1016,7 @@ static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
 	fd->seed = seed;
 	fd->rng = seed;
 	pthread_mutex_unlock(&fd->lock);
-	say_seed(fd, seed, "stored");
+	be_say_seed("fault", fd->dev, seed, "stored");
 	return 0;
 }
 

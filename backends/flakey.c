@@ -105,6 +105,7 @@ struct flakey_dev {
 	 * false submit() passes everything on without taking the lock.
 	 */
 	bool can_go_down;
+	bool seed_said;			/* atomic: the first I/O said the seed */
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle_cv;		/* to close: inflight reached 0 */
@@ -495,6 +496,17 @@ static int build_write(struct flakey_dev *fk, struct flakey_io *c)
 	return 0;
 }
 
+/* The seed again at the first I/O: stderr is the daemon's log by then. */
+static void say_seed_first_io(struct flakey_dev *fk)
+{
+	uint64_t seed;
+
+	pthread_mutex_lock(&fk->lock);
+	seed = fk->seed;
+	pthread_mutex_unlock(&fk->lock);
+	be_say_seed("flakey", fk->dev, seed, "first I/O");
+}
+
 static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
@@ -502,6 +514,8 @@ static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 	struct flakey_io *c;
 	int err = 0, npt, ret;
 
+	if (be_first_io(&fk->seed_said))
+		say_seed_first_io(fk);
 	if (!__atomic_load_n(&fk->can_go_down, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
 	switch (flakey_decide(fk, io, &err, pt, &npt)) {
@@ -557,12 +571,6 @@ static const char *const flakey_keys[] = {
 	"corrupt_bio_byte", "random_read_corrupt", "random_write_corrupt", "corrupt_ranges",
 	"errno", "seed", "pool", NULL,
 };
-
-static void say_seed(const struct flakey_dev *fk, uint64_t seed, const char *why)
-{
-	fprintf(stderr, "blkfs: flakey: %s: seed %llu (%s; flakey.seed = %llu replays it)\n",
-		fk->dev, (unsigned long long)seed, why, (unsigned long long)seed);
-}
 
 /* Caller holds fk->lock (or owns fk alone). */
 static void update_can_go_down_locked(struct flakey_dev *fk)
@@ -672,7 +680,7 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 	fk->start_ns = be_now_ns();
 	fk->be.ops = &flakey_filter_ops;
 	fk->be.next = next;
-	say_seed(fk, fk->seed, "at open");
+	be_say_seed("flakey", fk->dev, fk->seed, "at open");
 	return &fk->be;
 
 out_destroy_lock:
@@ -1026,7 +1034,7 @@ static int flakey_seed_store(struct blk_backend *be, const char *buf, size_t len
 	fk->rng = seed;
 	fk->nr_said = 0;
 	pthread_mutex_unlock(&fk->lock);
-	say_seed(fk, seed, "stored");
+	be_say_seed("flakey", fk->dev, seed, "stored");
 	return 0;
 }
 

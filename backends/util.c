@@ -139,6 +139,12 @@ uint64_t be_seed_from_clock(void)
 	return be_rand(&s);
 }
 
+void be_say_seed(const char *filter, const char *dev, uint64_t seed, const char *why)
+{
+	fprintf(stderr, "blkfs: %s: %s: seed %llu (%s; %s.seed = %llu replays it)\n", filter, dev,
+		(unsigned long long)seed, why, filter, (unsigned long long)seed);
+}
+
 int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed)
 {
 	unsigned long long v;
