@@ -153,38 +153,44 @@ static void submit_below(struct throttle_io *c)
 		throttle_end_io(&c->io, ret);
 }
 
-/* @c has a slot; @others were in flight below when it got it. */
-static void start_below(struct throttle_dev *td, struct throttle_io *c, unsigned int others)
+/* @c has a slot; it waits @hold_ns (the others in flight below) first. */
+static void start_below(struct throttle_dev *td, struct throttle_io *c, uint64_t hold_ns)
 {
-	uint64_t hold;
-
-	pthread_mutex_lock(&td->lock);
-	hold = td->per_inflight_ns * others;
-	pthread_mutex_unlock(&td->lock);
-	if (hold) {
+	if (hold_ns) {
 		__atomic_add_fetch(&td->nr_contended, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&td->contend_ns, hold, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&td->contend_ns, hold_ns, __ATOMIC_RELAXED);
 		c->io.flags &= ~BLK_IO_WAITED;
 		c->stage = TS_CONTEND;
-		if (!be_timerq_add(&td->tq, &c->timer, be_now_ns() + hold))
+		if (!be_timerq_add(&td->tq, &c->timer, be_now_ns() + hold_ns))
 			return;
 		/* no room on the timer queue: it goes without the hold */
 	}
 	submit_below(c);
 }
 
-/* Into the queue, or straight to a free slot when nothing waits before it. */
+/*
+ * A slot for @c now, when nothing waits before it and one is free (the
+ * hold it must wait in *@hold_ns); else false. Caller holds td->lock.
+ */
+static bool take_slot_locked(struct throttle_dev *td, uint64_t *hold_ns)
+{
+	if (td->q_head || (td->qd && td->below >= td->qd))
+		return false;
+	*hold_ns = td->per_inflight_ns * td->below;
+	if (++td->below > td->max_below)
+		td->max_below = td->below;
+	return true;
+}
+
+/* Into the queue (and dispatch it), after a bucket's hold or when no slot was free. */
 static void enter_queue(struct throttle_dev *td, struct throttle_io *c)
 {
-	unsigned int others;
+	uint64_t hold;
 
 	pthread_mutex_lock(&td->lock);
-	if (!td->q_head && (!td->qd || td->below < td->qd)) {
-		others = td->below++;
-		if (td->below > td->max_below)
-			td->max_below = td->below;
+	if (take_slot_locked(td, &hold)) {
 		pthread_mutex_unlock(&td->lock);
-		start_below(td, c, others);
+		start_below(td, c, hold);
 		return;
 	}
 	/* dispatched by whoever frees a slot: nobody waits in that thread */
@@ -213,17 +219,16 @@ static void dispatch(struct throttle_dev *td)
 	td->dispatching = true;
 	while (td->q_head && (!td->qd || td->below < td->qd)) {
 		struct throttle_io *c = td->q_head;
-		unsigned int others;
+		uint64_t hold = td->per_inflight_ns * td->below;
 
 		td->q_head = c->next;
 		if (!td->q_head)
 			td->q_tail = &td->q_head;
 		td->nr_queued--;
-		others = td->below++;
-		if (td->below > td->max_below)
+		if (++td->below > td->max_below)
 			td->max_below = td->below;
 		pthread_mutex_unlock(&td->lock);
-		start_below(td, c, others);
+		start_below(td, c, hold);
 		pthread_mutex_lock(&td->lock);
 	}
 	td->dispatching = false;
@@ -246,11 +251,15 @@ static void throttle_end_io(struct blk_io *io, int res)
 	struct throttle_dev *td = c->td;
 	struct blk_io *parent = c->parent;
 
+	bool waiting;
+
 	pthread_mutex_lock(&td->lock);
 	td->below--;
+	waiting = td->q_head != NULL;
 	pthread_mutex_unlock(&td->lock);
 	/* the freed slot goes to the next in line before the cache hears of this one */
-	dispatch(td);
+	if (waiting)
+		dispatch(td);
 	be_pool_put(&td->pool, c);
 	parent->end_io(parent, res);
 	/* After the parent's end_io: close waits for inflight 0 before freeing td. */
@@ -264,7 +273,7 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct throttle_dev *td = (struct throttle_dev *)be;
 	struct throttle_io *c;
-	uint64_t now, due;
+	uint64_t now, due, hold;
 
 	if (!__atomic_load_n(&td->active, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
@@ -285,6 +294,12 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 		uint64_t d2 = bucket_take_locked(&td->all, td->burst, io->len, now);
 
 		due = d1 > d2 ? d1 : d2;
+	}
+	/* the common case, under the same lock: no wait for tokens, a slot free */
+	if (due <= now && take_slot_locked(td, &hold)) {
+		pthread_mutex_unlock(&td->lock);
+		start_below(td, c, hold);
+		return 0;
 	}
 	pthread_mutex_unlock(&td->lock);
 	if (due > now) {
