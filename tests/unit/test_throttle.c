@@ -269,10 +269,27 @@ Test(throttle, queue_depth_in_order)
 	be->ops->close(be);
 }
 
+/* The stack depth of each completion: the lowest and highest frame seen. */
+static void (*tio_end)(struct blk_io *, int);
+static uintptr_t sp_lo = UINTPTR_MAX, sp_hi;
+
+static void depth_end_io(struct blk_io *io, int res)
+{
+	volatile char here;
+	uintptr_t sp = (uintptr_t)&here;
+
+	if (sp < sp_lo)
+		sp_lo = sp;
+	if (sp > sp_hi)
+		sp_hi = sp;
+	tio_end(io, res);
+}
+
 /*
  * A queue of 20000 behind queue_depth 1, then completions inline: each
  * completion dispatches the next from inside the layer below; one loop
- * does it all (no recursion), in order, one at a time.
+ * does it all (no recursion: every completion runs at about the same
+ * stack depth), in order, one at a time.
  */
 Test(throttle, long_queue_drains_without_recursion)
 {
@@ -287,12 +304,16 @@ Test(throttle, long_queue_drains_without_recursion)
 	tio_done_reset();
 	for (i = 0; i < N; i++) {
 		tio_init(&t[i], BLK_WRITE, (uint64_t)(i % 4096) * 4096, 4096, NULL, 1);
+		tio_end = t[i].io.end_io;
+		t[i].io.end_io = depth_end_io;
 		cr_assert_eq(tio_submit(be, &t[i]), 0);
 	}
 	cr_assert_eq(fake_pending(fb), 1);
 	fake_set_mode(fb, FAKE_INLINE);
 	cr_assert(fake_complete_one(fb, 0));
 	cr_assert(tio_done_wait(N, 20000), "%lu of %d", tio_done(), N);
+	cr_assert_lt(sp_hi - sp_lo, 64 * KiB, "completions ran %llu bytes of stack apart",
+		     (unsigned long long)(sp_hi - sp_lo));
 	cr_assert_eq(stat_get(be, "throttle_max_inflight"), 1);
 	cr_assert_eq(fake_total_count(fb, FAKE_OP(BLK_WRITE)), N);
 	for (i = 0; i < N; i++)
