@@ -121,10 +121,11 @@ static uint64_t cost_ns(uint64_t bytes, uint32_t mbps)
 static uint64_t bucket_take_locked(struct throttle_bucket *b, uint64_t burst, uint64_t len,
 				   uint64_t now)
 {
-	uint64_t full = cost_ns(burst, b->mbps), base = b->vt_ns;
+	uint64_t full, base = b->vt_ns;
 
 	if (!b->mbps)
 		return now;
+	full = cost_ns(burst, b->mbps);
 	if (now > full && base < now - full)
 		base = now - full;
 	b->vt_ns = base + cost_ns(len, b->mbps);

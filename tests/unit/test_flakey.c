@@ -479,7 +479,7 @@ Test(flakey_aligned, random_write_corrupt_keeps_alignment)
 	struct blk_backend *be = open_with(&tp, "flakey.down_interval", "1", "flakey.up_interval",
 					   "0", "flakey.seed", "77");
 	struct iovec iov[3];
-	uint8_t *mem;
+	uint8_t *mem = NULL;
 	int i, round;
 
 	cr_assert_eq(posix_memalign((void **)&mem, 4096, 3 * 16384), 0);

@@ -351,6 +351,7 @@ Test(throttle, latency_grows_with_inflight)
 	cr_assert_eq(fake_complete_all(fb, false), 3);
 	cr_assert(tio_done_wait(3, 5000));
 	/* alone again: no wait */
+	tio_free(&t[0]);
 	tio_init(&t[0], BLK_READ, 0, 4096, NULL, 0);
 	cr_assert_eq(tio_submit(be, &t[0]), 0);
 	cr_assert_eq(fake_pending(fb), 1);
