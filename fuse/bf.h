@@ -72,6 +72,24 @@ void bf_close_devices(struct bf_daemon *d);
  */
 int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen);
 
+/* rawio.c: the raw FUSE traffic between /dev/fuse and libfuse */
+struct fuse_session;
+/*
+ * bf_rawio_attach - route @se's /dev/fuse reads and writes through blkfs's
+ * hooks (before fuse_session_mount()). Returns the placeholder fd that
+ * fuse_session_mount() replaces (the caller closes it after mounting), or
+ * -errno.
+ */
+int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se);
+void bf_rawio_detach(void);
+/*
+ * bf_rawio_write_data - where the data of the WRITE being handled in this
+ * thread is, for @buf as libfuse passes it to the write handler (WRITE data
+ * is received page-aligned into a buffer of the receiving thread's, valid
+ * until that thread's next receive).
+ */
+const char *bf_rawio_write_data(const char *buf);
+
 /* sysfs.c */
 int bf_sys_build(struct bf_daemon *d);
 struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino);

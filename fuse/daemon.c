@@ -10,7 +10,6 @@
 #include <fuse_lowlevel.h>
 #include <grp.h>
 #include <pwd.h>
-#include <linux/fuse.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +28,6 @@
 #define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
-#endif
-
-#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
-#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #endif
 
 /* One open device file, or .sys attribute. */
@@ -453,12 +448,12 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * Direct mode: every read and write reaches this daemon, in requests of
 	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
 	 * semantics hold. Shared mmap still works: INIT negotiated
-	 * FUSE_DIRECT_IO_ALLOW_MMAP (see bf_io_writev).
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (see rawio.c).
 	 */
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
 	fi->noflush = 1;
-	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in bf_io_writev() */
+	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in rawio.c */
 	/* O_TRUNC is ignored, as a block device ignores it */
 	fuse_reply_open(req, fi);
 }
@@ -558,8 +553,6 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pc_read_end(&rd);
 }
 
-static const char *rx_data(const char *buf);
-
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -567,7 +560,7 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	ssize_t ret;
 
 	(void)ino;
-	buf = rx_data(buf);
+	buf = bf_rawio_write_data(buf);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -815,180 +808,6 @@ static const struct fuse_lowlevel_ops bf_ops = {
 	.create = bf_create,
 };
 
-/* --------------------------------------------------------- custom I/O */
-
-/*
- * libfuse 3.14 does not know FUSE_DIRECT_IO_ALLOW_MMAP, and without it the
- * kernel refuses shared mmap of a direct-mode file (ENODEV). Reading
- * /dev/fuse ourselves (fuse_session_custom_io) lets us see the INIT request
- * and add the flag to the INIT reply when the kernel offers it.
- */
-static uint64_t init_unique;	/* written by the reader of INIT, read by its replier */
-static bool init_allow_mmap;
-static struct bf_daemon *io_daemon;
-
-/*
- * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
- * the kernel serializes direct writes to one file (fio with several jobs).
- * OPEN requests are remembered by their unique id until their reply passes.
- */
-#ifndef FOPEN_PARALLEL_DIRECT_WRITES
-#define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
-#endif
-#define OPEN_SLOTS 64
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t open_uniques[OPEN_SLOTS];	/* open_lock; 0 = empty */
-static unsigned open_next;			/* open_lock */
-
-static void open_remember(uint64_t unique)
-{
-	pthread_mutex_lock(&open_lock);
-	open_uniques[open_next++ % OPEN_SLOTS] = unique;	/* oldest entry (a failed open) goes */
-	pthread_mutex_unlock(&open_lock);
-}
-
-static bool open_forget(uint64_t unique)
-{
-	bool found = false;
-	unsigned i;
-
-	pthread_mutex_lock(&open_lock);
-	for (i = 0; i < OPEN_SLOTS; i++) {
-		if (open_uniques[i] == unique) {
-			open_uniques[i] = 0;
-			found = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&open_lock);
-	return found;
-}
-
-/*
- * WRITE data lands page-aligned. libfuse reads each request into a buffer
- * of its own, where a WRITE's data starts 80 bytes in (the two headers):
- * not aligned for O_DIRECT, so every direct write was copied once more on
- * its way to the device. The read hook splits the read: the headers into
- * libfuse's buffer, the rest into an aligned buffer of the thread's. A
- * WRITE's data stays there (bf_write takes it from there: libfuse hands
- * the request to a handler in the thread that read it); any other
- * request's rest, small, is copied on after the headers.
- */
-#define RX_SPLIT (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
-#define RX_ALIGN 4096
-static __thread char *rx_buf;		/* rx_len bytes, RX_ALIGN-aligned */
-static __thread size_t rx_len;
-static __thread const char *rx_fake;	/* where libfuse has the WRITE data: in libfuse's buffer */
-static pthread_key_t rx_key;		/* frees rx_buf when its thread ends */
-static pthread_once_t rx_once = PTHREAD_ONCE_INIT;
-static bool rx_write_in;	/* the kernel speaks 7.9+: fuse_write_in is whole (RX_SPLIT holds) */
-
-static void rx_key_init(void)
-{
-	if (pthread_key_create(&rx_key, free))
-		abort();
-}
-
-/* The data of the WRITE being handled in this thread, for @buf as libfuse gives it. */
-static const char *rx_data(const char *buf)
-{
-	return buf == rx_fake && rx_fake ? rx_buf : buf;
-}
-
-static ssize_t rx_read(int fd, void *buf, size_t len)
-{
-	struct iovec iov[2];
-	ssize_t r;
-
-	rx_fake = NULL;
-	if (!rx_buf && len > RX_SPLIT) {
-		void *p;
-
-		pthread_once(&rx_once, rx_key_init);
-		if (!posix_memalign(&p, RX_ALIGN, len - RX_SPLIT)) {
-			rx_buf = p;
-			rx_len = len - RX_SPLIT;
-			pthread_setspecific(rx_key, p);
-		}
-	}
-	if (!rx_buf || len != rx_len + RX_SPLIT)
-		return read(fd, buf, len);	/* no memory: as libfuse would */
-	iov[0] = (struct iovec){ buf, RX_SPLIT };
-	iov[1] = (struct iovec){ rx_buf, rx_len };
-	r = readv(fd, iov, 2);
-	if (r > (ssize_t)RX_SPLIT) {
-		if (((const struct fuse_in_header *)buf)->opcode == FUSE_WRITE &&
-		    __atomic_load_n(&rx_write_in, __ATOMIC_RELAXED))
-			rx_fake = (const char *)buf + RX_SPLIT;
-		else
-			memcpy((char *)buf + RX_SPLIT, rx_buf, (size_t)r - RX_SPLIT);
-	}
-	return r;
-}
-
-static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
-{
-	ssize_t r = rx_read(fd, buf, len);
-
-	(void)userdata;
-	if (r >= (ssize_t)sizeof(struct fuse_in_header) &&
-	    ((const struct fuse_in_header *)buf)->opcode == FUSE_OPEN)
-		open_remember(((const struct fuse_in_header *)buf)->unique);
-	if (r >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) &&
-	    !__atomic_load_n(&init_unique, __ATOMIC_ACQUIRE)) {
-		const struct fuse_in_header *in = buf;
-
-		if (in->opcode == FUSE_INIT) {
-			const struct fuse_init_in *ii = (const void *)(in + 1);
-
-			__atomic_store_n(&rx_write_in, ii->major > 7 || ii->minor >= 9,
-					 __ATOMIC_RELAXED);
-			init_allow_mmap = (ii->flags & FUSE_INIT_EXT) &&
-					  ((uint64_t)ii->flags2 << 32 & FUSE_DIRECT_IO_ALLOW_MMAP);
-			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
-		}
-	}
-	return r < 0 ? -errno : r;
-}
-
-static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
-{
-	const struct fuse_out_header *oh = iov[0].iov_base;
-	uint64_t unique = __atomic_load_n(&init_unique, __ATOMIC_ACQUIRE);
-	struct fuse_open_out oo;
-	struct fuse_init_out out;
-	bool is_init = unique && oh->unique == unique && !oh->error;
-	ssize_t r;
-
-	(void)userdata;
-	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4 &&
-	    init_allow_mmap) {
-		memcpy(&out, iov[1].iov_base, iov[1].iov_len < sizeof(out) ? iov[1].iov_len : sizeof(out));
-		out.flags |= FUSE_INIT_EXT;
-		out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
-		iov[1].iov_base = &out;
-	}
-	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && open_forget(oh->unique)) {
-		memcpy(&oo, iov[1].iov_base, sizeof(oo));
-		oo.open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
-		iov[1].iov_base = &oo;
-	}
-	r = writev(fd, iov, count);
-	if (r < 0)
-		r = -errno;
-	if (is_init) {
-		__atomic_store_n(&init_unique, 0, __ATOMIC_RELEASE);
-		if (r >= 0 && io_daemon)
-			bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
-	}
-	return r;
-}
-
-static const struct fuse_custom_io bf_io = {
-	.read = bf_io_read,
-	.writev = bf_io_writev,
-};
-
 /* ------------------------------------------------------------- serving */
 
 int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen)
@@ -1014,11 +833,9 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 		fuse_opt_free_args(&args);
 		return 1;
 	}
-	/* fuse_session_mount() replaces this placeholder with the /dev/fuse fd */
-	dummy = open("/dev/null", O_RDWR | O_CLOEXEC);
-	io_daemon = d;
-	if (dummy < 0 || fuse_session_custom_io(se, &bf_io, dummy)) {
-		fprintf(stderr, "blkfs: cannot set up FUSE I/O\n");
+	dummy = bf_rawio_attach(d, se);
+	if (dummy < 0) {
+		fprintf(stderr, "blkfs: cannot set up FUSE I/O: %s\n", strerror(-dummy));
 		code = 1;
 		goto out_destroy;
 	}
@@ -1081,6 +898,6 @@ out_destroy:
 	d->se = NULL;
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
-	io_daemon = NULL;
+	bf_rawio_detach();
 	return code;
 }
