@@ -2,7 +2,8 @@
 /*
  * core/pcache.c - blkfs's page cache: the folio pool, the per-device folio
  * index, per-block state, and the buffered, direct and discard paths.
- * Writeback and the flusher live in writeback.c.
+ * Writeback, dirty throttling and the flusher live in writeback.c, the
+ * submission of backend I/O in submit.c.
  *
  * Invariants (checked by folio_sanity() under assert()):
  *  1. A folio is in exactly one of: pc->free (dev == NULL), pc->lru or
@@ -49,52 +50,6 @@
 #include "pcache_int.h"
 
 #define POOL_ALIGN (2u << 20)
-#define CONF_MAX_DEVS_SNAPSHOT 64
-
-/* ---------------------------------------------------------------- batches */
-
-void pc_batch_init(struct pc_batch *b)
-{
-	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->cond, NULL);
-	b->pending = 0;
-	b->err = 0;
-}
-
-void pc_batch_add(struct pc_batch *b)
-{
-	pthread_mutex_lock(&b->lock);
-	b->pending++;
-	pthread_mutex_unlock(&b->lock);
-}
-
-void pc_batch_done(struct pc_batch *b, int res)
-{
-	pthread_mutex_lock(&b->lock);
-	if (res && !b->err)
-		b->err = res;
-	if (--b->pending == 0)
-		pthread_cond_broadcast(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-}
-
-int pc_batch_wait(struct pc_batch *b)
-{
-	int err;
-
-	pthread_mutex_lock(&b->lock);
-	while (b->pending)
-		pthread_cond_wait(&b->cond, &b->lock);
-	err = b->err;
-	pthread_mutex_unlock(&b->lock);
-	return err;
-}
-
-void pc_batch_destroy(struct pc_batch *b)
-{
-	pthread_mutex_destroy(&b->lock);
-	pthread_cond_destroy(&b->cond);
-}
 
 /* ------------------------------------------------------------------- pool */
 
@@ -536,76 +491,6 @@ static struct pc_folio *folio_alloc_locked(struct pc_cache *pc)
 	return NULL;
 }
 
-/* The errno of a device whose writeback keeps failing, else 0. */
-static int dev_failing(struct pc_dev *dev)
-{
-	int err;
-
-	pthread_mutex_lock(&dev->err_lock);
-	err = dev->failing;
-	pthread_mutex_unlock(&dev->err_lock);
-	return err;
-}
-
-/* Dirty bytes that belong to devices whose writeback keeps failing. */
-static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
-{
-	struct list_head *pos, *n;
-	uint64_t stuck = 0;
-
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *d = list_entry(pos, struct pc_dev, node);
-
-		if (dev_failing(d))
-			stuck += __atomic_load_n(&d->dirty_bytes, __ATOMIC_RELAXED);
-	}
-	return stuck;
-}
-
-/*
- * Without a flusher thread the caller writes back itself (unit tests).
- * Returns the first error of @dev's own writeback (another device's failure
- * is not this caller's), and in @bytes what was written.
- */
-static int pc_writeback_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
-{
-	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
-	struct list_head *pos, *n;
-	int nr = 0, i, err = 0, ret;
-
-	pthread_mutex_lock(&pc->lock);
-	list_for_each_safe(pos, n, &pc->devs)
-		if (nr < CONF_MAX_DEVS_SNAPSHOT)
-			devs[nr++] = list_entry(pos, struct pc_dev, node);
-	pthread_mutex_unlock(&pc->lock);
-	*bytes = 0;
-	for (i = 0; i < nr; i++) {
-		uint64_t b = 0;
-
-		if (!__atomic_load_n(&devs[i]->dirty_bytes, __ATOMIC_RELAXED))
-			continue;
-		ret = wb_dev_bytes(devs[i], WB_ALL, true, &b);
-		*bytes += b;
-		if (ret && devs[i] == dev && !err)
-			err = ret;
-	}
-	return err;
-}
-
-static void timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(c, m, &ts);
-}
-
 /*
  * No folio is free or clean: get writeback going and wait for it. Caller
  * holds pc->lock; it is dropped and retaken. Returns -errno when waiting
@@ -618,23 +503,23 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 
 	if (!pc->flusher_running) {
 		pthread_mutex_unlock(&pc->lock);
-		err = pc_writeback_all_sync(pc, dev, &bytes);
+		err = wb_all_sync(pc, dev, &bytes);
 		pthread_mutex_lock(&pc->lock);
-		if (err && dev_failing(dev))
+		if (err && wb_dev_failing(dev))
 			return err;	/* our own data cannot leave: waiting would loop forever */
 		if (!bytes) {
 			/* nothing to write: folios are held by other threads */
 			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-			timed_wait_ms(&pc->free_cond, &pc->lock, 10);
+			pc_timed_wait_ms(&pc->free_cond, &pc->lock, 10);
 			__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		}
 		return 0;
 	}
 	__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	wb_kick(pc);
-	timed_wait_ms(&pc->free_cond, &pc->lock, 100);
+	pc_timed_wait_ms(&pc->free_cond, &pc->lock, 100);
 	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = dev_failing(dev)))
+	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = wb_dev_failing(dev)))
 		return -err;
 	return 0;
 }
@@ -819,64 +704,6 @@ static int errseq_check_and_advance(struct pc_dev *dev, pc_errseq_t *since)
 
 /* ------------------------------------------------------------ write path */
 
-/*
- * Writers are slowed when dirty data passes the limit; the flusher starts
- * at the background level. A device whose writeback keeps failing gets its
- * errno instead of a wait that could last forever.
- */
-static int pc_balance_dirty(struct pc_dev *dev, bool may_pause)
-{
-	struct pc_cache *pc = dev->pc;
-	uint64_t dirty;
-	int err;
-
-	for (;;) {
-		dirty = __atomic_load_n(&pc->dirty_bytes, __ATOMIC_RELAXED) +
-			__atomic_load_n(&pc->wb_bytes, __ATOMIC_RELAXED);
-		if (dirty > pc->dirty_background && pc->flusher_running &&
-		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
-			wb_kick(pc);
-		if (dirty <= pc->dirty_limit) {
-			uint64_t setpoint = (pc->dirty_background + pc->dirty_limit) / 2;
-
-			/*
-			 * Between the setpoint and the limit, a short pause that
-			 * grows with the excess (as balance_dirty_pages): a writer
-			 * that outruns the backend slows to its speed smoothly
-			 * instead of running into the limit and stopping.
-			 */
-			if (may_pause && dirty > setpoint && pc->flusher_running)
-				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
-						   (pc->dirty_limit - setpoint + 1)));
-			return 0;
-		}
-		err = dev_failing(dev);
-		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
-			return -err;
-		pthread_mutex_lock(&pc->lock);
-		/* data that cannot leave does not hold up healthy devices */
-		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
-			pthread_mutex_unlock(&pc->lock);
-			return 0;
-		}
-		if (!pc->flusher_running) {
-			uint64_t bytes;
-
-			pthread_mutex_unlock(&pc->lock);
-			err = pc_writeback_all_sync(pc, dev, &bytes);
-			if (err && dev_failing(dev))
-				return err;
-			if (!bytes)
-				return 0;	/* nothing this thread can write: go on */
-			continue;
-		}
-		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		timed_wait_ms(&pc->free_cond, &pc->lock, 50);
-		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&pc->lock);
-	}
-}
-
 /* Read cache blocks [blk, blk+nr) of @f into @buf (rmw: counted so). */
 int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf)
 {
@@ -992,7 +819,7 @@ ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
 
 		if (n > len - done)
 			n = (uint32_t)(len - done);
-		err = pc_balance_dirty(dev, done == 0);	/* one pause per request */
+		err = wb_balance_dirty(dev, done == 0);	/* one pause per request */
 		if (err)
 			break;
 		f = folio_get_or_create(dev, cur >> pc->folio_shift, true, &err);

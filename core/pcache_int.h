@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * core/pcache_int.h - private structures of the page cache, shared by
- * pcache.c (index, folios, read/write paths) and writeback.c (writeback,
- * flusher). Lock order: pc->lock -> folio->lock -> dev->err_lock.
+ * pcache.c (index, folios, read/write paths), writeback.c (writeback,
+ * throttling, flusher) and submit.c (backend I/O). The lock order is in
+ * pcache.h.
  */
 #ifndef BLKFS_PCACHE_INT_H
 #define BLKFS_PCACHE_INT_H
@@ -118,20 +119,6 @@ struct pc_cache {
 	bool fl_stop;			/* fl_lock */
 };
 
-/* A set of I/Os someone waits for. */
-struct pc_batch {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int pending;
-	int err;
-};
-
-void pc_batch_init(struct pc_batch *b);
-void pc_batch_add(struct pc_batch *b);
-void pc_batch_done(struct pc_batch *b, int res);
-int pc_batch_wait(struct pc_batch *b);
-void pc_batch_destroy(struct pc_batch *b);
-
 static inline uint64_t folio_pos(const struct pc_cache *pc, const struct pc_folio *f)
 {
 	return f->index << pc->folio_shift;
@@ -175,8 +162,35 @@ int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
 int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes);
 int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
 void wb_kick(struct pc_cache *pc);
+/* The errno of a device whose writeback keeps failing, else 0. */
+int wb_dev_failing(struct pc_dev *dev);
+/* Without a flusher: write back every device in the caller (see writeback.c). */
+int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
+/* Slow or stop a writer as dirty data nears dirty_limit. Returns 0 or -errno. */
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause);
 int wb_flusher_start(struct pc_cache *pc);
 void wb_flusher_stop(struct pc_cache *pc);
+
+/* pcache.c */
+void pc_errseq_set(struct pc_dev *dev, int err);
+/* pthread_cond_timedwait() for @ms milliseconds from now. */
+void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
+
+/* submit.c */
+/* A set of I/Os someone waits for. */
+struct pc_batch {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending;
+	int err;
+};
+
+void pc_batch_init(struct pc_batch *b);
+void pc_batch_add(struct pc_batch *b);
+void pc_batch_done(struct pc_batch *b, int res);
+int pc_batch_wait(struct pc_batch *b);
+void pc_batch_destroy(struct pc_batch *b);
+
 /* Submit one I/O and wait for it. */
 int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		   const struct iovec *iov, int iovcnt);
@@ -189,14 +203,11 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 /* The same, waiting for it. */
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt);
-
-void pc_errseq_set(struct pc_dev *dev, int err);
-
-#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
-
 /* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */
 uint64_t acct_begin(struct pc_dev *dev);
 void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res);
+
+#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
 
 static inline uint64_t dev_max_io(const struct pc_dev *dev)
 {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/writeback.c - getting data to and from the backend: I/O submission
- * with zero-copy splitting at max_io, writeback of dirty blocks (runs of
- * contiguous dirty blocks, also across folios, become one I/O), and the
+ * core/writeback.c - dirty data on its way out: writeback of dirty blocks
+ * (runs of contiguous dirty blocks, also across folios, become one I/O,
+ * submitted through submit.c), dirty throttling of writers, and the
  * background flusher thread.
  *
  * A block leaves the dirty set when its writeback I/O is built (under the
@@ -20,202 +20,7 @@
 #include "log.h"
 #include "pcache_int.h"
 
-/* ----------------------------------------------------- plain submission */
-
-/* ----------------------------------------------------------- accounting */
-
-uint64_t acct_begin(struct pc_dev *dev)
-{
-	uint64_t now = blk_now_ns();
-
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!dev->acct_in_flight++)
-		dev->acct_busy_since_ns = now;
-	pthread_mutex_unlock(&dev->acct_lock);
-	return now;
-}
-
-static unsigned hist_bucket(uint64_t len)
-{
-	unsigned b = 0;
-
-	while (b < PC_HIST_BUCKETS - 1 && (512ull << b) < len)
-		b++;
-	return b;
-}
-
-void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
-{
-	uint64_t now = blk_now_ns(), ms = (now - start_ns) / 1000000;
-
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!--dev->acct_in_flight)
-		STAT_ADD(dev, io_ticks_ms, (now - dev->acct_busy_since_ns) / 1000000);
-	pthread_mutex_unlock(&dev->acct_lock);
-	STAT_ADD(dev, time_in_queue_ms, ms);
-	if (res)
-		return;
-	switch (op) {
-	case BLK_READ:
-		STAT_ADD(dev, backend_read_ios, 1);
-		STAT_ADD(dev, backend_read_bytes, len);
-		STAT_ADD(dev, read_ticks_ms, ms);
-		break;
-	case BLK_WRITE:
-		STAT_ADD(dev, backend_write_ios, 1);
-		STAT_ADD(dev, backend_write_bytes, len);
-		STAT_ADD(dev, write_ticks_ms, ms);
-		STAT_ADD(dev, write_hist[hist_bucket(len)], 1);
-		break;
-	case BLK_FLUSH:
-		STAT_ADD(dev, backend_flushes, 1);
-		STAT_ADD(dev, flush_ticks_ms, ms);
-		break;
-	case BLK_DISCARD:
-	case BLK_WRITE_ZEROES:
-		STAT_ADD(dev, backend_discards, 1);
-		STAT_ADD(dev, backend_discard_bytes, len);
-		STAT_ADD(dev, discard_ticks_ms, ms);
-		break;
-	}
-}
-
-/* ----------------------------------------------------- plain submission */
-
-struct pc_sio {
-	struct blk_io io;
-	struct pc_dev *dev;
-	struct pc_batch *batch;
-	uint64_t start_ns;
-	struct iovec iov[];	/* the slice, when split */
-};
-
-static void sio_end_io(struct blk_io *io, int res)
-{
-	struct pc_sio *s = (struct pc_sio *)io;
-
-	acct_end(s->dev, io->op, io->len, s->start_ns, res);
-	pc_batch_done(s->batch, res);
-	free(s);
-}
-
-static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *batch)
-{
-	int ret;
-
-	s->dev = dev;
-	s->batch = batch;
-	s->io.end_io = sio_end_io;
-	s->io.private = s;
-	pc_batch_add(batch);
-	s->start_ns = acct_begin(dev);
-	ret = blk_submit(dev->be, &s->io);
-	if (ret < 0)
-		sio_end_io(&s->io, ret);
-}
-
-/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
-static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
-			 unsigned int flags)
-{
-	size_t skip = 0;	/* bytes of iov[0] already sent */
-	uint64_t max = dev_max_io(dev);
-
-	assert(op == BLK_READ || op == BLK_WRITE);
-	assert(len && !(pos & (dev->geo.lbs - 1)) && !(len & (dev->geo.lbs - 1)));
-	/* pieces of a split go out together, not one after the other */
-	if (len > max)
-		flags = 0;
-	while (len) {
-		uint64_t n = len < max ? len : max;
-		uint64_t left = n;
-		struct pc_sio *s;
-		int cnt = 0, i;
-
-		/* count the slices this piece needs */
-		for (i = 0; left; i++) {
-			size_t avail = iov[i].iov_len - (i ? 0 : skip);
-
-			left -= avail < left ? avail : left;
-			cnt++;
-		}
-		s = calloc(1, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
-		if (!s) {
-			pc_batch_add(batch);
-			pc_batch_done(batch, -ENOMEM);
-			return;
-		}
-		left = n;
-		for (i = 0; i < cnt; i++) {
-			size_t avail = iov[0].iov_len - skip;
-			size_t take = avail < left ? avail : (size_t)left;
-
-			s->iov[i].iov_base = (char *)iov[0].iov_base + skip;
-			s->iov[i].iov_len = take;
-			left -= take;
-			skip += take;
-			if (skip == iov[0].iov_len) {
-				iov++;
-				iovcnt--;
-				skip = 0;
-			}
-		}
-		s->io.op = op;
-		s->io.flags = flags;
-		s->io.pos = pos;
-		s->io.len = n;
-		s->io.iov = s->iov;
-		s->io.iovcnt = cnt;
-		len -= n;
-		pos += n;
-		if (len)
-			STAT_ADD(dev, split_ios, 1);
-		sio_submit(dev, s, batch);
-	}
-	(void)iovcnt;
-}
-
-void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
-{
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
-}
-
-int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-			 const struct iovec *iov, int iovcnt)
-{
-	struct pc_batch batch;
-	int err;
-
-	pc_batch_init(&batch);
-	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
-	err = pc_batch_wait(&batch);
-	pc_batch_destroy(&batch);
-	return err;
-}
-
-int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-		   const struct iovec *iov, int iovcnt)
-{
-	struct pc_batch batch;
-	struct pc_sio *s;
-	int err;
-
-	if (op == BLK_READ || op == BLK_WRITE)
-		return pc_submit_split_wait(dev, op, pos, len, iov, iovcnt);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->io.op = op;
-	s->io.pos = pos;
-	s->io.len = len;
-	pc_batch_init(&batch);
-	sio_submit(dev, s, &batch);
-	err = pc_batch_wait(&batch);
-	pc_batch_destroy(&batch);
-	return err;
-}
+#define CONF_MAX_DEVS_SNAPSHOT 64	/* devices wb_all_sync() looks at */
 
 /* ------------------------------------------------------------ writeback */
 
@@ -641,6 +446,136 @@ int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	err = wb_folios(dev, v, n, true);
 	pc_put_all(v, n);
 	return err;
+}
+
+/* ------------------------------------------------------ dirty throttling */
+
+/* The errno of a device whose writeback keeps failing, else 0. */
+int wb_dev_failing(struct pc_dev *dev)
+{
+	int err;
+
+	pthread_mutex_lock(&dev->err_lock);
+	err = dev->failing;
+	pthread_mutex_unlock(&dev->err_lock);
+	return err;
+}
+
+/* Dirty bytes that belong to devices whose writeback keeps failing. */
+static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
+{
+	struct list_head *pos, *n;
+	uint64_t stuck = 0;
+
+	list_for_each_safe(pos, n, &pc->devs) {
+		struct pc_dev *d = list_entry(pos, struct pc_dev, node);
+
+		if (wb_dev_failing(d))
+			stuck += __atomic_load_n(&d->dirty_bytes, __ATOMIC_RELAXED);
+	}
+	return stuck;
+}
+
+/*
+ * Without a flusher thread the caller writes back itself (unit tests).
+ * Returns the first error of @dev's own writeback (another device's failure
+ * is not this caller's), and in @bytes what was written.
+ */
+int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
+{
+	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
+	struct list_head *pos, *n;
+	int nr = 0, i, err = 0, ret;
+
+	pthread_mutex_lock(&pc->lock);
+	list_for_each_safe(pos, n, &pc->devs)
+		if (nr < CONF_MAX_DEVS_SNAPSHOT)
+			devs[nr++] = list_entry(pos, struct pc_dev, node);
+	pthread_mutex_unlock(&pc->lock);
+	*bytes = 0;
+	for (i = 0; i < nr; i++) {
+		uint64_t b = 0;
+
+		if (!__atomic_load_n(&devs[i]->dirty_bytes, __ATOMIC_RELAXED))
+			continue;
+		ret = wb_dev_bytes(devs[i], WB_ALL, true, &b);
+		*bytes += b;
+		if (ret && devs[i] == dev && !err)
+			err = ret;
+	}
+	return err;
+}
+
+void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(c, m, &ts);
+}
+
+/*
+ * Writers are slowed when dirty data passes the limit; the flusher starts
+ * at the background level. A device whose writeback keeps failing gets its
+ * errno instead of a wait that could last forever.
+ */
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t dirty;
+	int err;
+
+	for (;;) {
+		dirty = __atomic_load_n(&pc->dirty_bytes, __ATOMIC_RELAXED) +
+			__atomic_load_n(&pc->wb_bytes, __ATOMIC_RELAXED);
+		if (dirty > pc->dirty_background && pc->flusher_running &&
+		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
+			wb_kick(pc);
+		if (dirty <= pc->dirty_limit) {
+			uint64_t setpoint = (pc->dirty_background + pc->dirty_limit) / 2;
+
+			/*
+			 * Between the setpoint and the limit, a short pause that
+			 * grows with the excess (as balance_dirty_pages): a writer
+			 * that outruns the backend slows to its speed smoothly
+			 * instead of running into the limit and stopping.
+			 */
+			if (may_pause && dirty > setpoint && pc->flusher_running)
+				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
+						   (pc->dirty_limit - setpoint + 1)));
+			return 0;
+		}
+		err = wb_dev_failing(dev);
+		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
+			return -err;
+		pthread_mutex_lock(&pc->lock);
+		/* data that cannot leave does not hold up healthy devices */
+		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
+			pthread_mutex_unlock(&pc->lock);
+			return 0;
+		}
+		if (!pc->flusher_running) {
+			uint64_t bytes;
+
+			pthread_mutex_unlock(&pc->lock);
+			err = wb_all_sync(pc, dev, &bytes);
+			if (err && wb_dev_failing(dev))
+				return err;
+			if (!bytes)
+				return 0;	/* nothing this thread can write: go on */
+			continue;
+		}
+		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
+		pc_timed_wait_ms(&pc->free_cond, &pc->lock, 50);
+		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&pc->lock);
+	}
 }
 
 /* -------------------------------------------------------------- flusher */
