@@ -8,31 +8,63 @@
  * Invariants (checked by folio_sanity() under assert()):
  *  1. A folio is in exactly one of: pc->free (dev == NULL), pc->lru or
  *     pc->parked (dev != NULL, in dev->hash and on dev->folios).
- *  2. A dirty block is uptodate: dirty bits are a subset of uptodate bits.
+ *  2. Each cache block is in one of four states, by its uptodate (U) and
+ *     dirty (D) bits: empty (!U !D: nothing valid), clean (U !D), dirty
+ *     (U D) and partial (!U D: only the bytes [start, end) of its record in
+ *     f->part[] are valid, and they are dirty; the rest was never read).
+ *     A block has a record iff it is partial, or a write of its range is
+ *     in flight (PART_WB); an uptodate block never has one.
  *  3. A folio with ref > 0, nr_dirty > 0 or wb_ios > 0 is never evicted;
  *     folio memory is reused only after eviction.
- *  4. Uptodate bits change only under excl (fill, invalidate, discard) or by
- *     a shared writer whose copy is complete; the backend never writes into
- *     a block that is uptodate (reads fill only blocks that are not).
+ *  4. Uptodate bits and records change only under excl (fill, completing
+ *     a partial block, a partial write, invalidate, discard) or by a
+ *     shared writer whose copy is complete; the backend never writes into
+ *     a block that holds valid bytes: reads land in empty blocks, and a
+ *     partial block's missing bytes are read into a bounce buffer and
+ *     copied around the valid ones.
  *  5. At most one writeback I/O covers a block at a time: a folio's dirty
  *     blocks are taken for writeback only when it has no writeback in flight
  *     (or by a background pass that skips such folios).
- *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk.
+ *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk
+ *     (a partial block counts whole: it leaves as a whole block, or as
+ *     whole logical blocks with rmw = device).
  *  7. Pages are not stable under writeback (as the kernel without
  *     stable_pages_required): a writer may copy into a block while a
  *     writeback I/O reads the same memory; the writer sets the block dirty
  *     after its copy, so it is written again and the device ends with the
  *     last data. ThreadSanitizer sees this as a race on the data bytes.
+ *  8. A write never waits for a read of a block it writes in part: the
+ *     block becomes partial, or its record grows. Two shapes fall back to
+ *     reading the block first, both rare: a second write to a partial block
+ *     that neither overlaps nor touches its range, and a folio whose
+ *     PC_PART_SLOTS records are all in use. Partial writes to a block that
+ *     is not uptodate take the exclusive hold, so two of them arriving at
+ *     once (FUSE may send the two halves of one write in parallel) run one
+ *     after the other, and the second merges its range into the first's.
+ *  9. The rest of a partial block is read only when something needs the
+ *     whole block: a read of a byte not written, writeback of a block that
+ *     is still partial (rmw = cache: all of it; rmw = device: to whole
+ *     logical blocks), or a discard or zero-range that cuts through it.
  *
- * Folio state (per cache block b of a folio):
+ * Block state (per cache block b of a folio; "excl" is the exclusive hold,
+ * "shared" a writer's shared hold):
  *
- *   !uptodate --fill (excl)--------------------> uptodate
- *   !uptodate --write (whole block, shared)----> uptodate+dirty
- *   !uptodate --RMW read + write (excl)--------> uptodate+dirty
- *   uptodate  --write (shared)-----------------> uptodate+dirty
- *   dirty     --writeback submit---------------> uptodate (wb_ios > 0)
- *   wb done   --error, on_error=keep-----------> uptodate+dirty again
- *   uptodate  --direct write/discard (excl)----> !uptodate
+ *   empty    --fill (excl)--------------------------------> clean
+ *   empty    --write of the whole block (shared)----------> dirty
+ *   empty    --write of part (excl, a record free)--------> partial
+ *   partial  --write touching or overlapping its range----> partial (range grows),
+ *               (excl)                                       or dirty once whole
+ *   partial  --write of the whole block (shared)----------> dirty
+ *   partial  --read of the block, writeback with rmw =----> dirty (the rest read
+ *               cache, discard cutting through it (excl)     around the range)
+ *   partial  --writeback, rmw = device---------------------> empty + PART_WB record
+ *               (range completed to logical blocks)          (the record goes when the
+ *                                                             write completes)
+ *   empty, partial --write of a shape no record holds-----> read first, then dirty
+ *   clean    --write (shared)-----------------------------> dirty
+ *   dirty    --writeback submit---------------------------> clean (wb_ios > 0)
+ *   wb done  --error, on_error = keep---------------------> dirty (or partial) again
+ *   clean    --direct write/discard (excl)----------------> empty
  *
  * Folio lifecycle: free -> (alloc) lru -> (scan finds it dirty) parked ->
  * (writeback leaves it clean) lru -> (evicted: ref 0, clean) -> reused.
@@ -44,6 +76,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdio.h>
 
 #include "../backends/copy.h"
 #include "log.h"
@@ -56,6 +89,15 @@
 static unsigned ilog2_u64(uint64_t v)
 {
 	return 63 - (unsigned)__builtin_clzll(v);
+}
+
+static void folio_part_reset(struct pc_folio *f)
+{
+	uint32_t i;
+
+	for (i = 0; i < PC_PART_SLOTS; i++)
+		f->part[i] = (struct pc_part){ .blk = PART_FREE };
+	f->nr_part = 0;
 }
 
 struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
@@ -119,6 +161,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 		f->data = pc->mem + i * p->folio_size;
 		f->state = pc->bitmaps + i * pc->bm_words;
 		f->where = FOLIO_FREE;
+		folio_part_reset(f);
 		list_init(&f->dev_node);
 		list_add_tail(&f->lru, &pc->free);
 	}
@@ -224,6 +267,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 static void folio_reset_locked(struct pc_cache *pc, struct pc_folio *f)
 {
 	memset(f->state, 0, pc->bm_words * sizeof(unsigned long));
+	folio_part_reset(f);
 	f->nr_dirty = 0;
 	f->wb_ios = 0;
 	f->users = 0;
@@ -358,13 +402,40 @@ static struct pc_folio *folio_find_locked(struct pc_dev *dev, uint64_t index)
 }
 
 #ifndef NDEBUG
+/* Invariants 2 and 6 for one folio. Caller holds f->lock. */
 static bool folio_sanity(const struct pc_dev *dev, const struct pc_folio *f)
 {
-	uint32_t n = dev->nr_blks, b;
+	uint32_t n = dev->nr_blks, b, i, used = 0;
 
-	for (b = 0; b < n; b++)
-		if (bm_test(f->state, n + b) && !bm_test(f->state, b))
-			return false;	/* invariant 2 */
+	for (i = 0; i < PC_PART_SLOTS; i++) {
+		const struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE)
+			continue;
+		used++;
+		if (p->blk >= n || bm_test(f->state, p->blk) ||
+		    p->start >= p->end || p->end > dev->cblk ||
+		    (p->start == 0 && p->end == dev->cblk)) {
+			fprintf(stderr, "SAN1 blk %u U %d s %u e %u\n", p->blk, p->blk < n ? bm_test(f->state, p->blk) : -1, p->start, p->end);
+			return false;	/* a record of an uptodate block, or a bad range */
+		}
+		if (!bm_test(f->state, n + p->blk) && !(p->flags & PART_WB)) {
+			fprintf(stderr, "SAN2\n");
+			return false;	/* neither partial nor in flight */
+		}
+		for (b = i + 1; b < PC_PART_SLOTS; b++)
+			if (f->part[b].blk == p->blk)
+				return false;	/* two records for one block */
+	}
+	if (used != f->nr_part) {
+		fprintf(stderr, "SAN3 %u %u\n", used, f->nr_part);
+		return false;
+	}
+	for (b = 0; b < n; b++) {
+		if (bm_test(f->state, n + b) && !bm_test(f->state, b) &&
+		    !folio_part_find_locked((struct pc_folio *)f, b))
+			{ fprintf(stderr, "SAN4 %u\n", b); return false;}	/* dirty, not uptodate, no record of what is valid */
+	}
 	return bm_count(f->state, n, n) == f->nr_dirty;
 }
 #endif
@@ -436,6 +507,12 @@ static void folio_wake_locked(struct pc_folio *f)
 void folio_wait_wb_locked(struct pc_folio *f)
 {
 	while (f->wb_ios)
+		folio_wait_locked(f);
+}
+
+void folio_wait_idle_locked(struct pc_folio *f)
+{
+	while (f->wb_ios || f->excl)
 		folio_wait_locked(f);
 }
 
@@ -704,60 +781,152 @@ static int errseq_check_and_advance(struct pc_dev *dev, pc_errseq_t *since)
 
 /* ------------------------------------------------------------ write path */
 
+/* Read bytes [off, off+len) of @f's range of the device into @buf (rmw: counted so). */
+static int folio_read_bytes(struct pc_dev *dev, struct pc_folio *f, uint32_t off, uint32_t len,
+			    char *buf)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+
+	STAT_ADD(dev, rmw_read_bytes, len);
+	return pc_submit_split_wait(dev, BLK_READ, folio_pos(dev->pc, f) + off, len, &iov, 1);
+}
+
 /* Read cache blocks [blk, blk+nr) of @f into @buf (rmw: counted so). */
 int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)nr << dev->cblk_shift };
-	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
-
-	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
-	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
+	return folio_read_bytes(dev, f, blk << dev->cblk_shift, nr << dev->cblk_shift, buf);
 }
 
 /* Read whole cache blocks [blk, blk+nr) of @f from the backend. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr)
 {
-	struct iovec iov = {
-		.iov_base = f->data + ((size_t)blk << dev->cblk_shift),
-		.iov_len = (size_t)nr << dev->cblk_shift,
-	};
-	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
-
 	STAT_ADD(dev, cache_misses, nr);
-	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
-	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
+	return folio_read_span(dev, f, blk, nr, f->data + ((size_t)blk << dev->cblk_shift));
 }
 
-/* Mark blocks [first, last] uptodate and dirty; one acquisition of f->lock. */
-static void folio_set_written_locked(struct pc_dev *dev, struct pc_folio *f,
-				     uint32_t first, uint32_t last)
+void folio_part_drop_locked(struct pc_folio *f, uint32_t b0, uint32_t b1)
 {
-	uint32_t nr = last - first + 1;
-	size_t up = bm_set_range(f->state, first, nr);
-	size_t dirty = bm_set_range(f->state, dev->nr_blks + first, nr);
+	uint32_t i;
 
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++)
+		if (f->part[i].blk >= b0 && f->part[i].blk < b1 && f->part[i].blk != PART_FREE)
+			folio_part_free_locked(f, &f->part[i]);
+}
+
+/*
+ * Record that bytes [s, e) of block @b of @f are valid (written). An
+ * uptodate block needs nothing; a record that exists grows (the caller
+ * made sure the two ranges touch); a new one takes a free slot (the caller
+ * made sure there is one). A record that comes to cover the whole block
+ * makes it uptodate. Returns 1 if the block turned uptodate, else 0.
+ * Caller holds f->lock.
+ */
+static int folio_part_merge_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t b,
+				   uint32_t s, uint32_t e)
+{
+	struct pc_part *p;
+	uint32_t i;
+
+	if (bm_test(f->state, b))
+		return 0;
+	p = folio_part_find_locked(f, b);
+	if (p) {
+		assert(s <= p->end && e >= p->start);
+		p->start = s < p->start ? s : p->start;
+		p->end = e > p->end ? e : p->end;
+	} else {
+		for (i = 0; f->part[i].blk != PART_FREE; i++)
+			assert(i + 1 < PC_PART_SLOTS);
+		p = &f->part[i];
+		*p = (struct pc_part){ .blk = b, .start = s, .end = e };
+		f->nr_part++;
+	}
+	if (p->start || p->end != dev->cblk)
+		return 0;
+	folio_part_free_locked(f, p);
+	bm_set_range(f->state, b, 1);
+	return 1;
+}
+
+/*
+ * Bytes [off, off+n) of @f were written: blocks covered whole turn
+ * uptodate (their records go), a head or tail block covered in part keeps
+ * or grows its record, and every block touched turns dirty, all under one
+ * acquisition of f->lock. Caller holds f->lock.
+ */
+static void folio_set_written_locked(struct pc_dev *dev, struct pc_folio *f,
+				     uint32_t off, uint32_t n)
+{
+	uint32_t sh = dev->cblk_shift, mask = dev->cblk - 1, end = off + n;
+	uint32_t first = off >> sh, last = (end - 1) >> sh;
+	uint32_t whole0 = (off + mask) >> sh, whole1 = end >> sh;	/* [whole0, whole1) */
+	size_t up = 0, dirty;
+
+	if (whole0 < whole1) {
+		folio_part_drop_locked(f, whole0, whole1);
+		up += bm_set_range(f->state, whole0, whole1 - whole0);
+	}
+	if (first < whole0)
+		up += (size_t)folio_part_merge_locked(dev, f, first, off & mask,
+						      first == last && (end & mask) ? end & mask :
+						      dev->cblk);
+	if (last >= whole1 && !(last == first && first < whole0))	/* not the head again */
+		up += (size_t)folio_part_merge_locked(dev, f, last, 0, end & mask);
+	dirty = bm_set_range(f->state, dev->nr_blks + first, last - first + 1);
 	if (up)
 		__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 	folio_account_dirty_locked(dev, f, (long)dirty);
 	assert(folio_sanity(dev, f));
 }
 
+/* A head or tail block of a write that it covers in part, and is not uptodate. */
+struct part_edge {
+	uint32_t blk, s, e;	/* the bytes of the write inside the block */
+	bool read;		/* no record can hold it: read the block first */
+};
+
+/*
+ * The partial blocks of writing [off, off+n) into @f that are not
+ * uptodate (0, 1 or 2), and whether each can be recorded (invariant 8).
+ * Caller holds f->lock.
+ */
+static int folio_part_edges_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t off,
+				   uint32_t n, struct part_edge *edge)
+{
+	uint32_t sh = dev->cblk_shift, mask = dev->cblk - 1, end = off + n;
+	uint32_t first = off >> sh, last = (end - 1) >> sh;
+	uint32_t slots = PC_PART_SLOTS - f->nr_part;
+	int nr = 0, i;
+
+	if ((off & mask) && !bm_test(f->state, first))
+		edge[nr++] = (struct part_edge){ .blk = first, .s = off & mask,
+						 .e = first == last && (end & mask) ? end & mask : dev->cblk };
+	if ((end & mask) && !bm_test(f->state, last) && !(first == last && (off & mask)))
+		edge[nr++] = (struct part_edge){ .blk = last, .s = 0, .e = end & mask };
+	for (i = 0; i < nr; i++) {
+		struct pc_part *p = folio_part_find_locked(f, edge[i].blk);
+
+		if (p)
+			edge[i].read = edge[i].s > p->end || edge[i].e < p->start;
+		else if (slots)
+			slots--;
+		else
+			edge[i].read = true;
+	}
+	return nr;
+}
+
 static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		       uint32_t off, uint32_t n)
 {
-	uint32_t mask = dev->cblk - 1;
-	uint32_t first = off >> dev->cblk_shift, last = (off + n - 1) >> dev->cblk_shift;
-	bool head = off & mask, tail = (off + n) & mask;
-	bool read_head, read_tail;
-	int err = 0;
+	struct part_edge edge[2];
+	int nr, i, err = 0;
 
 	pthread_mutex_lock(&f->lock);
 	/* an exclusive holder may be dropping the very blocks we look at */
 	while (f->excl)
 		folio_wait_locked(f);
-	read_head = head && !bm_test(f->state, first);
-	read_tail = tail && !bm_test(f->state, last);
-	if (!read_head && !read_tail) {
+	if (!folio_part_edges_locked(dev, f, off, n, edge)) {
 		/*
 		 * Whole blocks, or partial blocks already uptodate: copy under a
 		 * shared hold, so writers of other blocks run in parallel, then
@@ -768,33 +937,146 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		copy_big(f->data + off, src, n);
 		pthread_mutex_lock(&f->lock);
 		f->users--;
-		folio_set_written_locked(dev, f, first, last);
+		folio_set_written_locked(dev, f, off, n);
 		if (!f->users)
 			folio_wake_locked(f);
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
 
-	/* read-modify-write of a partial block: exclusive, like nbdkit's blocksize filter */
+	/*
+	 * A block written in part that is not uptodate: exclusive, so that two
+	 * such writes to one block (the halves of one FUSE write) take turns
+	 * and the second sees the first's record. Nothing is read unless the
+	 * shape cannot be recorded (invariant 8).
+	 */
 	folio_excl_begin_locked(f);
-	read_head = head && !bm_test(f->state, first);
-	read_tail = tail && !bm_test(f->state, last) && !(read_head && first == last);
+	nr = folio_part_edges_locked(dev, f, off, n, edge);
 	pthread_mutex_unlock(&f->lock);
 
-	if (read_head)
-		err = folio_read_blocks(dev, f, first, 1);
-	if (!err && read_tail)
-		err = folio_read_blocks(dev, f, last, 1);
+	for (i = 0; i < nr && !err; i++) {
+		if (!edge[i].read)
+			continue;
+		pthread_mutex_lock(&f->lock);
+		if (folio_part_find_locked(f, edge[i].blk)) {
+			pthread_mutex_unlock(&f->lock);
+			err = folio_complete_parts(dev, f, edge[i].blk, edge[i].blk, true);
+		} else {
+			pthread_mutex_unlock(&f->lock);
+			err = folio_read_blocks(dev, f, edge[i].blk, 1);
+			if (!err) {
+				pthread_mutex_lock(&f->lock);
+				bm_set_range(f->state, edge[i].blk, 1);
+				pthread_mutex_unlock(&f->lock);
+				__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+			}
+		}
+	}
 	if (err)
 		STAT_ADD(dev, read_errors, 1);
-	if (!err)
+	else
 		memcpy(f->data + off, src, n);
 
 	pthread_mutex_lock(&f->lock);
 	if (!err)
-		folio_set_written_locked(dev, f, first, last);
+		folio_set_written_locked(dev, f, off, n);
 	folio_excl_end_locked(f);
 	pthread_mutex_unlock(&f->lock);
+	return err;
+}
+
+/*
+ * Complete a partial block's edges to whole logical blocks (rmw = device):
+ * read the logical blocks that hold its range's ends and copy in what the
+ * range lacks. Caller holds the exclusive hold.
+ */
+static int folio_complete_edges(struct pc_dev *dev, struct pc_folio *f, uint32_t b, char *scratch)
+{
+	uint32_t lbs = dev->geo.lbs, base = b << dev->cblk_shift;
+	uint32_t s, e, lo, hi, s_up, e_down;
+	struct pc_part *p;
+	int err = 0, up;
+
+	pthread_mutex_lock(&f->lock);
+	p = folio_part_find_locked(f, b);
+	s = p->start;
+	e = p->end;
+	pthread_mutex_unlock(&f->lock);
+	lo = s & ~(lbs - 1);
+	hi = (e + lbs - 1) & ~(lbs - 1);
+	s_up = (s + lbs - 1) & ~(lbs - 1);
+	e_down = e & ~(lbs - 1);
+	if (lo == s && hi == e)
+		return 0;
+	if (hi - lo <= 2 * lbs || s_up >= e_down) {
+		/* both ends in one read */
+		err = folio_read_bytes(dev, f, base + lo, hi - lo, scratch);
+		if (!err) {
+			memcpy(f->data + base + lo, scratch, s - lo);
+			memcpy(f->data + base + e, scratch + (e - lo), hi - e);
+		}
+	} else {
+		if (lo != s) {
+			err = folio_read_bytes(dev, f, base + lo, lbs, scratch);
+			if (!err)
+				memcpy(f->data + base + lo, scratch, s - lo);
+		}
+		if (!err && hi != e) {
+			err = folio_read_bytes(dev, f, base + e_down, lbs, scratch);
+			if (!err)
+				memcpy(f->data + base + e, scratch + (e - e_down), hi - e);
+		}
+	}
+	if (err)
+		return err;
+	pthread_mutex_lock(&f->lock);
+	up = folio_part_merge_locked(dev, f, b, lo, hi);
+	pthread_mutex_unlock(&f->lock);
+	if (up)
+		__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, uint32_t b1,
+			 bool whole)
+{
+	uint32_t sh = dev->cblk_shift, cb = dev->cblk, b;
+	char *scratch = NULL;
+	int err = 0, ret;
+
+	assert(f->excl);
+	for (b = b0; b <= b1; b++) {
+		struct pc_part *p;
+		uint32_t s, e;
+
+		pthread_mutex_lock(&f->lock);
+		p = folio_part_find_locked(f, b);
+		s = p ? p->start : 0;
+		e = p ? p->end : 0;
+		pthread_mutex_unlock(&f->lock);
+		if (!p)
+			continue;
+		if (!scratch && !(scratch = pc_rmw_buf()))
+			return -ENOMEM;
+		if (!whole) {
+			ret = folio_complete_edges(dev, f, b, scratch);
+			err = err ? err : ret;
+			continue;
+		}
+		/* the whole block into the bounce buffer, then what the range lacks */
+		ret = folio_read_span(dev, f, b, 1, scratch);
+		if (ret) {
+			err = err ? err : ret;
+			continue;
+		}
+		memcpy(f->data + ((size_t)b << sh), scratch, s);
+		memcpy(f->data + ((size_t)b << sh) + e, scratch + e, cb - e);
+		pthread_mutex_lock(&f->lock);
+		(void)folio_part_merge_locked(dev, f, b, 0, cb);	/* turns uptodate */
+		assert(folio_sanity(dev, f));
+		pthread_mutex_unlock(&f->lock);
+		__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+	}
 	return err;
 }
 
@@ -837,28 +1119,49 @@ ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
 
 /* ------------------------------------------------------------- read path */
 
-/* Per-thread bounce buffer: for reads that cannot pin all their folios at once. */
-static pthread_key_t bounce_key;
-static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+/*
+ * Per-thread buffers, touched once and reused: the bounce buffer of reads
+ * that cannot pin all their folios at once and of unaligned O_DIRECT, and
+ * the scratch buffer of reads that complete partial blocks (rmw). Two,
+ * because an rmw read can happen while a bounced read is half copied
+ * (completing a partial block on the way, or writing back for a folio).
+ */
+enum { BUF_BOUNCE, BUF_RMW, NR_THREAD_BUFS };
+static pthread_key_t thread_buf_key[NR_THREAD_BUFS];
+static pthread_once_t thread_buf_once = PTHREAD_ONCE_INIT;
 
-static void bounce_key_init(void)
+static void thread_buf_key_init(void)
 {
-	pthread_key_create(&bounce_key, free);
+	int i;
+
+	for (i = 0; i < NR_THREAD_BUFS; i++)
+		if (pthread_key_create(&thread_buf_key[i], free))
+			abort();
 }
 
-char *pc_bounce_buf(void)
+static char *thread_buf(int which)
 {
 	char *b;
 
-	pthread_once(&bounce_once, bounce_key_init);
-	b = pthread_getspecific(bounce_key);
+	pthread_once(&thread_buf_once, thread_buf_key_init);
+	b = pthread_getspecific(thread_buf_key[which]);
 	if (!b) {
 		if (posix_memalign((void **)&b, 65536, PC_READ_MAX))
 			return NULL;
 		memset(b, 0, PC_READ_MAX);	/* touched once, reused */
-		pthread_setspecific(bounce_key, b);
+		pthread_setspecific(thread_buf_key[which], b);
 	}
 	return b;
+}
+
+char *pc_bounce_buf(void)
+{
+	return thread_buf(BUF_BOUNCE);
+}
+
+char *pc_rmw_buf(void)
+{
+	return thread_buf(BUF_RMW);
 }
 
 /* The blocks of folio @f that [pos, pos+len) touches: [*b0, *b1]. */
@@ -916,6 +1219,19 @@ static int folios_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t 
 		folio_excl_begin_locked(v[i]);
 		pthread_mutex_unlock(&v[i]->lock);
 	}
+	/*
+	 * Partial blocks first: their valid bytes must not be read over, so
+	 * what they lack comes through a bounce buffer (invariant 4); one read
+	 * each, the rest below in as few reads as the runs allow.
+	 */
+	for (i = 0; i < n && !err; i++) {
+		if (!need[i] || !__atomic_load_n(&v[i]->nr_part, __ATOMIC_RELAXED))
+			continue;
+		folio_block_span(dev, v[i], pos, len, &b0, &b1);
+		err = folio_complete_parts(dev, v[i], b0, b1, true);
+	}
+	if (err)
+		goto out_release;
 	/* at most one slice per run per folio; runs within a folio alternate */
 	iov = malloc(sizeof(*iov) * (size_t)n * (dev->nr_blks / 2 + 1));
 	if (!iov) {
@@ -1174,37 +1490,92 @@ ssize_t pc_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 /* --------------------------------------------------------- direct I/O */
 
 /*
- * Drop cached copies of [pos, pos+len) after the backend changed under the
- * cache (direct write, discard): blocks overlapping the range stop being
- * uptodate, unless a buffered write dirtied them again meanwhile (that
- * data is newer and stays).
+ * Call @fn on every cached folio of @dev overlapping [pos, pos+len), each
+ * referenced for the call, without allocating: what must happen after the
+ * backend changed (a direct write landed) cannot be allowed to fail.
+ * Small ranges are looked up folio by folio; large ones walk the device's
+ * folio list, a referenced folio keeping its place in it (folios are
+ * detached only when nobody references them).
  */
-static int pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
+static void pc_for_each_folio(struct pc_dev *dev, uint64_t pos, uint64_t len,
+			      void (*fn)(struct pc_dev *, struct pc_folio *, void *), void *arg)
 {
-	struct pc_folio **v;
-	uint32_t b0, b1, b;
-	int n, i;
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	struct pc_folio *f, *next;
 
-	n = pc_collect(dev, pos, len, false, 0, &v);
-	if (n < 0)
-		return n;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		size_t gone = 0;
-
-		folio_block_span(dev, f, pos, len, &b0, &b1);
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		for (b = b0; b <= b1; b++) {
-			if (bm_test(f->state, b) && !bm_test(f->state, dev->nr_blks + b))
-				gone += bm_clear_range(f->state, b, 1);
-		}
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios || !len) {
+		pthread_mutex_unlock(&pc->lock);
+		return;
 	}
-	pc_put_all(v, n);
-	return 0;
+	if (last - first < dev->nr_folios) {
+		pthread_mutex_unlock(&pc->lock);
+		for (i = first; i <= last; i++) {
+			pthread_mutex_lock(&pc->lock);
+			f = folio_find_locked(dev, i);
+			if (f)
+				folio_get(f);
+			pthread_mutex_unlock(&pc->lock);
+			if (!f)
+				continue;
+			fn(dev, f, arg);
+			folio_put(f);
+		}
+		return;
+	}
+	f = list_empty(&dev->folios) ? NULL : list_first_entry(&dev->folios, struct pc_folio, dev_node);
+	if (f)
+		folio_get(f);
+	pthread_mutex_unlock(&pc->lock);
+	while (f) {
+		if (f->index >= first && f->index <= last)
+			fn(dev, f, arg);
+		pthread_mutex_lock(&pc->lock);
+		next = f->dev_node.next == &dev->folios ? NULL :
+		       list_entry(f->dev_node.next, struct pc_folio, dev_node);
+		if (next)
+			folio_get(next);
+		pthread_mutex_unlock(&pc->lock);
+		folio_put(f);
+		f = next;
+	}
+}
+
+struct inval_arg {
+	uint64_t pos, len;
+};
+
+static void folio_invalidate(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	const struct inval_arg *a = arg;
+	uint32_t b0, b1, b;
+	size_t gone = 0;
+
+	folio_block_span(dev, f, a->pos, a->len, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	for (b = b0; b <= b1; b++) {
+		if (bm_test(f->state, b) && !bm_test(f->state, dev->nr_blks + b))
+			gone += bm_clear_range(f->state, b, 1);
+	}
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+}
+
+/*
+ * Drop cached copies of [pos, pos+len) after the backend changed under the
+ * cache (direct write, failed discard): blocks overlapping the range stop
+ * being uptodate, unless a buffered write dirtied them again meanwhile
+ * (that data is newer and stays). Cannot fail: a stale copy left behind
+ * would be served to readers as the device's data.
+ */
+static void pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
+{
+	struct inval_arg a = { pos, len };
+
+	pc_for_each_folio(dev, pos, len, folio_invalidate, &a);
 }
 
 static int check_direct(const struct pc_dev *dev, uint64_t pos, size_t len)
@@ -1242,8 +1613,10 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 		if (needs_bounce(dev, iov.iov_base)) {
 			char *b = pc_bounce_buf();
 
-			if (!b)
-				return -ENOMEM;
+			if (!b) {
+				err = -ENOMEM;
+				break;
+			}
 			if (n > PC_READ_MAX)
 				n = PC_READ_MAX;
 			memcpy(b, iov.iov_base, n);
@@ -1256,6 +1629,7 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 			break;
 		done += n;
 	}
+	/* also after a failure: part of it may have reached the device */
 	pc_invalidate_range(dev, pos, len);
 	STAT_ADD(dev, direct_write_bytes, done);
 	return done ? (ssize_t)done : err;
@@ -1305,93 +1679,150 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 
 /* ------------------------------------------------- discard, write-zeroes */
 
+struct zero_arg {
+	uint64_t pos, end;	/* the range being zeroed */
+	int err;		/* zr_complete_edge: the read's result */
+};
+
+/* Under excl: complete a partial block cut by the range (see pc_zero_range). */
+static void folio_complete_cut(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	struct zero_arg *a = arg;
+	uint32_t b0, b1;
+	int err;
+
+	folio_block_span(dev, f, a->pos, a->end - a->pos, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	err = folio_complete_parts(dev, f, b0, b1, true);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (err && !a->err)
+		a->err = err;
+}
+
+/*
+ * Blocks of @f wholly inside the range lose their data, dirty or not (it
+ * is superseded); a block the range cuts through keeps its bytes outside
+ * the range and gets zeros inside, dirty or clean as it was.
+ */
+static void folio_zero(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	struct zero_arg *a = arg;
+	uint32_t sh = dev->cblk_shift, cb = dev->cblk, nb = dev->nr_blks, b0, b1, b;
+	uint64_t fpos = folio_pos(dev->pc, f);
+	size_t gone = 0, dirty = 0;
+	bool clean;
+
+	folio_block_span(dev, f, a->pos, a->end - a->pos, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	/* writeback that read the old bytes must land before the backend op */
+	folio_wait_wb_locked(f);
+	for (b = b0; b <= b1; b++) {
+		uint64_t bpos = fpos + ((uint64_t)b << sh);
+		uint32_t zs = a->pos > bpos ? (uint32_t)(a->pos - bpos) : 0;
+		uint32_t ze = a->end < bpos + cb ? (uint32_t)(a->end - bpos) : cb;
+		struct pc_part *p = folio_part_find_locked(f, b);
+
+		if (!zs && ze == cb) {
+			dirty += bm_clear_range(f->state, nb + b, 1);
+			gone += bm_clear_range(f->state, b, 1);
+			if (p)
+				folio_part_free_locked(f, p);
+		} else if (bm_test(f->state, b)) {
+			memset(f->data + ((size_t)b << sh) + zs, 0, ze - zs);
+		} else if (p && p->start >= zs && p->end <= ze) {
+			/* a write that came meanwhile, all of it inside the range */
+			dirty += bm_clear_range(f->state, nb + b, 1);
+			folio_part_free_locked(f, p);
+		} else if (p) {
+			/*
+			 * A write that came since pc_zero_range() completed this block,
+			 * partly outside the range: complete it now, or its writeback
+			 * could read the old bytes of the range before the zeros land.
+			 */
+			pthread_mutex_unlock(&f->lock);
+			if (!folio_complete_parts(dev, f, b, b, true))
+				memset(f->data + ((size_t)b << sh) + zs, 0, ze - zs);
+			pthread_mutex_lock(&f->lock);
+		}
+	}
+	folio_account_dirty_locked(dev, f, -(long)dirty);
+	assert(folio_sanity(dev, f));
+	clean = !f->nr_dirty;
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+	if (clean && dirty)
+		folio_unpark(dev->pc, f);
+}
+
+/*
+ * Discard or zero [pos, pos+len), as the kernel's blkdev_fallocate() does
+ * with truncate_bdev_range(): the cached data of the range goes before the
+ * backend op, and a cache block the range cuts through (the cache block
+ * can be larger than the logical block) is zeroed in the cache over the
+ * range instead of being written back first. So nothing here can fail to
+ * write, and no later writeback can bring old bytes back into the range.
+ * A partial block cut through is completed first: its writeback would
+ * read its rest from the device, perhaps before the zeros are there; a
+ * failed read fails the call before anything changed.
+ */
 static int pc_zero_range(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len)
 {
 	uint64_t mask = dev->cblk - 1, end = pos + len;
-	uint64_t head_end, tail_start;
-	struct pc_folio **v;
-	int n, i, err;
+	uint64_t head = pos & ~mask, tail = end & ~mask;
+	struct zero_arg a = { .pos = pos, .end = end };
+	int err;
 
 	if ((pos | len) & (dev->geo.lbs - 1) || pos > dev->geo.size || len > dev->geo.size - pos)
 		return -EINVAL;
 	if (!len)
 		return 0;
-	/*
-	 * Blocks wholly inside the range: their cached data, dirty or not, is
-	 * superseded; drop it without writing it. A block only partly inside
-	 * (the cache block can be larger than the logical block) is written
-	 * back first and dropped after the backend op, like a direct write.
-	 */
-	n = pc_collect(dev, pos, len, false, 0, &v);
-	if (n < 0)
-		return n;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		uint64_t fpos = folio_pos(dev->pc, f);
-		uint64_t s = pos > fpos ? pos : fpos;
-		uint64_t e = end < fpos + dev->pc->folio_size ? end : fpos + dev->pc->folio_size;
-		uint32_t b0 = (uint32_t)((s - fpos + mask) >> dev->cblk_shift);
-		uint32_t b1 = (uint32_t)((e - fpos) >> dev->cblk_shift);	/* exclusive */
-		size_t up, dirty;
-		bool clean;
-
-		if (b0 >= b1)
-			continue;
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		folio_wait_wb_locked(f);
-		dirty = bm_clear_range(f->state, dev->nr_blks + b0, b1 - b0);
-		up = bm_clear_range(f->state, b0, b1 - b0);
-		folio_account_dirty_locked(dev, f, -(long)dirty);
-		clean = !f->nr_dirty;
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
-		if (clean && dirty)
-			folio_unpark(dev->pc, f);
-	}
-	pc_put_all(v, n);
-
-	head_end = (pos + mask) & ~mask;
-	tail_start = end & ~mask;
 	if (pos & mask)
-		wb_range(dev, pos & ~mask, dev->cblk);
-	if ((end & mask) && tail_start >= head_end)
-		wb_range(dev, tail_start, dev->cblk);
+		pc_for_each_folio(dev, head, dev->cblk, folio_complete_cut, &a);
+	if ((end & mask) && (tail != head || !(pos & mask)))
+		pc_for_each_folio(dev, tail, dev->cblk, folio_complete_cut, &a);
+	if (a.err)
+		return a.err;
+	pc_for_each_folio(dev, pos, len, folio_zero, &a);
 
 	err = pc_submit_wait(dev, op, pos, len, NULL, 0);
-	if (pos & mask)
-		pc_invalidate_range(dev, pos & ~mask, dev->cblk);
-	if (end & mask)
-		pc_invalidate_range(dev, tail_start, dev->cblk);
+	if (err) {
+		/* the zeros of the cut blocks may not be on the device: drop clean copies */
+		if (pos & mask)
+			pc_invalidate_range(dev, head, dev->cblk);
+		if (end & mask)
+			pc_invalidate_range(dev, tail, dev->cblk);
+	}
 	return err;
+}
+
+static void folio_drop(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	size_t up, dirty;
+
+	(void)arg;
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	dirty = bm_clear_range(f->state, dev->nr_blks, dev->nr_blks);
+	up = bm_clear_range(f->state, 0, dev->nr_blks);
+	folio_part_drop_locked(f, 0, dev->nr_blks);
+	folio_account_dirty_locked(dev, f, -(long)dirty);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+	STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
+	if (dirty)
+		folio_unpark(dev->pc, f);
 }
 
 void pc_dev_drop_all(struct pc_dev *dev)
 {
-	struct pc_folio **v;
-	int n, i;
-
-	n = pc_collect(dev, 0, 0, false, 0, &v);
-	if (n < 0)
-		return;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		size_t up, dirty;
-
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		dirty = bm_clear_range(f->state, dev->nr_blks, dev->nr_blks);
-		up = bm_clear_range(f->state, 0, dev->nr_blks);
-		folio_account_dirty_locked(dev, f, -(long)dirty);
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
-		STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
-		if (dirty)
-			folio_unpark(dev->pc, f);
-	}
-	pc_put_all(v, n);
+	pc_for_each_folio(dev, 0, dev->geo.size, folio_drop, NULL);
 }
 
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len)

@@ -21,6 +21,24 @@ enum folio_list {
 	FOLIO_PARKED,	/* on pc->parked: found dirty or under writeback by a scan */
 };
 
+/*
+ * A block that holds only some valid bytes: the bytes [start, end) of cache
+ * block blk were written and are newer than the device; the rest of the
+ * block is not known (it was never read). Such a block is dirty and not
+ * uptodate (pcache.c, invariant 2). PART_WB: a write of [start, end) to the
+ * device is in flight (rmw = device sends it without the rest); the record
+ * stays until it completes, so that a read of the block keeps those bytes.
+ * Protected by the folio's lock; changed only under its exclusive hold.
+ */
+#define PC_PART_SLOTS 4		/* partial blocks one folio can hold at once */
+#define PART_FREE UINT32_MAX	/* pc_part.blk of an unused record */
+#define PART_WB 1u
+struct pc_part {
+	uint32_t blk;
+	uint32_t start, end;	/* bytes within the block, 0 <= start < end <= cblk */
+	uint32_t flags;
+};
+
 struct pc_folio {
 	/* protected by pc->lock */
 	struct pc_dev *dev;		/* NULL when free */
@@ -38,9 +56,11 @@ struct pc_folio {
 	bool excl;			/* exclusive holder: fill, RMW, invalidate */
 	uint32_t waiters;
 	uint32_t wb_ios;		/* writeback segments in flight */
-	uint32_t nr_dirty;		/* dirty blocks */
+	uint32_t nr_dirty;		/* dirty blocks, partial ones included */
 	uint64_t dirtied_ms;		/* when nr_dirty went 0 -> >0 */
 	unsigned long *state;		/* bits [0,n) uptodate, [n,2n) dirty */
+	uint32_t nr_part;		/* records in use in part[] */
+	struct pc_part part[PC_PART_SLOTS];
 
 	char *data;			/* folio_size bytes of pool memory */
 };
@@ -139,6 +159,42 @@ void folio_excl_begin_locked(struct pc_folio *f);
 void folio_excl_end_locked(struct pc_folio *f);
 /* Wait until no writeback I/O is in flight on @f. Caller holds f->lock. */
 void folio_wait_wb_locked(struct pc_folio *f);
+/* ... and nobody holds @f exclusively. Caller holds f->lock. */
+void folio_wait_idle_locked(struct pc_folio *f);
+
+/* The record of cache block @blk of @f, or NULL. Caller holds f->lock. */
+static inline struct pc_part *folio_part_find_locked(struct pc_folio *f, uint32_t blk)
+{
+	uint32_t i;
+
+	if (!f->nr_part)
+		return NULL;
+	for (i = 0; i < PC_PART_SLOTS; i++)
+		if (f->part[i].blk == blk)
+			return &f->part[i];
+	return NULL;
+}
+
+static inline void folio_part_free_locked(struct pc_folio *f, struct pc_part *p)
+{
+	p->blk = PART_FREE;
+	p->flags = 0;
+	f->nr_part--;
+}
+
+/* Drop the records of blocks [b0, b1). Caller holds f->lock and the exclusive hold. */
+void folio_part_drop_locked(struct pc_folio *f, uint32_t b0, uint32_t b1);
+
+/*
+ * Complete the partial blocks among [b0, b1] of @f by reading what they
+ * lack from the device (never over the bytes they hold): @whole makes
+ * them uptodate; otherwise only their ranges' edges are completed to whole
+ * logical blocks (rmw = device). Counted in rmw_read_bytes. Caller holds
+ * the exclusive hold, not f->lock. Returns 0 or the first read error (a
+ * block whose read failed is left as it was).
+ */
+int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, uint32_t b1,
+			 bool whole);
 
 /* Read whole cache blocks [blk, blk+nr) of @f (caller holds excl); counted as rmw. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr);
@@ -147,6 +203,8 @@ int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint
 int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf);
 /* The calling thread's PC_READ_MAX-byte bounce buffer, 64K-aligned. */
 char *pc_bounce_buf(void);
+/* Another one, for the reads that complete partial blocks (rmw). */
+char *pc_rmw_buf(void);
 
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,

@@ -156,12 +156,12 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 	}
 }
 
-static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
+/* Record the result of writing back (or reading for) [pos, pos+len). */
+static void wb_note_result(struct pc_dev *dev, uint64_t pos, uint64_t len, int res)
 {
 	uint64_t now = blk_now_ms();
 	bool log;
 
-	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	if (!res) {
 		pthread_mutex_lock(&dev->err_lock);
 		dev->failing = 0;
@@ -182,9 +182,42 @@ static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
 	log = blk_ratelimit(&dev->err_rl, dev->name);
 	if (log)
 		blk_log("%s: writeback of %llu bytes at %llu failed: %s; %s",
-			dev->name, (unsigned long long)w->io.len,
-			(unsigned long long)w->io.pos, strerror(-res),
+			dev->name, (unsigned long long)len, (unsigned long long)pos,
+			strerror(-res),
 			dev->on_error_drop ? "dropped (on_error = drop)" : "the data stays dirty");
+}
+
+/*
+ * Write-back I/O @w ended: its blocks leave writeback; on success a
+ * partial block's in-flight record goes (or stays, if written again
+ * meanwhile); a failure puts the blocks back in the dirty set
+ * (on_error = keep) or drops them (counted).
+ */
+static void wb_end_seg_locked(struct pc_dev *dev, struct wb_seg *s, int res)
+{
+	struct pc_folio *f = s->f;
+	uint32_t b0 = s->off >> dev->cblk_shift;
+	uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b, i;
+	size_t nr = 0;
+
+	if (res && !dev->on_error_drop) {
+		/* keep: back into the dirty set (only blocks still cached, whole or partial) */
+		for (b = b0; b <= b1; b++)
+			if (bm_test(f->state, b) || folio_part_find_locked(f, b))
+				nr += bm_set_range(f->state, dev->nr_blks + b, 1);
+		folio_account_dirty_locked(dev, f, (long)nr);
+	} else if (res) {
+		STAT_ADD(dev, dropped_bytes, s->len);
+	}
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE || p->blk < b0 || p->blk > b1 || !(p->flags & PART_WB))
+			continue;
+		p->flags &= ~PART_WB;
+		if (!bm_test(f->state, dev->nr_blks + p->blk))
+			folio_part_free_locked(f, p);	/* the device has it now: read it from there */
+	}
 }
 
 static void wb_end_io(struct blk_io *io, int res)
@@ -199,19 +232,7 @@ static void wb_end_io(struct blk_io *io, int res)
 		bool clean;
 
 		pthread_mutex_lock(&f->lock);
-		if (res && dev->on_error_drop) {
-			STAT_ADD(dev, dropped_bytes, s->len);
-		} else if (res) {
-			uint32_t b0 = s->off >> dev->cblk_shift;
-			uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b;
-			size_t nr = 0;
-
-			/* keep: back into the dirty set (only blocks still cached) */
-			for (b = b0; b <= b1; b++)
-				if (bm_test(f->state, b))
-					nr += bm_set_range(f->state, dev->nr_blks + b, 1);
-			folio_account_dirty_locked(dev, f, (long)nr);
-		}
+		wb_end_seg_locked(dev, s, res);
 		assert(f->wb_ios > 0);
 		f->wb_ios--;
 		clean = !f->nr_dirty && !f->wb_ios;
@@ -224,30 +245,28 @@ static void wb_end_io(struct blk_io *io, int res)
 			folio_unpark(dev->pc, f);
 		folio_put(f);
 	}
-	wb_note_result(dev, w, res);
+	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
+	wb_note_result(dev, w->io.pos, w->io.len, res);
 	if (w->batch)
 		pc_batch_done(w->batch, res);
 	free(w);
 }
 
-
-
 /*
- * Write the dirty blocks of @v (sorted by index). With @sync, a folio under
- * writeback is waited for (its new dirty blocks must not race the old
- * write to the device) and the call returns once everything it and others
- * had in flight on these folios is done; without, such folios are skipped.
- */
-/*
- * The blocks of @f to write, into @mask: the dirty ones, widened to whole
- * physical blocks where the cache holds the rest uptodate, so the device
- * never has to read-modify-write. Caller holds f->lock.
+ * The whole dirty blocks of @f to write, into @mask: the dirty uptodate
+ * ones, widened to whole physical blocks where the cache holds the rest
+ * uptodate, so the device never has to read-modify-write. Partial blocks
+ * are not in it (see wb_next_part_locked). Caller holds f->lock.
  */
 static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long *mask)
 {
 	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
+	size_t i;
 
 	bm_copy(mask, f->state, nb, nb);
+	if (f->nr_part)		/* a partial block is dirty, not uptodate */
+		for (i = 0; i < BM_WORDS(nb); i++)
+			mask[i] &= f->state[i];
 	if (!ppb)
 		return;
 	for (p = 0; p < nb; p += ppb) {
@@ -260,21 +279,46 @@ static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long
 	}
 }
 
-static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, uint32_t p);
-
-/* With rmw = cache: does @f hold part of a physical block dirty and the rest not uptodate? */
-static bool wb_rmw_needed(struct pc_dev *dev, struct pc_folio *f)
+/*
+ * rmw = device: the first partial dirty block of @f at or after @from
+ * whose range can go out now (its whole logical blocks), or nr_blks.
+ * Caller holds f->lock.
+ */
+static uint32_t wb_next_part_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t from)
 {
-	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
-	bool need = false;
+	uint32_t best = dev->nr_blks, i;
 
-	if (!ppb || dev->rmw_device)
-		return false;
-	pthread_mutex_lock(&f->lock);
-	for (p = 0; p < nb && !need; p += ppb)
-		need = pblk_needs_rmw(dev, f, p);
-	pthread_mutex_unlock(&f->lock);
-	return need;
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		const struct pc_part *p = &f->part[i];
+
+		if (p->blk != PART_FREE && p->blk >= from && p->blk < best &&
+		    bm_test(f->state, dev->nr_blks + p->blk))
+			best = p->blk;
+	}
+	return best;
+}
+
+/*
+ * Send the whole logical blocks of partial block @b's range (rmw = device);
+ * the block leaves the dirty set if that was all of it, and its record
+ * stays, marked in flight, until the write ends. Caller holds f->lock.
+ */
+static void wb_add_part_locked(struct wb_builder *bld, struct pc_folio *f, uint32_t b)
+{
+	struct pc_dev *dev = bld->dev;
+	struct pc_part *p = folio_part_find_locked(f, b);
+	uint32_t lbs = dev->geo.lbs;
+	uint32_t lo = (p->start + lbs - 1) & ~(lbs - 1), hi = p->end & ~(lbs - 1);
+
+	if (lo >= hi)
+		return;		/* a write came since wb_prepare(): the next pass */
+	if (lo == p->start && hi == p->end) {
+		bm_clear_range(f->state, dev->nr_blks + b, 1);
+		folio_account_dirty_locked(dev, f, -1);
+	}
+	p->flags |= PART_WB;
+	STAT_ADD(dev, partial_pblk_writes, 1);
+	wb_add_locked(bld, f, (b << dev->cblk_shift) + lo, hi - lo);
 }
 
 /* Does physical block @p (first cache block) of @f need its missing part read? */
@@ -286,24 +330,49 @@ static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, u
 }
 
 /*
+ * Must @f read before its dirty data can go out the way the policy wants:
+ * a partial block (all of it with rmw = cache, its range's ends with
+ * rmw = device), or (rmw = cache) a physical block partly dirty whose rest
+ * is not cached? Caller holds f->lock.
+ */
+static bool wb_prep_needed_locked(struct pc_dev *dev, struct pc_folio *f, bool parts)
+{
+	uint32_t nb = dev->nr_blks, lbs = dev->geo.lbs, i, p;
+
+	for (i = 0; parts && f->nr_part && i < PC_PART_SLOTS; i++) {
+		const struct pc_part *r = &f->part[i];
+
+		if (r->blk == PART_FREE || !bm_test(f->state, nb + r->blk))
+			continue;
+		if (!dev->rmw_device || (r->start | r->end) & (lbs - 1))
+			return true;
+	}
+	if (!dev->ppb || dev->rmw_device)
+		return false;
+	for (p = 0; p < nb; p += dev->ppb)
+		if (pblk_needs_rmw(dev, f, p))
+			return true;
+	return false;
+}
+
+/*
  * Read the missing blocks of @f's partly dirty physical blocks, so
  * writeback can send whole physical blocks (rmw = cache). Neighbouring
  * physical blocks that need it share one read: from the first missing
  * block to the last, into a bounce buffer, of which only the missing
- * blocks are copied in (the ones between may be dirty).
+ * blocks are copied in (the ones between may be dirty, and a partial
+ * block whose completion failed keeps its bytes). Caller holds excl.
  */
-static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
+static int wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 {
 	uint32_t nb = dev->nr_blks, ppb = dev->ppb, sh = dev->cblk_shift;
 	uint32_t max_blks = PC_READ_MAX >> sh, p, q, b0, b1, b;
-	char *scratch = pc_bounce_buf();
+	char *scratch = pc_rmw_buf();
 	size_t up = 0;
+	int err = 0, ret;
 
 	if (!scratch)
-		return;
-	pthread_mutex_lock(&f->lock);
-	folio_excl_begin_locked(f);
-	pthread_mutex_unlock(&f->lock);
+		return -ENOMEM;
 	/* excl keeps the uptodate bits still; the dirty bits in the same words need the lock */
 	for (p = 0; p < nb; p = q) {
 		pthread_mutex_lock(&f->lock);
@@ -320,11 +389,14 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 		for (b1 = q; b1 > b0 && bm_test(f->state, b1 - 1); b1--)
 			;
 		pthread_mutex_unlock(&f->lock);
-		if (folio_read_span(dev, f, b0, b1 - b0, scratch))
+		ret = folio_read_span(dev, f, b0, b1 - b0, scratch);
+		if (ret) {
+			err = err ? err : ret;
 			continue;
+		}
 		pthread_mutex_lock(&f->lock);
 		for (b = b0; b < b1; b++) {
-			if (bm_test(f->state, b))
+			if (bm_test(f->state, b) || folio_part_find_locked(f, b))
 				continue;
 			memcpy(f->data + ((size_t)b << sh), scratch + ((size_t)(b - b0) << sh),
 			       (size_t)1 << sh);
@@ -332,39 +404,125 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 		}
 		pthread_mutex_unlock(&f->lock);
 	}
-	pthread_mutex_lock(&f->lock);
-	folio_excl_end_locked(f);
-	pthread_mutex_unlock(&f->lock);
 	__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+	return err;
 }
 
+/*
+ * A read that writeback needed failed: the blocks stay dirty (or, with
+ * on_error = drop, the partial ones are dropped), and the error is the
+ * device's writeback error like a failed write. Caller holds f->lock.
+ */
+static void wb_prep_failed_locked(struct pc_dev *dev, struct pc_folio *f)
+{
+	uint32_t i, nr = 0;
+
+	if (!dev->on_error_drop)
+		return;
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE || !bm_test(f->state, dev->nr_blks + p->blk) ||
+		    (p->flags & PART_WB))
+			continue;
+		bm_clear_range(f->state, dev->nr_blks + p->blk, 1);
+		folio_part_free_locked(f, p);
+		nr++;
+	}
+	folio_account_dirty_locked(dev, f, -(long)nr);
+	STAT_ADD(dev, dropped_bytes, (uint64_t)nr << dev->cblk_shift);
+}
+
+/*
+ * Make @f's dirty data ready to go out (invariant 9): with @parts,
+ * complete its partial blocks, and with rmw = cache its partly dirty
+ * physical blocks, under the exclusive hold. Returns 0 or the read error
+ * (already recorded as a writeback error).
+ */
+static int wb_prepare(struct pc_dev *dev, struct pc_folio *f, bool parts)
+{
+	uint64_t pos = folio_pos(dev->pc, f);
+	int err = 0, ret = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!wb_prep_needed_locked(dev, f, parts)) {
+		pthread_mutex_unlock(&f->lock);
+		return 0;
+	}
+	folio_excl_begin_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (parts)
+		err = folio_complete_parts(dev, f, 0, dev->nr_blks - 1, !dev->rmw_device);
+	if (dev->ppb && !dev->rmw_device)
+		ret = wb_rmw_fill(dev, f);
+	err = err ? err : ret;
+	pthread_mutex_lock(&f->lock);
+	if (err)
+		wb_prep_failed_locked(dev, f);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (err) {
+		STAT_ADD(dev, read_errors, 1);
+		wb_note_result(dev, pos, dev->pc->folio_size, err);
+	}
+	return err;
+}
+
+/* Has @f held dirty data longer than dirty_expire? */
+static bool folio_expired(const struct pc_cache *pc, struct pc_folio *f, uint64_t now)
+{
+	uint64_t since;
+
+	pthread_mutex_lock(&f->lock);
+	since = f->nr_dirty ? f->dirtied_ms : now;
+	pthread_mutex_unlock(&f->lock);
+	return since + pc->dirty_expire_ms <= now;
+}
+
+/*
+ * Write the dirty blocks of @v (sorted by index). With @sync, a folio under
+ * writeback is waited for (its new dirty blocks must not race the old
+ * write to the device) and the call returns once everything it and others
+ * had in flight on these folios is done; without, such folios are skipped.
+ */
 static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool sync, uint64_t *bytes)
 {
 	unsigned long mask[BM_WORDS(2u << 20 >> 9)];
 	uint32_t nb = dev->nr_blks;
 	struct wb_builder b = { .dev = dev, .max_io = dev_max_io(dev) };
 	struct pc_batch batch;
-	int i, err;
+	uint64_t now = blk_now_ms();
+	int i, err, prep_err = 0, ret;
 
 	/*
-	 * rmw = cache: first complete the partly dirty physical blocks, all of
-	 * them, so that building the I/Os below never stops to read and runs
-	 * still merge across folios.
+	 * First the reads writeback needs, for all the folios, so that
+	 * building the I/Os below never stops to read and runs still merge
+	 * across folios. A background pass leaves young partial blocks alone
+	 * (the rest of a write split in two FUSE requests is usually on its
+	 * way) unless someone waits for a folio.
 	 */
-	if (dev->ppb && !dev->rmw_device)
-		for (i = 0; i < n; i++)
-			if (wb_rmw_needed(dev, v[i]))
-				wb_rmw_fill(dev, v[i]);
+	for (i = 0; i < n; i++) {
+		bool parts = sync || __atomic_load_n(&dev->pc->alloc_waiters, __ATOMIC_RELAXED) ||
+			     folio_expired(dev->pc, v[i], now);
+
+		ret = wb_prepare(dev, v[i], parts);
+		prep_err = prep_err ? prep_err : ret;
+	}
 
 	pc_batch_init(&batch);
 	b.batch = &batch;
 	b.ready_tail = &b.ready;
 	for (i = 0; i < n; i++) {
 		struct pc_folio *f = v[i];
-		size_t s = 0, e;
+		uint32_t s = 0, e, ps, pfrom = 0;
 
 		pthread_mutex_lock(&f->lock);
-		if (f->wb_ios) {
+		/*
+		 * Under writeback already (invariant 5), or held exclusively: its
+		 * holder may be changing what the blocks hold (a discard zeroing
+		 * them must not see an older copy leave after it).
+		 */
+		if (f->wb_ios || f->excl) {
 			if (!sync) {
 				pthread_mutex_unlock(&f->lock);
 				continue;
@@ -374,17 +532,25 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 			wb_close(&b);
 			wb_submit_ready(&b);
 			pthread_mutex_lock(&f->lock);
-			folio_wait_wb_locked(f);
+			folio_wait_idle_locked(f);
 		}
 		wb_mask_locked(dev, f, mask);
-		while ((s = bm_find(mask, s, nb, true)) < nb) {
+		for (;;) {
 			size_t cleared;
 
-			e = bm_find(mask, s, nb, false);
+			s = (uint32_t)bm_find(mask, s, nb, true);
+			ps = dev->rmw_device ? wb_next_part_locked(dev, f, pfrom) : nb;
+			if (ps < s) {
+				wb_add_part_locked(&b, f, ps);
+				pfrom = ps + 1;
+				continue;
+			}
+			if (s >= nb)
+				break;
+			e = (uint32_t)bm_find(mask, s, nb, false);
 			cleared = bm_clear_range(f->state, nb + s, e - s);
 			folio_account_dirty_locked(dev, f, -(long)cleared);
-			wb_add_locked(&b, f, (uint32_t)(s << dev->cblk_shift),
-				      (uint32_t)((e - s) << dev->cblk_shift));
+			wb_add_locked(&b, f, s << dev->cblk_shift, (e - s) << dev->cblk_shift);
 			s = e;
 		}
 		pthread_mutex_unlock(&f->lock);
@@ -403,7 +569,7 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 	}
 	if (bytes)
 		*bytes = b.bytes;
-	return err ? err : b.err;
+	return err ? err : b.err ? b.err : prep_err;
 }
 
 int wb_folios(struct pc_dev *dev, struct pc_folio **v, int n, bool wait)
