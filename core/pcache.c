@@ -578,7 +578,7 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 	uint64_t bytes;
 	int err;
 
-	if (!pc->flusher_running) {
+	if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_unlock(&pc->lock);
 		err = wb_all_sync(pc, dev, &bytes);
 		pthread_mutex_lock(&pc->lock);
@@ -1149,7 +1149,10 @@ static char *thread_buf(int which)
 		if (posix_memalign((void **)&b, 65536, PC_READ_MAX))
 			return NULL;
 		memset(b, 0, PC_READ_MAX);	/* touched once, reused */
-		pthread_setspecific(thread_buf_key[which], b);
+		if (pthread_setspecific(thread_buf_key[which], b)) {
+			free(b);	/* not kept: the next call would leak another */
+			return NULL;
+		}
 	}
 	return b;
 }

@@ -3,10 +3,32 @@
  * core/pcache.h - blkfs's page cache: folios with per-block uptodate/dirty
  * state in front of a backend, writeback shaped to the device geometry.
  *
- * Lock order (outer first): pc->lock (index, LRU, free list)
- *                           -> folio->lock (block state, waiters)
- *                           -> dev->err_lock (errseq, error counters).
- * No lock is held across a backend submit() or while the caller replies.
+ * Locks, outer first, each edge with the function that creates it (as the
+ * top of the kernel's mm/filemap.c does):
+ *
+ *   folio exclusive hold (f->excl, a sleeping hold built on f->lock: fills,
+ *     completing partial blocks, partial writes, invalidation, discard)
+ *     -> another folio's exclusive hold, only in ascending folio index
+ *        (folios_fill takes all of a read's folios that way)
+ *     -> pc->lock, f->lock, everything below; it is held across backend
+ *        I/O and waits (the holder waits for its own reads), but never
+ *        while waiting for a free folio or for dirty throttling
+ *   pc->lock (index, LRU, free and parked lists, device list, free_cond)
+ *     -> f->lock          folio_alloc_locked() (is it busy?), pc_collect()
+ *                         (only dirty ones), folio_unpark()
+ *     -> dev->err_lock    wb_balance_dirty() -> stuck_dirty_bytes() and
+ *                         pc_wait_for_folio_locked() -> wb_dev_failing()
+ *     -> pc->fl_lock      pc_wait_for_folio_locked() -> wb_kick()
+ *   f->lock (block state and records, users, excl, waiters, wb_ios)
+ *     -> nothing: dirty accounting under it is atomic counters only
+ *   leaves, nothing taken under them: dev->err_lock (errseq, failing),
+ *     dev->acct_lock (busy time), pc->fl_lock (flusher kick and stop),
+ *     pc_batch.lock, the log's rate limiter.
+ *
+ * pc->flusher_running is written only by wb_flusher_start()/stop(), by the
+ * thread that owns the cache, and read atomically anywhere.
+ * No mutex is held across a backend submit() or while the caller replies;
+ * end_io may run inside submit(), in the submitting thread.
  */
 #ifndef BLKFS_PCACHE_H
 #define BLKFS_PCACHE_H

@@ -28,7 +28,9 @@ enum folio_list {
  * uptodate (pcache.c, invariant 2). PART_WB: a write of [start, end) to the
  * device is in flight (rmw = device sends it without the rest); the record
  * stays until it completes, so that a read of the block keeps those bytes.
- * Protected by the folio's lock; changed only under its exclusive hold.
+ * Protected by f->lock. A record is made or grows only under the exclusive
+ * hold (a partial write, completing the block); it goes under f->lock alone
+ * when a write covers the whole block or its in-flight write ends.
  */
 #define PC_PART_SLOTS 4		/* partial blocks one folio can hold at once */
 #define PART_FREE UINT32_MAX	/* pc_part.blk of an unused record */
@@ -132,7 +134,7 @@ struct pc_cache {
 
 	/* flusher */
 	pthread_t flusher;
-	bool flusher_running;
+	bool flusher_running;		/* atomic; written by wb_flusher_start/stop only */
 	pthread_mutex_t fl_lock;
 	pthread_cond_t fl_cond;
 	bool fl_kick;			/* fl_lock */

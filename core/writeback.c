@@ -700,7 +700,8 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 	for (;;) {
 		dirty = __atomic_load_n(&pc->dirty_bytes, __ATOMIC_RELAXED) +
 			__atomic_load_n(&pc->wb_bytes, __ATOMIC_RELAXED);
-		if (dirty > pc->dirty_background && pc->flusher_running &&
+		if (dirty > pc->dirty_background &&
+		    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE) &&
 		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
 			wb_kick(pc);
 		if (dirty <= pc->dirty_limit) {
@@ -712,7 +713,8 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 			 * that outruns the backend slows to its speed smoothly
 			 * instead of running into the limit and stopping.
 			 */
-			if (may_pause && dirty > setpoint && pc->flusher_running)
+			if (may_pause && dirty > setpoint &&
+			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
 						   (pc->dirty_limit - setpoint + 1)));
 			return 0;
@@ -726,7 +728,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 			pthread_mutex_unlock(&pc->lock);
 			return 0;
 		}
-		if (!pc->flusher_running) {
+		if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
 			uint64_t bytes;
 
 			pthread_mutex_unlock(&pc->lock);
@@ -784,7 +786,12 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 		pthread_mutex_unlock(&dev->err_lock);
 		if (failing && now < retry)
 			continue;
-		wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
+		/*
+		 * A failure is already the device's writeback error (errseq,
+		 * failing, the log) for the next fsync; an allocation failure
+		 * leaves the data dirty for the next pass.
+		 */
+		(void)wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
 		total += bytes;
 	}
 	return total;
@@ -832,28 +839,24 @@ int wb_flusher_start(struct pc_cache *pc)
 {
 	int err;
 
-	if (pc->flusher_running)
+	if (__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return 0;
 	pc->fl_stop = false;
 	err = pthread_create(&pc->flusher, NULL, flusher_main, pc);
 	if (err)
 		return -err;
-	pthread_mutex_lock(&pc->lock);
-	pc->flusher_running = true;
-	pthread_mutex_unlock(&pc->lock);
+	__atomic_store_n(&pc->flusher_running, true, __ATOMIC_RELEASE);
 	return 0;
 }
 
 void wb_flusher_stop(struct pc_cache *pc)
 {
-	if (!pc->flusher_running)
+	if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&pc->fl_lock);
 	pc->fl_stop = true;
 	pthread_cond_signal(&pc->fl_cond);
 	pthread_mutex_unlock(&pc->fl_lock);
 	pthread_join(pc->flusher, NULL);
-	pthread_mutex_lock(&pc->lock);
-	pc->flusher_running = false;
-	pthread_mutex_unlock(&pc->lock);
+	__atomic_store_n(&pc->flusher_running, false, __ATOMIC_RELEASE);
 }
