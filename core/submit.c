@@ -16,16 +16,36 @@
 
 /* ---------------------------------------------------------------- batches */
 
+/*
+ * A synchronous batch counts under its mutex, so that its waiter cannot
+ * see it finished and free it while the last pc_batch_done() still holds
+ * it. An asynchronous one (pc_batch_init_async) counts atomically and the
+ * last pc_batch_done() calls ->end instead; its submitter holds a +1 bias
+ * while it submits, so ->end runs once, after the last piece has gone out
+ * and ended (in the submitter, when every piece ended inside submit()).
+ */
 void pc_batch_init(struct pc_batch *b)
 {
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_cond_init(&b->cond, NULL);
 	b->pending = 0;
 	b->err = 0;
+	b->end = NULL;
+}
+
+void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b))
+{
+	b->pending = 1;		/* the submitter's bias */
+	b->err = 0;
+	b->end = end;
 }
 
 void pc_batch_add(struct pc_batch *b)
 {
+	if (b->end) {
+		__atomic_add_fetch(&b->pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
 	pthread_mutex_lock(&b->lock);
 	b->pending++;
 	pthread_mutex_unlock(&b->lock);
@@ -33,6 +53,16 @@ void pc_batch_add(struct pc_batch *b)
 
 void pc_batch_done(struct pc_batch *b, int res)
 {
+	if (b->end) {
+		int zero = 0;
+
+		if (res)
+			__atomic_compare_exchange_n(&b->err, &zero, res, false, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+		if (__atomic_sub_fetch(&b->pending, 1, __ATOMIC_ACQ_REL) == 0)
+			b->end(b);
+		return;
+	}
 	pthread_mutex_lock(&b->lock);
 	if (res && !b->err)
 		b->err = res;
@@ -45,12 +75,19 @@ int pc_batch_wait(struct pc_batch *b)
 {
 	int err;
 
+	assert(!b->end);
 	pthread_mutex_lock(&b->lock);
 	while (b->pending)
 		pthread_cond_wait(&b->cond, &b->lock);
 	err = b->err;
 	pthread_mutex_unlock(&b->lock);
 	return err;
+}
+
+/* The asynchronous batch's first error (read in ->end). */
+int pc_batch_err(struct pc_batch *b)
+{
+	return __atomic_load_n(&b->err, __ATOMIC_ACQUIRE);
 }
 
 void pc_batch_destroy(struct pc_batch *b)
@@ -219,6 +256,13 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
 }
 
+void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags);
+}
+
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt)
 {
@@ -232,23 +276,32 @@ int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	return err;
 }
 
+void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		      struct pc_batch *batch)
+{
+	struct pc_sio *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		pc_batch_add(batch);
+		pc_batch_done(batch, -ENOMEM);
+		return;
+	}
+	s->io.op = op;
+	s->io.pos = pos;
+	s->io.len = len;
+	sio_submit(dev, s, batch);
+}
+
 int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		   const struct iovec *iov, int iovcnt)
 {
 	struct pc_batch batch;
-	struct pc_sio *s;
 	int err;
 
 	if (op == BLK_READ || op == BLK_WRITE)
 		return pc_submit_split_wait(dev, op, pos, len, iov, iovcnt);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->io.op = op;
-	s->io.pos = pos;
-	s->io.len = len;
 	pc_batch_init(&batch);
-	sio_submit(dev, s, &batch);
+	pc_submit_nodata(dev, op, pos, len, &batch);
 	err = pc_batch_wait(&batch);
 	pc_batch_destroy(&batch);
 	return err;

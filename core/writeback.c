@@ -691,7 +691,7 @@ void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
  * at the background level. A device whose writeback keeps failing gets its
  * errno instead of a wait that could last forever.
  */
-int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t dirty;
@@ -714,9 +714,12 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 			 * instead of running into the limit and stopping.
 			 */
 			if (may_pause && dirty > setpoint &&
-			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
+			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
+				if (nowait)
+					return -EAGAIN;
 				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
 						   (pc->dirty_limit - setpoint + 1)));
+			}
 			return 0;
 		}
 		err = wb_dev_failing(dev);
@@ -727,6 +730,10 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
 			pthread_mutex_unlock(&pc->lock);
 			return 0;
+		}
+		if (nowait) {
+			pthread_mutex_unlock(&pc->lock);
+			return -EAGAIN;
 		}
 		if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
 			uint64_t bytes;
