@@ -1035,12 +1035,21 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		seen = &m->kernel_cache_line;
 	else if (!strcmp(key, "allow_other"))
 		seen = &m->allow_other_line;
+	else if (!strcmp(key, "max_pending"))
+		seen = &m->max_pending_line;
 	else
-		return conf_err(p, line, key,
-				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
+		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
+				"allow_other, max_pending)");
 	if (*seen)
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	if (seen == &m->kernel_cache_line) {
+	if (seen == &m->max_pending_line) {
+		uint64_t n;
+
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING)
+			return conf_err(p, line, key, "%s is not a number from 1 to %u",
+					show(&v, val), CONF_MAX_PENDING);
+		m->max_pending = (uint32_t)n;
+	} else if (seen == &m->kernel_cache_line) {
 		if (strcmp(val, "none") && strcmp(val, "writeback"))
 			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
 					show(&v, val));
@@ -1209,6 +1218,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	int ret;
 
 	memset(c, 0, sizeof(*c));
+	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	if (err && errlen)
 		err[0] = '\0';
 	if (!file)

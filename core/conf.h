@@ -50,11 +50,16 @@ struct conf_cache {
  * write reaches the daemon (FUSE direct mode). writeback: the kernel's page
  * cache batches small writes first (FUSE writeback cache).
  */
+#define CONF_MAX_PENDING_DEFAULT 128
+#define CONF_MAX_PENDING 4096
+
 struct conf_mount {
 	bool kernel_writeback;
 	int kernel_cache_line;
 	bool allow_other;		/* allow_other = yes: users other than the mounter */
 	int allow_other_line;
+	uint32_t max_pending;		/* requests in flight per device */
+	int max_pending_line;
 	int line;			/* line of [mount], 0 if absent */
 };
 

@@ -5,6 +5,7 @@
  * session (multithreaded, 1 MiB requests, direct mode with shared mmap
  * allowed), and the final writeback when the mount goes away.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -24,7 +25,6 @@
 #include "bf.h"
 
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
-#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 #define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
@@ -182,6 +182,13 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 		}
 		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
 		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
+		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
+		if (ret) {
+			snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
+				 "slots for %s", d->conf.file, d->conf.mount.max_pending,
+				 bd->cd->name);
+			goto out_close;
+		}
 	}
 	ret = bf_sys_build(d);
 	if (ret) {
@@ -208,6 +215,7 @@ void bf_close_devices(struct bf_daemon *d)
 		if (bd->pc)
 			pc_dev_remove(bd->pc);
 		bd->pc = NULL;
+		bf_dev_reqs_destroy(bd);
 	}
 	if (d->pc)
 		pc_cache_destroy(d->pc);
@@ -470,36 +478,226 @@ static struct bf_file *file_of(struct fuse_file_info *fi)
 	return (struct bf_file *)(uintptr_t)fi->fh;
 }
 
-/* Per-thread buffer for O_DIRECT reads (pool-like: touched once, reused). */
-static pthread_key_t dbuf_key;
-static pthread_once_t dbuf_once = PTHREAD_ONCE_INIT;
+/* --------------------------------------------------- requests in flight */
 
-static void dbuf_key_init(void)
+/*
+ * One request of a device file on its way: a slot of the device's pool of
+ * [mount] max_pending, the block layer's tag. The handler starts the
+ * cache's asynchronous form and returns to receive the next request; the
+ * reply comes from the completion (pc_aio.done), in whatever thread that
+ * runs (pcache.h's rules). A request whose data sits in the receiving
+ * thread's buffer (a WRITE's data, a direct READ's destination) takes that
+ * buffer along when it is still running as its handler returns
+ * (bf_rawio_keep), so the thread receives into another one.
+ */
+enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
+
+struct bf_req {
+	struct pc_aio aio;	/* first: the completion finds the slot from it */
+	struct bf_dev *bd;
+	fuse_req_t req;
+	char *data;		/* direct READ: the reply's data */
+	char *kept;		/* a receive buffer this request holds */
+	int state;		/* atomic: REQ_* */
+	struct bf_req *next;	/* bd->req_free */
+	struct pc_read rd;
+};
+
+int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 {
-	pthread_key_create(&dbuf_key, free);
+	uint32_t i;
+
+	bd->reqs = calloc(n, sizeof(*bd->reqs));
+	if (!bd->reqs)
+		return -ENOMEM;
+	pthread_mutex_init(&bd->req_lock, NULL);
+	pthread_cond_init(&bd->req_cond, NULL);
+	for (i = 0; i < n; i++) {
+		bd->reqs[i].bd = bd;
+		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
+	}
+	bd->req_free = bd->reqs;
+	bd->req_slots = n;
+	return 0;
 }
 
-static char *direct_buf(void)
+void bf_dev_reqs_destroy(struct bf_dev *bd)
 {
-	char *b;
+	if (!bd->reqs)
+		return;
+	assert(!bd->req_in_use);
+	pthread_mutex_destroy(&bd->req_lock);
+	pthread_cond_destroy(&bd->req_cond);
+	free(bd->reqs);
+	bd->reqs = NULL;
+}
 
-	pthread_once(&dbuf_once, dbuf_key_init);
-	b = pthread_getspecific(dbuf_key);
-	if (!b) {
-		if (posix_memalign((void **)&b, 65536, BF_MAX_WRITE))
-			return NULL;
-		memset(b, 0, BF_MAX_WRITE);
-		pthread_setspecific(dbuf_key, b);
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *waits, uint64_t *slots)
+{
+	pthread_mutex_lock(&bd->req_lock);
+	*in_flight = bd->req_in_use;
+	*waits = bd->req_waits;
+	*slots = bd->req_slots;
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * A slot, waiting for one when all are taken, as the block layer waits for
+ * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
+ */
+static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
+			      void (*done)(struct pc_aio *aio, ssize_t res))
+{
+	struct bf_req *r;
+
+	pthread_mutex_lock(&bd->req_lock);
+	if (!bd->req_free)
+		bd->req_waits++;
+	while (!bd->req_free) {
+		bd->req_waiters++;
+		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		bd->req_waiters--;
 	}
-	return b;
+	r = bd->req_free;
+	bd->req_free = r->next;
+	bd->req_in_use++;
+	pthread_mutex_unlock(&bd->req_lock);
+	r->req = req;
+	r->data = NULL;
+	r->kept = NULL;
+	r->state = REQ_RUNNING;
+	r->aio.done = done;
+	r->aio.waited = false;
+	return r;
+}
+
+static void req_put(struct bf_req *r)
+{
+	struct bf_dev *bd = r->bd;
+
+	if (r->kept)
+		bf_rawio_release(r->kept);
+	r->kept = NULL;
+	pthread_mutex_lock(&bd->req_lock);
+	r->next = bd->req_free;
+	bd->req_free = r;
+	bd->req_in_use--;
+	/* a receiving thread waits for a slot, or bf_drain() for the last one */
+	if (bd->req_waiters || !bd->req_in_use)
+		pthread_cond_broadcast(&bd->req_cond);
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * The handler has started @r and returns. If @r is still running and its
+ * data (@len bytes at @data, or none) is in this thread's receive buffer,
+ * the buffer goes with it. Whichever of this and the completion comes
+ * second frees the slot.
+ */
+static void req_returned(struct bf_req *r, const char *data, size_t len)
+{
+	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
+		req_put(r);
+		return;
+	}
+	if (data && !r->kept && bf_rawio_in_thread_buf(data, len)) {
+		char *k = bf_rawio_keep(&data, len);	/* no copy: cannot fail */
+
+		r->kept = IS_ERR(k) ? NULL : k;
+	}
+	if (__atomic_exchange_n(&r->state, REQ_RETURNED, __ATOMIC_ACQ_REL) == REQ_DONE)
+		req_put(r);
+}
+
+/* The completion has replied. */
+static void req_finish(struct bf_req *r)
+{
+	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
+		req_put(r);
+}
+
+/* Wait until every request of every device has been answered (unmount, exit). */
+void bf_drain(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		if (!bd->reqs)
+			continue;
+		pthread_mutex_lock(&bd->req_lock);
+		while (bd->req_in_use)
+			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		pthread_mutex_unlock(&bd->req_lock);
+	}
+}
+
+static struct bf_req *req_of(struct pc_aio *aio)
+{
+	return (struct bf_req *)aio;
+}
+
+static void reply_result(struct bf_req *r, ssize_t res)
+{
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_err(r->req, 0);
+}
+
+static void read_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0) {
+		fuse_reply_err(r->req, (int)-res);
+	} else if (res == 0) {
+		fuse_reply_buf(r->req, NULL, 0);
+	} else {
+		/* straight from folio memory: the kernel's copy is the only one */
+		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
+		pc_read_end(&r->rd);
+	}
+	req_finish(r);
+}
+
+static void dread_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_buf(r->req, r->data, (size_t)res);
+	req_finish(r);
+}
+
+static void write_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_write(r->req, (size_t)res);
+	req_finish(r);
+}
+
+static void status_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	reply_result(r, res);
+	req_finish(r);
 }
 
 static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	struct pc_read rd;
-	ssize_t ret;
+	struct bf_req *r;
+	char *buf;
 
 	(void)ino;
 	if (off < 0) {
@@ -509,13 +707,13 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (f->node) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
 		size_t n = size < f->len - o ? size : f->len - o;
-		char *buf = direct_buf();
 
 		/*
 		 * Reply from this thread's buffer, not from @f: once the kernel has
 		 * the data, the reader may close and another thread free @f while
 		 * this one is still returning from writev.
 		 */
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -525,39 +723,29 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (f->direct) {
-		char *buf = direct_buf();
-
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		ret = pc_direct_read(f->dev->pc, buf, size, (uint64_t)off);
-		if (ret < 0)
-			fuse_reply_err(req, (int)-ret);
-		else
-			fuse_reply_buf(req, buf, (size_t)ret);
+		r = req_get(f->dev, req, dread_done);
+		r->data = buf;
+		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		req_returned(r, buf, size);
 		return;
 	}
-	/* reply straight from folio memory: the kernel's copy is the only one */
-	ret = pc_read_begin(f->dev->pc, &rd, size, (uint64_t)off);
-	if (ret < 0) {
-		fuse_reply_err(req, (int)-ret);
-		return;
-	}
-	if (ret == 0)
-		fuse_reply_buf(req, NULL, 0);
-	else
-		fuse_reply_iov(req, rd.iov, rd.iovcnt);
-	pc_read_end(&rd);
+	r = req_get(f->dev, req, read_done);
+	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	ssize_t ret;
+	struct bf_req *r;
 
 	(void)ino;
 	buf = bf_rawio_write_data(buf);
@@ -574,23 +762,33 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			fuse_reply_write(req, size);
 		return;
 	}
+	r = req_get(f->dev, req, write_done);
+	if (!bf_rawio_in_thread_buf(buf, size)) {
+		/* the data is not where the request could take it along: a copy */
+		char *k = bf_rawio_keep(&buf, size);
+
+		if (IS_ERR(k)) {
+			req_put(r);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		r->kept = k;
+	}
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
 	 */
 	if (f->direct && !fi->writepage)
-		ret = pc_direct_write(f->dev->pc, buf, size, (uint64_t)off);
+		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	else
-		ret = pc_write(f->dev->pc, buf, size, (uint64_t)off);
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else
-		fuse_reply_write(req, (size_t)ret);
+		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	req_returned(r, buf, size);
 }
 
 static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
+	struct bf_req *r;
 
 	(void)ino;
 	(void)datasync;
@@ -598,7 +796,9 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 		fuse_reply_err(req, 0);
 		return;
 	}
-	fuse_reply_err(req, -pc_fsync(f->dev->pc, &f->since));
+	r = req_get(f->dev, req, status_done);
+	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -614,7 +814,7 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	struct bf_file *f = file_of(fi);
 	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
-	int ret;
+	struct bf_req *r;
 
 	(void)ino;
 	if (f->node) {
@@ -644,15 +844,18 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_write_zeroes(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_discard(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_discard_async(f->dev->pc, &r->aio, start, n);
 		break;
 	default:
-		ret = -EOPNOTSUPP;
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
 	}
-	fuse_reply_err(req, -ret);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -866,6 +1069,11 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	fuse_loop_cfg_destroy(lc);
 	if (ret < 0 && ret != -ENODEV)
 		blk_log("request loop ended: %s", strerror(-ret));
+	/*
+	 * Requests still in flight get their replies (the kernel drops those
+	 * of a connection that is gone) before the final writeback.
+	 */
+	bf_drain(d);
 
 out_signals:
 	fuse_remove_signal_handlers(se);

@@ -104,6 +104,21 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 		if (n >= len)
 			return (int)len;
 	}
+	{
+		uint64_t in_flight, waits, slots, kept, kept_total;
+
+		bf_dev_req_stats(bd, &in_flight, &waits, &slots);
+		bf_rawio_stats(&kept, &kept_total);
+		n += (size_t)snprintf(buf + n, len - n,
+				      "requests_in_flight %llu\nrequest_slots %llu\n"
+				      "request_slot_waits %llu\nreceive_buffers_kept %llu\n"
+				      "receive_buffers_kept_total %llu\n",
+				      (unsigned long long)in_flight, (unsigned long long)slots,
+				      (unsigned long long)waits, (unsigned long long)kept,
+				      (unsigned long long)kept_total);
+		if (n >= len)
+			return (int)len;
+	}
 	/* then each layer's own counters (the ram backend's arena_bytes, ...) */
 	for (be = bd->be; be; be = be->next)
 		if (be->ops->stat && n < len)
