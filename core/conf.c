@@ -18,6 +18,7 @@
  * `filters` list are checked before its other keys (they decide which
  * other keys are allowed).
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -835,6 +836,9 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	if (pbs && pbs < lbs) {
 		const char *ls = size_str(&s1, lbs);
 
+		/* val[k] is non-zero only where the loop above set at[k] */
+		assert(at[DK_PBS]);
+
 		return conf_err(p, at[DK_PBS]->line, "physical_block_size",
 				"%s is smaller than the logical block size %s (allowed: a power of two from %s to 64K)",
 				show(&v, at[DK_PBS]->value), ls, ls);
@@ -868,6 +872,8 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	}
 	if (val[DK_CBS]) {
 		const char *ls = size_str(&s1, lbs);
+
+		assert(at[DK_CBS]);	/* as for at[DK_PBS] above */
 
 		if (val[DK_CBS] < lbs)
 			return conf_err(p, at[DK_CBS]->line, "cache_block_size",
