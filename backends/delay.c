@@ -132,7 +132,8 @@ static int parse_range(const char *s, size_t n, struct delay_range *r)
 
 	if (!dash) {
 		ret = parse_one(s, n, &v.lo_us);
-		v.hi_us = v.lo_us;
+		if (!ret)
+			v.hi_us = v.lo_us;
 	} else {
 		ret = parse_one(s, (size_t)(dash - s), &v.lo_us);
 		if (!ret)
