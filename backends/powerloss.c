@@ -547,7 +547,7 @@ static size_t ranges_find(const struct pl_ranges *rs, uint64_t pos)
 
 static int ranges_add(struct pl_ranges *rs, uint64_t s, uint64_t e)
 {
-	size_t i = ranges_find(rs, s), j = i;
+	size_t i = ranges_find(rs, s), j;
 
 	/* Ranges touching [s, e) (ending at s counts) merge into it. */
 	if (i > 0 && rs->r[i - 1][1] == s)
