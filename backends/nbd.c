@@ -345,9 +345,18 @@ static int req_issue_one(struct nbd_conn *c, struct nbd_req *req)
 			if (len > NBD_DATA_CHUNK)
 				len = NBD_DATA_CHUNK;
 		} else {
-			const struct iovec *v = io->iov;
+			const struct iovec *v;
 			int i = req->iov_i;
 			size_t o = req->iov_off;
+
+			/*
+			 * Only a FLUSH child has no blk_io. (The analyzer
+			 * cannot tell: req escapes to libnbd as the callback's
+			 * user_data, so after a command it assumes req->op
+			 * may have changed.)
+			 */
+			assert(io);
+			v = io->iov;
 
 			while (o == v[i].iov_len) {	/* done with it, or empty */
 				i++;
