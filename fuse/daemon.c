@@ -122,6 +122,7 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 	struct pc_cache_params cp = { 0 };
 	int i, ret;
 
+	assert(!d->nr_devs);	/* counts devices opened below; close resets it */
 	d->devs = calloc((size_t)d->conf.nr_devs, sizeof(*d->devs));
 	if (!d->devs)
 		return -ENOMEM;
@@ -874,10 +875,15 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct bf_daemon *d = bf_of(req);
 	size_t used = 0, cap = size < 65536 ? size : 65536;
-	char *buf = malloc(cap ? cap : 1);
+	char *buf;
 	off_t i;
 
 	(void)fi;
+	if (off < 0) {		/* the kernel sends back only offsets we gave (i + 1) */
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	buf = malloc(cap ? cap : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -891,6 +897,7 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct stat st;
 			size_t need;
 
+			assert(i >= 0);	/* from off >= 0; no directory has 2^63 entries */
 			if (i >= 2 && !c)
 				break;
 			fill_attr(d, i == 0 ? ino : i == 1 ? self->parent : c->ino, &st);
