@@ -7,9 +7,8 @@
 #ifndef BLKFS_BACKENDS_INT_H
 #define BLKFS_BACKENDS_INT_H
 
-#include <time.h>
-
 #include "backend.h"
+#include "clock.h"
 
 /* One line per backend; registry.c lists them in the same order. */
 extern const struct blk_backend_ops ram_backend_ops;
@@ -53,15 +52,6 @@ int be_geo_from_params(struct blk_params *p, const char *backend,
 bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
 
 /* backends/util.c, and inline */
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-static inline uint64_t be_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /**
  * be_stat_printf - format a ->stat text (see struct blk_backend_ops)

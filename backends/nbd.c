@@ -631,7 +631,7 @@ static void conn_connect_start_locked(struct nbd_conn *c)
 	if (ret == -1)
 		snprintf(why, sizeof(why), "%s", nbd_get_error() ? nbd_get_error() : "out of memory");
 	pthread_mutex_lock(&c->lock);
-	c->now = be_now_ns();
+	c->now = blk_now_ns();
 	c->h = h;
 	if (ret == -1) {
 		conn_retry_later_locked(c, why);
@@ -914,13 +914,13 @@ static int conn_poll_timeout_locked(struct nbd_conn *c)
 /* At close: NBD_CMD_DISC, a moment for the server to see it, then close. */
 static void conn_disconnect(struct nbd_conn *c)
 {
-	uint64_t end = be_now_ns() + NBD_DISC_WAIT_MS * NS_PER_MS;
+	uint64_t end = blk_now_ns() + NBD_DISC_WAIT_MS * NS_PER_MS;
 
 	if (!c->h)
 		return;
 	if (c->state == CONN_UP && nbd_aio_disconnect(c->h, 0) == 0) {
 		while (!nbd_aio_is_closed(c->h) && !nbd_aio_is_dead(c->h)) {
-			uint64_t now = be_now_ns();
+			uint64_t now = blk_now_ns();
 
 			if (now >= end || nbd_poll(c->h, (int)((end - now) / NS_PER_MS) + 1) <= 0)
 				break;
@@ -950,7 +950,7 @@ static void *conn_thread_fn(void *arg)
 		int n = 1, r, tmo;
 		bool stop;
 
-		c->now = be_now_ns();
+		c->now = blk_now_ns();
 		if (c->state == CONN_DOWN && c->now >= c->next_try)
 			conn_connect_start_locked(c);
 		if (c->state == CONN_CONNECTING && c->now >= c->connect_deadline)
@@ -997,7 +997,7 @@ static void *conn_thread_fn(void *arg)
 		pthread_mutex_lock(&c->lock);
 		if (r <= 0)
 			continue;	/* a deadline, or EINTR: the loop looks again */
-		c->now = be_now_ns();
+		c->now = blk_now_ns();
 		if (pfd[0].revents & POLLIN) {
 			uint64_t cnt;
 
@@ -1097,7 +1097,7 @@ static void conn_submit(struct nbd_conn *c, struct nbd_req *req)
 		list_add_tail(&c->done, req);
 	} else if (c->state == CONN_UP && !c->pending.head && !c->cur && c->cmds < nd->qd &&
 		   !conn_dead_locked(c)) {
-		c->now = be_now_ns();
+		c->now = blk_now_ns();
 		req_start_locked(c, req);
 		req_issue_locked(c, req);
 		/*
@@ -1177,7 +1177,7 @@ static int nbd_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct nbd_dev *nd = (struct nbd_dev *)be;
 	struct nbd_req *req;
-	uint64_t t = be_now_ns();
+	uint64_t t = blk_now_ns();
 	int ret;
 
 	assert(blk_io_valid(&nd->geo, io));
@@ -1379,12 +1379,12 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
  */
 static int nbd_connect_sync(struct nbd_dev *nd, struct nbd_handle *h, char *why, size_t len)
 {
-	uint64_t end = be_now_ns() + nd->timeout_ns;
+	uint64_t end = blk_now_ns() + nd->timeout_ns;
 
 	if (nbd_aio_connect_uri(h, nd->uri) == -1)
 		goto fail;
 	while (!nbd_aio_is_ready(h)) {
-		uint64_t now = be_now_ns();
+		uint64_t now = blk_now_ns();
 		int r;
 
 		if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h))

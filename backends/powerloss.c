@@ -741,7 +741,7 @@ static int pl_trigger(struct pl_dev *pd)
 	pd->state = PL_CUTTING;
 	pd->gen++;
 	if (pd->seed_auto)
-		seed = be_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+		seed = blk_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
 	else
 		seed = pd->seed;
 	pthread_cond_broadcast(&pd->cv);

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 
+#include "../backends/clock.h"
 #include "bitmap.h"
 #include "list.h"
 #include "pcache.h"
