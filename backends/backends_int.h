@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "list.h"
 
 /* One line per backend; registry.c lists them in the same order. */
 extern const struct blk_backend_ops ram_backend_ops;

@@ -11,8 +11,8 @@
 #include <pthread.h>
 
 #include "../backends/clock.h"
+#include "../backends/list.h"
 #include "bitmap.h"
-#include "list.h"
 #include "pcache.h"
 
 /* Where a folio is filed; protected by pc->lock. */
