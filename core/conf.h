@@ -142,9 +142,15 @@ int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 			const struct blk_geometry *geo, char *err, size_t errlen);
 
 /**
- * conf_cache_block - the block size the cache tracks state in (the kernel's set_init_blocksize rule):
- * start at the logical block size and double while below 4096 and the
- * device size is a multiple of the doubled size; @forced (non-zero) wins.
+ * conf_cache_block - the block size the cache tracks state in (the kernel's
+ * set_init_blocksize rule): start at the logical block size and double
+ * while below 4096 and the device size is a multiple of the doubled size;
+ * @forced (non-zero) wins. The one place the rule is computed: the daemon
+ * (st_blksize, .sys) and pc_dev_add() both call it.
+ * @geo: the device's geometry (size, lbs)
+ * @forced: config cache_block_size, 0 for auto
+ *
+ * Returns: the cache block, or 0 when @geo->lbs is 0 and nothing is forced.
  */
 uint32_t conf_cache_block(const struct blk_geometry *geo, uint32_t forced);
 

@@ -79,6 +79,7 @@
 #include <stdio.h>
 
 #include "../backends/copy.h"
+#include "conf.h"
 #include "log.h"
 #include "pcache_int.h"
 
@@ -221,10 +222,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	be->ops->geometry(be, &geo);
 	if (!geo.dma_align)
 		geo.dma_align = 1;
-	cblk = cache_block ? cache_block : geo.lbs;
-	if (!cache_block)
-		while (cblk < 4096 && geo.size % ((uint64_t)cblk * 2) == 0)
-			cblk *= 2;
+	cblk = conf_cache_block(&geo, cache_block);
 	if (!blk_is_pow2(geo.lbs) || geo.lbs < 512 || !blk_is_pow2(cblk) || cblk < geo.lbs ||
 	    cblk > pc->folio_size || geo.size % cblk || !geo.max_io || geo.max_io % geo.lbs)
 		return ERR_PTR(-EINVAL);

@@ -896,28 +896,37 @@ Test(conf, dirty_expire)
 /* ------------------------------------------------------------------ */
 /* the cache block rule */
 
+/*
+ * The one place the cache block is computed (pc_dev_add() and the daemon
+ * call it): the kernel's set_init_blocksize rule.
+ */
 Test(conf, cache_block_rule)
 {
-	struct blk_geometry g = { .size = 1ull << 30, .lbs = 512, .pbs = 4096 };
+	static const struct {
+		uint64_t size;
+		uint32_t lbs, pbs, want;
+	} t[] = {
+		{ 1ull << 30, 512, 4096, 4096 },		/* doubled up to 4096 */
+		{ 1ull << 30, 512, 512, 4096 },			/* pbs plays no part */
+		{ 1ull << 30, 1024, 1024, 4096 },
+		{ (1ull << 30) + 512, 512, 4096, 512 },		/* stopped by the size */
+		{ (1ull << 30) + 1024, 512, 512, 1024 },
+		{ (1ull << 30) + 2048, 512, 512, 2048 },
+		{ 1536, 512, 512, 512 },			/* 3 x 512 */
+		{ 1ull << 30, 4096, 4096, 4096 },		/* never above 4096 by doubling */
+		{ 8192 * 3, 8192, 8192, 8192 },			/* never below lbs */
+		{ 1ull << 30, 16384, 16384, 16384 },
+		{ 1ull << 30, 65536, 65536, 65536 },
+	};
 
-	cr_assert_eq(conf_cache_block(&g, 0), 4096);		/* 1G, lbs 512 */
-	g.size = (1ull << 30) + 512;
-	cr_assert_eq(conf_cache_block(&g, 0), 512);		/* 1G + 512 */
-	g.size = (1ull << 30) + 1024;
-	cr_assert_eq(conf_cache_block(&g, 0), 1024);
-	g.size = (1ull << 30) + 2048;
-	cr_assert_eq(conf_cache_block(&g, 0), 2048);
-	g.size = 1ull << 30;
-	g.lbs = g.pbs = 65536;
-	cr_assert_eq(conf_cache_block(&g, 0), 65536);		/* 64K lbs */
-	g.lbs = g.pbs = 4096;
-	cr_assert_eq(conf_cache_block(&g, 0), 4096);		/* 4K lbs, 1G */
-	g.lbs = 8192;
-	g.size = 8192 * 3;
-	cr_assert_eq(conf_cache_block(&g, 0), 8192);		/* never below lbs */
-	g.lbs = 512;
-	g.size = 1536;
-	cr_assert_eq(conf_cache_block(&g, 0), 512);		/* 3 x 512 */
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct blk_geometry g = { .size = t[i].size, .lbs = t[i].lbs, .pbs = t[i].pbs };
+
+		cr_assert_eq(conf_cache_block(&g, 0), t[i].want,
+			     "size %llu lbs %u: cache block %u, want %u",
+			     (unsigned long long)t[i].size, t[i].lbs, conf_cache_block(&g, 0),
+			     t[i].want);
+	}
 }
 
 Test(conf, cache_block_forced)
