@@ -25,6 +25,13 @@ static void items_init(void)
 	}
 }
 
+/* it[first] to it[last], in that order, onto the tail of @h */
+static void add_items(struct list_head *h, int first, int last)
+{
+	for (int i = first; i <= last; i++)
+		list_add_tail(&it[i].node, h);
+}
+
 /*
  * The values on @head front to back, as "0 1 2"; asserts that walking
  * back from the tail gives the same entries in reverse.
@@ -74,8 +81,7 @@ Test(list, del_init_and_move_tail)
 	LIST_HEAD(g);
 
 	items_init();
-	for (int i = 0; i < 4; i++)
-		list_add_tail(&it[i].node, &h);
+	add_items(&h, 0, 3);
 	list_del_init(&it[1].node);
 	cr_assert(list_empty(&it[1].node), "a deleted entry is left as an empty list");
 	cr_assert_str_eq(order(&h), "0 2 3");
@@ -86,50 +92,42 @@ Test(list, del_init_and_move_tail)
 	cr_assert_str_eq(order(&g), "3");
 }
 
-Test(list, splice_init_goes_in_front)
+/*
+ * @splice moves every entry of its first list onto its second: h = 0 1
+ * takes s = 5 6 (@want), then s, empty after it and used again, takes 7
+ * (@want_more); an empty s changes nothing; and h goes whole into the
+ * empty s.
+ */
+static void check_splice(void (*splice)(struct list_head *, struct list_head *),
+			 const char *want, const char *want_more)
 {
 	LIST_HEAD(h);
 	LIST_HEAD(s);
 
 	items_init();
-	list_add_tail(&it[0].node, &h);
-	list_add_tail(&it[1].node, &h);
-	list_add_tail(&it[5].node, &s);
-	list_add_tail(&it[6].node, &s);
-	list_add_tail(&it[7].node, &s);
-	list_splice_init(&s, &h);
-	cr_assert_str_eq(order(&h), "5 6 7 0 1");
+	add_items(&h, 0, 1);
+	add_items(&s, 5, 6);
+	splice(&s, &h);
+	cr_assert_str_eq(order(&h), want);
 	cr_assert(list_empty(&s), "the spliced list is left empty");
-	cr_assert_str_eq(order(&s), "");
-	/* into an empty list, and an empty list into a full one */
-	list_splice_init(&h, &s);
-	cr_assert_str_eq(order(&s), "5 6 7 0 1");
+	add_items(&s, 7, 7);
+	splice(&s, &h);
+	cr_assert_str_eq(order(&h), want_more);
+	splice(&s, &h);
+	cr_assert_str_eq(order(&h), want_more, "splicing an empty list changed the other");
+	splice(&h, &s);
+	cr_assert_str_eq(order(&s), want_more);
 	cr_assert(list_empty(&h));
-	list_splice_init(&h, &s);
-	cr_assert_str_eq(order(&s), "5 6 7 0 1");
+}
+
+Test(list, splice_init_goes_in_front)
+{
+	check_splice(list_splice_init, "5 6 0 1", "7 5 6 0 1");
 }
 
 Test(list, splice_tail_init_goes_after)
 {
-	LIST_HEAD(h);
-	LIST_HEAD(s);
-
-	items_init();
-	list_add_tail(&it[0].node, &h);
-	list_add_tail(&it[1].node, &h);
-	list_add_tail(&it[5].node, &s);
-	list_add_tail(&it[6].node, &s);
-	list_splice_tail_init(&s, &h);
-	cr_assert_str_eq(order(&h), "0 1 5 6");
-	cr_assert(list_empty(&s), "the spliced list is left empty");
-	list_add_tail(&it[7].node, &s);		/* and usable again */
-	list_splice_tail_init(&s, &h);
-	cr_assert_str_eq(order(&h), "0 1 5 6 7");
-	list_splice_tail_init(&s, &h);		/* empty: nothing changes */
-	cr_assert_str_eq(order(&h), "0 1 5 6 7");
-	list_splice_tail_init(&h, &s);
-	cr_assert_str_eq(order(&s), "0 1 5 6 7");
-	cr_assert(list_empty(&h));
+	check_splice(list_splice_tail_init, "0 1 5 6", "0 1 5 6 7");
 }
 
 Test(list, for_each_safe_unlinks)
@@ -140,8 +138,7 @@ Test(list, for_each_safe_unlinks)
 	int count = 0;
 
 	items_init();
-	for (int i = 0; i < 8; i++)
-		list_add_tail(&it[i].node, &h);
+	add_items(&h, 0, 7);
 	list_for_each_safe(p, n, &h) {
 		struct item *e = list_entry(p, struct item, node);
 
