@@ -1218,7 +1218,6 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	int ret;
 
 	memset(c, 0, sizeof(*c));
-	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	if (err && errlen)
 		err[0] = '\0';
 	if (!file)
@@ -1250,6 +1249,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	p.sp = c->strings + fn + 1;
 	p.send = p.sp + len + 1;
 
+	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	ret = parse(&p, buf, len);
 	if (ret)
 		goto out_free;
