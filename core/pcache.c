@@ -120,6 +120,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 		return ERR_PTR(-ENOMEM);
 	pthread_mutex_init(&pc->lock, NULL);
 	pthread_cond_init(&pc->free_cond, NULL);
+	pthread_cond_init(&pc->dev_cond, NULL);
 	pthread_mutex_init(&pc->fl_lock, NULL);
 	pthread_cond_init(&pc->fl_cond, NULL);
 	list_init(&pc->free);
@@ -206,6 +207,7 @@ void pc_cache_destroy(struct pc_cache *pc)
 	munmap(pc->map_base, pc->map_len);
 	pthread_mutex_destroy(&pc->lock);
 	pthread_cond_destroy(&pc->free_cond);
+	pthread_cond_destroy(&pc->dev_cond);
 	pthread_mutex_destroy(&pc->fl_lock);
 	pthread_cond_destroy(&pc->fl_cond);
 	free(pc);
@@ -272,6 +274,17 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	}
 
 	pthread_mutex_lock(&pc->lock);
+	if (pc->nr_devs == PC_MAX_DEVS) {
+		pthread_mutex_unlock(&pc->lock);
+		pc_workers_stop(dev);
+		pthread_mutex_destroy(&dev->err_lock);
+		pthread_mutex_destroy(&dev->acct_lock);
+		free(dev->name);
+		free(dev->hash);
+		free(dev);
+		return ERR_PTR(-ENOSPC);
+	}
+	pc->nr_devs++;
 	list_add_tail(&dev->node, &pc->devs);
 	pthread_mutex_unlock(&pc->lock);
 	return dev;
@@ -305,6 +318,36 @@ static void folio_detach_locked(struct pc_folio *f)
 	f->dev = NULL;
 }
 
+/*
+ * The devices now, each held (dev->users) so that it stays until
+ * pc_devs_put(), also when pc_dev_remove() runs meanwhile: the flusher and
+ * a writer without a flusher walk them without pc->lock.
+ */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v)
+{
+	struct list_head *pos, *tmp;
+	int n = 0;
+
+	pthread_mutex_lock(&pc->lock);
+	list_for_each_safe(pos, tmp, &pc->devs) {
+		v[n] = list_entry(pos, struct pc_dev, node);
+		v[n++]->users++;
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return n;
+}
+
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n)
+{
+	int i;
+
+	pthread_mutex_lock(&pc->lock);
+	for (i = 0; i < n; i++)
+		if (!--v[i]->users && list_empty(&v[i]->node))
+			pthread_cond_broadcast(&pc->dev_cond);
+	pthread_mutex_unlock(&pc->lock);
+}
+
 void pc_dev_remove(struct pc_dev *dev)
 {
 	struct pc_cache *pc = dev->pc;
@@ -313,6 +356,11 @@ void pc_dev_remove(struct pc_dev *dev)
 	pc_workers_stop(dev);
 
 	pthread_mutex_lock(&pc->lock);
+	/* out of the list, and no one still walking it holds this device */
+	list_del_init(&dev->node);
+	pc->nr_devs--;
+	while (dev->users)
+		pthread_cond_wait(&pc->dev_cond, &pc->lock);
 	list_for_each_safe(pos, n, &dev->folios) {
 		struct pc_folio *f = list_entry(pos, struct pc_folio, dev_node);
 
@@ -326,7 +374,6 @@ void pc_dev_remove(struct pc_dev *dev)
 		f->where = FOLIO_FREE;
 		list_move_tail(&f->lru, &pc->free);
 	}
-	list_del_init(&dev->node);
 	pthread_mutex_unlock(&pc->lock);
 	pthread_mutex_destroy(&dev->err_lock);
 	pthread_mutex_destroy(&dev->acct_lock);
@@ -2262,6 +2309,20 @@ static void folio_drop(struct pc_dev *dev, struct pc_folio *f, void *arg)
 	STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
 	if (dirty)
 		folio_unpark(dev->pc, f);
+}
+
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size)
+{
+	uint64_t old = dev->geo.size;
+	struct zero_arg a = { .pos = size, .end = old };
+
+	if (!size || size % dev->cblk)
+		return -EINVAL;
+	/* what lies past the new end is gone: blocks whole, since size is cblk-aligned */
+	if (size < old)
+		pc_for_each_folio(dev, size, old - size, folio_zero, &a);
+	dev->geo.size = size;
+	return 0;
 }
 
 void pc_dev_drop_all(struct pc_dev *dev)

@@ -84,6 +84,8 @@
 
 struct pc_cache;
 struct pc_dev;
+
+#define PC_MAX_DEVS 64		/* devices one cache serves at once */
 struct pc_folio;
 
 struct pc_cache_params {
@@ -159,12 +161,18 @@ void pc_cache_destroy(struct pc_cache *pc);
  * @cache_block: forced cache block size, 0 = conf_cache_block() rule
  *
  * Returns: the device or ERR_PTR(-EINVAL) if the geometry does not fit the
- * cache (folio smaller than the cache block).
+ * cache (folio smaller than the cache block), ERR_PTR(-ENOSPC) when the
+ * cache serves PC_MAX_DEVS devices already. May be called while the cache
+ * serves other devices (the flusher running).
  */
 struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 			  struct blk_backend *be, uint32_t cache_block);
 
-/** pc_dev_remove - drop a device's folios (write nothing) and free it. */
+/**
+ * pc_dev_remove - drop a device's folios (write nothing) and free it. The
+ * caller has ended every request of the device (none in flight, none to
+ * come); the other devices keep being served meanwhile.
+ */
 void pc_dev_remove(struct pc_dev *dev);
 
 const char *pc_dev_name(const struct pc_dev *dev);
@@ -354,6 +362,17 @@ void pc_fsync_async(struct pc_dev *dev, struct pc_aio *aio, pc_errseq_t *since);
 /** pc_discard_async, pc_write_zeroes_async - done gets 0 or -errno. */
 void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
 void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
+
+/**
+ * pc_dev_set_size - the device's size changed (its backend was resized)
+ * @size: the new size, a multiple of the cache block (pc_dev_cache_block())
+ *
+ * A shrink drops what the cache holds past the new end, dirty or not.
+ * Locking: the caller has quiesced the device (no request in flight or to
+ * come until this returns): the size is read unlocked on every request.
+ * Returns: 0 or -EINVAL (nothing changed).
+ */
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size);
 
 /**
  * pc_dev_drop_all - forget every cached block of @dev without writing it

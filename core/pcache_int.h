@@ -88,7 +88,8 @@ struct pc_dev {
 	uint32_t hash_bits;
 	struct list_head folios;
 	uint64_t nr_folios;
-	struct list_head node;		/* pc->devs */
+	struct list_head node;		/* pc->devs; empty once removed */
+	uint32_t users;			/* pc_devs_get() holds on it */
 
 	/* protected by err_lock */
 	pthread_mutex_t err_lock;
@@ -128,6 +129,8 @@ struct pc_dev {
 struct pc_cache {
 	pthread_mutex_t lock;
 	pthread_cond_t free_cond;	/* a folio became free or clean; dirty dropped */
+	pthread_cond_t dev_cond;	/* a removed device's last user let go */
+	int nr_devs;
 	struct list_head free, lru, parked;
 	struct list_head devs;
 	uint32_t alloc_waiters;		/* threads waiting for a folio or dirty room */
@@ -223,6 +226,10 @@ int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32
 char *pc_bounce_buf(void);
 /* Another one, for the reads that complete partial blocks (rmw). */
 char *pc_rmw_buf(void);
+
+/* The devices, each held until pc_devs_put() (at most PC_MAX_DEVS). Takes pc->lock. */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v);
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n);
 
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,

@@ -20,7 +20,6 @@
 #include "log.h"
 #include "pcache_int.h"
 
-#define CONF_MAX_DEVS_SNAPSHOT 64	/* devices wb_all_sync() looks at */
 
 /* ------------------------------------------------------------ writeback */
 
@@ -649,15 +648,9 @@ static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
  */
 int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 {
-	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
-	struct list_head *pos, *n;
-	int nr = 0, i, err = 0, ret;
+	struct pc_dev *devs[PC_MAX_DEVS];
+	int nr = pc_devs_get(pc, devs), i, err = 0, ret;
 
-	pthread_mutex_lock(&pc->lock);
-	list_for_each_safe(pos, n, &pc->devs)
-		if (nr < CONF_MAX_DEVS_SNAPSHOT)
-			devs[nr++] = list_entry(pos, struct pc_dev, node);
-	pthread_mutex_unlock(&pc->lock);
 	*bytes = 0;
 	for (i = 0; i < nr; i++) {
 		uint64_t b = 0;
@@ -669,6 +662,7 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 		if (ret && devs[i] == dev && !err)
 			err = ret;
 	}
+	pc_devs_put(pc, devs, nr);
 	return err;
 }
 
@@ -776,12 +770,12 @@ static bool under_pressure(struct pc_cache *pc)
 /* One pass over every device; returns bytes submitted. */
 static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 {
-	struct list_head *pos, *n;
+	struct pc_dev *devs[PC_MAX_DEVS];
 	uint64_t total = 0, now = blk_now_ms();
+	int nr = pc_devs_get(pc, devs), i;
 
-	/* the device list does not change while the flusher runs */
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *dev = list_entry(pos, struct pc_dev, node);
+	for (i = 0; i < nr; i++) {
+		struct pc_dev *dev = devs[i];
 		uint64_t bytes = 0, retry;
 		int failing;
 
@@ -801,6 +795,7 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 		(void)wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
 		total += bytes;
 	}
+	pc_devs_put(pc, devs, nr);
 	return total;
 }
 
