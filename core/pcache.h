@@ -122,6 +122,7 @@ struct pc_stats {
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t punted_requests;		/* requests handed to the device's workers */
+	uint64_t pool_fallback_allocs;		/* per-I/O state from malloc: the pool was empty */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
 	uint64_t direct_copy_bytes;		/* O_DIRECT bytes copied through an aligned buffer */
 	uint64_t write_hist[PC_HIST_BUCKETS];

@@ -52,17 +52,26 @@ struct wb_builder {
 
 static void wb_end_io(struct blk_io *io, int res);
 
+/* Segments a writeback I/O of @max_io bytes can have (a run across folios). */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io)
+{
+	return (uint32_t)(max_io / dev->pc->folio_size) + 2;
+}
+
+size_t wb_io_size(uint32_t cap)
+{
+	return sizeof(struct wb_io) + cap * (sizeof(struct wb_seg) + sizeof(struct iovec));
+}
+
 static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
-	int cap = (int)(max_io / dev->pc->folio_size) + 2;
-	struct wb_io *w;
+	uint32_t cap = wb_io_cap(dev, max_io);
+	struct wb_io *w = pc_pool_get(&dev->wb_pool, wb_io_size(cap));
 
-	w = malloc(sizeof(*w) + (size_t)cap * (sizeof(struct wb_seg) + sizeof(struct iovec)));
 	if (!w)
 		return NULL;
-	memset(w, 0, sizeof(*w));
 	w->dev = dev;
-	w->cap = cap;
+	w->cap = (int)cap;
 	w->iov = (struct iovec *)(w + 1);
 	w->segs = (struct wb_seg *)(w->iov + cap);
 	w->io.op = BLK_WRITE;
@@ -223,6 +232,7 @@ static void wb_end_io(struct blk_io *io, int res)
 {
 	struct wb_io *w = io->private;
 	struct pc_dev *dev = w->dev;
+	struct pc_batch *batch;
 	int i;
 
 	for (i = 0; i < w->nsegs; i++) {
@@ -246,9 +256,10 @@ static void wb_end_io(struct blk_io *io, int res)
 	}
 	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	wb_note_result(dev, w->io.pos, w->io.len, res);
-	if (w->batch)
-		pc_batch_done(w->batch, res);
-	free(w);
+	batch = w->batch;
+	pc_pool_put(&dev->wb_pool, w);
+	if (batch)
+		pc_batch_done(batch, res);
 }
 
 /*

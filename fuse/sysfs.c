@@ -91,7 +91,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 	F(dirty_bytes); F(writeback_bytes); F(cached_bytes);
 	F(cache_hits); F(cache_misses); F(readahead_bytes);
 	F(partial_pblk_writes); F(dropped_bytes); F(writeback_errors); F(read_errors);
-	F(punted_requests);
+	F(punted_requests); F(pool_fallback_allocs);
 #undef F
 	/* backend write sizes: write_size_<=N (bytes) count */
 	for (i = 0; i < PC_HIST_BUCKETS; i++) {
