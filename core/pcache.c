@@ -411,6 +411,22 @@ void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop)
 	dev->on_error_drop = on_error_drop;
 }
 
+void pc_dev_set_write_through(struct pc_dev *dev, bool on)
+{
+	__atomic_store_n(&dev->write_through, on, __ATOMIC_RELAXED);
+}
+
+bool pc_dev_write_through(const struct pc_dev *dev)
+{
+	return __atomic_load_n(&dev->write_through, __ATOMIC_RELAXED);
+}
+
+/* Must this write be on stable storage before its reply? */
+static bool aio_sync_write(const struct pc_aio *aio)
+{
+	return aio->fua || pc_dev_write_through(aio->dev);
+}
+
 int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes)
 {
 	if (bytes > (64u << 20) || bytes % 512)
@@ -1241,7 +1257,30 @@ static int write_range(struct pc_dev *dev, const char *src, size_t len, uint64_t
 static void write_finish(struct pc_aio *aio, int err)
 {
 	STAT_ADD(aio->dev, user_write_bytes, aio->progress);
+	if (aio->progress && aio_sync_write(aio)) {
+		/* write through: what it wrote goes to the device and is flushed first */
+		aio->op = PC_AIO_WSYNC;
+		aio->res = (ssize_t)aio->progress;
+		pc_punt(aio);
+		return;
+	}
 	aio->done(aio, aio->progress ? (ssize_t)aio->progress : err);
+}
+
+/* A write through, in a worker: its range written back, then the flush. */
+static ssize_t write_sync_blocking(struct pc_dev *dev, uint64_t pos, uint64_t len, ssize_t res)
+{
+	int err = wb_range(dev, pos, len);
+
+	if (!err)
+		err = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		/* the data stays dirty (or was dropped, by policy); the next fsync also hears */
+		pc_errseq_set(dev, err);
+		return err;
+	}
+	STAT_ADD(dev, write_through_writes, 1);
+	return res;
 }
 
 void pc_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
@@ -2093,6 +2132,22 @@ static void dwrite_finish(struct pc_aio *aio)
 	aio->done(aio, aio->res);
 }
 
+/* A direct write through: the flush after it (in a worker: rule R1). */
+static ssize_t dwrite_flush(struct pc_aio *aio, ssize_t res)
+{
+	int err;
+
+	if (res <= 0 || !aio_sync_write(aio))
+		return res;
+	err = pc_submit_wait(aio->dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		pc_errseq_set(aio->dev, err);
+		return err;
+	}
+	STAT_ADD(aio->dev, write_through_writes, 1);
+	return res;
+}
+
 /*
  * An asynchronous direct write ended. Cached copies of the range must go,
  * and dropping one can wait for a folio's exclusive holder, perhaps a read
@@ -2106,7 +2161,8 @@ static void dwrite_end(struct pc_batch *b)
 	bool dirty;
 
 	aio->res = err ? err : (ssize_t)aio->len;
-	if (range_cached(aio->dev, aio->pos, aio->len, &dirty)) {
+	if (range_cached(aio->dev, aio->pos, aio->len, &dirty) ||
+	    (aio->res > 0 && aio_sync_write(aio))) {
 		aio->op = PC_AIO_INVAL;
 		pc_punt(aio);
 		return;
@@ -2447,11 +2503,16 @@ void pc_aio_run(struct pc_aio **v, int n)
 		aio->done(aio, direct_read_blocking(dev, aio->rbuf, aio->len, aio->pos));
 		break;
 	case PC_AIO_DWRITE:
-		aio->done(aio, direct_write_blocking(dev, aio->wbuf, aio->len, aio->pos));
+		aio->done(aio, dwrite_flush(aio, direct_write_blocking(dev, aio->wbuf, aio->len,
+								       aio->pos)));
 		break;
 	case PC_AIO_INVAL:
 		pc_invalidate_range(dev, aio->pos, aio->len);
+		aio->res = dwrite_flush(aio, aio->res);
 		dwrite_finish(aio);
+		break;
+	case PC_AIO_WSYNC:
+		aio->done(aio, write_sync_blocking(dev, aio->pos, aio->progress, aio->res));
 		break;
 	case PC_AIO_FSYNC:
 		fsync_blocking(dev, v, n);

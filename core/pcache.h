@@ -122,6 +122,7 @@ struct pc_stats {
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t punted_requests;		/* requests handed to the device's workers */
+	uint64_t write_through_writes;		/* writes on stable storage before their reply */
 	uint64_t pool_fallback_allocs;		/* per-I/O state from malloc: the pool was empty */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
 	uint64_t direct_copy_bytes;		/* O_DIRECT bytes copied through an aligned buffer */
@@ -200,6 +201,15 @@ uint32_t pc_dev_max_io(const struct pc_dev *dev);
  *	true: it is dropped and counted. The next fsync reports the error either way.
  */
 void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop);
+
+/**
+ * pc_dev_set_write_through - the device's write cache, as the kernel's
+ * queue/write_cache: false ("write back"): a completed write may be
+ * volatile until a flush; true ("write through"): every write is written
+ * back and flushed before its completion, as a write with @fua is either way.
+ */
+void pc_dev_set_write_through(struct pc_dev *dev, bool on);
+bool pc_dev_write_through(const struct pc_dev *dev);
 
 /**
  * pc_dev_set_read_ahead - bytes a sequential reader gets fetched ahead of
@@ -295,6 +305,7 @@ enum pc_aio_op {
 	PC_AIO_DISCARD,		/* pc_discard_async */
 	PC_AIO_ZEROES,		/* pc_write_zeroes_async */
 	PC_AIO_INVAL,		/* core's own: a direct write's invalidation, punted */
+	PC_AIO_WSYNC,		/* core's own: a write through: its range to the device, a flush */
 };
 
 #define PC_AIO_IOV 32		/* read runs an asynchronous fill can have */
@@ -321,6 +332,8 @@ struct pc_aio {
 	void (*done)(struct pc_aio *aio, ssize_t res);
 	bool waited;			/* the caller sleeps until done: a backend may
 					 * do the I/O in its thread (BLK_IO_WAITED) */
+	bool fua;			/* WRITE, DWRITE: on stable storage before done
+					 * (O_DSYNC, O_SYNC: a disk's FUA) */
 
 	/* private to core/ */
 	struct pc_dev *dev;

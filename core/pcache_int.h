@@ -120,6 +120,7 @@ struct pc_dev {
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
 	bool rmw_device;		/* set before serving */
+	bool write_through;		/* atomic: queue/write_cache */
 	bool on_error_drop;		/* set before serving */
 
 	/* protected by wq_lock: requests punted to the device's workers (aio.c) */

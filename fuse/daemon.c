@@ -223,6 +223,7 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			goto out_close;
 		}
 		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
+		pc_dev_set_write_through(bd->pc, bd->cd->write_through);
 		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
 		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
 		if (ret) {
@@ -624,6 +625,7 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	r->state = REQ_RUNNING;
 	r->aio.done = done;
 	r->aio.waited = false;
+	r->aio.fua = false;
 	return r;
 }
 
@@ -830,6 +832,12 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		}
 		r->kept = k;
 	}
+	/*
+	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
+	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
+	 * the reply waits for the data to be on stable storage.
+	 */
+	r->aio.fua = (fi->flags & O_DSYNC) != 0;
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.

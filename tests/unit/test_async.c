@@ -530,3 +530,57 @@ TEST_FIX(rules, r4_fsync_does_not_wait_for_the_queue)
 	cr_assert_eq(do_fsync(), 0);
 	verify_store(0, dev_size);
 }
+
+/* ======================================================================
+ * Write through: a write with fua (O_DSYNC), or any write to a device in
+ * write-through mode, ends only after its WRITE and a FLUSH did
+ * ====================================================================== */
+
+static void fua_case(bool device_mode, bool direct)
+{
+	struct areq *a = areq_new();
+	uint8_t *buf = talloc(8192);
+
+	setup_4k(8 * MiB, 64 * KiB);
+	if (device_mode)
+		pc_dev_set_write_through(dev, true);
+	else
+		a->aio.fua = true;
+	fake_set_mode(fb, FAKE_MANUAL);
+	fill(buf, 8192, 1 * MiB, 2);
+	if (direct)
+		pc_direct_write_async(dev, &a->aio, buf, 8192, 1 * MiB);
+	else
+		pc_write_async(dev, &a->aio, buf, 8192, 1 * MiB);
+	cr_assert(fake_wait_pending(fb, 1, 5000));
+	cr_assert_eq(fake_pending_ops(fb, F), 0, "the flush went out before the write ended");
+	cr_assert(fake_complete_op(fb, W));
+	cr_assert(fake_wait_pending(fb, 1, 5000), "no flush after the write");
+	cr_assert_eq(fake_pending_ops(fb, F), 1);
+	cr_assert_eq(calls(a), 0, "done before the flush");
+	cr_assert(fake_complete_op(fb, F));
+	cr_assert(done_within(a, 5000));
+	cr_assert_eq(a->res, 8192);
+	model_fill_gen(1 * MiB, 8192, 2);
+	verify_store(0, dev_size);
+	/* and the error of that flush is the write's */
+	{
+		struct fake_fault ft = { .op_mask = F, .err = -EIO };
+		struct areq *b = areq_new();
+
+		fake_set_mode(fb, FAKE_INLINE);
+		fake_fault_set(fb, &ft);
+		b->aio.fua = a->aio.fua;
+		if (direct)
+			pc_direct_write_async(dev, &b->aio, buf, 8192, 2 * MiB);
+		else
+			pc_write_async(dev, &b->aio, buf, 8192, 2 * MiB);
+		cr_assert(done_within(b, 5000));
+		cr_assert_eq(b->res, -EIO);
+	}
+}
+
+TEST_FIX(write_through, fua_buffered) { fua_case(false, false); }
+TEST_FIX(write_through, fua_direct) { fua_case(false, true); }
+TEST_FIX(write_through, device_buffered) { fua_case(true, false); }
+TEST_FIX(write_through, device_direct) { fua_case(true, true); }
