@@ -455,7 +455,7 @@ Test(conf, unknown_key_lists_core_and_backend_keys)
 
 	cr_assert_not_null(ram);
 	n = snprintf(want, sizeof(want),
-		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid");
+		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid, write_cache");
 	for (k = ram->keys; k && *k; k++)
 		n += snprintf(want + n, sizeof(want) - n, ", %s", *k);
 	snprintf(want + n, sizeof(want) - n, ")");
