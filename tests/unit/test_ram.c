@@ -1887,13 +1887,25 @@ Test(reserve, filled_and_used)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
 	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB + 8 * MiB));
 	cr_assert_leq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
-	/* Pages of a slab reused from the reserve are not zero: still read as zeros. */
-	cr_assert_eq(do_rw(be, BLK_WRITE, 32 * MiB + 512, w, 512), 0);
-	memset(w, 0xee, 8192);
-	cr_assert_eq(do_rw(be, BLK_READ, 32 * MiB, w, 8192), 0);
-	cr_assert(all_zero(w, 512));
-	cr_assert(w[512] == 0x5a && w[1023] == 0x5a);
-	cr_assert(all_zero(w + 1024, 8192 - 1024));
+	/*
+	 * Slabs reused from the reserve hold old data: a sector written into
+	 * each of 2048 new pages (freed pages first, then those slabs), and
+	 * the rest of every page still reads as zeros.
+	 */
+	for (i = 0; i < 2048; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, 32 * MiB + (uint64_t)i * 4096 + 512, w, 512), 0);
+	for (i = 0; i < 8; i++) {
+		uint64_t p;
+
+		memset(w, 0xee, 1 * MiB);
+		cr_assert_eq(do_rw(be, BLK_READ, 32 * MiB + (uint64_t)i * MiB, w, 1 * MiB), 0);
+		for (p = 0; p < 1 * MiB; p += 4096) {
+			cr_assert(all_zero(w + p, 512), "page %llu", (unsigned long long)p);
+			cr_assert(w[p + 512] == 0x5a && w[p + 1023] == 0x5a);
+			cr_assert(all_zero(w + p + 1024, 4096 - 1024), "page %llu",
+				  (unsigned long long)p);
+		}
+	}
 	free(w);
 	be->ops->close(be);
 }
