@@ -15,8 +15,10 @@
 #include <string.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <inttypes.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1887,23 +1889,70 @@ Test(reserve, filled_and_used)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
 	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB + 8 * MiB));
 	cr_assert_leq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
-	/*
-	 * Slabs reused from the reserve hold old data: a sector written into
-	 * each of 2048 new pages (freed pages first, then those slabs), and
-	 * the rest of every page still reads as zeros.
-	 */
+
+	free(w);
+	be->ops->close(be);
+}
+
+/* The process's address space, in bytes (VmSize). */
+static uint64_t vm_size(void)
+{
+	char line[256];
+	uint64_t kb = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %" SCNu64, &kb) == 1)
+			break;
+	fclose(f);
+	cr_assert_gt(kb, 0);
+	return kb * 1024;
+}
+
+/*
+ * A slab a discard empties goes back into the reserve, touched, with its
+ * old data: a page of it must still read as zeros where nothing was
+ * written. The arena thread is kept from refilling the reserve (no address
+ * space left for a new slab), so that the writes after the discard take
+ * exactly those slabs.
+ */
+Test(reserve, reused_slabs_hold_old_data)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB);
+	unsigned char *w = malloc(1 * MiB);
+	struct rlimit rl;
+	uint64_t p;
+	int i;
+
+	cr_assert_not_null(w);
+	memset(w, 0x5a, 1 * MiB);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 8 * MiB; i++)
+		usleep(10 * 1000);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
+	/* From here on no new slab can be mapped (a slab needs 4 MiB to align). */
+	rl.rlim_cur = rl.rlim_max = vm_size() + 1 * MiB;
+	cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+	/* 6 MiB of old data into reserve slabs (3 of them), then all discarded. */
+	for (i = 0; i < 6; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, (uint64_t)(i + 1) * MiB, w, 1 * MiB), 0);
+	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB, "the emptied slabs are back");
+
+	/* A sector into each of 2048 new pages: freed pages, then the reused slabs. */
 	for (i = 0; i < 2048; i++)
 		cr_assert_eq(do_rw(be, BLK_WRITE, 32 * MiB + (uint64_t)i * 4096 + 512, w, 512), 0);
 	for (i = 0; i < 8; i++) {
-		uint64_t p;
-
 		memset(w, 0xee, 1 * MiB);
 		cr_assert_eq(do_rw(be, BLK_READ, 32 * MiB + (uint64_t)i * MiB, w, 1 * MiB), 0);
 		for (p = 0; p < 1 * MiB; p += 4096) {
 			cr_assert(all_zero(w + p, 512), "page %llu", (unsigned long long)p);
 			cr_assert(w[p + 512] == 0x5a && w[p + 1023] == 0x5a);
-			cr_assert(all_zero(w + p + 1024, 4096 - 1024), "page %llu",
-				  (unsigned long long)p);
+			cr_assert(all_zero(w + p + 1024, 4096 - 1024), "MiB %d page %llu", i,
+				  (unsigned long long)p / 4096);
 		}
 	}
 	free(w);
