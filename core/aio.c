@@ -170,6 +170,7 @@ static void sync_init(struct pc_sync *s)
 	s->done = false;
 	s->aio.done = sync_done;
 	s->aio.waited = true;
+	s->aio.fua = false;
 	s->buf = NULL;
 }
 

@@ -77,6 +77,7 @@ struct conf_device {
 	uint32_t cache_block_size;	/* 0 = auto */
 	bool rmw_device;		/* rmw = device (default cache) */
 	bool on_error_drop;		/* on_error = drop (default keep) */
+	bool write_through;		/* write_cache = write through (default write back) */
 	uint32_t read_ahead;		/* bytes; default 128K, 0 = off */
 	uint32_t mode;			/* permission bits of the device file; default 0600 */
 	const char *owner, *group;	/* uid / gid as given (number or name), NULL = the mounter's */

@@ -84,6 +84,8 @@
 
 struct pc_cache;
 struct pc_dev;
+
+#define PC_MAX_DEVS 64		/* devices one cache serves at once */
 struct pc_folio;
 
 struct pc_cache_params {
@@ -120,6 +122,8 @@ struct pc_stats {
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t punted_requests;		/* requests handed to the device's workers */
+	uint64_t write_through_writes;		/* writes on stable storage before their reply */
+	uint64_t pool_fallback_allocs;		/* per-I/O state from malloc: the pool was empty */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
 	uint64_t direct_copy_bytes;		/* O_DIRECT bytes copied through an aligned buffer */
 	uint64_t write_hist[PC_HIST_BUCKETS];
@@ -159,12 +163,18 @@ void pc_cache_destroy(struct pc_cache *pc);
  * @cache_block: forced cache block size, 0 = conf_cache_block() rule
  *
  * Returns: the device or ERR_PTR(-EINVAL) if the geometry does not fit the
- * cache (folio smaller than the cache block).
+ * cache (folio smaller than the cache block), ERR_PTR(-ENOSPC) when the
+ * cache serves PC_MAX_DEVS devices already. May be called while the cache
+ * serves other devices (the flusher running).
  */
 struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 			  struct blk_backend *be, uint32_t cache_block);
 
-/** pc_dev_remove - drop a device's folios (write nothing) and free it. */
+/**
+ * pc_dev_remove - drop a device's folios (write nothing) and free it. The
+ * caller has ended every request of the device (none in flight, none to
+ * come); the other devices keep being served meanwhile.
+ */
 void pc_dev_remove(struct pc_dev *dev);
 
 const char *pc_dev_name(const struct pc_dev *dev);
@@ -191,6 +201,15 @@ uint32_t pc_dev_max_io(const struct pc_dev *dev);
  *	true: it is dropped and counted. The next fsync reports the error either way.
  */
 void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop);
+
+/**
+ * pc_dev_set_write_through - the device's write cache, as the kernel's
+ * queue/write_cache: false ("write back"): a completed write may be
+ * volatile until a flush; true ("write through"): every write is written
+ * back and flushed before its completion, as a write with @fua is either way.
+ */
+void pc_dev_set_write_through(struct pc_dev *dev, bool on);
+bool pc_dev_write_through(const struct pc_dev *dev);
 
 /**
  * pc_dev_set_read_ahead - bytes a sequential reader gets fetched ahead of
@@ -286,6 +305,7 @@ enum pc_aio_op {
 	PC_AIO_DISCARD,		/* pc_discard_async */
 	PC_AIO_ZEROES,		/* pc_write_zeroes_async */
 	PC_AIO_INVAL,		/* core's own: a direct write's invalidation, punted */
+	PC_AIO_WSYNC,		/* core's own: a write through: its range to the device, a flush */
 };
 
 #define PC_AIO_IOV 32		/* read runs an asynchronous fill can have */
@@ -312,6 +332,8 @@ struct pc_aio {
 	void (*done)(struct pc_aio *aio, ssize_t res);
 	bool waited;			/* the caller sleeps until done: a backend may
 					 * do the I/O in its thread (BLK_IO_WAITED) */
+	bool fua;			/* WRITE, DWRITE: on stable storage before done
+					 * (O_DSYNC, O_SYNC: a disk's FUA) */
 
 	/* private to core/ */
 	struct pc_dev *dev;
@@ -354,6 +376,17 @@ void pc_fsync_async(struct pc_dev *dev, struct pc_aio *aio, pc_errseq_t *since);
 /** pc_discard_async, pc_write_zeroes_async - done gets 0 or -errno. */
 void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
 void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
+
+/**
+ * pc_dev_set_size - the device's size changed (its backend was resized)
+ * @size: the new size, a multiple of the cache block (pc_dev_cache_block())
+ *
+ * A shrink drops what the cache holds past the new end, dirty or not.
+ * Locking: the caller has quiesced the device (no request in flight or to
+ * come until this returns): the size is read unlocked on every request.
+ * Returns: 0 or -EINVAL (nothing changed).
+ */
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size);
 
 /**
  * pc_dev_drop_all - forget every cached block of @dev without writing it

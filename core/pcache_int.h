@@ -67,6 +67,20 @@ struct pc_folio {
 	char *data;			/* folio_size bytes of pool memory */
 };
 
+/* A bounded pool of same-size objects taken once (submit.c). */
+struct pc_pool {
+	pthread_mutex_t lock;
+	void *free;		/* lock: a list through each object's first word */
+	char *mem;
+	size_t size;
+	uint32_t nr;
+	uint64_t fallback;	/* atomic: taken from malloc instead */
+};
+
+#define PC_SIO_IOV 32		/* slices a pooled submission I/O holds */
+#define PC_SIO_POOL 256		/* submission I/Os per device in the pool */
+#define PC_WB_POOL 64		/* writeback I/Os per device in the pool */
+
 /*
  * Threads per device for punted requests (pcache.h's rules: they may wait).
  * Several, so that an fsync writing back does not hold up a throttled
@@ -88,7 +102,8 @@ struct pc_dev {
 	uint32_t hash_bits;
 	struct list_head folios;
 	uint64_t nr_folios;
-	struct list_head node;		/* pc->devs */
+	struct list_head node;		/* pc->devs; empty once removed */
+	uint32_t users;			/* pc_devs_get() holds on it */
 
 	/* protected by err_lock */
 	pthread_mutex_t err_lock;
@@ -105,6 +120,7 @@ struct pc_dev {
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
 	bool rmw_device;		/* set before serving */
+	bool write_through;		/* atomic: queue/write_cache */
 	bool on_error_drop;		/* set before serving */
 
 	/* protected by wq_lock: requests punted to the device's workers (aio.c) */
@@ -115,6 +131,9 @@ struct pc_dev {
 	uint32_t wq_busy;		/* workers running an item */
 	int nr_workers;
 	pthread_t workers[PC_DEV_WORKERS];
+
+	struct pc_pool sio_pool;	/* submit.c's per-I/O state */
+	struct pc_pool wb_pool;		/* writeback I/Os */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -128,6 +147,8 @@ struct pc_dev {
 struct pc_cache {
 	pthread_mutex_t lock;
 	pthread_cond_t free_cond;	/* a folio became free or clean; dirty dropped */
+	pthread_cond_t dev_cond;	/* a removed device's last user let go */
+	int nr_devs;
 	struct list_head free, lru, parked;
 	struct list_head devs;
 	uint32_t alloc_waiters;		/* threads waiting for a folio or dirty room */
@@ -224,6 +245,10 @@ char *pc_bounce_buf(void);
 /* Another one, for the reads that complete partial blocks (rmw). */
 char *pc_rmw_buf(void);
 
+/* The devices, each held until pc_devs_put() (at most PC_MAX_DEVS). Takes pc->lock. */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v);
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n);
+
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,
 	       uint64_t older_than_ms, struct pc_folio ***out);
@@ -267,6 +292,16 @@ void pc_errseq_set(struct pc_dev *dev, int err);
 void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
 
 /* submit.c */
+int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr);
+void pc_pool_destroy(struct pc_pool *p);
+/* An object of @size bytes, zeroed: from the pool, else from malloc (NULL when neither). */
+void *pc_pool_get(struct pc_pool *p, size_t size);
+void pc_pool_put(struct pc_pool *p, void *obj);
+/* The object the pool of submission I/Os holds. */
+size_t pc_sio_size(void);
+/* writeback.c: a writeback I/O's segments for @max_io, and its size. */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io);
+size_t wb_io_size(uint32_t cap);
 void pc_batch_init(struct pc_batch *b);
 /* An asynchronous batch: @end runs when the last I/O ends; the caller's +1 bias is taken. */
 void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));

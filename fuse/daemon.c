@@ -20,18 +20,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../core/list.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
 
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
-#define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
+#define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
 #endif
 
 /* One open device file, or .sys attribute. */
 struct bf_file {
+	struct list_head node_open;	/* open_files: freed at exit if never released */
 	struct bf_dev *dev;
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
@@ -41,6 +43,46 @@ struct bf_file {
 };
 
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
+
+/*
+ * Every open file, so that the handles of files still open when the
+ * daemon exits (the kernel sends no RELEASE for them then) are freed.
+ */
+static pthread_mutex_t open_files_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct list_head open_files = LIST_HEAD_INIT(open_files);	/* open_files_lock */
+
+static struct bf_file *file_alloc(size_t extra)
+{
+	struct bf_file *f = calloc(1, sizeof(*f) + extra);
+
+	if (!f)
+		return NULL;
+	pthread_mutex_lock(&open_files_lock);
+	list_add_tail(&f->node_open, &open_files);
+	pthread_mutex_unlock(&open_files_lock);
+	return f;
+}
+
+static void file_free(struct bf_file *f)
+{
+	pthread_mutex_lock(&open_files_lock);
+	list_del_init(&f->node_open);
+	pthread_mutex_unlock(&open_files_lock);
+	free(f);
+}
+
+/* The handles the kernel never released (files open at exit). */
+static void files_free_all(void)
+{
+	struct list_head *pos, *n;
+
+	pthread_mutex_lock(&open_files_lock);
+	list_for_each_safe(pos, n, &open_files) {
+		list_del_init(pos);
+		free(list_entry(pos, struct bf_file, node_open));
+	}
+	pthread_mutex_unlock(&open_files_lock);
+}
 
 static struct bf_daemon *bf_of(fuse_req_t req)
 {
@@ -181,6 +223,7 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			goto out_close;
 		}
 		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
+		pc_dev_set_write_through(bd->pc, bd->cd->write_through);
 		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
 		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
 		if (ret) {
@@ -266,6 +309,14 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 
 /* --------------------------------------------------------------- session */
 
+/* Every device's request slots together, as the kernel's u16 allows. */
+static unsigned bf_max_background(const struct bf_daemon *d)
+{
+	uint64_t n = (uint64_t)d->conf.mount.max_pending * (uint64_t)(d->nr_devs ? d->nr_devs : 1);
+
+	return n < BF_MIN_BACKGROUND ? BF_MIN_BACKGROUND : n > 65535 ? 65535 : (unsigned)n;
+}
+
 static void bf_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct bf_daemon *d = userdata;
@@ -287,8 +338,14 @@ static void bf_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
 	conn->max_write = BF_MAX_WRITE;
 	conn->max_read = 0;
-	conn->max_background = BF_MAX_BACKGROUND;
-	conn->congestion_threshold = BF_MAX_BACKGROUND * 3 / 4;
+	/*
+	 * The kernel holds back asynchronous requests (libaio O_DIRECT, readahead)
+	 * past max_background for the whole mount: sized to every device's
+	 * slots together, so that requests parked on one slow device never
+	 * keep another's waiting in the kernel.
+	 */
+	conn->max_background = bf_max_background(d);
+	conn->congestion_threshold = conn->max_background * 3 / 4;
 }
 
 static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -390,7 +447,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	f = calloc(1, sizeof(*f) + BF_SYS_BUF);
+	f = file_alloc(BF_SYS_BUF);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -399,7 +456,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
 		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
 		if (len < 0) {
-			free(f);
+			file_free(f);
 			fuse_reply_err(req, -len);
 			return;
 		}
@@ -426,7 +483,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
 		return;
 	}
-	f = calloc(1, sizeof(*f));
+	f = file_alloc(0);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -437,7 +494,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * would believe the device empty after O_TRUNC and keep believing
 		 * it. Refused rather than ignored (README: kernel_cache).
 		 */
-		free(f);
+		file_free(f);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -469,7 +526,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	free((struct bf_file *)(uintptr_t)fi->fh);
+	file_free((struct bf_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -568,6 +625,7 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	r->state = REQ_RUNNING;
 	r->aio.done = done;
 	r->aio.waited = false;
+	r->aio.fua = false;
 	return r;
 }
 
@@ -774,6 +832,12 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		}
 		r->kept = k;
 	}
+	/*
+	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
+	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
+	 * the reply waits for the data to be on stable storage.
+	 */
+	r->aio.fua = (fi->flags & O_DSYNC) != 0;
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
@@ -1074,6 +1138,7 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	 * of a connection that is gone) before the final writeback.
 	 */
 	bf_drain(d);
+	files_free_all();
 
 out_signals:
 	fuse_remove_signal_handlers(se);

@@ -91,7 +91,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 	F(dirty_bytes); F(writeback_bytes); F(cached_bytes);
 	F(cache_hits); F(cache_misses); F(readahead_bytes);
 	F(partial_pblk_writes); F(dropped_bytes); F(writeback_errors); F(read_errors);
-	F(punted_requests);
+	F(punted_requests); F(pool_fallback_allocs); F(write_through_writes);
 #undef F
 	/* backend write sizes: write_size_<=N (bytes) count */
 	for (i = 0; i < PC_HIST_BUCKETS; i++) {
@@ -179,6 +179,25 @@ static int store_read_ahead(struct bf_dev *bd, const char *buf, size_t len)
 	return pc_dev_set_read_ahead(bd->pc, kb * 1024);
 }
 
+static int show_write_cache(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%s\n", pc_dev_write_through(bd->pc) ? "write through" : "write back");
+}
+
+/* As the kernel's queue/write_cache: "write back" or "write through" (a newline allowed). */
+static int store_write_cache(struct bf_dev *bd, const char *buf, size_t len)
+{
+	if (len && buf[len - 1] == '\n')
+		len--;
+	if (len == 10 && !memcmp(buf, "write back", 10))
+		pc_dev_set_write_through(bd->pc, false);
+	else if (len == 13 && !memcmp(buf, "write through", 13))
+		pc_dev_set_write_through(bd->pc, true);
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int show_zero(struct bf_dev *bd, char *buf, size_t len)
 {
 	(void)bd;
@@ -209,6 +228,7 @@ static const struct bf_dev_attr queue_attrs[] = {
 	{ "max_sectors_kb", show_max_sectors, store_max_sectors },
 	{ "read_ahead_kb", show_read_ahead, store_read_ahead },
 	{ "rotational", show_zero, NULL },
+	{ "write_cache", show_write_cache, store_write_cache },
 	{ NULL, NULL, NULL },
 };
 
