@@ -40,8 +40,12 @@
  * snapshot's; deleting a snapshot drops its root. Dropping the last
  * reference frees a node or page and drops what it points at, so the cost
  * of a reset or a delete is what only the dropped tree held (what was
- * written since), never what is shared. A snapshot's own memory is what it
- * alone references: the walk in ram_own_bytes().
+ * written since), never what is shared: a reset of a 4 GiB device with
+ * 1 GiB written since its snapshot took 7.5 ms of CPU (26 ms wall on a
+ * loaded 2-CPU VM; tools/blkfs-ramsnap), a snapshot of 1 GiB of data 0.2
+ * ms. Emptied slabs are unmapped afterwards by the arena thread. A
+ * snapshot's own memory is what it alone references: the walk in
+ * ram_own_bytes().
  *
  * Copy-on-write is path copying (as in reference-counted B-trees): a writer
  * walks down from the device's root, and a node or page whose count is
