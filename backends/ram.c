@@ -56,8 +56,9 @@
  * the device holds alone, a child's count says again whether the child is
  * shared. So the first write to a shared page after a snapshot costs a
  * 4 KiB copy (and, for the first write in each 2 MiB, a copy of the leaf,
- * 4 KiB plus 512 count increments); every later write to the page is the
- * plain write of a device without snapshots.
+ * 4 KiB plus 512 count increments); every later write to the page writes
+ * in place after reading two counts (a device with no snapshot skips even
+ * those: invariant 5).
  *
  * Invariants (rd->lock held shared, as READ and WRITE hold it; the device's
  * "own region" is what its root reaches through counts that are all 1):
@@ -108,6 +109,10 @@
  *    that are gone): ram_snap_reset() takes the lock with trywrlock and
  *    asserts it got it, so a reset racing I/O inside the backend aborts
  *    instead of tearing it.
+ *  - A list walks the snapshots' trees under rd->lock shared (counts may
+ *    move under it; nothing is freed). A save walks its tree with no lock
+ *    on it: a snapshot's tree, or the save's own reference to the device's,
+ *    is never written (1), and ctl_lock keeps it from being dropped.
  *
  * Lock order: rd->ctl_lock (snapshot calls, one at a time; the snapshot
  * list) -> rd->lock (shared for READ/WRITE, which only add to the tree and
@@ -1817,14 +1822,66 @@ static void ram_free(struct ram_dev *rd)
 	free(rd);
 }
 
+/* A device with nothing written, its locks and its arena thread; ERR_PTR with p->err. */
+static struct ram_dev *ram_dev_new(struct blk_params *p, const struct blk_geometry *geo,
+				   uint64_t reserve)
+{
+	pthread_rwlockattr_t attr;
+	pthread_attr_t ta;
+	struct ram_dev *rd;
+	uint64_t dev_pages;
+	int ret;
+
+	rd = calloc(1, sizeof(*rd));
+	if (!rd) {
+		blk_param_error(p, NULL, "cannot set up the ram backend: out of memory");
+		return ERR_PTR(-ENOMEM);
+	}
+	rd->geo = *geo;
+	rd->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
+	snprintf(rd->dev, sizeof(rd->dev), "%s", p->dev ? p->dev : "?");
+
+	/* Levels so that the root's slots cover every page index. */
+	dev_pages = (rd->geo.size + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
+	while (dev_pages > 1ull << (rd->root_shift + RAM_NODE_SHIFT))
+		rd->root_shift += RAM_NODE_SHIFT;
+
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	ret = -pthread_rwlock_init(&rd->lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
+	if (ret) {
+		free(rd);
+		blk_param_error(p, NULL, "cannot set up the ram backend: %s", strerror(-ret));
+		return ERR_PTR(ret);
+	}
+	pthread_mutex_init(&rd->alloc_lock, NULL);
+	pthread_mutex_init(&rd->ctl_lock, NULL);
+	pthread_cond_init(&rd->thread_cv, NULL);
+	rd->be.ops = &ram_backend_ops;
+
+	/* It sleeps until there is a reserve to fill or a slab to unmap. */
+	pthread_attr_init(&ta);
+	pthread_attr_setstacksize(&ta, 64 << 10);
+	ret = -pthread_create(&rd->thread, &ta, ram_thread_fn, rd);
+	pthread_attr_destroy(&ta);
+	if (ret) {
+		ram_free(rd);
+		blk_param_error(p, NULL, "cannot start the ram backend's thread: %s", strerror(-ret));
+		return ERR_PTR(ret);
+	}
+	rd->have_thread = true;
+	pthread_setname_np(rd->thread, "blkfs-ram");
+	return rd;
+}
+
 static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *next)
 {
 	char path[PATH_MAX];
 	struct blk_geometry geo;
-	pthread_rwlockattr_t attr;
 	struct ram_dev *rd;
 	const char *image;
-	uint64_t dev_pages, reserve, isize = 0;
+	uint64_t reserve, isize = 0;
 	int ret, fd = -1;
 
 	(void)next;
@@ -1871,66 +1928,24 @@ static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *ne
 		goto out_close;
 	}
 
-	rd = calloc(1, sizeof(*rd));
-	if (!rd) {
-		ret = -ENOMEM;
-		goto out_err;
-	}
-	rd->geo = geo;
-	rd->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
-	snprintf(rd->dev, sizeof(rd->dev), "%s", p->dev ? p->dev : "?");
-
-	/* Levels so that the root's slots cover every page index. */
-	dev_pages = (rd->geo.size + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
-	while (dev_pages > 1ull << (rd->root_shift + RAM_NODE_SHIFT))
-		rd->root_shift += RAM_NODE_SHIFT;
-
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = -pthread_rwlock_init(&rd->lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
-	if (ret)
-		goto out_free;
-	pthread_mutex_init(&rd->alloc_lock, NULL);
-	pthread_mutex_init(&rd->ctl_lock, NULL);
-	pthread_cond_init(&rd->thread_cv, NULL);
-	rd->be.ops = &ram_backend_ops;
-	{
-		pthread_attr_t ta;
-
-		pthread_attr_init(&ta);
-		pthread_attr_setstacksize(&ta, 64 << 10);
-		ret = -pthread_create(&rd->thread, &ta, ram_thread_fn, rd);
-		pthread_attr_destroy(&ta);
-		if (ret) {
-			blk_param_error(p, NULL, "cannot start the ram backend's thread: %s",
-					strerror(-ret));
-			ram_free(rd);
-			goto out_close_only;
-		}
-		rd->have_thread = true;
-		pthread_setname_np(rd->thread, "blkfs-ram");
+	rd = ram_dev_new(p, &geo, reserve);
+	if (IS_ERR(rd)) {
+		ret = (int)PTR_ERR(rd);
+		goto out_close;
 	}
 	if (image) {
 		ret = ram_load_image(rd, p, path, fd, isize);
+		close(fd);
 		if (ret) {
 			ram_free(rd);
-			goto out_close_only;
+			return ERR_PTR(ret);
 		}
-		close(fd);
 	}
 	return &rd->be;
 
-out_free:
-	free(rd);
-out_err:
-	blk_param_error(p, NULL, "cannot set up the ram backend: %s", strerror(-ret));
 out_close:
 	if (fd >= 0)
 		close(fd);
-	return ERR_PTR(ret);
-out_close_only:
-	close(fd);
 	return ERR_PTR(ret);
 }
 
