@@ -2193,47 +2193,47 @@ static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
 	pc_batch_done(&aio->batch, 0);
 }
 
-void pc_direct_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
-			   uint64_t pos)
+/* Both directions, once the range is checked and inside the device. */
+static void direct_async(struct pc_dev *dev, struct pc_aio *aio, enum pc_aio_op op, void *buf,
+			 size_t len, uint64_t pos)
 {
-	int err = check_direct(dev, pos, len);
-	bool dirty;
+	bool write = op == PC_AIO_DWRITE, dirty;
 
-	if (err || pos >= dev->geo.size || !len) {
-		aio->done(aio, err ? err : len ? -ENOSPC : 0);
-		return;
-	}
 	if (len > dev->geo.size - pos)
 		len = dev->geo.size - pos;
-	pc_aio_init(aio, dev, PC_AIO_DWRITE, pos, len);
-	aio->wbuf = buf;
+	pc_aio_init(aio, dev, op, pos, len);
+	if (write)
+		aio->wbuf = buf;
+	else
+		aio->rbuf = buf;
 	/* dirty data to write back first, or a buffer the backend cannot take: a worker's */
 	if (needs_bounce(dev, buf) || (range_cached(dev, pos, len, &dirty) && dirty)) {
 		pc_punt(aio);
 		return;
 	}
-	direct_submit(aio, BLK_WRITE, (void *)buf, dwrite_end);
+	direct_submit(aio, write ? BLK_WRITE : BLK_READ, buf, write ? dwrite_end : dread_end);
+}
+
+void pc_direct_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = check_direct(dev, pos, len);
+
+	if (err || pos >= dev->geo.size || !len)
+		aio->done(aio, err ? err : len ? -ENOSPC : 0);
+	else
+		direct_async(dev, aio, PC_AIO_DWRITE, (void *)buf, len, pos);
 }
 
 void pc_direct_read_async(struct pc_dev *dev, struct pc_aio *aio, void *buf, size_t len,
 			  uint64_t pos)
 {
 	int err = check_direct(dev, pos, len);
-	bool dirty;
 
-	if (err || pos >= dev->geo.size || !len) {
+	if (err || pos >= dev->geo.size || !len)
 		aio->done(aio, err);
-		return;
-	}
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
-	pc_aio_init(aio, dev, PC_AIO_DREAD, pos, len);
-	aio->rbuf = buf;
-	if (needs_bounce(dev, buf) || (range_cached(dev, pos, len, &dirty) && dirty)) {
-		pc_punt(aio);
-		return;
-	}
-	direct_submit(aio, BLK_READ, buf, dread_end);
+	else
+		direct_async(dev, aio, PC_AIO_DREAD, buf, len, pos);
 }
 
 /* ------------------------------------------------- discard, write-zeroes */

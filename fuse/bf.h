@@ -35,6 +35,7 @@ struct bf_dev {
 	struct bf_req *reqs;		/* the slots */
 	struct bf_req *req_free;	/* req_lock */
 	uint32_t req_in_use;		/* req_lock */
+	uint32_t req_peak;		/* req_lock: the most ever in use at once */
 	uint32_t req_waiters;		/* req_lock */
 	uint64_t req_waits;		/* req_lock: requests that waited for a slot */
 	uint32_t req_slots;
@@ -131,8 +132,9 @@ int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
 void bf_dev_reqs_destroy(struct bf_dev *bd);
 /* Wait until every request of every device has been answered. */
 void bf_drain(struct bf_daemon *d);
-/* Requests of @bd in flight now, requests that waited for a slot, the slots. */
-void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *waits, uint64_t *slots);
+/* Requests of @bd in flight now and at most so far, requests that waited for a slot, the slots. */
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
+		      uint64_t *slots);
 
 /* sysfs.c */
 int bf_sys_build(struct bf_daemon *d);

@@ -589,10 +589,12 @@ void bf_dev_reqs_destroy(struct bf_dev *bd)
 	bd->reqs = NULL;
 }
 
-void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *waits, uint64_t *slots)
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
+		      uint64_t *slots)
 {
 	pthread_mutex_lock(&bd->req_lock);
 	*in_flight = bd->req_in_use;
+	*peak = bd->req_peak;
 	*waits = bd->req_waits;
 	*slots = bd->req_slots;
 	pthread_mutex_unlock(&bd->req_lock);
@@ -617,7 +619,8 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	}
 	r = bd->req_free;
 	bd->req_free = r->next;
-	bd->req_in_use++;
+	if (++bd->req_in_use > bd->req_peak)
+		bd->req_peak = bd->req_in_use;
 	pthread_mutex_unlock(&bd->req_lock);
 	r->req = req;
 	r->data = NULL;

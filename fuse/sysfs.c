@@ -105,15 +105,17 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 			return (int)len;
 	}
 	{
-		uint64_t in_flight, waits, slots, kept, kept_total;
+		uint64_t in_flight, peak, waits, slots, kept, kept_total;
 
-		bf_dev_req_stats(bd, &in_flight, &waits, &slots);
+		bf_dev_req_stats(bd, &in_flight, &peak, &waits, &slots);
 		bf_rawio_stats(&kept, &kept_total);
 		n += (size_t)snprintf(buf + n, len - n,
-				      "requests_in_flight %llu\nrequest_slots %llu\n"
+				      "requests_in_flight %llu\nrequests_in_flight_max %llu\n"
+				      "request_slots %llu\n"
 				      "request_slot_waits %llu\nreceive_buffers_kept %llu\n"
 				      "receive_buffers_kept_total %llu\n",
-				      (unsigned long long)in_flight, (unsigned long long)slots,
+				      (unsigned long long)in_flight, (unsigned long long)peak,
+				      (unsigned long long)slots,
 				      (unsigned long long)waits, (unsigned long long)kept,
 				      (unsigned long long)kept_total);
 		if (n >= len)
