@@ -83,6 +83,18 @@ int be_attr_out(char *buf, size_t len, const char *s);
 /* A filter's ->geometry: the layer below's, unchanged. */
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);
 
+/*
+ * A filter's ->snap: every call goes to the layer below, unchanged (one line
+ * in a filter's ops: `.snap = &be_filter_snap_ops`). A filter with a table
+ * of its own takes the calls it does not change from here.
+ */
+extern const struct blk_snap_ops be_filter_snap_ops;
+int be_filter_snap_create(struct blk_backend *be, const char *name);
+int be_filter_snap_destroy(struct blk_backend *be, const char *name);
+int be_filter_snap_reset(struct blk_backend *be, const char *name);
+int be_filter_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr);
+int be_filter_snap_save(struct blk_backend *be, const char *name, const char *path);
+
 /**
  * be_child_io - the blk_io a filter passes down in place of @parent
  * @parent: the I/O the filter took (the cache's)

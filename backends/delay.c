@@ -537,4 +537,5 @@ const struct blk_backend_ops delay_filter_ops = {
 	.submit = delay_submit,
 	.stat = delay_stat,
 	.attrs = delay_attrs,
+	.snap = &be_filter_snap_ops,
 };

@@ -346,4 +346,5 @@ const struct blk_backend_ops log_filter_ops = {
 	.submit = log_submit,
 	.stat = log_stat,
 	.attrs = log_attrs,
+	.snap = &be_filter_snap_ops,
 };
