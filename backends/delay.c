@@ -175,7 +175,8 @@ static int parse_range(const char *s, size_t n, struct delay_range *r)
 
 	if (!dash) {
 		ret = parse_one(s, n, &v.lo_ns);
-		v.hi_ns = v.lo_ns;
+		if (!ret)
+			v.hi_ns = v.lo_ns;
 	} else {
 		ret = parse_one(s, (size_t)(dash - s), &v.lo_ns);
 		if (!ret)
@@ -373,7 +374,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	pthread_mutex_lock(&dd->lock);
 	dd->inflight++;
 	pthread_mutex_unlock(&dd->lock);
-	ret = be_timerq_add(&dd->tq, &c->timer, be_now_ns() + ns);
+	ret = be_timerq_add(&dd->tq, &c->timer, blk_now_ns() + ns);
 	if (ret) {
 		__atomic_add_fetch(&dd->nr_timer_full, 1, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&dd->lock);
@@ -727,4 +728,5 @@ const struct blk_backend_ops delay_filter_ops = {
 	.submit = delay_submit,
 	.stat = delay_stat,
 	.attrs = delay_attrs,
+	.snap = &be_filter_snap_ops,
 };

@@ -457,7 +457,7 @@ static int hang_add(struct fault_dev *fd, struct blk_io *io)
 	io->flags &= ~BLK_IO_WAITED;
 	h->io = io;
 	h->next = NULL;
-	h->since_ns = be_now_ns();
+	h->since_ns = blk_now_ns();
 	pthread_mutex_lock(&fd->lock);
 	*fd->hung_tail = h;
 	fd->hung_tail = &h->next;
@@ -498,7 +498,7 @@ static void *hang_main(void *arg)
 
 	pthread_mutex_lock(&fd->lock);
 	for (;;) {
-		uint64_t now = be_now_ns(), due = UINT64_MAX;
+		uint64_t now = blk_now_ns(), due = UINT64_MAX;
 		struct fault_hang *taken, *h;
 		bool stop = fd->stop;
 
@@ -1128,4 +1128,5 @@ const struct blk_backend_ops fault_filter_ops = {
 	.submit = fault_submit,
 	.stat = fault_stat,
 	.attrs = fault_attrs,
+	.snap = &be_filter_snap_ops,
 };

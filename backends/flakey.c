@@ -312,7 +312,7 @@ static enum flakey_action flakey_decide(struct flakey_dev *fk, const struct blk_
 
 	*npt = 0;
 	pthread_mutex_lock(&fk->lock);
-	if (!is_down_locked(fk, be_now_ns()))
+	if (!is_down_locked(fk, blk_now_ns()))
 		goto out_unlock;
 	__atomic_add_fetch(&fk->nr_down_ios, 1, __ATOMIC_RELAXED);
 	features = fk->error_reads || fk->error_writes || fk->drop_writes || fk->byte_n ||
@@ -677,7 +677,7 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 	ret = -pthread_cond_init(&fk->idle_cv, NULL);
 	if (ret)
 		goto out_destroy_lock;
-	fk->start_ns = be_now_ns();
+	fk->start_ns = blk_now_ns();
 	fk->be.ops = &flakey_filter_ops;
 	fk->be.next = next;
 	be_say_seed("flakey", fk->dev, fk->seed, "at open");
@@ -719,7 +719,7 @@ static size_t flakey_stat(struct blk_backend *be, char *buf, size_t len)
 	size_t n;
 
 	pthread_mutex_lock(&fk->lock);
-	down = is_down_locked(fk, be_now_ns());
+	down = is_down_locked(fk, blk_now_ns());
 	pthread_mutex_unlock(&fk->lock);
 	n = be_stat_printf(buf, len,
 			   "flakey_down %d\nflakey_down_ios %llu\nflakey_errors %llu\n"
@@ -760,7 +760,7 @@ static int interval_store(struct flakey_dev *fk, uint64_t *field, const char *bu
 		return -EINVAL;
 	pthread_mutex_lock(&fk->lock);
 	*field = v;
-	fk->start_ns = be_now_ns();
+	fk->start_ns = blk_now_ns();
 	update_can_go_down_locked(fk);
 	pthread_mutex_unlock(&fk->lock);
 	return 0;
@@ -1044,7 +1044,7 @@ static int flakey_state_show(struct blk_backend *be, char *buf, size_t len)
 	bool down;
 
 	pthread_mutex_lock(&fk->lock);
-	down = is_down_locked(fk, be_now_ns());
+	down = is_down_locked(fk, blk_now_ns());
 	pthread_mutex_unlock(&fk->lock);
 	return be_attr_out(buf, len, down ? "down" : "up");
 }
@@ -1093,4 +1093,5 @@ const struct blk_backend_ops flakey_filter_ops = {
 	.submit = flakey_submit,
 	.stat = flakey_stat,
 	.attrs = flakey_attrs,
+	.snap = &be_filter_snap_ops,
 };

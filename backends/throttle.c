@@ -162,7 +162,7 @@ static void start_below(struct throttle_dev *td, struct throttle_io *c, uint64_t
 		__atomic_add_fetch(&td->contend_ns, hold_ns, __ATOMIC_RELAXED);
 		c->io.flags &= ~BLK_IO_WAITED;
 		c->stage = TS_CONTEND;
-		if (!be_timerq_add(&td->tq, &c->timer, be_now_ns() + hold_ns))
+		if (!be_timerq_add(&td->tq, &c->timer, blk_now_ns() + hold_ns))
 			return;
 		/* no room on the timer queue: it goes without the hold */
 	}
@@ -285,7 +285,7 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 	c->parent = io;
 	c->td = td;
 	c->timer.fire = throttle_fire;
-	now = be_now_ns();
+	now = blk_now_ns();
 	due = now;
 	pthread_mutex_lock(&td->lock);
 	td->inflight++;
@@ -586,4 +586,5 @@ const struct blk_backend_ops throttle_filter_ops = {
 	.submit = throttle_submit,
 	.stat = throttle_stat,
 	.attrs = throttle_attrs,
+	.snap = &be_filter_snap_ops,
 };

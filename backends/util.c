@@ -2,9 +2,10 @@
 /*
  * backends/util.c - small pieces every backend or filter would otherwise
  * write again: an op's name, the ->stat text, an attr's one-line value in
- * and out, a filter's geometry (the layer below's), and what the fault and
- * latency filters share: errno names, probabilities, seeds, list entries,
- * the per-I/O object pool and the timer queue.
+ * and out, a filter's geometry (the layer below's), a filter's snapshot
+ * calls (which go to the layer below), and what the fault and latency
+ * filters share: errno names, probabilities, seeds, list entries, the
+ * per-I/O object pool and the timer queue.
  */
 #include <errno.h>
 #include <math.h>
@@ -134,7 +135,7 @@ uint64_t be_seed_from_clock(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	s = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	s ^= be_now_ns() << 17 ^ ((uint64_t)getpid() << 32);
+	s ^= blk_now_ns() << 17 ^ ((uint64_t)getpid() << 32);
 	/* one splitmix step: seeds taken close together differ in every bit */
 	return be_rand(&s);
 }
@@ -379,7 +380,7 @@ static void *timerq_main(void *arg)
 			continue;
 		}
 		/* Stopping fires everything now: nobody waits for the time. */
-		if (!q->stop && q->heap[0]->due_ns > be_now_ns()) {
+		if (!q->stop && q->heap[0]->due_ns > blk_now_ns()) {
 			struct timespec ts = {
 				.tv_sec = (time_t)(q->heap[0]->due_ns / 1000000000ull),
 				.tv_nsec = (long)(q->heap[0]->due_ns % 1000000000ull),
@@ -495,3 +496,54 @@ void be_timerq_destroy(struct be_timerq *q)
 	free(q->heap);
 	q->heap = NULL;
 }
+
+bool blk_snap_name_valid(const char *name)
+{
+	size_t i;
+
+	if (!name || !name[0] || name[0] == '.' || name[0] == '-')
+		return false;
+	for (i = 0; name[i]; i++) {
+		char c = name[i];
+
+		if (i == BLK_SNAP_NAME_MAX)
+			return false;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-' || c == '+' || c == '@' || c == ':'))
+			return false;
+	}
+	return true;
+}
+
+int be_filter_snap_create(struct blk_backend *be, const char *name)
+{
+	return blk_snap_create(be->next, name);
+}
+
+int be_filter_snap_destroy(struct blk_backend *be, const char *name)
+{
+	return blk_snap_destroy(be->next, name);
+}
+
+int be_filter_snap_reset(struct blk_backend *be, const char *name)
+{
+	return blk_snap_reset(be->next, name);
+}
+
+int be_filter_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
+{
+	return blk_snap_list(be->next, v, nr);
+}
+
+int be_filter_snap_save(struct blk_backend *be, const char *name, const char *path)
+{
+	return blk_snap_save(be->next, name, path);
+}
+
+const struct blk_snap_ops be_filter_snap_ops = {
+	.create = be_filter_snap_create,
+	.destroy = be_filter_snap_destroy,
+	.reset = be_filter_snap_reset,
+	.list = be_filter_snap_list,
+	.save = be_filter_snap_save,
+};

@@ -18,6 +18,7 @@
  * `filters` list are checked before its other keys (they decide which
  * other keys are allowed).
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -67,7 +68,7 @@ static const char *const cache_keys[CK_NR] = {
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
 	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD,
-	       DK_MODE, DK_UID, DK_GID, DK_NR };
+	       DK_MODE, DK_UID, DK_GID, DK_WRITE_CACHE, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -85,6 +86,7 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_MODE] = "mode",
 	[DK_UID] = "uid",
 	[DK_GID] = "gid",
+	[DK_WRITE_CACHE] = "write_cache",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE, SEC_MOUNT };
@@ -631,6 +633,13 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 					show(&v, prm->value));
 		*out = !strcmp(prm->value, "device");
 		return 0;
+	case DK_WRITE_CACHE:
+		if (strcmp(prm->value, "write back") && strcmp(prm->value, "write through"))
+			return conf_err(p, prm->line, prm->key,
+					"%s is not a choice (allowed: write back, write through)",
+					show(&v, prm->value));
+		*out = !strcmp(prm->value, "write through");
+		return 0;
 	case DK_ON_ERROR:
 		if (strcmp(prm->value, "keep") && strcmp(prm->value, "drop"))
 			return conf_err(p, prm->line, prm->key, "%s is not a choice (allowed: keep, drop)",
@@ -810,6 +819,9 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	if (pbs && pbs < lbs) {
 		const char *ls = size_str(&s1, lbs);
 
+		/* val[k] is non-zero only where the loop above set at[k] */
+		assert(at[DK_PBS]);
+
 		return conf_err(p, at[DK_PBS]->line, "physical_block_size",
 				"%s is smaller than the logical block size %s (allowed: a power of two from %s to 64K)",
 				show(&v, at[DK_PBS]->value), ls, ls);
@@ -844,6 +856,8 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	if (val[DK_CBS]) {
 		const char *ls = size_str(&s1, lbs);
 
+		assert(at[DK_CBS]);	/* as for at[DK_PBS] above */
+
 		if (val[DK_CBS] < lbs)
 			return conf_err(p, at[DK_CBS]->line, "cache_block_size",
 					"%s is smaller than the logical block size %s (allowed: auto, or a power of two from %s to folio_size)",
@@ -857,6 +871,7 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	d->cache_block_size = val[DK_CBS];
 	d->rmw_device = val[DK_RMW];
 	d->on_error_drop = val[DK_ON_ERROR];
+	d->write_through = val[DK_WRITE_CACHE];
 	d->read_ahead = at[DK_READ_AHEAD] ? (uint32_t)val[DK_READ_AHEAD] : CONF_DEF_READ_AHEAD;
 	d->mode = at[DK_MODE] ? (uint32_t)val[DK_MODE] : CONF_DEF_MODE;
 	d->owner = at[DK_UID] ? at[DK_UID]->value : NULL;
@@ -1010,12 +1025,21 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		seen = &m->kernel_cache_line;
 	else if (!strcmp(key, "allow_other"))
 		seen = &m->allow_other_line;
+	else if (!strcmp(key, "max_pending"))
+		seen = &m->max_pending_line;
 	else
-		return conf_err(p, line, key,
-				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
+		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
+				"allow_other, max_pending)");
 	if (*seen)
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	if (seen == &m->kernel_cache_line) {
+	if (seen == &m->max_pending_line) {
+		uint64_t n;
+
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING)
+			return conf_err(p, line, key, "%s is not a number from 1 to %u",
+					show(&v, val), CONF_MAX_PENDING);
+		m->max_pending = (uint32_t)n;
+	} else if (seen == &m->kernel_cache_line) {
 		if (strcmp(val, "none") && strcmp(val, "writeback"))
 			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
 					show(&v, val));
@@ -1215,6 +1239,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	p.sp = c->strings + fn + 1;
 	p.send = p.sp + len + 1;
 
+	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	ret = parse(&p, buf, len);
 	if (ret)
 		goto out_free;

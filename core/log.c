@@ -5,25 +5,10 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "../backends/clock.h"
 #include "log.h"
 
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
-
-uint64_t blk_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t blk_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
-}
 
 void blk_log(const char *fmt, ...)
 {
