@@ -228,6 +228,8 @@ int be_timerq_init(struct be_timerq *q, size_t cap);
  */
 int be_timerq_add(struct be_timerq *q, struct be_timer *t, uint64_t due_ns);
 size_t be_timerq_len(struct be_timerq *q);
+/* How often the heap grew past its size at init (an allocation on the I/O path). */
+uint64_t be_timerq_grows(struct be_timerq *q);
 /* Fire everything queued now (nobody waits for the time any more) and join the thread. */
 void be_timerq_stop(struct be_timerq *q);
 /* After stop. */

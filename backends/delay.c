@@ -530,12 +530,13 @@ static size_t delay_stat(struct blk_backend *be, char *buf, size_t len)
 
 	n = be_stat_printf(buf, len,
 			   "delayed_ios %llu\ndelay_held_ios %zu\ndelay_map_hits %llu\n"
-			   "delay_tail_ios %llu\ndelay_refused_ios %llu\n",
+			   "delay_tail_ios %llu\ndelay_refused_ios %llu\ndelay_timer_grows %llu\n",
 			   (unsigned long long)__atomic_load_n(&dd->nr_delayed, __ATOMIC_RELAXED),
 			   be_timerq_len(&dd->tq),
 			   (unsigned long long)__atomic_load_n(&dd->nr_map_hits, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&dd->nr_tail, __ATOMIC_RELAXED),
-			   (unsigned long long)__atomic_load_n(&dd->nr_timer_full, __ATOMIC_RELAXED));
+			   (unsigned long long)__atomic_load_n(&dd->nr_timer_full, __ATOMIC_RELAXED),
+			   (unsigned long long)be_timerq_grows(&dd->tq));
 	return n + be_pool_stat(&dd->pool, "delay", buf + n, len - n);
 }
 

@@ -426,13 +426,14 @@ static size_t throttle_stat(struct blk_backend *be, char *buf, size_t len)
 	n = be_stat_printf(buf, len,
 			   "throttle_bw_waits %llu\nthrottle_bw_wait_us %llu\nthrottle_queued_ios %llu\n"
 			   "throttle_contended_ios %llu\nthrottle_contend_us %llu\n"
-			   "throttle_inflight %u\nthrottle_max_inflight %u\nthrottle_queue_len %zu\n",
+			   "throttle_inflight %u\nthrottle_max_inflight %u\nthrottle_queue_len %zu\n"
+			   "throttle_timer_grows %llu\n",
 			   (unsigned long long)__atomic_load_n(&td->nr_bw_waits, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&td->bw_wait_ns, __ATOMIC_RELAXED) / 1000,
 			   (unsigned long long)__atomic_load_n(&td->nr_queued_total, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&td->nr_contended, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&td->contend_ns, __ATOMIC_RELAXED) / 1000,
-			   below, max_below, queued);
+			   below, max_below, queued, (unsigned long long)be_timerq_grows(&td->tq));
 	return n + be_pool_stat(&td->pool, "throttle", buf + n, len - n);
 }
 

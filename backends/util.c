@@ -480,6 +480,16 @@ size_t be_timerq_len(struct be_timerq *q)
 	return n;
 }
 
+uint64_t be_timerq_grows(struct be_timerq *q)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&q->lock);
+	n = q->nr_grows;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
 void be_timerq_stop(struct be_timerq *q)
 {
 	pthread_mutex_lock(&q->lock);

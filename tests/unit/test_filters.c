@@ -1202,6 +1202,8 @@ Test(delay, pool_overflow)
 	}
 	cr_assert_eq(stat_get(be, "delay_pool_allocs"), 4);
 	cr_assert_eq(stat_get(be, "delay_pool_max_used"), 6);
+	/* the timer queue, sized for 2, grew twice (4, then 8) */
+	cr_assert_eq(stat_get(be, "delay_timer_grows"), 2);
 	cr_assert(tio_done_wait(6, 5000));
 	for (i = 0; i < 6; i++) {
 		cr_assert_eq(io[i].calls, 1);
