@@ -269,6 +269,7 @@ struct ram_stash {
 /* Where a data I/O is in its iovec. */
 struct ram_iter {
 	const struct iovec *iov;
+	int nr;		/* the vector's length: the I/O's bytes never run past it */
 	int i;
 	size_t off;
 };
@@ -282,7 +283,10 @@ static void iter_copy_out(struct ram_iter *it, const unsigned char *src, size_t 
 {
 	while (n) {
 		const struct iovec *v = &it->iov[it->i];
-		size_t c = min_u64(n, v->iov_len - it->off);
+		size_t c;
+
+		assert(it->i < it->nr);		/* the vector adds up to the I/O's length */
+		c = min_u64(n, v->iov_len - it->off);
 
 		memcpy((unsigned char *)v->iov_base + it->off, src, c);
 		src += c;
@@ -304,7 +308,10 @@ static void iter_copy_in(struct ram_iter *it, unsigned char *dst, size_t n)
 {
 	while (n) {
 		const struct iovec *v = &it->iov[it->i];
-		size_t c = min_u64(n, v->iov_len - it->off);
+		size_t c;
+
+		assert(it->i < it->nr);		/* the vector adds up to the I/O's length */
+		c = min_u64(n, v->iov_len - it->off);
 
 		copy_big(dst, (const unsigned char *)v->iov_base + it->off, c);
 		dst += c;
@@ -321,7 +328,10 @@ static void iter_zero(struct ram_iter *it, uint64_t n)
 {
 	while (n) {
 		const struct iovec *v = &it->iov[it->i];
-		size_t c = min_u64(n, v->iov_len - it->off);
+		size_t c;
+
+		assert(it->i < it->nr);		/* the vector adds up to the I/O's length */
+		c = min_u64(n, v->iov_len - it->off);
 
 		memset((unsigned char *)v->iov_base + it->off, 0, c);
 		n -= c;
@@ -822,7 +832,7 @@ static void **ram_leaf_write(struct ram_dev *rd, struct ram_stash *st, uint64_t 
 
 static void ram_read(struct ram_dev *rd, const struct blk_io *io)
 {
-	struct ram_iter it = { .iov = io->iov };
+	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
 	uint64_t pos = io->pos, end = io->pos + io->len;
 	uint64_t leaf_id = UINT64_MAX;
 	void **leaf = NULL;
@@ -860,7 +870,7 @@ static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 {
 	/* Stable during the I/O: it changes only under rd->lock exclusive. */
 	bool cow = rd->nr_snaps != 0;
-	struct ram_iter it = { .iov = io->iov };
+	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
 	uint64_t pos = io->pos, end = io->pos + io->len;
 	uint64_t last_pg = (end - 1) >> RAM_PAGE_SHIFT;
 	uint64_t leaf_id = UINT64_MAX, added = 0, cowed = 0;
