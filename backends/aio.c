@@ -362,6 +362,7 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
 			__atomic_add_fetch(&ad->nr_short, 1, __ATOMIC_RELAXED);
 	}
 	free(vec);
+	io->done = err ? done : 0;
 	return err;
 }
 
@@ -605,6 +606,8 @@ static void aio_end(struct aio_dev *ad, struct list_head *ends)
 		free(req->vec);
 		req->vec = NULL;
 		req->io = NULL;
+		/* a partial completion: what was transferred before the failure */
+		io->done = req->res ? req->done : 0;
 		/* May free @io, or submit(): no lock is held here. */
 		io->end_io(io, req->res);
 	}

@@ -18,6 +18,13 @@
  *    submit until end_io; end_io is called exactly once, with 0 or -errno,
  *    from any thread, possibly before submit() returns. A submit() that
  *    returns -errno did not take the I/O and will not call end_io.
+ *  - A partial completion (a READ or WRITE that failed part way, as a disk
+ *    completes a request up to a bad sector): end_io gets -errno and
+ *    blk_io.done says how many bytes from pos completed before the failure,
+ *    exactly as a smaller I/O would have (a READ's data there is valid, a
+ *    WRITE's is on the device, volatile until a flush), a multiple of lbs
+ *    below len. The submitter zeroes done; a layer that cannot tell leaves
+ *    it, and a filter ending its parent from a child copies the child's.
  *  - Neither side holds a lock across submit() or inside end_io that the
  *    other side could need.
  */
@@ -80,6 +87,7 @@ struct blk_io {
 	int iovcnt;
 	void (*end_io)(struct blk_io *io, int res);
 	void *private;			/* the submitter's */
+	uint64_t done;			/* with res < 0: bytes from pos that completed */
 };
 
 /* One `key = value` line of a [device NAME] section that core/ did not take. */

@@ -272,6 +272,7 @@ static inline struct blk_io be_child_io(const struct blk_io *parent,
 		.iovcnt = parent->iovcnt,
 		.end_io = end_io,
 		.private = private,
+		.done = 0,
 	};
 }
 

@@ -313,6 +313,7 @@ static void delay_end_io(struct blk_io *io, int res)
 	struct delay_dev *dd = c->dd;
 	struct blk_io *parent = c->parent;
 
+	parent->done = res ? io->done : 0;
 	be_pool_put(&dd->pool, c);
 	parent->end_io(parent, res);
 	/*

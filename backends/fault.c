@@ -39,6 +39,12 @@
  *			yes: a WRITE, DISCARD or WRITE_ZEROES over bad blocks
  *			succeeds and clears the part it covered, as a drive
  *			remaps a sector; reads still fail until then (dm-dust)
+ *	badblocks_partial_io
+ *			yes: a READ or WRITE that reaches a bad range after its
+ *			first logical block completes up to it and fails from
+ *			it (null_blk's badblocks_partial_io): the part before is
+ *			passed on as an I/O of its own, and the I/O ends with the
+ *			range's errno and blk_io.done = that part
  *	seed		the random stream of `probability` (a number, or auto:
  *			from the clock); printed to the daemon log
  *	enabled		no: everything passes (the map and the knobs are kept)
@@ -104,6 +110,16 @@ struct fault_bad {
 	int err;
 };
 
+/* The part before a bad range, passed on alone (badblocks_partial_io). From fd->part_pool. */
+#define FAULT_PART_IOV 16
+struct fault_part {
+	struct blk_io io;		/* must come first */
+	struct fault_dev *fd;
+	struct blk_io *parent;
+	int err;			/* the bad range's errno: the rest's */
+	struct iovec iov[FAULT_PART_IOV];
+};
+
 /* A hung I/O: the cache's blk_io, held on fd->hung. From fd->pool. */
 struct fault_hang {
 	struct fault_hang *next;	/* fd->lock */
@@ -115,7 +131,9 @@ struct fault_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;		/* device name, for messages; set at open */
 	uint64_t size;			/* the device's; set at open */
+	uint32_t lbs;			/* its logical block size */
 	struct be_pool pool;		/* struct fault_hang */
+	struct be_pool part_pool;	/* struct fault_part */
 	pthread_t hang_thread;
 	bool seed_said;			/* atomic: the first I/O said the seed */
 
@@ -133,6 +151,7 @@ struct fault_dev {
 	bool hang;			/* lock */
 	bool once;			/* lock: badblocks_once */
 	bool clear_on_write;		/* lock: badblocks_clear_on_write */
+	bool partial_io;		/* lock: badblocks_partial_io */
 	bool stop;			/* lock: closing; the hang thread passes all on */
 	uint64_t hang_timeout_ns;	/* lock: 0 = until released */
 	uint64_t seed;			/* lock: the stream's seed, as shown */
@@ -151,6 +170,7 @@ struct fault_dev {
 	uint64_t nr_hangs;		/* I/Os hung */
 	uint64_t nr_released;		/* of those, ended by `release` */
 	uint64_t nr_timed_out;		/* of those, passed on at hang_timeout */
+	uint64_t nr_partial;		/* I/Os completed part way (partial_io) */
 };
 
 static unsigned int op_bit(enum blk_op op)
@@ -281,6 +301,7 @@ struct fault_verdict {
 	bool hang;		/* hold it instead */
 	bool bad_hit;		/* the map failed it */
 	bool cleared;		/* it cleared bad blocks */
+	uint64_t partial;	/* badblocks_partial_io: the bytes before the bad range */
 };
 
 static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
@@ -350,6 +371,21 @@ static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 	}
 }
 
+/* The whole logical blocks of @io before the first bad byte it covers. */
+static uint64_t partial_locked(const struct fault_dev *fd, const struct blk_io *io)
+{
+	uint64_t first = io->pos + io->len;
+	size_t i;
+
+	for (i = 0; i < fd->nr_bad; i++) {
+		uint64_t at = fd->bad[i].pos > io->pos ? fd->bad[i].pos : io->pos;
+
+		if (overlaps(&fd->bad[i], io->pos, io->len) && at < first)
+			first = at;
+	}
+	return (first - io->pos) & ~(uint64_t)(fd->lbs - 1);
+}
+
 static bool is_write_op(enum blk_op op)
 {
 	return op == BLK_WRITE || op == BLK_DISCARD || op == BLK_WRITE_ZEROES;
@@ -377,6 +413,8 @@ static struct fault_verdict fault_decide(struct fault_dev *fd, const struct blk_
 			} else {
 				v.err = fd->bad[i].err;
 				v.bad_hit = true;
+				if (fd->partial_io && (io->op == BLK_READ || io->op == BLK_WRITE))
+					v.partial = partial_locked(fd, io);
 				if (fd->once) {
 					clear_bad_locked(fd, io->pos, io->len, "a failed I/O (badblocks_once)");
 					v.cleared = true;
@@ -425,6 +463,58 @@ out_fired:
 out_unlock:
 	pthread_mutex_unlock(&fd->lock);
 	return v;
+}
+
+/* ---- partial completions ---- */
+
+static void part_end_io(struct blk_io *io, int res)
+{
+	struct fault_part *c = (struct fault_part *)io;
+	struct fault_dev *fd = c->fd;
+	struct blk_io *parent = c->parent;
+	int err = c->err;
+
+	/* the part before the bad range ended: the I/O ends with the range's error */
+	parent->done = res ? io->done : io->len;
+	be_pool_put(&fd->part_pool, c);
+	parent->end_io(parent, res ? res : -err);
+}
+
+/*
+ * Pass on the first @part bytes of @io alone, then fail it with @err from
+ * there. Returns -ENOMEM (nothing done) when the part's record cannot be
+ * had or its vector is longer than a record holds.
+ */
+static int part_submit(struct fault_dev *fd, struct blk_io *io, uint64_t part, int err)
+{
+	struct fault_part *c = be_pool_get(&fd->part_pool);
+	uint64_t left = part;
+	int n = 0, ret;
+
+	if (!c)
+		return -ENOMEM;
+	while (left) {
+		if (n == FAULT_PART_IOV || n == io->iovcnt) {
+			be_pool_put(&fd->part_pool, c);
+			return -ENOMEM;
+		}
+		c->iov[n] = io->iov[n];
+		if (c->iov[n].iov_len > left)
+			c->iov[n].iov_len = left;
+		left -= c->iov[n].iov_len;
+		n++;
+	}
+	c->io = be_child_io(io, part_end_io, c);
+	c->io.len = part;
+	c->io.iov = c->iov;
+	c->io.iovcnt = n;
+	c->fd = fd;
+	c->parent = io;
+	c->err = err;
+	ret = blk_submit(fd->be.next, &c->io);
+	if (ret)
+		part_end_io(&c->io, ret);
+	return 0;
 }
 
 /* ---- hangs ---- */
@@ -559,7 +649,12 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 	__atomic_add_fetch(&fd->nr_injected, 1, __ATOMIC_RELAXED);
 	if (v.bad_hit)
 		__atomic_add_fetch(&fd->nr_bad_hits, 1, __ATOMIC_RELAXED);
+	if (v.partial && !part_submit(fd, io, v.partial, v.err)) {
+		__atomic_add_fetch(&fd->nr_partial, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
 	/* Taken and failed, as a disk fails it: the error is the I/O's result. */
+	io->done = 0;
 	io->end_io(io, -v.err);
 	return 0;
 }
@@ -568,8 +663,8 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 
 static const char *const fault_keys[] = {
 	"ops", "errno", "probability", "after", "persistent", "hang", "hang_timeout",
-	"badblocks", "badblocks_once", "badblocks_clear_on_write", "seed", "enabled", "pool",
-	NULL,
+	"badblocks", "badblocks_once", "badblocks_clear_on_write", "badblocks_partial_io", "seed",
+	"enabled", "pool", NULL,
 };
 
 static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *next)
@@ -593,6 +688,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	}
 	fd->dev = p->dev ? p->dev : "?";
 	fd->size = geo.size;
+	fd->lbs = geo.lbs;
 	fd->ops = FO_WRITE;
 	fd->err = EIO;
 	fd->after = FAULT_AFTER_OFF;
@@ -644,6 +740,8 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	if (!ret)
 		ret = blk_param_bool(p, "badblocks_clear_on_write", false, &fd->clear_on_write);
 	if (!ret)
+		ret = blk_param_bool(p, "badblocks_partial_io", false, &fd->partial_io);
+	if (!ret)
 		ret = be_param_seed(p, &fd->seed);
 	if (!ret)
 		ret = be_param_pool(p, &pool);
@@ -664,6 +762,11 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	ret = be_pool_init(&fd->pool, pool, sizeof(struct fault_hang), 64);
 	if (ret)
 		goto out_err;
+	ret = be_pool_init(&fd->part_pool, pool, sizeof(struct fault_part), 64);
+	if (ret) {
+		be_pool_destroy(&fd->pool);
+		goto out_err;
+	}
 	ret = -pthread_mutex_init(&fd->lock, NULL);
 	if (ret)
 		goto out_destroy_pool;
@@ -688,6 +791,7 @@ out_destroy_lock:
 	pthread_mutex_destroy(&fd->lock);
 out_destroy_pool:
 	be_pool_destroy(&fd->pool);
+	be_pool_destroy(&fd->part_pool);
 out_err:
 	blk_param_error(p, NULL, "cannot set up the fault filter: %s", strerror(-ret));
 out_free:
@@ -711,6 +815,7 @@ static void fault_close(struct blk_backend *be)
 	pthread_cond_destroy(&fd->hang_cv);
 	pthread_mutex_destroy(&fd->lock);
 	be_pool_destroy(&fd->pool);
+	be_pool_destroy(&fd->part_pool);
 	free(fd);
 }
 
@@ -727,7 +832,7 @@ static size_t fault_stat(struct blk_backend *be, char *buf, size_t len)
 			   "fault_injected %llu\nfault_badblock_injected %llu\nfault_matching_ops %llu\n"
 			   "fault_badblocks_cleared %llu\nfault_badblock_ranges %zu\n"
 			   "fault_hangs %llu\nfault_hung_ios %zu\nfault_hangs_released %llu\n"
-			   "fault_hangs_timed_out %llu\n",
+			   "fault_hangs_timed_out %llu\nfault_partial_ios %llu\n",
 			   (unsigned long long)__atomic_load_n(&fd->nr_injected, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&fd->nr_bad_hits, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&fd->nr_matching, __ATOMIC_RELAXED),
@@ -736,7 +841,8 @@ static size_t fault_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)__atomic_load_n(&fd->nr_hangs, __ATOMIC_RELAXED),
 			   hung,
 			   (unsigned long long)__atomic_load_n(&fd->nr_released, __ATOMIC_RELAXED),
-			   (unsigned long long)__atomic_load_n(&fd->nr_timed_out, __ATOMIC_RELAXED));
+			   (unsigned long long)__atomic_load_n(&fd->nr_timed_out, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&fd->nr_partial, __ATOMIC_RELAXED));
 	return n + be_pool_stat(&fd->pool, "fault", buf + n, len - n);
 }
 
@@ -905,6 +1011,7 @@ static int fault_##field##_store(struct blk_backend *be, const char *buf, size_t
 }
 
 FAULT_BOOL_ATTR(persistent, true)
+FAULT_BOOL_ATTR(partial_io, false)
 FAULT_BOOL_ATTR(enabled, true)
 FAULT_BOOL_ATTR(hang, true)
 FAULT_BOOL_ATTR(once, false)
@@ -1108,6 +1215,8 @@ static const struct blk_attr fault_attrs[] = {
 	{ .name = "badblocks_once", .show = fault_once_show, .store = fault_once_store },
 	{ .name = "badblocks_clear_on_write", .show = fault_clear_on_write_show,
 	  .store = fault_clear_on_write_store },
+	{ .name = "badblocks_partial_io", .show = fault_partial_io_show,
+	  .store = fault_partial_io_store },
 	{ .name = "seed", .show = fault_seed_show, .store = fault_seed_store },
 	{ .name = "enabled", .show = fault_enabled_show, .store = fault_enabled_store },
 	{ .name = NULL },
@@ -1121,7 +1230,8 @@ const struct blk_backend_ops fault_filter_ops = {
 		"fault.probability = 0..1, fault.after = N, fault.persistent = yes|no, "
 		"fault.hang = yes|no, fault.hang_timeout = 30s, "
 		"fault.badblocks = OFFSET LENGTH ERRNO, ..., fault.badblocks_once = yes|no, "
-		"fault.badblocks_clear_on_write = yes|no, fault.seed = N|auto",
+		"fault.badblocks_clear_on_write = yes|no, fault.badblocks_partial_io = yes|no, "
+		"fault.seed = N|auto",
 	.open = fault_open,
 	.close = fault_close,
 	.geometry = be_filter_geometry,

@@ -426,6 +426,7 @@ static void flakey_end_io(struct blk_io *io, int res)
 	} else if (!res) {
 		__atomic_add_fetch(&fk->nr_write_corrupt, 1, __ATOMIC_RELAXED);
 	}
+	parent->done = res ? io->done : 0;
 	child_done(fk, c);
 	parent->end_io(parent, res);
 	/* After the parent's end_io: close waits for inflight 0 before freeing fk. */

@@ -125,6 +125,7 @@ static void log_end_io(struct blk_io *io, int res)
 	struct blk_io *parent = li->parent;
 
 	log_line(li->ld, io, res, li->start_ns);
+	parent->done = res ? io->done : 0;
 	free(li);
 	/* Last: the cache may close the stack once this returns. */
 	parent->end_io(parent, res);

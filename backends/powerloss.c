@@ -389,6 +389,7 @@ static void pl_write_end_io(struct blk_io *io, int res)
 	pd->nr_inflight--;
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
+	parent->done = res ? io->done : 0;
 	free(c);
 	/* Last: the cache may close the stack once this returns. */
 	parent->end_io(parent, res);

@@ -261,6 +261,7 @@ static void throttle_end_io(struct blk_io *io, int res)
 	/* the freed slot goes to the next in line before the cache hears of this one */
 	if (waiting)
 		dispatch(td);
+	parent->done = res ? io->done : 0;
 	be_pool_put(&td->pool, c);
 	parent->end_io(parent, res);
 	/* After the parent's end_io: close waits for inflight 0 before freeing td. */

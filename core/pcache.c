@@ -2051,6 +2051,7 @@ static ssize_t direct_write_blocking(struct pc_dev *dev, const void *buf, size_t
 {
 	struct iovec iov;
 	size_t done = 0;
+	uint64_t ok;
 	int err;
 
 	/* dirty cached data must not land after (and over) this write */
@@ -2075,10 +2076,10 @@ static ssize_t direct_write_blocking(struct pc_dev *dev, const void *buf, size_t
 			STAT_ADD(dev, direct_copy_bytes, n);
 		}
 		iov.iov_len = n;
-		err = pc_submit_split_wait(dev, BLK_WRITE, pos + done, n, &iov, 1);
+		err = pc_submit_split_wait_ok(dev, BLK_WRITE, pos + done, n, &iov, 1, &ok);
+		done += ok;	/* a partial completion: what reached the device counts */
 		if (err)
 			break;
-		done += n;
 	}
 	/* also after a failure: part of it may have reached the device */
 	pc_invalidate_range(dev, pos, len);
@@ -2090,6 +2091,7 @@ static ssize_t direct_read_blocking(struct pc_dev *dev, void *buf, size_t len, u
 {
 	struct iovec iov;
 	size_t done = 0;
+	uint64_t ok;
 	int err;
 
 	err = wb_range(dev, pos, len);
@@ -2110,14 +2112,14 @@ static ssize_t direct_read_blocking(struct pc_dev *dev, void *buf, size_t len, u
 				n = PC_READ_MAX;
 		}
 		iov.iov_len = n;
-		err = pc_submit_split_wait(dev, BLK_READ, pos + done, n, &iov, 1);
+		err = pc_submit_split_wait_ok(dev, BLK_READ, pos + done, n, &iov, 1, &ok);
+		if (bounce) {
+			memcpy((char *)buf + done, iov.iov_base, ok);
+			STAT_ADD(dev, direct_copy_bytes, ok);
+		}
+		done += ok;	/* a partial completion: what was read is the reply */
 		if (err)
 			break;
-		if (bounce) {
-			memcpy((char *)buf + done, iov.iov_base, n);
-			STAT_ADD(dev, direct_copy_bytes, n);
-		}
-		done += n;
 	}
 	STAT_ADD(dev, direct_read_bytes, done);
 	return done ? (ssize_t)done : err;
@@ -2158,7 +2160,10 @@ static void dwrite_end(struct pc_batch *b)
 	int err = pc_batch_err(b);
 	bool dirty;
 
-	aio->res = err ? err : (ssize_t)aio->len;
+	/* a partial completion: the bytes that reached the device, a short write */
+	uint64_t ok = err ? pc_batch_ok_bytes(b, aio->pos) : aio->len;
+
+	aio->res = ok ? (ssize_t)ok : err;
 	if (range_cached(aio->dev, aio->pos, aio->len, &dirty) ||
 	    (aio->res > 0 && aio_sync_write(aio))) {
 		aio->op = PC_AIO_INVAL;
@@ -2172,10 +2177,11 @@ static void dread_end(struct pc_batch *b)
 {
 	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
 	int err = pc_batch_err(b);
+	/* a partial completion: what was read before the failure, a short read */
+	uint64_t ok = err ? pc_batch_ok_bytes(b, aio->pos) : aio->len;
 
-	if (!err)
-		STAT_ADD(aio->dev, direct_read_bytes, aio->len);
-	aio->done(aio, err ? err : (ssize_t)aio->len);
+	STAT_ADD(aio->dev, direct_read_bytes, ok);
+	aio->done(aio, ok ? (ssize_t)ok : err);
 }
 
 /* Start a direct I/O over the caller's buffer; @end replies. */

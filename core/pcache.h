@@ -317,6 +317,7 @@ struct pc_batch {
 	pthread_cond_t cond;
 	int pending;		/* atomic in asynchronous batches */
 	int err;		/* the first error */
+	uint64_t fail_pos;	/* the lowest byte that failed (partial completions), or ~0 */
 	void (*end)(struct pc_batch *b);	/* NULL: synchronous (pc_batch_wait) */
 };
 

@@ -309,6 +309,8 @@ void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));
 int pc_batch_err(struct pc_batch *b);
 void pc_batch_add(struct pc_batch *b);
 void pc_batch_done(struct pc_batch *b, int res);
+void pc_batch_done_at(struct pc_batch *b, int res, uint64_t fail_pos);
+uint64_t pc_batch_ok_bytes(struct pc_batch *b, uint64_t pos);
 int pc_batch_wait(struct pc_batch *b);
 void pc_batch_destroy(struct pc_batch *b);
 
@@ -328,7 +330,9 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags);
-/* The same, waiting for it. */
+/* The same, waiting for it; _ok also says how many bytes from @pos completed. */
+int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			    const struct iovec *iov, int iovcnt, uint64_t *ok);
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt);
 /* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */

@@ -105,6 +105,7 @@ void pc_batch_init(struct pc_batch *b)
 	pthread_cond_init(&b->cond, NULL);
 	b->pending = 0;
 	b->err = 0;
+	b->fail_pos = UINT64_MAX;
 	b->end = NULL;
 }
 
@@ -112,6 +113,7 @@ void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b))
 {
 	b->pending = 1;		/* the submitter's bias */
 	b->err = 0;
+	b->fail_pos = UINT64_MAX;
 	b->end = end;
 }
 
@@ -128,12 +130,25 @@ void pc_batch_add(struct pc_batch *b)
 
 void pc_batch_done(struct pc_batch *b, int res)
 {
+	pc_batch_done_at(b, res, UINT64_MAX);
+}
+
+/* As pc_batch_done(), for an I/O that failed from @fail_pos on (partial completion). */
+void pc_batch_done_at(struct pc_batch *b, int res, uint64_t fail_pos)
+{
 	if (b->end) {
 		int zero = 0;
 
-		if (res)
+		if (res) {
+			uint64_t cur = __atomic_load_n(&b->fail_pos, __ATOMIC_RELAXED);
+
 			__atomic_compare_exchange_n(&b->err, &zero, res, false, __ATOMIC_RELAXED,
 						    __ATOMIC_RELAXED);
+			while (fail_pos < cur &&
+			       !__atomic_compare_exchange_n(&b->fail_pos, &cur, fail_pos, false,
+							    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				;
+		}
 		if (__atomic_sub_fetch(&b->pending, 1, __ATOMIC_ACQ_REL) == 0)
 			b->end(b);
 		return;
@@ -141,6 +156,8 @@ void pc_batch_done(struct pc_batch *b, int res)
 	pthread_mutex_lock(&b->lock);
 	if (res && !b->err)
 		b->err = res;
+	if (res && fail_pos < b->fail_pos)
+		b->fail_pos = fail_pos;
 	if (--b->pending == 0)
 		pthread_cond_broadcast(&b->cond);
 	pthread_mutex_unlock(&b->lock);
@@ -163,6 +180,18 @@ int pc_batch_wait(struct pc_batch *b)
 int pc_batch_err(struct pc_batch *b)
 {
 	return __atomic_load_n(&b->err, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * After a failure, how many bytes from @pos (where the batch's I/O began)
+ * completed before the first failing byte: what a partial completion
+ * lets the caller keep. 0 when nothing said.
+ */
+uint64_t pc_batch_ok_bytes(struct pc_batch *b, uint64_t pos)
+{
+	uint64_t fail = __atomic_load_n(&b->fail_pos, __ATOMIC_ACQUIRE);
+
+	return fail != UINT64_MAX && fail > pos ? fail - pos : 0;
 }
 
 void pc_batch_destroy(struct pc_batch *b)
@@ -251,9 +280,11 @@ static void sio_end_io(struct blk_io *io, int res)
 	struct pc_dev *dev = s->dev;
 	struct pc_batch *b = s->batch;
 
+	uint64_t fail_pos = res ? io->pos + io->done : UINT64_MAX;
+
 	acct_end(dev, io->op, io->len, s->start_ns, res);
 	pc_pool_put(&dev->sio_pool, s);
-	pc_batch_done(b, res);
+	pc_batch_done_at(b, res, fail_pos);
 }
 
 static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *batch)
@@ -349,12 +380,20 @@ void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uin
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt)
 {
+	return pc_submit_split_wait_ok(dev, op, pos, len, iov, iovcnt, NULL);
+}
+
+int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			    const struct iovec *iov, int iovcnt, uint64_t *ok)
+{
 	struct pc_batch batch;
 	int err;
 
 	pc_batch_init(&batch);
 	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
 	err = pc_batch_wait(&batch);
+	if (ok)
+		*ok = err ? pc_batch_ok_bytes(&batch, pos) : len;
 	pc_batch_destroy(&batch);
 	return err;
 }

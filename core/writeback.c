@@ -201,31 +201,37 @@ static void wb_note_result(struct pc_dev *dev, uint64_t pos, uint64_t len, int r
  * meanwhile); a failure puts the blocks back in the dirty set
  * (on_error = keep) or drops them (counted).
  */
-static void wb_end_seg_locked(struct pc_dev *dev, struct wb_seg *s, int res)
+static void wb_end_seg_locked(struct pc_dev *dev, struct wb_seg *s, int res, uint64_t ok_end)
 {
 	struct pc_folio *f = s->f;
-	uint32_t b0 = s->off >> dev->cblk_shift;
-	uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b, i;
+	uint32_t sh = dev->cblk_shift, end = s->off + s->len;
+	uint32_t b0 = s->off >> sh, b1 = (end - 1) >> sh, b;
+	uint64_t fpos = folio_pos(dev->pc, f), dropped = 0;
 	size_t nr = 0;
 
-	if (res && !dev->on_error_drop) {
-		/* keep: back into the dirty set (only blocks still cached, whole or partial) */
-		for (b = b0; b <= b1; b++)
-			if (bm_test(f->state, b) || folio_part_find_locked(f, b))
-				nr += bm_set_range(f->state, dev->nr_blks + b, 1);
-		folio_account_dirty_locked(dev, f, (long)nr);
-	} else if (res) {
-		STAT_ADD(dev, dropped_bytes, s->len);
-	}
-	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
-		struct pc_part *p = &f->part[i];
+	for (b = b0; b <= b1; b++) {
+		uint32_t part_end = (b + 1) << sh < end ? (b + 1) << sh : end;
+		uint32_t part_start = b << sh > s->off ? b << sh : s->off;
+		/* a partial completion: the blocks before the failure made it */
+		bool failed = res && fpos + part_end > ok_end;
+		struct pc_part *p = folio_part_find_locked(f, b);
 
-		if (p->blk == PART_FREE || p->blk < b0 || p->blk > b1 || !(p->flags & PART_WB))
-			continue;
-		p->flags &= ~PART_WB;
-		if (!bm_test(f->state, dev->nr_blks + p->blk))
-			folio_part_free_locked(f, p);	/* the device has it now: read it from there */
+		if (failed && !dev->on_error_drop) {
+			/* keep: back into the dirty set (only blocks still cached, whole or partial) */
+			if (bm_test(f->state, b) || p)
+				nr += bm_set_range(f->state, dev->nr_blks + b, 1);
+		} else if (failed) {
+			dropped += part_end - part_start;
+		}
+		if (p && (p->flags & PART_WB)) {
+			p->flags &= ~PART_WB;
+			if (!bm_test(f->state, dev->nr_blks + b))
+				folio_part_free_locked(f, p);	/* the device has it: read it from there */
+		}
 	}
+	folio_account_dirty_locked(dev, f, (long)nr);
+	if (dropped)
+		STAT_ADD(dev, dropped_bytes, dropped);
 }
 
 static void wb_end_io(struct blk_io *io, int res)
@@ -241,7 +247,7 @@ static void wb_end_io(struct blk_io *io, int res)
 		bool clean;
 
 		pthread_mutex_lock(&f->lock);
-		wb_end_seg_locked(dev, s, res);
+		wb_end_seg_locked(dev, s, res, w->io.pos + (res ? io->done : w->io.len));
 		assert(f->wb_ios > 0);
 		f->wb_ios--;
 		clean = !f->nr_dirty && !f->wb_ios;

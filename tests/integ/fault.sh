@@ -152,6 +152,24 @@ assert_eq "fsync after clear" OK "$r"
 cmp -n 65536 "$src" <(dd if="$dev" bs=64K skip=$((40 * MiB / 65536)) count=1 iflag=direct status=none) ||
 	fail "the write over the cleared bad block did not land"
 
+# ---------------------------------------------------------------------------
+info "badblocks_partial_io: O_DIRECT comes back short at the bad block, buffered reads fail"
+set_attr badblocks "$((48 * MiB + 20480)) 4096 EIO"
+set_attr badblocks_partial_io yes
+# a short read, which dd takes as a partial record
+out=$(dd if="$dev" of="$TDIR/part" bs=64K count=1 skip=$((48 * MiB / 65536)) iflag=direct 2>&1) ||
+	fail "an O_DIRECT read over a bad block 20 KiB in failed instead of coming back short: $out"
+case $out in
+*"0+1 records in"*"20480 bytes"*) ;;
+*) fail "O_DIRECT read over a bad block 20 KiB in: $out" ;;
+esac
+cmp -n 20480 "$TDIR/part" <(dd if="$dev" bs=4096 count=5 skip=$((48 * MiB / 4096)) iflag=direct status=none) ||
+	fail "the part before the bad block differs"
+expect_errno EIO dd if="$dev" of=/dev/null bs=64K count=1 skip=$((48 * MiB / 65536)) status=none
+[ "$(stat fault_partial_ios)" -ge 1 ] || fail "fault_partial_ios $(stat fault_partial_ios)"
+set_attr badblocks_partial_io no
+set_attr badblocks clear
+
 exec 7>&-
 info "faults injected: $(stat fault_injected) (bad-block: $(stat fault_badblock_injected))"
 stop_blkfs

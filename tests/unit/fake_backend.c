@@ -26,6 +26,7 @@ struct fake_pend {
 	struct blk_io *io;
 	uint64_t seq;
 	int result;		/* decided at submit: 0 or the injected error */
+	uint64_t part;		/* with result: the bytes that complete first (partial) */
 	bool bad;		/* violated the contract: touch nothing */
 };
 
@@ -195,6 +196,22 @@ static void iov_fill_locked(const struct blk_io *io, const uint8_t *src, int byt
 	}
 }
 
+/* Move the first @n bytes of a READ or WRITE, between its vector and the store. */
+static void iov_move_locked(struct fake_be *fb, const struct blk_io *io, uint64_t n)
+{
+	uint64_t off = 0;
+
+	for (int i = 0; i < io->iovcnt && off < n; i++) {
+		size_t c = io->iov[i].iov_len < n - off ? io->iov[i].iov_len : n - off;
+
+		if (io->op == BLK_READ)
+			memcpy(io->iov[i].iov_base, fb->data + io->pos + off, c);
+		else
+			memcpy(fb->data + io->pos + off, io->iov[i].iov_base, c);
+		off += c;
+	}
+}
+
 /* Move the data of a completing op and fill in its log entry; returns its result. */
 static int process_locked(struct fake_be *fb, const struct fake_pend *p)
 {
@@ -227,6 +244,10 @@ static int process_locked(struct fake_be *fb, const struct fake_pend *p)
 	} else if (io->op == BLK_READ) {
 		iov_fill_locked(io, NULL, FAKE_POISON);
 	}
+	if (res && p->part && !p->bad)
+		iov_move_locked(fb, io, p->part);	/* the part before the fault made it */
+	if (res)
+		io->done = p->bad ? 0 : p->part;
 
 	if (p->seq >= fb->log_base && p->seq - fb->log_base < fb->log_len) {
 		struct fake_op *e = &fb->log[p->seq - fb->log_base];
@@ -346,6 +367,9 @@ static int fake_submit(struct blk_backend *be, struct blk_io *io)
 	}
 	if (!p.bad)
 		p.result = fault_check_locked(fb, io);
+	if (p.result && fb->fault.partial && fb->fault.pos > io->pos &&
+	    (io->op == BLK_READ || io->op == BLK_WRITE))
+		p.part = (fb->fault.pos - io->pos) & ~(uint64_t)(fb->geo.lbs - 1);
 	if (io->op == BLK_WRITE) {
 		for (size_t i = 0; i < fb->nr_pend; i++) {
 			const struct blk_io *o = fb->pend[i].io;

@@ -67,6 +67,12 @@ struct fake_fault {
 	unsigned int countdown;
 	int err;
 	bool persistent;
+	/*
+	 * A READ or WRITE the fault fails from @pos on (pos inside it) first
+	 * completes what lies before, in whole logical blocks: end_io gets
+	 * @err with blk_io.done set (a partial completion, backend.h).
+	 */
+	bool partial;
 };
 
 struct fake_be;

@@ -584,3 +584,58 @@ TEST_FIX(write_through, fua_buffered) { fua_case(false, false); }
 TEST_FIX(write_through, fua_direct) { fua_case(false, true); }
 TEST_FIX(write_through, device_buffered) { fua_case(true, false); }
 TEST_FIX(write_through, device_direct) { fua_case(true, true); }
+
+/* ======================================================================
+ * Partial completions (backend.h): an I/O that completes up to a bad
+ * block and fails from it
+ * ====================================================================== */
+
+static uint64_t dirty_now(void)
+{
+	struct pc_stats st;
+
+	pc_dev_stats(dev, &st);
+	return st.dirty_bytes;
+}
+
+/* O_DIRECT reads and writes come back short, ending where the failure is. */
+TEST_FIX(partial_io, direct_io_is_short)
+{
+	struct fake_fault ft = { .op_mask = R | W, .pos = 1 * MiB + 16 * KiB, .len = 4096,
+				 .err = -EIO, .persistent = true, .partial = true };
+	uint8_t *buf = talloc(64 * KiB);
+
+	setup_4k(8 * MiB, 64 * KiB);
+	fake_fault_set(fb, &ft);
+	cr_assert_eq(pc_direct_read(dev, buf, 64 * KiB, 1 * MiB), 16 * KiB);
+	expect_same(buf, model + 1 * MiB, 16 * KiB, 1 * MiB, "the part before the bad block");
+	fill(buf, 64 * KiB, 1 * MiB, 2);
+	cr_assert_eq(pc_direct_write(dev, buf, 64 * KiB, 1 * MiB), 16 * KiB);
+	model_fill_gen(1 * MiB, 16 * KiB, 2);
+	/* from the bad block on: the error itself */
+	cr_assert_eq(pc_direct_read(dev, buf, 4096, 1 * MiB + 16 * KiB), -EIO);
+	/* a buffered read (the kernel's page cache may be filling pages) gets EIO */
+	cr_assert_eq(pc_read(dev, buf, 64 * KiB, 1 * MiB), -EIO);
+	fake_fault_clear(fb);
+	verify_store(0, dev_size);
+	verify_cache(1 * MiB, 64 * KiB);
+}
+
+/* Writeback: the blocks before the failure turn clean, the rest stays dirty. */
+TEST_FIX(partial_io, writeback_keeps_what_failed)
+{
+	struct fake_fault ft = { .op_mask = W, .pos = 1 * MiB + 16 * KiB, .len = 4096,
+				 .err = -EIO, .persistent = true, .partial = true };
+
+	setup_4k(8 * MiB, 64 * KiB);
+	do_write(1 * MiB, 64 * KiB, 2);
+	fake_fault_set(fb, &ft);
+	cr_assert_eq(do_fsync(), -EIO);
+	cr_assert_eq(dirty_now(), 48 * KiB, "dirty %llu: the 16 KiB before the bad block are "
+		     "on the device", (unsigned long long)dirty_now());
+	cr_assert(!memcmp(fake_store(fb) + 1 * MiB, model + 1 * MiB, 16 * KiB));
+	fake_fault_clear(fb);
+	cr_assert_eq(do_fsync(), 0);
+	cr_assert_eq(dirty_now(), 0);
+	verify_store(0, dev_size);
+}

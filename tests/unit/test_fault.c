@@ -469,7 +469,8 @@ Test(fault, config_keys)
 	/* every key in the ops' list */
 	for (const char *const *k = blk_backend_find("fault")->keys; *k; k++)
 		cr_assert(strstr("ops errno probability after persistent hang hang_timeout badblocks "
-				 "badblocks_once badblocks_clear_on_write seed enabled pool", *k),
+				 "badblocks_once badblocks_clear_on_write badblocks_partial_io seed "
+				 "enabled pool", *k),
 			  "%s", *k);
 
 	tparams_init(&tp);
@@ -682,6 +683,55 @@ Test(fault, badblocks_once)
 	cr_assert_eq(rd(be, 0, 512), -EIO);
 	cr_assert_eq(rd(be, 0, 512), -EIO);
 	attr_refuses(be, "badblocks_once", "twice");
+	be->ops->close(be);
+}
+
+/* An I/O over @be whose partial completion the test sees: the result and done. */
+static int io_done(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len, int fill,
+		   uint64_t *done)
+{
+	struct tio t;
+	int res;
+
+	tio_init(&t, op, pos, len, NULL, fill);
+	cr_assert_eq(tio_submit(be, &t), 0);
+	cr_assert(tio_wait(&t, 5000));
+	res = t.res;
+	*done = t.io.done;
+	tio_free(&t);
+	return res;
+}
+
+/*
+ * null_blk's badblocks_partial_io: an I/O that reaches a bad range after its
+ * first logical block completes up to it (passed on as an I/O of its own)
+ * and fails from it, saying how much completed in blk_io.done.
+ */
+Test(fault, badblocks_partial_io)
+{
+	struct blk_backend *be = fault_open_default();
+	uint64_t done = 1;
+
+	cr_assert_eq(wr(be, 0, 64 * KiB, 0x71), 0);
+	cr_assert_eq(attr_store(be, "badblocks", "20000 1000 ENOSPC"), 0);
+	cr_assert_str_eq(attr_show(be, "badblocks_partial_io"), "0\n");
+	/* off: the whole I/O fails, nothing completed */
+	cr_assert_eq(io_done(be, BLK_WRITE, 0, 32 * KiB, 0x72, &done), -ENOSPC);
+	cr_assert_eq(done, 0);
+	cr_assert(store_is(0, 32 * KiB, 0x71));
+	cr_assert_eq(attr_store(be, "badblocks_partial_io", "yes"), 0);
+	/* a write up to the bad range, in whole 512-byte blocks: 19968 bytes */
+	cr_assert_eq(io_done(be, BLK_WRITE, 0, 32 * KiB, 0x72, &done), -ENOSPC);
+	cr_assert_eq(done, 19968, "done %llu", (unsigned long long)done);
+	cr_assert(store_is(0, 19968, 0x72));
+	cr_assert(store_is(19968, 32 * KiB - 19968, 0x71));
+	/* a read likewise; one that starts in the range fails whole */
+	cr_assert_eq(io_done(be, BLK_READ, 4096, 32 * KiB, 0, &done), -ENOSPC);
+	cr_assert_eq(done, 19968 - 4096);
+	cr_assert_eq(io_done(be, BLK_READ, 20480, 4096, 0, &done), -ENOSPC);
+	cr_assert_eq(done, 0);
+	cr_assert_eq(stat_get(be, "fault_partial_ios"), 2);
+	attr_refuses(be, "badblocks_partial_io", "some");
 	be->ops->close(be);
 }
 
