@@ -2383,6 +2383,11 @@ static void folio_drop(struct pc_dev *dev, struct pc_folio *f, void *arg)
 		folio_unpark(dev->pc, f);
 }
 
+void pc_dev_drop_clean(struct pc_dev *dev)
+{
+	pc_invalidate_range(dev, 0, dev->geo.size);
+}
+
 int pc_dev_set_size(struct pc_dev *dev, uint64_t size)
 {
 	uint64_t old = dev->geo.size;

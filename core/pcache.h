@@ -379,6 +379,13 @@ void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint
 void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
 
 /**
+ * pc_dev_drop_clean - forget every clean cached block of @dev (dirty data
+ * stays): the next reads come from the device, as after the kernel's
+ * drop_caches. Cannot fail.
+ */
+void pc_dev_drop_clean(struct pc_dev *dev);
+
+/**
  * pc_dev_set_size - the device's size changed (its backend was resized)
  * @size: the new size, a multiple of the cache block (pc_dev_cache_block())
  *

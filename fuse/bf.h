@@ -136,6 +136,9 @@ void bf_drain(struct bf_daemon *d);
 void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
 		      uint64_t *slots);
 
+/* .sys/DEV/drop_caches: the device's clean cached data, blkfs's and the kernel's, goes. */
+void bf_dev_drop_caches(struct bf_dev *bd);
+
 /* sysfs.c */
 int bf_sys_build(struct bf_daemon *d);
 struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino);

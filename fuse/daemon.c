@@ -115,6 +115,15 @@ static void bf_drop_volatile(void *ctx)
 		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
 }
 
+void bf_dev_drop_caches(struct bf_dev *bd)
+{
+	struct fuse_session *se = bd->d->se;
+
+	pc_dev_drop_clean(bd->pc);
+	if (se)
+		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
+}
+
 /* uid/gid of a device file: a number or a name; the mounter's by default. */
 static int resolve_id(struct bf_daemon *d, struct conf_device *cd, const char *key,
 		      const char *val, bool user, unsigned *out, char *err, size_t errlen)

@@ -200,6 +200,20 @@ static int store_write_cache(struct bf_dev *bd, const char *buf, size_t len)
 	return 0;
 }
 
+/*
+ * As /proc/sys/vm/drop_caches for one device: "1" drops what blkfs and the
+ * kernel's page cache of the file hold clean; dirty data stays.
+ */
+static int store_drop_caches(struct bf_dev *bd, const char *buf, size_t len)
+{
+	if (len && buf[len - 1] == '\n')
+		len--;
+	if (len != 1 || buf[0] != '1')
+		return -EINVAL;
+	bf_dev_drop_caches(bd);
+	return 0;
+}
+
 static int show_zero(struct bf_dev *bd, char *buf, size_t len)
 {
 	(void)bd;
@@ -216,6 +230,7 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "stat", show_stat, NULL },
 	{ "blkfs_stat", show_blkfs_stat, NULL },
 	{ "ro", show_zero, NULL },
+	{ "drop_caches", show_zero, store_drop_caches },
 	{ "cache_block_size", show_cache_block, NULL },
 	{ NULL, NULL, NULL },
 };

@@ -209,4 +209,22 @@ ddev if="$src" of="$MNT/ram0" bs=1M count=1 seek=100 conv=fsync,notrunc
 cmp_range "$src" 0 "$MNT/ram0" $((100 * MiB)) $MiB
 [ "$(stat_field 5)" -gt "$w_ios1" ] || fail "stat write I/Os did not grow again"
 
+info "drop_caches: clean cached data goes, dirty data stays"
+bs=$TDIR/blkfs_stat.now
+bstat() {	# live, not the snapshot above
+	cat "$sys/blkfs_stat" >"$bs"
+	awk -v n="$1" '$1 == n { print $2; f = 1 } END { exit !f }' "$bs" ||
+		fail "blkfs_stat has no $1"
+}
+dd if="$MNT/ram0" of=/dev/null bs=1M count=4 skip=100 status=none
+[ "$(bstat cached_bytes)" -gt 0 ] || fail "nothing cached after a read"
+ddev if="$src" of="$MNT/ram0" bs=64K count=1 seek=$((120 * 16)) conv=notrunc
+echo 1 >"$sys/drop_caches" || fail "echo 1 > drop_caches failed"
+# what is left cached is what is still dirty (the flusher may have written it)
+[ "$(bstat cached_bytes)" -le "$(bstat dirty_bytes)" ] ||
+	fail "cached_bytes $(bstat cached_bytes) after drop_caches, dirty $(bstat dirty_bytes)"
+expect_errno EINVAL bash -c "echo 2 >'$sys/drop_caches'"
+cmp_range "$src" 0 "$MNT/ram0" $((120 * MiB)) 65536
+cmp_range "$src" 0 "$MNT/ram0" $((100 * MiB)) $MiB
+
 stop_blkfs
