@@ -110,7 +110,7 @@ static void log_line(struct log_dev *ld, const struct blk_io *io, int res,
 		__atomic_add_fetch(&ld->nr_write_errors, 1, __ATOMIC_RELAXED);
 		if (!ld->write_failed) {
 			ld->write_failed = true;
-			fprintf(stderr, "blkfs: log filter: %s: %s (trace lines are lost)\n",
+			blk_err("log filter: %s: %s (trace lines are lost)",
 				ld->path, strerror(-ret));
 		}
 	} else {
@@ -285,7 +285,7 @@ static void log_close(struct blk_backend *be)
 	struct log_dev *ld = (struct log_dev *)be;
 
 	if (close(ld->fd))
-		fprintf(stderr, "blkfs: log filter: %s: %s\n", ld->path, strerror(errno));
+		blk_err("log filter: %s: %s", ld->path, strerror(errno));
 	pthread_mutex_destroy(&ld->lock);
 	free(ld->path);
 	free(ld);

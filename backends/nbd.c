@@ -428,7 +428,7 @@ static int req_issue_one(struct nbd_conn *c, struct nbd_req *req)
 			snprintf(c->dead_why, sizeof(c->dead_why), "%s",
 				 nbd_get_error() ? nbd_get_error() : "the connection failed");
 		else
-			fprintf(stderr, "blkfs: nbd: %s: connection %u: command refused: %s\n",
+			blk_err("nbd: %s: connection %u: command refused: %s",
 				nd->name, c->idx, nbd_get_error());
 		req->off = req->total;		/* issue nothing more of it */
 		return -1;
@@ -451,7 +451,7 @@ static void conn_log(struct nbd_conn *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "blkfs: nbd: %s: connection %u to %s: %s\n", c->nd->name, c->idx,
+	blk_warn("nbd: %s: connection %u to %s: %s", c->nd->name, c->idx,
 		c->nd->uri, msg);
 }
 
@@ -1522,8 +1522,7 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 
 	/* multi-conn only where the server says its connections share one cache. */
 	if (nconn > 1 && !nd->srv0.can_multi_conn) {
-		fprintf(stderr,
-			"blkfs: nbd: %s: the server at %s does not advertise multi-conn: 1 connection, not %u\n",
+		blk_warn("nbd: %s: the server at %s does not advertise multi-conn: 1 connection, not %u",
 			nd->name, uri, nconn);
 		nd->nconn = 1;
 	}

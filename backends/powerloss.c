@@ -789,9 +789,9 @@ static int pl_trigger(struct pl_dev *pd)
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
 
-	fprintf(stderr,
-		"blkfs: powerloss: %s: power cut, seed %llu: %zu unflushed writes (%llu bytes): "
-		"%llu kept, %llu dropped, %llu torn%s%s\n",
+	blk_logl(ret ? BLK_LOG_ERR : BLK_LOG_INFO,
+		"powerloss: %s: power cut, seed %llu: %zu unflushed writes (%llu bytes): "
+		"%llu kept, %llu dropped, %llu torn%s%s",
 		pd->dev, (unsigned long long)seed, n, (unsigned long long)unflushed,
 		(unsigned long long)counts[PL_KEEP], (unsigned long long)counts[PL_DROP],
 		(unsigned long long)counts[PL_TEAR], ret ? "; restoring failed: " : "",
@@ -825,7 +825,7 @@ static int pl_restart(struct pl_dev *pd)
 	pd->state = PL_RUNNING;
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
-	fprintf(stderr, "blkfs: powerloss: %s: restarted\n", pd->dev);
+	blk_info("powerloss: %s: restarted", pd->dev);
 	return 0;
 }
 

@@ -376,7 +376,7 @@ static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
 	pthread_mutex_unlock(&dev->err_lock);
 	log = blk_ratelimit(&dev->err_rl, dev->name);
 	if (log)
-		blk_log("%s: writeback of %llu bytes at %llu failed: %s; %s",
+		blk_err("%s: writeback of %llu bytes at %llu failed: %s; %s",
 			dev->name, (unsigned long long)w->io.len,
 			(unsigned long long)w->io.pos, strerror(-res),
 			dev->on_error_drop ? "dropped (on_error = drop)" : "the data stays dirty");

@@ -1048,7 +1048,7 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	ret = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	if (ret < 0 && ret != -ENODEV)
-		blk_log("request loop ended: %s", strerror(-ret));
+		blk_err("request loop ended: %s", strerror(-ret));
 
 out_signals:
 	fuse_remove_signal_handlers(se);
@@ -1061,7 +1061,7 @@ out_signals:
 		pc_dev_stats(d->devs[i].pc, &st);
 		if (err || lost) {
 			code = 1;
-			blk_log("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
+			blk_err("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
 				(unsigned long long)lost, strerror(err ? -err : EIO));
 			used += (size_t)snprintf(status + used, statuslen - used,
 						 "lost %s %llu %s\n", d->devs[i].cd->name,
