@@ -1043,13 +1043,17 @@ static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const str
 static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 			 bool exclusive, bool *created)
 {
-	int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+	/* a read-only mount reads a read-only image or write-protected disk too */
+	int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC;
 	struct stat st;
 	int err;
 
 	*created = false;
 	if (stat(ad->path, &st)) {
 		err = errno;
+		if (err == ENOENT && create && p->read_only)
+			return blk_param_error(p, "path", "%s: %s (create = yes, but the mount is "
+					       "read-only: nothing is created)", ad->path, strerror(err));
 		if (err != ENOENT || !create)
 			return blk_param_error(p, "path", "%s: %s%s", ad->path, strerror(err),
 					       err == ENOENT ? " (create = yes makes an image file)" : "");

@@ -120,6 +120,12 @@ struct blk_params {
 	 * pointer (it stays valid until close) and calls it only after open.
 	 */
 	const struct blk_host *host;
+	/*
+	 * The mount is read-only (mount option `ro`): open the storage for
+	 * reading (a read-only image or export is fine); no WRITE, DISCARD or
+	 * WRITE_ZEROES will be submitted.
+	 */
+	bool read_only;
 };
 
 struct blk_backend;

@@ -1024,35 +1024,109 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
 	return 0;
 }
 
-/* [mount]: how the kernel side of the mount behaves. */
+/*
+ * [mount]: how the kernel side of the mount behaves. The same keys are mount
+ * options (`-o kernel_cache=writeback`, an fstab line), which override the
+ * file: conf_mount_set().
+ */
+enum mount_key { MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_NR };
+
+static const char *const mount_keys[MK_NR] = {
+	[MK_KERNEL_CACHE] = "kernel_cache",
+	[MK_ALLOW_OTHER] = "allow_other",
+};
+
+static int mount_key_find(const char *key)
+{
+	int k;
+
+	for (k = 0; k < MK_NR; k++)
+		if (!strcmp(key, mount_keys[k]))
+			return k;
+	return -1;
+}
+
+/* Set key @k to @val; NULL, or what is allowed. */
+static const char *mount_key_set(struct conf_mount *m, int k, const char *val)
+{
+	switch (k) {
+	case MK_KERNEL_CACHE:
+		if (strcmp(val, "none") && strcmp(val, "writeback"))
+			return "none, writeback";
+		m->kernel_writeback = !strcmp(val, "writeback");
+		return NULL;
+	case MK_ALLOW_OTHER:
+		if (strcmp(val, "yes") && strcmp(val, "no"))
+			return "yes, no";
+		m->allow_other = !strcmp(val, "yes");
+		return NULL;
+	}
+	return "";
+}
+
 static int mount_key_line(struct conf_parser *p, const char *key, const char *val, int line)
 {
 	struct conf_mount *m = &p->c->mount;
+	int k = mount_key_find(key);
 	struct show_str v;
+	const char *allowed;
 	int *seen;
 
-	if (!strcmp(key, "kernel_cache"))
-		seen = &m->kernel_cache_line;
-	else if (!strcmp(key, "allow_other"))
-		seen = &m->allow_other_line;
-	else
+	if (k < 0)
 		return conf_err(p, line, key,
 				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
+	seen = k == MK_KERNEL_CACHE ? &m->kernel_cache_line : &m->allow_other_line;
 	if (*seen)
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	if (seen == &m->kernel_cache_line) {
-		if (strcmp(val, "none") && strcmp(val, "writeback"))
-			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
-					show(&v, val));
-		m->kernel_writeback = !strcmp(val, "writeback");
-	} else {
-		if (strcmp(val, "yes") && strcmp(val, "no"))
-			return conf_err(p, line, key, "%s is not a choice (allowed: yes, no)",
-					show(&v, val));
-		m->allow_other = !strcmp(val, "yes");
-	}
+	allowed = mount_key_set(m, k, val);
+	if (allowed)
+		return conf_err(p, line, key, "%s is not a choice (allowed: %s)", show(&v, val),
+				allowed);
 	*seen = line;
 	return 0;
+}
+
+int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen)
+{
+	int k = mount_key_find(key);
+	struct show_str v;
+	const char *allowed;
+
+	if (k < 0)
+		return -ENOENT;
+	/* a bare `allow_other` is libfuse's and mount's spelling of yes */
+	if (!val && k == MK_ALLOW_OTHER)
+		val = "yes";
+	if (!val) {
+		snprintf(err, errlen, "mount option %s: needs a value (%s=VALUE; allowed: %s)", key,
+			 key, mount_key_set(&(struct conf_mount){ 0 }, k, ""));
+		return -EINVAL;
+	}
+	allowed = mount_key_set(&c->mount, k, val);
+	if (allowed) {
+		snprintf(err, errlen, "mount option %s: %s is not a choice (allowed: %s)", key,
+			 show(&v, val), allowed);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+const char *const *conf_section_keys(const char *section, size_t *n)
+{
+	if (!strcmp(section, "cache")) {
+		*n = CK_NR;
+		return cache_keys;
+	}
+	if (!strcmp(section, "mount")) {
+		*n = MK_NR;
+		return mount_keys;
+	}
+	if (!strcmp(section, "device")) {
+		*n = DK_NR;
+		return dev_keys;
+	}
+	*n = 0;
+	return NULL;
 }
 
 static int key_line(struct conf_parser *p, const char *s, size_t n)
