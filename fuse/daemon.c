@@ -598,6 +598,17 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		ret = pc_direct_write(f->dev->pc, buf, size, (uint64_t)off);
 	else
 		ret = pc_write(f->dev->pc, buf, size, (uint64_t)off);
+	/*
+	 * O_SYNC/O_DSYNC opens, RWF_DSYNC writes and every write on a `sync`
+	 * mount arrive with O_DSYNC in the flags: on the device before the
+	 * reply, as a block device's write would be.
+	 */
+	if (ret > 0 && (fi->flags & O_DSYNC) && !fi->writepage) {
+		int err = pc_fsync(f->dev->pc, &f->since);
+
+		if (err)
+			ret = err;
+	}
 	if (ret < 0)
 		fuse_reply_err(req, (int)-ret);
 	else
