@@ -395,7 +395,7 @@ static int fault_decide(struct fault_dev *fd, const struct blk_io *io, bool *bad
 		if (io->op != BLK_FLUSH)
 			snprintf(where, sizeof(where), " at %llu+%llu", (unsigned long long)io->pos,
 				 (unsigned long long)io->len);
-		fprintf(stderr, "blkfs: fault: %s: injecting %s into %s%s%s\n",
+		blk_warn("fault: %s: injecting %s into %s%s%s",
 			fd->dev, errno_name(err, eb, sizeof(eb)), blk_op_name(io->op), where,
 			fd->persistent ? " (persistent: every later one fails too)" : "");
 	}
