@@ -157,9 +157,13 @@ static void print_mkfs(const char *loop, unsigned lbs, unsigned pbs, unsigned io
 	n = 0;
 	if (lbs > 4096)
 		n += (size_t)snprintf(x + n, sizeof(x) - n, " -b size=%u", lbs);
-	/* XFS sectors: at most 32K; the physical block when larger than the sector */
-	if (pbs > lbs && pbs <= 32768)
-		n += (size_t)snprintf(x + n, sizeof(x) - n, " -s size=%u", pbs);
+	/*
+	 * XFS's sector (its log's write unit): the physical block when larger
+	 * than the logical one, but never above the filesystem block (mkfs.xfs
+	 * refuses that; on a real disk it falls back the same way).
+	 */
+	if ((pbs < ebs ? pbs : ebs) > lbs)
+		n += (size_t)snprintf(x + n, sizeof(x) - n, " -s size=%u", pbs < ebs ? pbs : ebs);
 	/* a stripe: su a multiple of the filesystem block, sw whole stripe units */
 	if (io_min >= ebs && io_min % ebs == 0 && io_opt > io_min && io_opt % io_min == 0)
 		n += (size_t)snprintf(x + n, sizeof(x) - n, " -d su=%u,sw=%u", io_min, io_opt / io_min);
