@@ -72,15 +72,11 @@
 struct aio_req {
 	struct iocb iocb;	/* must come first: events give back &iocb */
 	struct blk_io *io;
-	struct aio_req *next;	/* on sq, wq, done or free; ad->lock */
+	struct list_head node;	/* on sq, wq, done or free; ad->lock */
 	uint64_t done;		/* READ/WRITE: bytes transferred so far */
 	uint64_t cur;		/* bytes in the iocb now submitted */
 	struct iovec *vec;	/* the rest of io->iov when it must be copied */
 	int res;		/* on the done list: what end_io gets */
-};
-
-struct aio_list {
-	struct aio_req *head, *tail;
 };
 
 struct aio_dev {
@@ -96,10 +92,10 @@ struct aio_dev {
 
 	pthread_mutex_t lock;
 	pthread_cond_t wq_cond;		/* the worker waits for wq or stop */
-	struct aio_list sq;		/* lock: waiting for a slot */
-	struct aio_list wq;		/* lock: for the worker */
-	struct aio_list done;		/* lock: for the reaper to end */
-	struct aio_req *free;		/* lock: unused requests */
+	struct list_head sq;		/* lock: waiting for a slot */
+	struct list_head wq;		/* lock: for the worker */
+	struct list_head done;		/* lock: for the reaper to end */
+	struct list_head free;		/* lock: unused requests, most recent first */
 	unsigned int inflight;		/* lock: iocbs in (or on the way to) the kernel */
 	unsigned int nr_sq;		/* lock */
 	unsigned int nr_wq;		/* lock: waiting for or in the worker */
@@ -133,55 +129,6 @@ struct aio_dev {
 	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
 };
-
-/* ---- lists (caller holds ad->lock or owns the list) ---- */
-
-static void list_add_tail(struct aio_list *l, struct aio_req *req)
-{
-	req->next = NULL;
-	if (l->tail)
-		l->tail->next = req;
-	else
-		l->head = req;
-	l->tail = req;
-}
-
-static struct aio_req *list_pop(struct aio_list *l)
-{
-	struct aio_req *req = l->head;
-
-	if (req) {
-		l->head = req->next;
-		if (!l->head)
-			l->tail = NULL;
-		req->next = NULL;
-	}
-	return req;
-}
-
-/* Put @src (in its order) in front of @dst. */
-static void list_splice_head(struct aio_list *dst, struct aio_list *src)
-{
-	if (!src->head)
-		return;
-	src->tail->next = dst->head;
-	if (!dst->tail)
-		dst->tail = src->tail;
-	dst->head = src->head;
-	src->head = src->tail = NULL;
-}
-
-static void list_splice_tail(struct aio_list *dst, struct aio_list *src)
-{
-	if (!src->head)
-		return;
-	if (dst->tail)
-		dst->tail->next = src->head;
-	else
-		dst->head = src->head;
-	dst->tail = src->tail;
-	src->head = src->tail = NULL;
-}
 
 /* ---- the reaper's eventfd ---- */
 
@@ -293,14 +240,18 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		return;
 	}
 	ad->submitting = true;
-	while (ad->sq.head && ad->inflight < ad->qd) {
-		struct aio_list refused = { NULL, NULL }, to_worker = { NULL, NULL };
-		struct aio_list back = { NULL, NULL };
-		int n = 0, i = 0, calls = 0, submitted = 0, nr_back;
+	while (!list_empty(&ad->sq) && ad->inflight < ad->qd) {
+		LIST_HEAD(refused);
+		LIST_HEAD(to_worker);
+		LIST_HEAD(back);
+		int n = 0, i = 0, calls = 0, submitted = 0, nr_back, nr_worker = 0;
 		bool eagain = false, fdsync_refused = false;
 
-		while (n < AIO_BATCH && ad->sq.head && ad->inflight < ad->qd) {
-			batch[n++] = &list_pop(&ad->sq)->iocb;
+		while (n < AIO_BATCH && !list_empty(&ad->sq) && ad->inflight < ad->qd) {
+			struct aio_req *req = list_first_entry(&ad->sq, struct aio_req, node);
+
+			list_del_init(&req->node);
+			batch[n++] = &req->iocb;
 			ad->nr_sq--;
 			ad->inflight++;
 		}
@@ -328,15 +279,16 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 			req = (struct aio_req *)batch[i++];
 			if (req->io->op == BLK_FLUSH && ret == -EINVAL) {
 				fdsync_refused = true;
-				list_add_tail(&to_worker, req);
+				list_add_tail(&req->node, &to_worker);
+				nr_worker++;
 			} else {
 				req->res = ret;
-				list_add_tail(&refused, req);
+				list_add_tail(&req->node, &refused);
 			}
 		}
 
 		for (nr_back = 0; i < n; i++, nr_back++)
-			list_add_tail(&back, (struct aio_req *)batch[i]);
+			list_add_tail(&((struct aio_req *)batch[i])->node, &back);
 
 		pthread_mutex_lock(&ad->lock);
 		ad->nr_submitted += submitted;
@@ -344,20 +296,17 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		ad->inflight -= n - submitted;
 		if (fdsync_refused)
 			ad->no_fdsync = true;
-		if (refused.head) {
-			list_splice_tail(&ad->done, &refused);
+		if (!list_empty(&refused)) {
+			list_splice_tail_init(&refused, &ad->done);
 			wake = true;
 		}
-		if (to_worker.head) {
-			struct aio_req *r;
-
-			for (r = to_worker.head; r; r = r->next)
-				ad->nr_wq++;
-			list_splice_tail(&ad->wq, &to_worker);
+		if (nr_worker) {
+			ad->nr_wq += nr_worker;
+			list_splice_tail_init(&to_worker, &ad->wq);
 			pthread_cond_signal(&ad->wq_cond);
 		}
 		if (eagain) {
-			list_splice_head(&ad->sq, &back);
+			list_splice_init(&back, &ad->sq);
 			ad->nr_sq += nr_back;
 			ad->nr_eagain++;
 			ad->backoff = true;
@@ -428,7 +377,7 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	int res;
 
 	pthread_mutex_lock(&ad->lock);
-	if (ad->stopping || ad->sq.head || ad->inflight >= ad->qd) {
+	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight >= ad->qd) {
 		pthread_mutex_unlock(&ad->lock);
 		return false;
 	}
@@ -446,7 +395,7 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	if (res)
 		ad->nr_errors++;
 	/* the slot is free again: requests queued meanwhile need a submitter */
-	drain = ad->sq.head != NULL;
+	drain = !list_empty(&ad->sq);
 	pthread_mutex_unlock(&ad->lock);
 	if (drain)
 		aio_drain(ad, false);
@@ -477,9 +426,9 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 		return 0;
 
 	pthread_mutex_lock(&ad->lock);
-	req = ad->free;
+	req = list_first_entry_or_null(&ad->free, struct aio_req, node);
 	if (req)
-		ad->free = req->next;
+		list_del_init(&req->node);
 	pthread_mutex_unlock(&ad->lock);
 	if (!req) {
 		/* More requests than ever before: the free list grows to the peak. */
@@ -506,24 +455,23 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 	 * there until nr_pending is 0); once it has left, nothing can.
 	 */
 	if (ad->stopping && !ad->nr_pending) {
-		req->next = ad->free;
-		ad->free = req;
+		list_add(&req->node, &ad->free);
 		pthread_mutex_unlock(&ad->lock);
 		return -ESHUTDOWN;
 	}
 	ad->nr_pending++;
 	if (io->op == BLK_READ || io->op == BLK_WRITE ||
 	    (io->op == BLK_FLUSH && !ad->no_fdsync)) {
-		list_add_tail(&ad->sq, req);
+		list_add_tail(&req->node, &ad->sq);
 		ad->nr_sq++;
 		to_sq = true;
 	} else if (io->op != BLK_FLUSH && !io->len) {
 		/* An empty DISCARD / WRITE_ZEROES: nothing to do but end it. */
-		list_add_tail(&ad->done, req);
+		list_add_tail(&req->node, &ad->done);
 		wake = true;
 	} else {
 		/* fdatasync(), fallocate(), ioctls: the worker's. */
-		list_add_tail(&ad->wq, req);
+		list_add_tail(&req->node, &ad->wq);
 		ad->nr_wq++;
 		pthread_cond_signal(&ad->wq_cond);
 	}
@@ -542,8 +490,8 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
  * What one event means for its request: ended (on @ends), to be continued
  * (on @again, iocb rebuilt), or a FLUSH for the worker (on @to_worker).
  */
-static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct aio_list *ends,
-		      struct aio_list *again, struct aio_list *to_worker, bool *fdsync_refused)
+static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct list_head *ends,
+		      struct list_head *again, struct list_head *to_worker, bool *fdsync_refused)
 {
 	struct aio_req *req = (struct aio_req *)ev->obj;
 	long res = (long)ev->res;
@@ -552,16 +500,16 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct aio_
 		/* Some kernels take the iocb and fail it instead of refusing it. */
 		if (res == -EINVAL) {
 			*fdsync_refused = true;
-			list_add_tail(to_worker, req);
+			list_add_tail(&req->node, to_worker);
 			return;
 		}
 		req->res = res < 0 ? (int)res : 0;
-		list_add_tail(ends, req);
+		list_add_tail(&req->node, ends);
 		return;
 	}
 	if (res < 0) {
 		req->res = (int)res;
-		list_add_tail(ends, req);
+		list_add_tail(&req->node, ends);
 		return;
 	}
 	/*
@@ -571,29 +519,30 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct aio_
 	 */
 	if (res == 0 || (uint64_t)res > req->cur || !blk_aligned(res, ad->geo.lbs)) {
 		req->res = -EIO;
-		list_add_tail(ends, req);
+		list_add_tail(&req->node, ends);
 		return;
 	}
 	req->done += res;
 	if (req->done == req->io->len) {
 		req->res = 0;
-		list_add_tail(ends, req);
+		list_add_tail(&req->node, ends);
 		return;
 	}
 	if ((uint64_t)res < req->cur)
 		__atomic_add_fetch(&ad->nr_short, 1, __ATOMIC_RELAXED);
 	req->res = aio_prep_rw(ad, req);
-	list_add_tail(req->res ? ends : again, req);
+	list_add_tail(&req->node, req->res ? ends : again);
 }
 
-static void aio_reap(struct aio_dev *ad, struct aio_list *ends)
+static void aio_reap(struct aio_dev *ad, struct list_head *ends)
 {
-	struct aio_list again = { NULL, NULL }, to_worker = { NULL, NULL };
+	LIST_HEAD(again);
+	LIST_HEAD(to_worker);
 	struct io_event ev[AIO_EVENTS];
 	struct timespec zero = { 0, 0 };
 	bool fdsync_refused = false;
 	unsigned int reaped = 0, nr_again = 0, nr_worker = 0;
-	struct aio_req *r;
+	struct list_head *pos;
 	int n, i;
 
 	do {
@@ -609,19 +558,19 @@ static void aio_reap(struct aio_dev *ad, struct aio_list *ends)
 		reaped += n;
 	} while (n == AIO_EVENTS || n == -EINTR);
 
-	for (r = again.head; r; r = r->next)
+	list_for_each(pos, &again)
 		nr_again++;
-	for (r = to_worker.head; r; r = r->next)
+	list_for_each(pos, &to_worker)
 		nr_worker++;
 	pthread_mutex_lock(&ad->lock);
 	ad->inflight -= reaped;
 	/* Resumed transfers go first: they are the oldest. */
-	list_splice_head(&ad->sq, &again);
+	list_splice_init(&again, &ad->sq);
 	ad->nr_sq += nr_again;
 	if (fdsync_refused)
 		ad->no_fdsync = true;
 	if (nr_worker) {
-		list_splice_tail(&ad->wq, &to_worker);
+		list_splice_tail_init(&to_worker, &ad->wq);
 		ad->nr_wq += nr_worker;
 		pthread_cond_signal(&ad->wq_cond);
 	}
@@ -633,14 +582,14 @@ static void aio_reap(struct aio_dev *ad, struct aio_list *ends)
  * counters move first, so a caller woken by its end_io sees itself counted;
  * nr_pending only after, so close() cannot finish while an end_io runs.
  */
-static void aio_end(struct aio_dev *ad, struct aio_list *ends)
+static void aio_end(struct aio_dev *ad, struct list_head *ends)
 {
 	uint64_t nr = 0, nr_err = 0;
 	struct aio_req *req;
 
-	if (!ends->head)
+	if (list_empty(ends))
 		return;
-	for (req = ends->head; req; req = req->next) {
+	list_for_each_entry(req, ends, node) {
 		nr++;
 		if (req->res)
 			nr_err++;
@@ -650,7 +599,7 @@ static void aio_end(struct aio_dev *ad, struct aio_list *ends)
 	ad->nr_errors += nr_err;
 	pthread_mutex_unlock(&ad->lock);
 
-	for (req = ends->head; req; req = req->next) {
+	list_for_each_entry(req, ends, node) {
 		struct blk_io *io = req->io;
 
 		free(req->vec);
@@ -661,9 +610,7 @@ static void aio_end(struct aio_dev *ad, struct aio_list *ends)
 	}
 
 	pthread_mutex_lock(&ad->lock);
-	ends->tail->next = ad->free;
-	ad->free = ends->head;
-	ends->head = ends->tail = NULL;
+	list_splice_init(ends, &ad->free);
 	ad->nr_pending -= nr;
 	pthread_mutex_unlock(&ad->lock);
 }
@@ -675,7 +622,7 @@ static void *aio_reaper_fn(void *arg)
 	bool backoff = false;
 
 	for (;;) {
-		struct aio_list ends = { NULL, NULL };
+		LIST_HEAD(ends);
 		uint64_t cnt;
 		bool stop;
 
@@ -684,7 +631,7 @@ static void *aio_reaper_fn(void *arg)
 				;
 
 		pthread_mutex_lock(&ad->lock);
-		list_splice_tail(&ends, &ad->done);
+		list_splice_tail_init(&ad->done, &ends);
 		ad->backoff = false;
 		pthread_mutex_unlock(&ad->lock);
 
@@ -802,7 +749,7 @@ static void *aio_worker_fn(void *arg)
 
 	pthread_mutex_lock(&ad->lock);
 	for (;;) {
-		struct aio_req *req = list_pop(&ad->wq);
+		struct aio_req *req = list_first_entry_or_null(&ad->wq, struct aio_req, node);
 
 		if (!req) {
 			if (ad->worker_stop)
@@ -810,11 +757,12 @@ static void *aio_worker_fn(void *arg)
 			pthread_cond_wait(&ad->wq_cond, &ad->lock);
 			continue;
 		}
+		list_del_init(&req->node);
 		pthread_mutex_unlock(&ad->lock);
 		req->res = aio_sync_op(ad, req->io);
 		pthread_mutex_lock(&ad->lock);
 		ad->nr_wq--;
-		list_add_tail(&ad->done, req);
+		list_add_tail(&req->node, &ad->done);
 		pthread_mutex_unlock(&ad->lock);
 		aio_wake(ad);
 		pthread_mutex_lock(&ad->lock);
@@ -1145,12 +1093,11 @@ static int aio_start_threads(struct aio_dev *ad)
 
 static void aio_free_reqs(struct aio_dev *ad)
 {
-	while (ad->free) {
-		struct aio_req *req = ad->free;
+	struct list_head *pos, *n;
 
-		ad->free = req->next;
-		free(req);
-	}
+	list_for_each_safe(pos, n, &ad->free)
+		free(list_entry(pos, struct aio_req, node));
+	list_init(&ad->free);
 }
 
 static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *next)
@@ -1170,6 +1117,10 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 	}
 	ad->fd = -1;
 	ad->efd = -1;
+	list_init(&ad->sq);
+	list_init(&ad->wq);
+	list_init(&ad->done);
+	list_init(&ad->free);
 
 	/* Every key first, so each is marked used whatever fails later. */
 	path = blk_param_get(p, "path");
@@ -1232,8 +1183,7 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 			blk_param_error(p, NULL, "out of memory");
 			goto out_free_reqs;
 		}
-		req->next = ad->free;
-		ad->free = req;
+		list_add(&req->node, &ad->free);
 	}
 	ad->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (ad->efd < 0) {
@@ -1293,7 +1243,7 @@ static void aio_close(struct blk_backend *be)
 	pthread_mutex_unlock(&ad->lock);
 	pthread_join(ad->worker, NULL);
 
-	assert(!ad->inflight && !ad->sq.head && !ad->wq.head && !ad->done.head);
+	assert(!ad->inflight && list_empty(&ad->sq) && list_empty(&ad->wq) && list_empty(&ad->done));
 	io_destroy(ad->ctx);
 	close(ad->efd);
 	close(ad->fd);

@@ -24,6 +24,7 @@
 #ifndef BLKFS_BACKEND_H
 #define BLKFS_BACKEND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -146,6 +147,49 @@ struct blk_attr {
 	int (*store)(struct blk_backend *be, const char *buf, size_t len);
 };
 
+/*
+ * Snapshots: instant copies of a device's contents that share its memory
+ * until one side changes (the ram backend has them). A snapshot is named:
+ * 1 to BLK_SNAP_NAME_MAX bytes of letters, digits, '.', '_', '-', '+', '@'
+ * or ':', not starting with '.' or '-' (blk_snap_name_valid()).
+ */
+#define BLK_SNAP_NAME_MAX	64
+/* The most snapshots one device holds (a list of this many always fits). */
+#define BLK_SNAP_MAX		1024
+
+/* What blk_snap_list() tells of one snapshot. */
+struct blk_snap_info {
+	char name[BLK_SNAP_NAME_MAX + 1];
+	uint64_t created;	/* when it was taken: CLOCK_REALTIME, seconds */
+	uint64_t data_bytes;	/* the device bytes it holds data for (never written: none) */
+	uint64_t own_bytes;	/* memory no one else references: what deleting it frees */
+};
+
+/**
+ * struct blk_snap_ops - snapshot operations of a backend (optional)
+ *
+ * A backend that keeps snapshots points blk_backend_ops.snap at its table;
+ * a filter points it at be_filter_snap_ops (backends_int.h), which passes
+ * each call to the layer below, or at a table of its own when a call
+ * concerns it too (powerloss drops its journal on @reset). Call them
+ * through the blk_snap_*() wrappers below, on the top of a device's stack:
+ * they return -EOPNOTSUPP when no layer keeps snapshots.
+ *
+ * The caller (the daemon) serializes nothing: the backend serializes these
+ * calls among themselves, and each is safe against I/O in flight except
+ * @reset (see blk_snap_reset()). None of them is called from end_io or with
+ * a lock the I/O path needs. What the cache above holds is the caller's
+ * business: it writes back dirty data before @create and @save, and drops
+ * its cached view of the device after @reset.
+ */
+struct blk_snap_ops {
+	int (*create)(struct blk_backend *be, const char *name);
+	int (*destroy)(struct blk_backend *be, const char *name);
+	int (*reset)(struct blk_backend *be, const char *name);
+	int (*list)(struct blk_backend *be, struct blk_snap_info *v, int nr);
+	int (*save)(struct blk_backend *be, const char *name, const char *path);
+};
+
 struct blk_backend_ops {
 	const char *name;
 	bool is_filter;		/* passes I/O on to ->next */
@@ -165,6 +209,8 @@ struct blk_backend_ops {
 	size_t (*stat)(struct blk_backend *be, char *buf, size_t len);
 	/* Optional: live knobs, ended by an entry whose name is NULL. */
 	const struct blk_attr *attrs;
+	/* Optional: snapshots (struct blk_snap_ops); NULL: none. */
+	const struct blk_snap_ops *snap;
 };
 
 struct blk_backend {
@@ -176,6 +222,130 @@ static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
 {
 	return be->ops->submit(be, io);
 }
+
+/**
+ * blk_snap_create - take a snapshot of the device's current contents
+ * @be: the top of the device's stack
+ * @name: the new snapshot's name (see BLK_SNAP_NAME_MAX)
+ *
+ * Instant: no data is copied; the device and the snapshot share memory
+ * until the device writes (the first write to a shared page copies it).
+ * Safe with I/O in flight: a write in flight is in the snapshot or not,
+ * whole. To capture what the device's users have written, the caller
+ * first writes back the device's dirty cache and holds new writes until
+ * this returns.
+ *
+ * Returns: 0; -EINVAL for a bad name; -EEXIST if the device has a snapshot
+ * of that name; -EMLINK when it holds BLK_SNAP_MAX already; -ENOMEM;
+ * -EOPNOTSUPP when no layer keeps snapshots.
+ *
+ * Locking: takes the backend's locks; waits for I/O inside the backend to
+ * leave it (microseconds), never for I/O held above it.
+ */
+static inline int blk_snap_create(struct blk_backend *be, const char *name)
+{
+	return be->ops->snap ? be->ops->snap->create(be, name) : -EOPNOTSUPP;
+}
+
+/**
+ * blk_snap_destroy - delete a snapshot and free the memory only it held
+ * @be: the top of the device's stack
+ * @name: the snapshot
+ *
+ * The device is unchanged, also if it was reset to this snapshot (it keeps
+ * its own reference to what they share). Safe with I/O in flight; I/O on
+ * the device waits while the memory is freed (the ram backend: about 10 ms
+ * of CPU per GiB held only by the snapshot, measured on a 2-CPU VM).
+ *
+ * Returns: 0; -ENOENT if there is no such snapshot; -EINVAL for a bad name;
+ * -EOPNOTSUPP.
+ *
+ * Locking: as blk_snap_create().
+ */
+static inline int blk_snap_destroy(struct blk_backend *be, const char *name)
+{
+	return be->ops->snap ? be->ops->snap->destroy(be, name) : -EOPNOTSUPP;
+}
+
+/**
+ * blk_snap_reset - return the device to a snapshot, instantly
+ * @be: the top of the device's stack
+ * @name: the snapshot, which stays (reset to it again as often as needed)
+ *
+ * The device drops its contents and shares the snapshot's again: the cost
+ * is freeing what was written since (the ram backend: 3-8 ms of CPU per GiB
+ * on a 2-CPU VM; memory goes back to the system afterwards, off this
+ * path), never a copy. A filter that keeps state about the device's contents drops it
+ * (powerloss: its undo journal).
+ *
+ * The caller must quiesce the device first: no I/O in flight in any layer
+ * and none submitted until this returns (the daemon holds new requests
+ * and waits for those in flight); afterwards it drops every cached view
+ * of the device (blkfs's cache, the kernel's page cache of the file),
+ * which describes contents that are gone. A backend asserts that no I/O
+ * is in flight: a reset racing a write is a bug of the caller.
+ *
+ * Returns: 0; -ENOENT; -EINVAL for a bad name; -EBUSY if a layer is in a
+ * state that forbids it (powerloss in the middle of a power cut); -ENOMEM
+ * (nothing changed); -EOPNOTSUPP.
+ *
+ * Locking: as blk_snap_create().
+ */
+static inline int blk_snap_reset(struct blk_backend *be, const char *name)
+{
+	return be->ops->snap ? be->ops->snap->reset(be, name) : -EOPNOTSUPP;
+}
+
+/**
+ * blk_snap_list - the device's snapshots, oldest first
+ * @be: the top of the device's stack
+ * @v: filled with up to @nr entries (may be NULL when @nr is 0)
+ * @nr: room in @v; BLK_SNAP_MAX entries always hold every snapshot
+ *
+ * own_bytes (data and index memory that only the snapshot references) is
+ * counted now: it grows as the device overwrites what they shared. The
+ * cost is a walk of each snapshot's index (about 5 ms per GiB of data).
+ * Safe with I/O in flight, whose effect on the counts may or may not show.
+ *
+ * Returns: the number of snapshots (also when more than @nr), or
+ * -EOPNOTSUPP (so blk_snap_list(be, NULL, 0) says whether the stack keeps
+ * snapshots at all).
+ */
+static inline int blk_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
+{
+	return be->ops->snap ? be->ops->snap->list(be, v, nr) : -EOPNOTSUPP;
+}
+
+/**
+ * blk_snap_save - write a snapshot, or the device, to a sparse image file
+ * @be: the top of the device's stack
+ * @name: the snapshot; NULL for the device's current contents
+ * @path: the image file; replaced whole, or left as it was on failure
+ *
+ * The image is a raw image of the device's size (what `dd` of the device
+ * file would give) with holes wherever the data reads as zeros, so it is
+ * as big on disk as the data. It is written to a temporary file next to
+ * @path (mode 0600), synced, and renamed over @path, so a crash or an
+ * error never leaves half an image under the name. The device's contents
+ * are taken at one instant (an internal snapshot for the time of the
+ * save), so I/O may go on meanwhile; for the device, the caller writes
+ * back its dirty cache first. `image = FILE` in a ram device's config
+ * loads such a file.
+ *
+ * Returns: 0; -ENOENT (no such snapshot); -EINVAL for a bad name; -errno
+ * of the file system (the backend also logs which call failed on which
+ * file); -EOPNOTSUPP.
+ *
+ * Locking: as blk_snap_create(); other snapshot calls on the device wait
+ * until the save is done.
+ */
+static inline int blk_snap_save(struct blk_backend *be, const char *name, const char *path)
+{
+	return be->ops->snap ? be->ops->snap->save(be, name, path) : -EOPNOTSUPP;
+}
+
+/* backends/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
+bool blk_snap_name_valid(const char *name);
 
 /*
  * Messages: blkfs speaks in one place, core/log.c, which implements these

@@ -7,9 +7,9 @@
 #ifndef BLKFS_BACKENDS_INT_H
 #define BLKFS_BACKENDS_INT_H
 
-#include <time.h>
-
 #include "backend.h"
+#include "clock.h"
+#include "list.h"
 
 /* One line per backend; registry.c lists them in the same order. */
 extern const struct blk_backend_ops ram_backend_ops;
@@ -54,15 +54,6 @@ bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
 
 /* backends/util.c, and inline */
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-static inline uint64_t be_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /**
  * be_stat_printf - format a ->stat text (see struct blk_backend_ops)
  * @buf, @len: what ->stat got
@@ -91,6 +82,18 @@ int be_attr_out(char *buf, size_t len, const char *s);
 
 /* A filter's ->geometry: the layer below's, unchanged. */
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);
+
+/*
+ * A filter's ->snap: every call goes to the layer below, unchanged (one line
+ * in a filter's ops: `.snap = &be_filter_snap_ops`). A filter with a table
+ * of its own takes the calls it does not change from here.
+ */
+extern const struct blk_snap_ops be_filter_snap_ops;
+int be_filter_snap_create(struct blk_backend *be, const char *name);
+int be_filter_snap_destroy(struct blk_backend *be, const char *name);
+int be_filter_snap_reset(struct blk_backend *be, const char *name);
+int be_filter_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr);
+int be_filter_snap_save(struct blk_backend *be, const char *name, const char *path);
 
 /**
  * be_child_io - the blk_io a filter passes down in place of @parent

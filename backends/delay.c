@@ -132,7 +132,8 @@ static int parse_range(const char *s, size_t n, struct delay_range *r)
 
 	if (!dash) {
 		ret = parse_one(s, n, &v.lo_us);
-		v.hi_us = v.lo_us;
+		if (!ret)
+			v.hi_us = v.lo_us;
 	} else {
 		ret = parse_one(s, (size_t)(dash - s), &v.lo_us);
 		if (!ret)
@@ -278,7 +279,7 @@ static void *delay_timer_main(void *arg)
 			pthread_cond_wait(&dd->timer_cv, &dd->lock);
 			continue;
 		}
-		now = be_now_ns();
+		now = blk_now_ns();
 		/* Closing passes everything on now: nobody waits for the delay. */
 		if (!dd->stop && dd->heap[0]->due_ns > now) {
 			struct timespec ts = {
@@ -319,7 +320,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	us = pick_us_locked(dd, &dd->range[op_kind(io->op)]);
 	dd->inflight++;
 	if (us) {
-		c->due_ns = be_now_ns() + us * 1000;
+		c->due_ns = blk_now_ns() + us * 1000;
 		/* the timer thread submits it: nobody waits in that thread */
 		c->io.flags &= ~BLK_IO_WAITED;
 		c->seq = dd->seq++;
@@ -383,7 +384,7 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 	}
 	memcpy(dd->range, range, sizeof(range));
 	/* Any non-zero seed; runs need not repeat (the values are in the trace). */
-	dd->rng = be_now_ns() ^ (uint64_t)(uintptr_t)dd ^ 0x9e3779b97f4a7c15ull;
+	dd->rng = blk_now_ns() ^ (uint64_t)(uintptr_t)dd ^ 0x9e3779b97f4a7c15ull;
 	if (!dd->rng)
 		dd->rng = 1;
 
@@ -536,4 +537,5 @@ const struct blk_backend_ops delay_filter_ops = {
 	.submit = delay_submit,
 	.stat = delay_stat,
 	.attrs = delay_attrs,
+	.snap = &be_filter_snap_ops,
 };

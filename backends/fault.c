@@ -822,4 +822,5 @@ const struct blk_backend_ops fault_filter_ops = {
 	.submit = fault_submit,
 	.stat = fault_stat,
 	.attrs = fault_attrs,
+	.snap = &be_filter_snap_ops,
 };

@@ -97,7 +97,7 @@ static void log_line(struct log_dev *ld, const struct blk_io *io, int res,
 	int n, ret;
 
 	pthread_mutex_lock(&ld->lock);
-	now = be_now_ns();
+	now = blk_now_ns();
 	t = now - ld->t0_ns;
 	n = snprintf(line, sizeof(line), "%llu.%06llu %s %llu %llu %d %llu\n",
 		     (unsigned long long)(t / 1000000000ull),
@@ -146,7 +146,7 @@ static int log_submit(struct blk_backend *be, struct blk_io *io)
 	li->io = be_child_io(io, log_end_io, li);
 	li->parent = io;
 	li->ld = ld;
-	li->start_ns = be_now_ns();
+	li->start_ns = blk_now_ns();
 	ret = blk_submit(be->next, &li->io);
 	if (ret) {
 		/* Refused below: the parent gets no end_io, but the trace says so. */
@@ -260,7 +260,7 @@ static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *ne
 		blk_param_error(p, NULL, "cannot set up the log filter: %s", strerror(-ret));
 		goto out_close;
 	}
-	ld->t0_ns = be_now_ns();
+	ld->t0_ns = blk_now_ns();
 	ld->enabled = true;
 	ld->be.ops = &log_filter_ops;
 	ld->be.next = next;
@@ -346,4 +346,5 @@ const struct blk_backend_ops log_filter_ops = {
 	.submit = log_submit,
 	.stat = log_stat,
 	.attrs = log_attrs,
+	.snap = &be_filter_snap_ops,
 };

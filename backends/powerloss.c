@@ -40,11 +40,16 @@
  * flight, then restores. Reads pass through in every state; blocks the
  * cache read meanwhile are dropped by the drop_volatile that ends the cut.
  *
+ * Snapshots are the layer below's (the calls pass through), but a reset to
+ * one ends the journal: the contents it saved, and the writes it covers,
+ * belong to a device state that is gone.
+ *
  * Lock: pd->lock covers the state, the journal and the counters; it is
  * never held across a submit, an end_io or a host callback. A thread
  * submitting a write may wait on pd->cv (an overlapping write in flight);
  * trigger and close wait on it for writes in flight to finish.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -87,6 +92,7 @@ struct pl_dev {
 	pthread_mutex_t lock;
 	pthread_cond_t cv;		/* an entry completed, or the state changed */
 	enum pl_state state;		/* lock */
+	bool resetting;			/* lock: a reset to a snapshot is under way */
 	uint64_t gen;			/* lock: bumped at each cut; a flush from before fails */
 	uint64_t done_seq;		/* lock: last completion number given */
 	struct pl_entry **v;		/* lock: the journal, oldest first */
@@ -102,6 +108,7 @@ struct pl_dev {
 	/* Counters (lock). */
 	uint64_t nr_cuts, nr_kept, nr_dropped, nr_torn;
 	uint64_t nr_dark_writes, restored_bytes, nr_restore_errors;
+	uint64_t nr_resets;		/* the device was reset to a snapshot */
 };
 
 /* A write or flush the filter passes down as its own child. */
@@ -547,7 +554,7 @@ static size_t ranges_find(const struct pl_ranges *rs, uint64_t pos)
 
 static int ranges_add(struct pl_ranges *rs, uint64_t s, uint64_t e)
 {
-	size_t i = ranges_find(rs, s), j = i;
+	size_t i = ranges_find(rs, s), j;
 
 	/* Ranges touching [s, e) (ending at s counts) merge into it. */
 	if (i > 0 && rs->r[i - 1][1] == s)
@@ -737,11 +744,15 @@ static int pl_trigger(struct pl_dev *pd)
 		pthread_mutex_unlock(&pd->lock);
 		return -EALREADY;
 	}
+	if (pd->resetting) {
+		pthread_mutex_unlock(&pd->lock);
+		return -EBUSY;
+	}
 	/* The instant of the cut: from here on writes go nowhere. */
 	pd->state = PL_CUTTING;
 	pd->gen++;
 	if (pd->seed_auto)
-		seed = be_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+		seed = blk_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
 	else
 		seed = pd->seed;
 	pthread_cond_broadcast(&pd->cv);
@@ -828,6 +839,64 @@ static int pl_restart(struct pl_dev *pd)
 	blk_info("powerloss: %s: restarted", pd->dev);
 	return 0;
 }
+
+/* ---- snapshots: the layer below keeps them; a reset ends the journal ---- */
+
+/*
+ * The device returns to a snapshot: the contents the journal saved, and
+ * the writes it covers, are gone, so a later cut must not put them back.
+ * The caller quiesced the device (blk_snap_reset()): no write or flush is
+ * in flight here, which is asserted. Refused in the middle of a cut. The
+ * state (running or dark) stays: a reset does not bring the power back.
+ */
+static int pl_snap_reset(struct blk_backend *be, const char *name)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	struct pl_entry **v;
+	size_t n, i;
+	int ret;
+
+	pthread_mutex_lock(&pd->lock);
+	assert(!pd->nr_inflight && "powerloss: reset with writes in flight: the device was not quiesced");
+	if (pd->state == PL_CUTTING || pd->resetting) {
+		pthread_mutex_unlock(&pd->lock);
+		return -EBUSY;
+	}
+	/* No cut may start until the journal is gone (pl_trigger() refuses). */
+	pd->resetting = true;
+	pthread_mutex_unlock(&pd->lock);
+
+	ret = blk_snap_reset(be->next, name);
+
+	pthread_mutex_lock(&pd->lock);
+	pd->resetting = false;
+	if (ret) {
+		pthread_mutex_unlock(&pd->lock);
+		return ret;
+	}
+	v = pd->v;
+	n = pd->nr;
+	pd->v = NULL;
+	pd->nr = pd->cap = 0;
+	pd->unflushed_bytes = 0;
+	pd->saved_bytes = 0;
+	/* A flush from before covers nothing of the new contents either. */
+	pd->gen++;
+	pd->nr_resets++;
+	pthread_mutex_unlock(&pd->lock);
+	for (i = 0; i < n; i++)
+		entry_free(v[i]);
+	free(v);
+	return 0;
+}
+
+static const struct blk_snap_ops pl_snap_ops = {
+	.create = be_filter_snap_create,
+	.destroy = be_filter_snap_destroy,
+	.reset = pl_snap_reset,
+	.list = be_filter_snap_list,
+	.save = be_filter_snap_save,
+};
 
 /* ---- open, close, geometry, stat ---- */
 
@@ -933,13 +1002,15 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   "powerloss_saved_bytes %llu\npowerloss_cuts %llu\n"
 			   "powerloss_kept_writes %llu\npowerloss_dropped_writes %llu\n"
 			   "powerloss_torn_writes %llu\npowerloss_restored_bytes %llu\n"
-			   "powerloss_dark_writes %llu\npowerloss_restore_errors %llu\n",
+			   "powerloss_dark_writes %llu\npowerloss_restore_errors %llu\n"
+			   "powerloss_resets %llu\n",
 			   (unsigned long long)pd->unflushed_bytes, pd->nr,
 			   (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
 			   (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
 			   (unsigned long long)pd->nr_torn, (unsigned long long)pd->restored_bytes,
 			   (unsigned long long)pd->nr_dark_writes,
-			   (unsigned long long)pd->nr_restore_errors);
+			   (unsigned long long)pd->nr_restore_errors,
+			   (unsigned long long)pd->nr_resets);
 	pthread_mutex_unlock(&pd->lock);
 	return n;
 }
@@ -1072,4 +1143,5 @@ const struct blk_backend_ops powerloss_filter_ops = {
 	.submit = pl_submit,
 	.stat = pl_stat,
 	.attrs = pl_attrs,
+	.snap = &pl_snap_ops,
 };

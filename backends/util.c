@@ -2,7 +2,8 @@
 /*
  * backends/util.c - small pieces every backend or filter would otherwise
  * write again: an op's name, the ->stat text, an attr's one-line value in
- * and out, and a filter's geometry, which is the layer below's.
+ * and out, a filter's geometry, which is the layer below's, and a filter's
+ * snapshot calls, which go to the layer below.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -62,3 +63,54 @@ void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	be->next->ops->geometry(be->next, geo);
 }
+
+bool blk_snap_name_valid(const char *name)
+{
+	size_t i;
+
+	if (!name || !name[0] || name[0] == '.' || name[0] == '-')
+		return false;
+	for (i = 0; name[i]; i++) {
+		char c = name[i];
+
+		if (i == BLK_SNAP_NAME_MAX)
+			return false;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-' || c == '+' || c == '@' || c == ':'))
+			return false;
+	}
+	return true;
+}
+
+int be_filter_snap_create(struct blk_backend *be, const char *name)
+{
+	return blk_snap_create(be->next, name);
+}
+
+int be_filter_snap_destroy(struct blk_backend *be, const char *name)
+{
+	return blk_snap_destroy(be->next, name);
+}
+
+int be_filter_snap_reset(struct blk_backend *be, const char *name)
+{
+	return blk_snap_reset(be->next, name);
+}
+
+int be_filter_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
+{
+	return blk_snap_list(be->next, v, nr);
+}
+
+int be_filter_snap_save(struct blk_backend *be, const char *name, const char *path)
+{
+	return blk_snap_save(be->next, name, path);
+}
+
+const struct blk_snap_ops be_filter_snap_ops = {
+	.create = be_filter_snap_create,
+	.destroy = be_filter_snap_destroy,
+	.reset = be_filter_snap_reset,
+	.list = be_filter_snap_list,
+	.save = be_filter_snap_save,
+};

@@ -18,6 +18,7 @@
  * `filters` list are checked before its other keys (they decide which
  * other keys are allowed).
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -65,7 +66,7 @@ static const char *const cache_keys[CK_NR] = {
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
 	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD,
-	       DK_MODE, DK_UID, DK_GID, DK_NR };
+	       DK_MODE, DK_UID, DK_GID, DK_WRITE_CACHE, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -83,6 +84,7 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_MODE] = "mode",
 	[DK_UID] = "uid",
 	[DK_GID] = "gid",
+	[DK_WRITE_CACHE] = "write_cache",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE, SEC_MOUNT };
@@ -656,6 +658,13 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 					show(&v, prm->value));
 		*out = !strcmp(prm->value, "device");
 		return 0;
+	case DK_WRITE_CACHE:
+		if (strcmp(prm->value, "write back") && strcmp(prm->value, "write through"))
+			return conf_err(p, prm->line, prm->key,
+					"%s is not a choice (allowed: write back, write through)",
+					show(&v, prm->value));
+		*out = !strcmp(prm->value, "write through");
+		return 0;
 	case DK_ON_ERROR:
 		if (strcmp(prm->value, "keep") && strcmp(prm->value, "drop"))
 			return conf_err(p, prm->line, prm->key, "%s is not a choice (allowed: keep, drop)",
@@ -835,6 +844,9 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	if (pbs && pbs < lbs) {
 		const char *ls = size_str(&s1, lbs);
 
+		/* val[k] is non-zero only where the loop above set at[k] */
+		assert(at[DK_PBS]);
+
 		return conf_err(p, at[DK_PBS]->line, "physical_block_size",
 				"%s is smaller than the logical block size %s (allowed: a power of two from %s to 64K)",
 				show(&v, at[DK_PBS]->value), ls, ls);
@@ -869,6 +881,8 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	if (val[DK_CBS]) {
 		const char *ls = size_str(&s1, lbs);
 
+		assert(at[DK_CBS]);	/* as for at[DK_PBS] above */
+
 		if (val[DK_CBS] < lbs)
 			return conf_err(p, at[DK_CBS]->line, "cache_block_size",
 					"%s is smaller than the logical block size %s (allowed: auto, or a power of two from %s to folio_size)",
@@ -882,6 +896,7 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	d->cache_block_size = val[DK_CBS];
 	d->rmw_device = val[DK_RMW];
 	d->on_error_drop = val[DK_ON_ERROR];
+	d->write_through = val[DK_WRITE_CACHE];
 	d->read_ahead = at[DK_READ_AHEAD] ? (uint32_t)val[DK_READ_AHEAD] : CONF_DEF_READ_AHEAD;
 	d->mode = at[DK_MODE] ? (uint32_t)val[DK_MODE] : CONF_DEF_MODE;
 	d->owner = at[DK_UID] ? at[DK_UID]->value : NULL;
@@ -1029,11 +1044,12 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
  * options (`-o kernel_cache=writeback`, an fstab line), which override the
  * file: conf_mount_set().
  */
-enum mount_key { MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_NR };
+enum mount_key { MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_NR };
 
 static const char *const mount_keys[MK_NR] = {
 	[MK_KERNEL_CACHE] = "kernel_cache",
 	[MK_ALLOW_OTHER] = "allow_other",
+	[MK_MAX_PENDING] = "max_pending",
 };
 
 static int mount_key_find(const char *key)
@@ -1046,51 +1062,67 @@ static int mount_key_find(const char *key)
 	return -1;
 }
 
-/* Set key @k to @val; NULL, or what is allowed. */
-static const char *mount_key_set(struct conf_mount *m, int k, const char *val)
+/*
+ * Set key @k to @val. Returns NULL, or what is wrong with @val, in @why
+ * ("maybe is not a choice (allowed: yes, no)"), and changes nothing.
+ */
+static const char *mount_key_set(struct conf_mount *m, int k, const char *val, char *why,
+				 size_t len)
 {
+	struct show_str v;
+	uint64_t n;
+
 	switch (k) {
 	case MK_KERNEL_CACHE:
 		if (strcmp(val, "none") && strcmp(val, "writeback"))
-			return "none, writeback";
+			break;
 		m->kernel_writeback = !strcmp(val, "writeback");
 		return NULL;
 	case MK_ALLOW_OTHER:
 		if (strcmp(val, "yes") && strcmp(val, "no"))
-			return "yes, no";
+			break;
 		m->allow_other = !strcmp(val, "yes");
 		return NULL;
+	case MK_MAX_PENDING:
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING) {
+			snprintf(why, len, "%s is not a number from 1 to %u", show(&v, val),
+				 CONF_MAX_PENDING);
+			return why;
+		}
+		m->max_pending = (uint32_t)n;
+		return NULL;
 	}
-	return "";
+	snprintf(why, len, "%s is not a choice (allowed: %s)", show(&v, val),
+		 k == MK_KERNEL_CACHE ? "none, writeback" : "yes, no");
+	return why;
 }
 
 static int mount_key_line(struct conf_parser *p, const char *key, const char *val, int line)
 {
 	struct conf_mount *m = &p->c->mount;
+	int *const seen[MK_NR] = {
+		[MK_KERNEL_CACHE] = &m->kernel_cache_line,
+		[MK_ALLOW_OTHER] = &m->allow_other_line,
+		[MK_MAX_PENDING] = &m->max_pending_line,
+	};
 	int k = mount_key_find(key);
-	struct show_str v;
-	const char *allowed;
-	int *seen;
+	char why[128];
 
 	if (k < 0)
-		return conf_err(p, line, key,
-				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
-	seen = k == MK_KERNEL_CACHE ? &m->kernel_cache_line : &m->allow_other_line;
-	if (*seen)
-		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	allowed = mount_key_set(m, k, val);
-	if (allowed)
-		return conf_err(p, line, key, "%s is not a choice (allowed: %s)", show(&v, val),
-				allowed);
-	*seen = line;
+		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
+				"allow_other, max_pending)");
+	if (*seen[k])
+		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
+	if (mount_key_set(m, k, val, why, sizeof(why)))
+		return conf_err(p, line, key, "%s", why);
+	*seen[k] = line;
 	return 0;
 }
 
 int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen)
 {
 	int k = mount_key_find(key);
-	struct show_str v;
-	const char *allowed;
+	char why[128];
 
 	if (k < 0)
 		return -ENOENT;
@@ -1098,14 +1130,11 @@ int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, 
 	if (!val && k == MK_ALLOW_OTHER)
 		val = "yes";
 	if (!val) {
-		snprintf(err, errlen, "mount option %s: needs a value (%s=VALUE; allowed: %s)", key,
-			 key, mount_key_set(&(struct conf_mount){ 0 }, k, ""));
+		snprintf(err, errlen, "mount option %s: needs a value (%s=VALUE)", key, key);
 		return -EINVAL;
 	}
-	allowed = mount_key_set(&c->mount, k, val);
-	if (allowed) {
-		snprintf(err, errlen, "mount option %s: %s is not a choice (allowed: %s)", key,
-			 show(&v, val), allowed);
+	if (mount_key_set(&c->mount, k, val, why, sizeof(why))) {
+		snprintf(err, errlen, "mount option %s: %s", key, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -1314,6 +1343,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	p.sp = c->strings + fn + 1;
 	p.send = p.sp + len + 1;
 
+	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	ret = parse(&p, buf, len);
 	if (ret)
 		goto out_free;

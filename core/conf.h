@@ -50,11 +50,16 @@ struct conf_cache {
  * write reaches the daemon (FUSE direct mode). writeback: the kernel's page
  * cache batches small writes first (FUSE writeback cache).
  */
+#define CONF_MAX_PENDING_DEFAULT 128
+#define CONF_MAX_PENDING 4096
+
 struct conf_mount {
 	bool kernel_writeback;
 	int kernel_cache_line;
 	bool allow_other;		/* allow_other = yes: users other than the mounter */
 	int allow_other_line;
+	uint32_t max_pending;		/* requests in flight per device */
+	int max_pending_line;
 	/*
 	 * The mount option `ro` (not a config key: a read-only mount is the
 	 * mounter's choice, as with any filesystem). Every device is read-only.
@@ -77,6 +82,7 @@ struct conf_device {
 	uint32_t cache_block_size;	/* 0 = auto */
 	bool rmw_device;		/* rmw = device (default cache) */
 	bool on_error_drop;		/* on_error = drop (default keep) */
+	bool write_through;		/* write_cache = write through (default write back) */
 	uint32_t read_ahead;		/* bytes; default 128K, 0 = off */
 	uint32_t mode;			/* permission bits of the device file; default 0600 */
 	const char *owner, *group;	/* uid / gid as given (number or name), NULL = the mounter's */
@@ -167,9 +173,15 @@ int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 			const struct blk_geometry *geo, char *err, size_t errlen);
 
 /**
- * conf_cache_block - the block size the cache tracks state in (the kernel's set_init_blocksize rule):
- * start at the logical block size and double while below 4096 and the
- * device size is a multiple of the doubled size; @forced (non-zero) wins.
+ * conf_cache_block - the block size the cache tracks state in (the kernel's
+ * set_init_blocksize rule): start at the logical block size and double
+ * while below 4096 and the device size is a multiple of the doubled size;
+ * @forced (non-zero) wins. The one place the rule is computed: the daemon
+ * (st_blksize, .sys) and pc_dev_add() both call it.
+ * @geo: the device's geometry (size, lbs)
+ * @forced: config cache_block_size, 0 for auto
+ *
+ * Returns: the cache block, or 0 when @geo->lbs is 0 and nothing is forced.
  */
 uint32_t conf_cache_block(const struct blk_geometry *geo, uint32_t forced);
 

@@ -11,25 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/clock.h"
 #include "log.h"
 
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
-
-uint64_t blk_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t blk_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * Is stderr the journal? systemd sets $JOURNAL_STREAM to "DEV:INO" of the

@@ -40,7 +40,4 @@ struct blk_ratelimit {
 /* True if the caller may log now; reports suppressed messages when a window ends. */
 bool blk_ratelimit(struct blk_ratelimit *rl, const char *what);
 
-uint64_t blk_now_ms(void);
-uint64_t blk_now_ns(void);
-
 #endif

@@ -2,36 +2,69 @@
 /*
  * core/pcache.c - blkfs's page cache: the folio pool, the per-device folio
  * index, per-block state, and the buffered, direct and discard paths.
- * Writeback and the flusher live in writeback.c.
+ * Writeback, dirty throttling and the flusher live in writeback.c, the
+ * submission of backend I/O in submit.c.
  *
  * Invariants (checked by folio_sanity() under assert()):
  *  1. A folio is in exactly one of: pc->free (dev == NULL), pc->lru or
  *     pc->parked (dev != NULL, in dev->hash and on dev->folios).
- *  2. A dirty block is uptodate: dirty bits are a subset of uptodate bits.
+ *  2. Each cache block is in one of four states, by its uptodate (U) and
+ *     dirty (D) bits: empty (!U !D: nothing valid), clean (U !D), dirty
+ *     (U D) and partial (!U D: only the bytes [start, end) of its record in
+ *     f->part[] are valid, and they are dirty; the rest was never read).
+ *     A block has a record iff it is partial, or a write of its range is
+ *     in flight (PART_WB); an uptodate block never has one.
  *  3. A folio with ref > 0, nr_dirty > 0 or wb_ios > 0 is never evicted;
  *     folio memory is reused only after eviction.
- *  4. Uptodate bits change only under excl (fill, invalidate, discard) or by
- *     a shared writer whose copy is complete; the backend never writes into
- *     a block that is uptodate (reads fill only blocks that are not).
+ *  4. Uptodate bits and records change only under excl (fill, completing
+ *     a partial block, a partial write, invalidate, discard) or by a
+ *     shared writer whose copy is complete; the backend never writes into
+ *     a block that holds valid bytes: reads land in empty blocks, and a
+ *     partial block's missing bytes are read into a bounce buffer and
+ *     copied around the valid ones.
  *  5. At most one writeback I/O covers a block at a time: a folio's dirty
  *     blocks are taken for writeback only when it has no writeback in flight
  *     (or by a background pass that skips such folios).
- *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk.
+ *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk
+ *     (a partial block counts whole: it leaves as a whole block, or as
+ *     whole logical blocks with rmw = device).
  *  7. Pages are not stable under writeback (as the kernel without
  *     stable_pages_required): a writer may copy into a block while a
  *     writeback I/O reads the same memory; the writer sets the block dirty
  *     after its copy, so it is written again and the device ends with the
  *     last data. ThreadSanitizer sees this as a race on the data bytes.
+ *  8. A write never waits for a read of a block it writes in part: the
+ *     block becomes partial, or its record grows. Two shapes fall back to
+ *     reading the block first, both rare: a second write to a partial block
+ *     that neither overlaps nor touches its range, and a folio whose
+ *     PC_PART_SLOTS records are all in use. Partial writes to a block that
+ *     is not uptodate take the exclusive hold, so two of them arriving at
+ *     once (FUSE may send the two halves of one write in parallel) run one
+ *     after the other, and the second merges its range into the first's.
+ *  9. The rest of a partial block is read only when something needs the
+ *     whole block: a read of a byte not written, writeback of a block that
+ *     is still partial (rmw = cache: all of it; rmw = device: to whole
+ *     logical blocks), or a discard or zero-range that cuts through it.
  *
- * Folio state (per cache block b of a folio):
+ * Block state (per cache block b of a folio; "excl" is the exclusive hold,
+ * "shared" a writer's shared hold):
  *
- *   !uptodate --fill (excl)--------------------> uptodate
- *   !uptodate --write (whole block, shared)----> uptodate+dirty
- *   !uptodate --RMW read + write (excl)--------> uptodate+dirty
- *   uptodate  --write (shared)-----------------> uptodate+dirty
- *   dirty     --writeback submit---------------> uptodate (wb_ios > 0)
- *   wb done   --error, on_error=keep-----------> uptodate+dirty again
- *   uptodate  --direct write/discard (excl)----> !uptodate
+ *   empty    --fill (excl)--------------------------------> clean
+ *   empty    --write of the whole block (shared)----------> dirty
+ *   empty    --write of part (excl, a record free)--------> partial
+ *   partial  --write touching or overlapping its range----> partial (range grows),
+ *               (excl)                                       or dirty once whole
+ *   partial  --write of the whole block (shared)----------> dirty
+ *   partial  --read of the block, writeback with rmw =----> dirty (the rest read
+ *               cache, discard cutting through it (excl)     around the range)
+ *   partial  --writeback, rmw = device---------------------> empty + PART_WB record
+ *               (range completed to logical blocks)          (the record goes when the
+ *                                                             write completes)
+ *   empty, partial --write of a shape no record holds-----> read first, then dirty
+ *   clean    --write (shared)-----------------------------> dirty
+ *   dirty    --writeback submit---------------------------> clean (wb_ios > 0)
+ *   wb done  --error, on_error = keep---------------------> dirty (or partial) again
+ *   clean    --direct write/discard (excl)----------------> empty
  *
  * Folio lifecycle: free -> (alloc) lru -> (scan finds it dirty) parked ->
  * (writeback leaves it clean) lru -> (evicted: ref 0, clean) -> reused.
@@ -43,64 +76,32 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdio.h>
 
 #include "../backends/copy.h"
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h>
+#endif
+#include "conf.h"
 #include "log.h"
 #include "pcache_int.h"
 
 #define POOL_ALIGN (2u << 20)
-#define CONF_MAX_DEVS_SNAPSHOT 64
-
-/* ---------------------------------------------------------------- batches */
-
-void pc_batch_init(struct pc_batch *b)
-{
-	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->cond, NULL);
-	b->pending = 0;
-	b->err = 0;
-}
-
-void pc_batch_add(struct pc_batch *b)
-{
-	pthread_mutex_lock(&b->lock);
-	b->pending++;
-	pthread_mutex_unlock(&b->lock);
-}
-
-void pc_batch_done(struct pc_batch *b, int res)
-{
-	pthread_mutex_lock(&b->lock);
-	if (res && !b->err)
-		b->err = res;
-	if (--b->pending == 0)
-		pthread_cond_broadcast(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-}
-
-int pc_batch_wait(struct pc_batch *b)
-{
-	int err;
-
-	pthread_mutex_lock(&b->lock);
-	while (b->pending)
-		pthread_cond_wait(&b->cond, &b->lock);
-	err = b->err;
-	pthread_mutex_unlock(&b->lock);
-	return err;
-}
-
-void pc_batch_destroy(struct pc_batch *b)
-{
-	pthread_mutex_destroy(&b->lock);
-	pthread_cond_destroy(&b->cond);
-}
 
 /* ------------------------------------------------------------------- pool */
 
 static unsigned ilog2_u64(uint64_t v)
 {
 	return 63 - (unsigned)__builtin_clzll(v);
+}
+
+static void folio_part_reset(struct pc_folio *f)
+{
+	uint32_t i;
+
+	for (i = 0; i < PC_PART_SLOTS; i++)
+		f->part[i] = (struct pc_part){ .blk = PART_FREE };
+	f->nr_part = 0;
 }
 
 struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
@@ -120,6 +121,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 		return ERR_PTR(-ENOMEM);
 	pthread_mutex_init(&pc->lock, NULL);
 	pthread_cond_init(&pc->free_cond, NULL);
+	pthread_cond_init(&pc->dev_cond, NULL);
 	pthread_mutex_init(&pc->fl_lock, NULL);
 	pthread_cond_init(&pc->fl_cond, NULL);
 	list_init(&pc->free);
@@ -164,6 +166,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 		f->data = pc->mem + i * p->folio_size;
 		f->state = pc->bitmaps + i * pc->bm_words;
 		f->where = FOLIO_FREE;
+		folio_part_reset(f);
 		list_init(&f->dev_node);
 		list_add_tail(&f->lru, &pc->free);
 	}
@@ -205,6 +208,7 @@ void pc_cache_destroy(struct pc_cache *pc)
 	munmap(pc->map_base, pc->map_len);
 	pthread_mutex_destroy(&pc->lock);
 	pthread_cond_destroy(&pc->free_cond);
+	pthread_cond_destroy(&pc->dev_cond);
 	pthread_mutex_destroy(&pc->fl_lock);
 	pthread_cond_destroy(&pc->fl_cond);
 	free(pc);
@@ -218,14 +222,12 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	struct blk_geometry geo;
 	struct pc_dev *dev;
 	uint32_t cblk;
+	int err;
 
 	be->ops->geometry(be, &geo);
 	if (!geo.dma_align)
 		geo.dma_align = 1;
-	cblk = cache_block ? cache_block : geo.lbs;
-	if (!cache_block)
-		while (cblk < 4096 && geo.size % ((uint64_t)cblk * 2) == 0)
-			cblk *= 2;
+	cblk = conf_cache_block(&geo, cache_block);
 	if (!blk_is_pow2(geo.lbs) || geo.lbs < 512 || !blk_is_pow2(cblk) || cblk < geo.lbs ||
 	    cblk > pc->folio_size || geo.size % cblk || !geo.max_io || geo.max_io % geo.lbs)
 		return ERR_PTR(-EINVAL);
@@ -259,8 +261,36 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	pthread_mutex_init(&dev->err_lock, NULL);
 	pthread_mutex_init(&dev->acct_lock, NULL);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
+	err = pc_pool_init(&dev->sio_pool, pc_sio_size(), PC_SIO_POOL);
+	if (!err)
+		err = pc_pool_init(&dev->wb_pool, wb_io_size(wb_io_cap(dev, geo.max_io)), PC_WB_POOL);
+	if (!err)
+		err = pc_workers_start(dev);
+	if (err) {
+		pc_pool_destroy(&dev->sio_pool);
+		pc_pool_destroy(&dev->wb_pool);
+		pthread_mutex_destroy(&dev->err_lock);
+		pthread_mutex_destroy(&dev->acct_lock);
+		free(dev->name);
+		free(dev->hash);
+		free(dev);
+		return ERR_PTR(err);
+	}
 
 	pthread_mutex_lock(&pc->lock);
+	if (pc->nr_devs == PC_MAX_DEVS) {
+		pthread_mutex_unlock(&pc->lock);
+		pc_workers_stop(dev);
+		pc_pool_destroy(&dev->sio_pool);
+		pc_pool_destroy(&dev->wb_pool);
+		pthread_mutex_destroy(&dev->err_lock);
+		pthread_mutex_destroy(&dev->acct_lock);
+		free(dev->name);
+		free(dev->hash);
+		free(dev);
+		return ERR_PTR(-ENOSPC);
+	}
+	pc->nr_devs++;
 	list_add_tail(&dev->node, &pc->devs);
 	pthread_mutex_unlock(&pc->lock);
 	return dev;
@@ -269,6 +299,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 static void folio_reset_locked(struct pc_cache *pc, struct pc_folio *f)
 {
 	memset(f->state, 0, pc->bm_words * sizeof(unsigned long));
+	folio_part_reset(f);
 	f->nr_dirty = 0;
 	f->wb_ios = 0;
 	f->users = 0;
@@ -293,12 +324,49 @@ static void folio_detach_locked(struct pc_folio *f)
 	f->dev = NULL;
 }
 
+/*
+ * The devices now, each held (dev->users) so that it stays until
+ * pc_devs_put(), also when pc_dev_remove() runs meanwhile: the flusher and
+ * a writer without a flusher walk them without pc->lock.
+ */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v)
+{
+	struct list_head *pos, *tmp;
+	int n = 0;
+
+	pthread_mutex_lock(&pc->lock);
+	list_for_each_safe(pos, tmp, &pc->devs) {
+		v[n] = list_entry(pos, struct pc_dev, node);
+		v[n++]->users++;
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return n;
+}
+
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n)
+{
+	int i;
+
+	pthread_mutex_lock(&pc->lock);
+	for (i = 0; i < n; i++)
+		if (!--v[i]->users && list_empty(&v[i]->node))
+			pthread_cond_broadcast(&pc->dev_cond);
+	pthread_mutex_unlock(&pc->lock);
+}
+
 void pc_dev_remove(struct pc_dev *dev)
 {
 	struct pc_cache *pc = dev->pc;
 	struct list_head *pos, *n;
 
+	pc_workers_stop(dev);
+
 	pthread_mutex_lock(&pc->lock);
+	/* out of the list, and no one still walking it holds this device */
+	list_del_init(&dev->node);
+	pc->nr_devs--;
+	while (dev->users)
+		pthread_cond_wait(&pc->dev_cond, &pc->lock);
 	list_for_each_safe(pos, n, &dev->folios) {
 		struct pc_folio *f = list_entry(pos, struct pc_folio, dev_node);
 
@@ -312,8 +380,9 @@ void pc_dev_remove(struct pc_dev *dev)
 		f->where = FOLIO_FREE;
 		list_move_tail(&f->lru, &pc->free);
 	}
-	list_del_init(&dev->node);
 	pthread_mutex_unlock(&pc->lock);
+	pc_pool_destroy(&dev->sio_pool);
+	pc_pool_destroy(&dev->wb_pool);
 	pthread_mutex_destroy(&dev->err_lock);
 	pthread_mutex_destroy(&dev->acct_lock);
 	free(dev->hash);
@@ -338,6 +407,22 @@ void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop)
 {
 	dev->rmw_device = rmw_device;
 	dev->on_error_drop = on_error_drop;
+}
+
+void pc_dev_set_write_through(struct pc_dev *dev, bool on)
+{
+	__atomic_store_n(&dev->write_through, on, __ATOMIC_RELAXED);
+}
+
+bool pc_dev_write_through(const struct pc_dev *dev)
+{
+	return __atomic_load_n(&dev->write_through, __ATOMIC_RELAXED);
+}
+
+/* Must this write be on stable storage before its reply? */
+static bool aio_sync_write(const struct pc_aio *aio)
+{
+	return aio->fua || pc_dev_write_through(aio->dev);
 }
 
 int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes)
@@ -384,6 +469,8 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;
+	st->pool_fallback_allocs = __atomic_load_n(&dev->sio_pool.fallback, __ATOMIC_RELAXED) +
+				   __atomic_load_n(&dev->wb_pool.fallback, __ATOMIC_RELAXED);
 }
 
 /* ----------------------------------------------------------------- folios */
@@ -403,13 +490,40 @@ static struct pc_folio *folio_find_locked(struct pc_dev *dev, uint64_t index)
 }
 
 #ifndef NDEBUG
+/* Invariants 2 and 6 for one folio. Caller holds f->lock. */
 static bool folio_sanity(const struct pc_dev *dev, const struct pc_folio *f)
 {
-	uint32_t n = dev->nr_blks, b;
+	uint32_t n = dev->nr_blks, b, i, used = 0;
 
-	for (b = 0; b < n; b++)
-		if (bm_test(f->state, n + b) && !bm_test(f->state, b))
-			return false;	/* invariant 2 */
+	for (i = 0; i < PC_PART_SLOTS; i++) {
+		const struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE)
+			continue;
+		used++;
+		if (p->blk >= n || bm_test(f->state, p->blk) ||
+		    p->start >= p->end || p->end > dev->cblk ||
+		    (p->start == 0 && p->end == dev->cblk)) {
+			fprintf(stderr, "SAN1 blk %u U %d s %u e %u\n", p->blk, p->blk < n ? bm_test(f->state, p->blk) : -1, p->start, p->end);
+			return false;	/* a record of an uptodate block, or a bad range */
+		}
+		if (!bm_test(f->state, n + p->blk) && !(p->flags & PART_WB)) {
+			fprintf(stderr, "SAN2\n");
+			return false;	/* neither partial nor in flight */
+		}
+		for (b = i + 1; b < PC_PART_SLOTS; b++)
+			if (f->part[b].blk == p->blk)
+				return false;	/* two records for one block */
+	}
+	if (used != f->nr_part) {
+		fprintf(stderr, "SAN3 %u %u\n", used, f->nr_part);
+		return false;
+	}
+	for (b = 0; b < n; b++) {
+		if (bm_test(f->state, n + b) && !bm_test(f->state, b) &&
+		    !folio_part_find_locked((struct pc_folio *)f, b))
+			{ fprintf(stderr, "SAN4 %u\n", b); return false;}	/* dirty, not uptodate, no record of what is valid */
+	}
 	return bm_count(f->state, n, n) == f->nr_dirty;
 }
 #endif
@@ -484,6 +598,12 @@ void folio_wait_wb_locked(struct pc_folio *f)
 		folio_wait_locked(f);
 }
 
+void folio_wait_idle_locked(struct pc_folio *f)
+{
+	while (f->wb_ios || f->excl)
+		folio_wait_locked(f);
+}
+
 /* Exclusive hold: no shared writer copying, no other exclusive holder. */
 void folio_excl_begin_locked(struct pc_folio *f)
 {
@@ -536,76 +656,6 @@ static struct pc_folio *folio_alloc_locked(struct pc_cache *pc)
 	return NULL;
 }
 
-/* The errno of a device whose writeback keeps failing, else 0. */
-static int dev_failing(struct pc_dev *dev)
-{
-	int err;
-
-	pthread_mutex_lock(&dev->err_lock);
-	err = dev->failing;
-	pthread_mutex_unlock(&dev->err_lock);
-	return err;
-}
-
-/* Dirty bytes that belong to devices whose writeback keeps failing. */
-static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
-{
-	struct list_head *pos, *n;
-	uint64_t stuck = 0;
-
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *d = list_entry(pos, struct pc_dev, node);
-
-		if (dev_failing(d))
-			stuck += __atomic_load_n(&d->dirty_bytes, __ATOMIC_RELAXED);
-	}
-	return stuck;
-}
-
-/*
- * Without a flusher thread the caller writes back itself (unit tests).
- * Returns the first error of @dev's own writeback (another device's failure
- * is not this caller's), and in @bytes what was written.
- */
-static int pc_writeback_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
-{
-	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
-	struct list_head *pos, *n;
-	int nr = 0, i, err = 0, ret;
-
-	pthread_mutex_lock(&pc->lock);
-	list_for_each_safe(pos, n, &pc->devs)
-		if (nr < CONF_MAX_DEVS_SNAPSHOT)
-			devs[nr++] = list_entry(pos, struct pc_dev, node);
-	pthread_mutex_unlock(&pc->lock);
-	*bytes = 0;
-	for (i = 0; i < nr; i++) {
-		uint64_t b = 0;
-
-		if (!__atomic_load_n(&devs[i]->dirty_bytes, __ATOMIC_RELAXED))
-			continue;
-		ret = wb_dev_bytes(devs[i], WB_ALL, true, &b);
-		*bytes += b;
-		if (ret && devs[i] == dev && !err)
-			err = ret;
-	}
-	return err;
-}
-
-static void timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(c, m, &ts);
-}
-
 /*
  * No folio is free or clean: get writeback going and wait for it. Caller
  * holds pc->lock; it is dropped and retaken. Returns -errno when waiting
@@ -616,25 +666,25 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 	uint64_t bytes;
 	int err;
 
-	if (!pc->flusher_running) {
+	if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_unlock(&pc->lock);
-		err = pc_writeback_all_sync(pc, dev, &bytes);
+		err = wb_all_sync(pc, dev, &bytes);
 		pthread_mutex_lock(&pc->lock);
-		if (err && dev_failing(dev))
+		if (err && wb_dev_failing(dev))
 			return err;	/* our own data cannot leave: waiting would loop forever */
 		if (!bytes) {
 			/* nothing to write: folios are held by other threads */
 			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-			timed_wait_ms(&pc->free_cond, &pc->lock, 10);
+			pc_timed_wait_ms(&pc->free_cond, &pc->lock, 10);
 			__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		}
 		return 0;
 	}
 	__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	wb_kick(pc);
-	timed_wait_ms(&pc->free_cond, &pc->lock, 100);
+	pc_timed_wait_ms(&pc->free_cond, &pc->lock, 100);
 	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = dev_failing(dev)))
+	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = wb_dev_failing(dev)))
 		return -err;
 	return 0;
 }
@@ -819,118 +869,181 @@ static int errseq_check_and_advance(struct pc_dev *dev, pc_errseq_t *since)
 
 /* ------------------------------------------------------------ write path */
 
-/*
- * Writers are slowed when dirty data passes the limit; the flusher starts
- * at the background level. A device whose writeback keeps failing gets its
- * errno instead of a wait that could last forever.
- */
-static int pc_balance_dirty(struct pc_dev *dev, bool may_pause)
+/* Read bytes [off, off+len) of @f's range of the device into @buf (rmw: counted so). */
+static int folio_read_bytes(struct pc_dev *dev, struct pc_folio *f, uint32_t off, uint32_t len,
+			    char *buf)
 {
-	struct pc_cache *pc = dev->pc;
-	uint64_t dirty;
-	int err;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
 
-	for (;;) {
-		dirty = __atomic_load_n(&pc->dirty_bytes, __ATOMIC_RELAXED) +
-			__atomic_load_n(&pc->wb_bytes, __ATOMIC_RELAXED);
-		if (dirty > pc->dirty_background && pc->flusher_running &&
-		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
-			wb_kick(pc);
-		if (dirty <= pc->dirty_limit) {
-			uint64_t setpoint = (pc->dirty_background + pc->dirty_limit) / 2;
-
-			/*
-			 * Between the setpoint and the limit, a short pause that
-			 * grows with the excess (as balance_dirty_pages): a writer
-			 * that outruns the backend slows to its speed smoothly
-			 * instead of running into the limit and stopping.
-			 */
-			if (may_pause && dirty > setpoint && pc->flusher_running)
-				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
-						   (pc->dirty_limit - setpoint + 1)));
-			return 0;
-		}
-		err = dev_failing(dev);
-		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
-			return -err;
-		pthread_mutex_lock(&pc->lock);
-		/* data that cannot leave does not hold up healthy devices */
-		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
-			pthread_mutex_unlock(&pc->lock);
-			return 0;
-		}
-		if (!pc->flusher_running) {
-			uint64_t bytes;
-
-			pthread_mutex_unlock(&pc->lock);
-			err = pc_writeback_all_sync(pc, dev, &bytes);
-			if (err && dev_failing(dev))
-				return err;
-			if (!bytes)
-				return 0;	/* nothing this thread can write: go on */
-			continue;
-		}
-		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		timed_wait_ms(&pc->free_cond, &pc->lock, 50);
-		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&pc->lock);
-	}
+	STAT_ADD(dev, rmw_read_bytes, len);
+	return pc_submit_split_wait(dev, BLK_READ, folio_pos(dev->pc, f) + off, len, &iov, 1);
 }
 
 /* Read cache blocks [blk, blk+nr) of @f into @buf (rmw: counted so). */
 int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)nr << dev->cblk_shift };
-	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
-
-	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
-	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
+	return folio_read_bytes(dev, f, blk << dev->cblk_shift, nr << dev->cblk_shift, buf);
 }
 
 /* Read whole cache blocks [blk, blk+nr) of @f from the backend. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr)
 {
-	struct iovec iov = {
-		.iov_base = f->data + ((size_t)blk << dev->cblk_shift),
-		.iov_len = (size_t)nr << dev->cblk_shift,
-	};
-	uint64_t pos = folio_pos(dev->pc, f) + ((uint64_t)blk << dev->cblk_shift);
-
 	STAT_ADD(dev, cache_misses, nr);
-	STAT_ADD(dev, rmw_read_bytes, iov.iov_len);
-	return pc_submit_split_wait(dev, BLK_READ, pos, iov.iov_len, &iov, 1);
+	return folio_read_span(dev, f, blk, nr, f->data + ((size_t)blk << dev->cblk_shift));
 }
 
-/* Mark blocks [first, last] uptodate and dirty; one acquisition of f->lock. */
-static void folio_set_written_locked(struct pc_dev *dev, struct pc_folio *f,
-				     uint32_t first, uint32_t last)
+void folio_part_drop_locked(struct pc_folio *f, uint32_t b0, uint32_t b1)
 {
-	uint32_t nr = last - first + 1;
-	size_t up = bm_set_range(f->state, first, nr);
-	size_t dirty = bm_set_range(f->state, dev->nr_blks + first, nr);
+	uint32_t i;
 
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++)
+		if (f->part[i].blk >= b0 && f->part[i].blk < b1 && f->part[i].blk != PART_FREE)
+			folio_part_free_locked(f, &f->part[i]);
+}
+
+/*
+ * Record that bytes [s, e) of block @b of @f are valid (written). An
+ * uptodate block needs nothing; a record that exists grows (the caller
+ * made sure the two ranges touch); a new one takes a free slot (the caller
+ * made sure there is one). A record that comes to cover the whole block
+ * makes it uptodate. Returns 1 if the block turned uptodate, else 0.
+ * Caller holds f->lock.
+ */
+static int folio_part_merge_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t b,
+				   uint32_t s, uint32_t e)
+{
+	struct pc_part *p;
+	uint32_t i;
+
+	if (bm_test(f->state, b))
+		return 0;
+	p = folio_part_find_locked(f, b);
+	if (p) {
+		assert(s <= p->end && e >= p->start);
+		p->start = s < p->start ? s : p->start;
+		p->end = e > p->end ? e : p->end;
+	} else {
+		for (i = 0; f->part[i].blk != PART_FREE; i++)
+			assert(i + 1 < PC_PART_SLOTS);
+		p = &f->part[i];
+		*p = (struct pc_part){ .blk = b, .start = s, .end = e };
+		f->nr_part++;
+	}
+	if (p->start || p->end != dev->cblk)
+		return 0;
+	folio_part_free_locked(f, p);
+	bm_set_range(f->state, b, 1);
+	return 1;
+}
+
+/*
+ * Bytes [off, off+n) of @f were written: blocks covered whole turn
+ * uptodate (their records go), a head or tail block covered in part keeps
+ * or grows its record, and every block touched turns dirty, all under one
+ * acquisition of f->lock. Caller holds f->lock.
+ */
+static void folio_set_written_locked(struct pc_dev *dev, struct pc_folio *f,
+				     uint32_t off, uint32_t n)
+{
+	uint32_t sh = dev->cblk_shift, mask = dev->cblk - 1, end = off + n;
+	uint32_t first = off >> sh, last = (end - 1) >> sh;
+	uint32_t whole0 = (off + mask) >> sh, whole1 = end >> sh;	/* [whole0, whole1) */
+	size_t up = 0, dirty;
+
+	if (whole0 < whole1) {
+		folio_part_drop_locked(f, whole0, whole1);
+		up += bm_set_range(f->state, whole0, whole1 - whole0);
+	}
+	if (first < whole0)
+		up += (size_t)folio_part_merge_locked(dev, f, first, off & mask,
+						      first == last && (end & mask) ? end & mask :
+						      dev->cblk);
+	if (last >= whole1 && !(last == first && first < whole0))	/* not the head again */
+		up += (size_t)folio_part_merge_locked(dev, f, last, 0, end & mask);
+	dirty = bm_set_range(f->state, dev->nr_blks + first, last - first + 1);
 	if (up)
 		__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 	folio_account_dirty_locked(dev, f, (long)dirty);
 	assert(folio_sanity(dev, f));
 }
 
-static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
-		       uint32_t off, uint32_t n)
+/* A head or tail block of a write that it covers in part, and is not uptodate. */
+struct part_edge {
+	uint32_t blk, s, e;	/* the bytes of the write inside the block */
+	bool read;		/* no record can hold it: read the block first */
+};
+
+/*
+ * The partial blocks of writing [off, off+n) into @f that are not
+ * uptodate (0, 1 or 2), and whether each can be recorded (invariant 8).
+ * Caller holds f->lock.
+ */
+static int folio_part_edges_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t off,
+				   uint32_t n, struct part_edge *edge)
 {
-	uint32_t mask = dev->cblk - 1;
-	uint32_t first = off >> dev->cblk_shift, last = (off + n - 1) >> dev->cblk_shift;
-	bool head = off & mask, tail = (off + n) & mask;
-	bool read_head, read_tail;
-	int err = 0;
+	uint32_t sh = dev->cblk_shift, mask = dev->cblk - 1, end = off + n;
+	uint32_t first = off >> sh, last = (end - 1) >> sh;
+	uint32_t slots = PC_PART_SLOTS - f->nr_part;
+	int nr = 0, i;
+
+	if ((off & mask) && !bm_test(f->state, first))
+		edge[nr++] = (struct part_edge){ .blk = first, .s = off & mask,
+						 .e = first == last && (end & mask) ? end & mask : dev->cblk };
+	if ((end & mask) && !bm_test(f->state, last) && !(first == last && (off & mask)))
+		edge[nr++] = (struct part_edge){ .blk = last, .s = 0, .e = end & mask };
+	for (i = 0; i < nr; i++) {
+		struct pc_part *p = folio_part_find_locked(f, edge[i].blk);
+
+		if (p)
+			edge[i].read = edge[i].s > p->end || edge[i].e < p->start;
+		else if (slots)
+			slots--;
+		else
+			edge[i].read = true;
+	}
+	return nr;
+}
+
+/*
+ * A writer's copy into folio memory. Invariant 7: writeback already in
+ * flight may be reading these bytes; the writer marks them dirty after the
+ * copy, so they go out again and the device ends with the last data. That
+ * race on the data bytes is by design, so ThreadSanitizer is told to look
+ * away for the copy (the streaming stores of copy_big() it never sees; the
+ * memcpy of a small or unaligned copy it would).
+ */
+static void folio_copy_in(void *dst, const void *src, size_t n)
+{
+#ifdef __SANITIZE_THREAD__
+	__tsan_ignore_thread_begin();
+#endif
+	copy_big(dst, src, n);
+#ifdef __SANITIZE_THREAD__
+	__tsan_ignore_thread_end();
+#endif
+}
+
+/*
+ * Copy @n bytes into @f at @off. With @nowait (a non-blocking thread,
+ * pcache.h's rules), -EAGAIN instead of waiting for an exclusive holder or
+ * reading a block first; waiting for other writers' copies is allowed.
+ */
+static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
+		       uint32_t off, uint32_t n, bool nowait)
+{
+	struct part_edge edge[2];
+	int nr, i, err = 0;
 
 	pthread_mutex_lock(&f->lock);
 	/* an exclusive holder may be dropping the very blocks we look at */
-	while (f->excl)
+	while (f->excl) {
+		if (nowait) {
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
 		folio_wait_locked(f);
-	read_head = head && !bm_test(f->state, first);
-	read_tail = tail && !bm_test(f->state, last);
-	if (!read_head && !read_tail) {
+	}
+	if (!folio_part_edges_locked(dev, f, off, n, edge)) {
 		/*
 		 * Whole blocks, or partial blocks already uptodate: copy under a
 		 * shared hold, so writers of other blocks run in parallel, then
@@ -938,100 +1051,305 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		 */
 		f->users++;
 		pthread_mutex_unlock(&f->lock);
-		copy_big(f->data + off, src, n);
+		folio_copy_in(f->data + off, src, n);
 		pthread_mutex_lock(&f->lock);
 		f->users--;
-		folio_set_written_locked(dev, f, first, last);
+		folio_set_written_locked(dev, f, off, n);
 		if (!f->users)
 			folio_wake_locked(f);
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
 
-	/* read-modify-write of a partial block: exclusive, like nbdkit's blocksize filter */
-	folio_excl_begin_locked(f);
-	read_head = head && !bm_test(f->state, first);
-	read_tail = tail && !bm_test(f->state, last) && !(read_head && first == last);
+	/*
+	 * A block written in part that is not uptodate: exclusive, so that two
+	 * such writes to one block (the halves of one FUSE write) take turns
+	 * and the second sees the first's record. Nothing is read unless the
+	 * shape cannot be recorded (invariant 8). Waiting for the shared
+	 * writers to finish their copies is bounded work, allowed with @nowait.
+	 */
+	if (!nowait) {
+		folio_excl_begin_locked(f);
+	} else {
+		while (f->users)
+			folio_wait_locked(f);
+		if (f->excl) {	/* taken while we waited for the copies */
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
+		f->excl = true;
+	}
+	nr = folio_part_edges_locked(dev, f, off, n, edge);
+	for (i = 0; nowait && i < nr; i++) {
+		if (edge[i].read) {
+			folio_excl_end_locked(f);
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
+	}
 	pthread_mutex_unlock(&f->lock);
 
-	if (read_head)
-		err = folio_read_blocks(dev, f, first, 1);
-	if (!err && read_tail)
-		err = folio_read_blocks(dev, f, last, 1);
+	for (i = 0; i < nr && !err; i++) {
+		if (!edge[i].read)
+			continue;
+		pthread_mutex_lock(&f->lock);
+		if (folio_part_find_locked(f, edge[i].blk)) {
+			pthread_mutex_unlock(&f->lock);
+			err = folio_complete_parts(dev, f, edge[i].blk, edge[i].blk, true);
+		} else {
+			pthread_mutex_unlock(&f->lock);
+			err = folio_read_blocks(dev, f, edge[i].blk, 1);
+			if (!err) {
+				pthread_mutex_lock(&f->lock);
+				bm_set_range(f->state, edge[i].blk, 1);
+				pthread_mutex_unlock(&f->lock);
+				__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+			}
+		}
+	}
 	if (err)
 		STAT_ADD(dev, read_errors, 1);
-	if (!err)
-		memcpy(f->data + off, src, n);
+	else
+		folio_copy_in(f->data + off, src, n);
 
 	pthread_mutex_lock(&f->lock);
 	if (!err)
-		folio_set_written_locked(dev, f, first, last);
+		folio_set_written_locked(dev, f, off, n);
 	folio_excl_end_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	return err;
 }
 
-ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
+/*
+ * Complete a partial block's edges to whole logical blocks (rmw = device):
+ * read the logical blocks that hold its range's ends and copy in what the
+ * range lacks. Caller holds the exclusive hold.
+ */
+static int folio_complete_edges(struct pc_dev *dev, struct pc_folio *f, uint32_t b, char *scratch)
+{
+	uint32_t lbs = dev->geo.lbs, base = b << dev->cblk_shift;
+	uint32_t s, e, lo, hi, s_up, e_down;
+	struct pc_part *p;
+	int err = 0, up;
+
+	pthread_mutex_lock(&f->lock);
+	p = folio_part_find_locked(f, b);
+	s = p->start;
+	e = p->end;
+	pthread_mutex_unlock(&f->lock);
+	lo = s & ~(lbs - 1);
+	hi = (e + lbs - 1) & ~(lbs - 1);
+	s_up = (s + lbs - 1) & ~(lbs - 1);
+	e_down = e & ~(lbs - 1);
+	if (lo == s && hi == e)
+		return 0;
+	if (hi - lo <= 2 * lbs || s_up >= e_down) {
+		/* both ends in one read */
+		err = folio_read_bytes(dev, f, base + lo, hi - lo, scratch);
+		if (!err) {
+			memcpy(f->data + base + lo, scratch, s - lo);
+			memcpy(f->data + base + e, scratch + (e - lo), hi - e);
+		}
+	} else {
+		if (lo != s) {
+			err = folio_read_bytes(dev, f, base + lo, lbs, scratch);
+			if (!err)
+				memcpy(f->data + base + lo, scratch, s - lo);
+		}
+		if (!err && hi != e) {
+			err = folio_read_bytes(dev, f, base + e_down, lbs, scratch);
+			if (!err)
+				memcpy(f->data + base + e, scratch + (e - e_down), hi - e);
+		}
+	}
+	if (err)
+		return err;
+	pthread_mutex_lock(&f->lock);
+	up = folio_part_merge_locked(dev, f, b, lo, hi);
+	pthread_mutex_unlock(&f->lock);
+	if (up)
+		__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, uint32_t b1,
+			 bool whole)
+{
+	uint32_t sh = dev->cblk_shift, cb = dev->cblk, b;
+	char *scratch = NULL;
+	int err = 0, ret;
+
+	assert(f->excl);
+	for (b = b0; b <= b1; b++) {
+		struct pc_part *p;
+		uint32_t s, e;
+
+		pthread_mutex_lock(&f->lock);
+		p = folio_part_find_locked(f, b);
+		s = p ? p->start : 0;
+		e = p ? p->end : 0;
+		pthread_mutex_unlock(&f->lock);
+		if (!p)
+			continue;
+		if (!scratch && !(scratch = pc_rmw_buf()))
+			return -ENOMEM;
+		if (!whole) {
+			ret = folio_complete_edges(dev, f, b, scratch);
+			err = err ? err : ret;
+			continue;
+		}
+		/* the whole block into the bounce buffer, then what the range lacks */
+		ret = folio_read_span(dev, f, b, 1, scratch);
+		if (ret) {
+			err = err ? err : ret;
+			continue;
+		}
+		memcpy(f->data + ((size_t)b << sh), scratch, s);
+		memcpy(f->data + ((size_t)b << sh) + e, scratch + e, cb - e);
+		pthread_mutex_lock(&f->lock);
+		(void)folio_part_merge_locked(dev, f, b, 0, cb);	/* turns uptodate */
+		assert(folio_sanity(dev, f));
+		pthread_mutex_unlock(&f->lock);
+		__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
+	}
+	return err;
+}
+
+/*
+ * Copy [pos + *done, pos + len) of @buf into the cache, folio by folio,
+ * advancing *done. Returns 0 when all of it is in, -errno on an error (the
+ * folio that failed was not changed), or with @nowait -EAGAIN where it
+ * would wait: dirty throttling, a free folio, an exclusive holder, a read.
+ */
+static int write_range(struct pc_dev *dev, const char *src, size_t len, uint64_t pos,
+		       size_t *done, bool nowait)
 {
 	struct pc_cache *pc = dev->pc;
-	const char *src = buf;
-	size_t done = 0;
 	int err = 0;
 
-	if (pos >= dev->geo.size)
-		return len ? -ENOSPC : 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
-	STAT_ADD(dev, user_writes, 1);
-
-	while (done < len) {
-		uint64_t cur = pos + done;
+	while (*done < len) {
+		uint64_t cur = pos + *done;
 		uint32_t off = (uint32_t)(cur & (pc->folio_size - 1));
 		uint32_t n = pc->folio_size - off;
 		struct pc_folio *f;
 
-		if (n > len - done)
-			n = (uint32_t)(len - done);
-		err = pc_balance_dirty(dev, done == 0);	/* one pause per request */
+		if (n > len - *done)
+			n = (uint32_t)(len - *done);
+		err = wb_balance_dirty(dev, *done == 0, nowait);	/* one pause per request */
 		if (err)
 			break;
-		f = folio_get_or_create(dev, cur >> pc->folio_shift, true, &err);
-		if (!f)
+		f = folio_get_or_create(dev, cur >> pc->folio_shift, !nowait, &err);
+		if (!f) {
+			err = nowait && !err ? -EAGAIN : err;
 			break;
-		err = folio_write(dev, f, src + done, off, n);
+		}
+		err = folio_write(dev, f, src + *done, off, n, nowait);
 		folio_put(f);
 		if (err)
 			break;
-		done += n;
+		*done += n;
 	}
-	STAT_ADD(dev, user_write_bytes, done);
-	return done ? (ssize_t)done : err;
+	return err;
+}
+
+static void write_finish(struct pc_aio *aio, int err)
+{
+	STAT_ADD(aio->dev, user_write_bytes, aio->progress);
+	if (aio->progress && aio_sync_write(aio)) {
+		/* write through: what it wrote goes to the device and is flushed first */
+		aio->op = PC_AIO_WSYNC;
+		aio->res = (ssize_t)aio->progress;
+		pc_punt(aio);
+		return;
+	}
+	aio->done(aio, aio->progress ? (ssize_t)aio->progress : err);
+}
+
+/* A write through, in a worker: its range written back, then the flush. */
+static ssize_t write_sync_blocking(struct pc_dev *dev, uint64_t pos, uint64_t len, ssize_t res)
+{
+	int err = wb_range(dev, pos, len);
+
+	if (!err)
+		err = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		/* the data stays dirty (or was dropped, by policy); the next fsync also hears */
+		pc_errseq_set(dev, err);
+		return err;
+	}
+	STAT_ADD(dev, write_through_writes, 1);
+	return res;
+}
+
+void pc_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+		    uint64_t pos)
+{
+	int err;
+
+	if (pos >= dev->geo.size) {
+		aio->done(aio, len ? -ENOSPC : 0);
+		return;
+	}
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	STAT_ADD(dev, user_writes, 1);
+	pc_aio_init(aio, dev, PC_AIO_WRITE, pos, len);
+	aio->wbuf = buf;
+	err = write_range(dev, buf, len, pos, &aio->progress, true);
+	if (err == -EAGAIN)
+		pc_punt(aio);
+	else
+		write_finish(aio, err);
 }
 
 /* ------------------------------------------------------------- read path */
 
-/* Per-thread bounce buffer: for reads that cannot pin all their folios at once. */
-static pthread_key_t bounce_key;
-static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+/*
+ * Per-thread buffers, touched once and reused: the bounce buffer of reads
+ * that cannot pin all their folios at once and of unaligned O_DIRECT, and
+ * the scratch buffer of reads that complete partial blocks (rmw). Two,
+ * because an rmw read can happen while a bounced read is half copied
+ * (completing a partial block on the way, or writing back for a folio).
+ */
+enum { BUF_BOUNCE, BUF_RMW, NR_THREAD_BUFS };
+static pthread_key_t thread_buf_key[NR_THREAD_BUFS];
+static pthread_once_t thread_buf_once = PTHREAD_ONCE_INIT;
 
-static void bounce_key_init(void)
+static void thread_buf_key_init(void)
 {
-	pthread_key_create(&bounce_key, free);
+	int i;
+
+	for (i = 0; i < NR_THREAD_BUFS; i++)
+		if (pthread_key_create(&thread_buf_key[i], free))
+			abort();
 }
 
-char *pc_bounce_buf(void)
+static char *thread_buf(int which)
 {
 	char *b;
 
-	pthread_once(&bounce_once, bounce_key_init);
-	b = pthread_getspecific(bounce_key);
+	pthread_once(&thread_buf_once, thread_buf_key_init);
+	b = pthread_getspecific(thread_buf_key[which]);
 	if (!b) {
 		if (posix_memalign((void **)&b, 65536, PC_READ_MAX))
 			return NULL;
 		memset(b, 0, PC_READ_MAX);	/* touched once, reused */
-		pthread_setspecific(bounce_key, b);
+		if (pthread_setspecific(thread_buf_key[which], b)) {
+			free(b);	/* not kept: the next call would leak another */
+			return NULL;
+		}
 	}
 	return b;
+}
+
+char *pc_bounce_buf(void)
+{
+	return thread_buf(BUF_BOUNCE);
+}
+
+char *pc_rmw_buf(void)
+{
+	return thread_buf(BUF_RMW);
 }
 
 /* The blocks of folio @f that [pos, pos+len) touches: [*b0, *b1]. */
@@ -1089,6 +1407,19 @@ static int folios_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t 
 		folio_excl_begin_locked(v[i]);
 		pthread_mutex_unlock(&v[i]->lock);
 	}
+	/*
+	 * Partial blocks first: their valid bytes must not be read over, so
+	 * what they lack comes through a bounce buffer (invariant 4); one read
+	 * each, the rest below in as few reads as the runs allow.
+	 */
+	for (i = 0; i < n && !err; i++) {
+		if (!need[i] || !__atomic_load_n(&v[i]->nr_part, __ATOMIC_RELAXED))
+			continue;
+		folio_block_span(dev, v[i], pos, len, &b0, &b1);
+		err = folio_complete_parts(dev, v[i], b0, b1, true);
+	}
+	if (err)
+		goto out_release;
 	/* at most one slice per run per folio; runs within a folio alternate */
 	iov = malloc(sizeof(*iov) * (size_t)n * (dev->nr_blks / 2 + 1));
 	if (!iov) {
@@ -1181,16 +1512,16 @@ static bool folios_uptodate(struct pc_dev *dev, struct pc_folio **v, int n, uint
  * backend read, into folios it does not pin; a random reader gets only what
  * it asked for.
  */
-static int pc_read_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len)
+static int pc_read_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len,
+			bool seq)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t ra = __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
-	uint64_t prev = __atomic_exchange_n(&dev->ra_next, pos + len, __ATOMIC_RELAXED);
 	uint64_t end = pos + len, ra_end, idx;
 	struct pc_folio *all[PC_FILL_MAX];
 	int nr = n, i, err = 0;
 
-	if (!ra || prev != pos || end >= dev->geo.size || folios_uptodate(dev, v, n, pos, len))
+	if (!ra || !seq || end >= dev->geo.size || folios_uptodate(dev, v, n, pos, len))
 		return folios_fill(dev, v, n, pos, len);
 	ra_end = end + ra < dev->geo.size ? end + ra : dev->geo.size;
 	memcpy(all, v, sizeof(*v) * (size_t)n);
@@ -1261,44 +1592,14 @@ static ssize_t pc_read_bounce(struct pc_dev *dev, struct pc_read *rd, size_t len
 	return (ssize_t)len;
 }
 
-ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
+/* A read's result: slices of its folios' memory (pinned in @rd->folios). */
+static void read_iov_build(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
 {
 	struct pc_cache *pc = dev->pc;
-	uint64_t first, last, i;
-	int err = 0, n;
+	int i;
 
 	rd->iovcnt = 0;
-	rd->nr_folios = 0;
-	if (pos >= dev->geo.size || !len)
-		return 0;
-	if (len > PC_READ_MAX)
-		len = PC_READ_MAX;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
-	STAT_ADD(dev, user_reads, 1);
-	STAT_ADD(dev, user_read_bytes, len);
-
-	first = pos >> pc->folio_shift;
-	last = (pos + len - 1) >> pc->folio_shift;
-	n = (int)(last - first + 1);
-	for (i = 0; i < (uint64_t)n; i++) {
-		struct pc_folio *f = folio_get_or_create(dev, first + i, i == 0, &err);
-
-		if (!f) {
-			pc_read_end(rd);
-			if (i == 0)
-				return err;
-			/* the cache cannot hold all of them at once right now */
-			return pc_read_bounce(dev, rd, len, pos);
-		}
-		rd->folios[rd->nr_folios++] = f;
-	}
-	err = pc_read_fill(dev, rd->folios, n, pos, len);
-	if (err) {
-		pc_read_end(rd);
-		return err;
-	}
-	for (i = 0; i < (uint64_t)n; i++) {
+	for (i = 0; i < rd->nr_folios; i++) {
 		struct pc_folio *f = rd->folios[i];
 		uint64_t fpos = folio_pos(pc, f);
 		uint64_t s = pos > fpos ? pos : fpos;
@@ -1315,69 +1616,386 @@ ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64
 			rd->iovcnt++;
 		}
 	}
+}
+
+/* Is this read sequential (it starts where the device's last one ended)? Once per request. */
+static bool read_is_seq(struct pc_dev *dev, uint64_t pos, size_t len)
+{
+	return __atomic_exchange_n(&dev->ra_next, pos + len, __ATOMIC_RELAXED) == pos;
+}
+
+/* The blocking read: pc_read_begin() and a worker's punted read. */
+static ssize_t read_blocking(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos,
+			     bool seq)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first, last, i;
+	int err = 0, n;
+
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	first = pos >> pc->folio_shift;
+	last = (pos + len - 1) >> pc->folio_shift;
+	n = (int)(last - first + 1);
+	for (i = 0; i < (uint64_t)n; i++) {
+		struct pc_folio *f = folio_get_or_create(dev, first + i, i == 0, &err);
+
+		if (!f) {
+			pc_read_end(rd);
+			if (i == 0)
+				return err;
+			/* the cache cannot hold all of them at once right now */
+			return pc_read_bounce(dev, rd, len, pos);
+		}
+		rd->folios[rd->nr_folios++] = f;
+	}
+	err = pc_read_fill(dev, rd->folios, n, pos, len, seq);
+	if (err) {
+		pc_read_end(rd);
+		return err;
+	}
+	read_iov_build(dev, rd, len, pos);
 	return (ssize_t)len;
 }
 
-ssize_t pc_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
+/* Clamp a read to the device and PC_READ_MAX; 0 when nothing is left. */
+static size_t read_clamp(struct pc_dev *dev, size_t len, uint64_t pos)
 {
-	struct pc_read *rd = malloc(sizeof(*rd));
-	size_t done = 0;
-	ssize_t ret = 0;
+	if (pos >= dev->geo.size)
+		return 0;
+	if (len > PC_READ_MAX)
+		len = PC_READ_MAX;
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	return len;
+}
+
+ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
+{
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	len = read_clamp(dev, len, pos);
+	if (!len)
+		return 0;
+	STAT_ADD(dev, user_reads, 1);
+	STAT_ADD(dev, user_read_bytes, len);
+	return read_blocking(dev, rd, len, pos, read_is_seq(dev, pos, len));
+}
+
+/* Folio @i of an asynchronous read's fill: the request's, then the readahead ones. */
+static struct pc_folio *aio_folio(struct pc_aio *aio, int i)
+{
+	return i < aio->rd->nr_folios ? aio->rd->folios[i] : aio->ra[i - aio->rd->nr_folios];
+}
+
+static void aio_put_ra(struct pc_aio *aio)
+{
 	int i;
 
-	if (!rd)
-		return -ENOMEM;
-	while (done < len) {
-		char *dst = (char *)buf + done;
+	for (i = 0; i < aio->nr_ra; i++)
+		folio_put(aio->ra[i]);
+	aio->nr_ra = 0;
+}
 
-		ret = pc_read_begin(dev, rd, len - done, pos + done);
-		if (ret <= 0)
-			break;
-		for (i = 0; i < rd->iovcnt; i++) {
-			memcpy(dst, rd->iov[i].iov_base, rd->iov[i].iov_len);
-			dst += rd->iov[i].iov_len;
+/* An asynchronous fill ended: the blocks turn uptodate, the holds go, the reply. */
+static void read_fill_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	struct pc_dev *dev = aio->dev;
+	int err = pc_batch_err(b), n = aio->rd->nr_folios + aio->nr_ra, i;
+	uint32_t b0, b1;
+
+	for (i = 0; i < n; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+		size_t up;
+
+		if (!(aio->need[i / 64] & (1ul << (i % 64))))
+			continue;
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		pthread_mutex_lock(&f->lock);
+		if (!err) {
+			up = bm_set_range(f->state, b0, b1 - b0 + 1);
+			__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 		}
-		pc_read_end(rd);
-		done += (size_t)ret;
+		folio_excl_end_locked(f);
+		pthread_mutex_unlock(&f->lock);
 	}
-	free(rd);
-	return done ? (ssize_t)done : ret;
+	if (!err && aio->fill_pos + aio->fill_len > aio->pos + aio->len)
+		STAT_ADD(dev, readahead_bytes, aio->fill_pos + aio->fill_len - aio->pos - aio->len);
+	aio_put_ra(aio);
+	if (err) {
+		STAT_ADD(dev, read_errors, 1);
+		pc_read_end(aio->rd);
+		aio->done(aio, err);
+		return;
+	}
+	read_iov_build(dev, aio->rd, aio->len, aio->pos);
+	aio->done(aio, (ssize_t)aio->len);
+}
+
+/*
+ * Fill the missing blocks of an asynchronous read's folios without waiting
+ * (rule R3): every exclusive hold is tried, not waited for; a folio held
+ * by someone, a partial block to complete, or more read runs than the aio
+ * has room for, and it backs off with -EAGAIN (everything released, for a
+ * worker to do it the blocking way). Returns 0 when it ended here (nothing
+ * was missing), 1 when the reads are in flight (read_fill_end() replies).
+ */
+static int read_fill_async(struct pc_dev *dev, struct pc_aio *aio)
+{
+	struct { uint64_t pos, len; int iov; } run[PC_AIO_IOV];
+	int n = aio->rd->nr_folios + aio->nr_ra, i, j, nr_run = 0, iovcnt = 0;
+	uint32_t b0, b1, b, e, hits = 0, misses = 0;
+	bool busy = false;
+
+	memset(aio->need, 0, sizeof(aio->need));
+	for (i = 0; i < n && !busy; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+		size_t up;
+
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		pthread_mutex_lock(&f->lock);
+		up = bm_count(f->state, b0, b1 - b0 + 1);
+		if (up != b1 - b0 + 1) {
+			if (f->excl || f->users || f->nr_part) {
+				busy = true;
+			} else {
+				f->excl = true;
+				aio->need[i / 64] |= 1ul << (i % 64);
+			}
+		}
+		pthread_mutex_unlock(&f->lock);
+		if (i < aio->rd->nr_folios)
+			hits += (uint32_t)up;
+	}
+	/* runs of missing blocks; under excl the uptodate bits cannot change */
+	for (i = 0; i < n && !busy; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+
+		if (!(aio->need[i / 64] & (1ul << (i % 64))))
+			continue;
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		for (b = b0; b <= b1 && !busy; b = e) {
+			uint64_t p;
+
+			/* the dirty bits in the same words change under the lock */
+			pthread_mutex_lock(&f->lock);
+			b = (uint32_t)bm_find(f->state, b, b1 + 1, false);
+			e = (uint32_t)bm_find(f->state, b, b1 + 1, true);
+			pthread_mutex_unlock(&f->lock);
+			if (b > b1)
+				break;
+			if (iovcnt == PC_AIO_IOV) {
+				busy = true;
+				break;
+			}
+			misses += e - b;
+			p = folio_pos(dev->pc, f) + ((uint64_t)b << dev->cblk_shift);
+			if (!nr_run || run[nr_run - 1].pos + run[nr_run - 1].len != p)
+				run[nr_run++] = (typeof(run[0])){ .pos = p, .len = 0, .iov = iovcnt };
+			aio->iov[iovcnt].iov_base = f->data + ((size_t)b << dev->cblk_shift);
+			aio->iov[iovcnt].iov_len = (size_t)(e - b) << dev->cblk_shift;
+			run[nr_run - 1].len += aio->iov[iovcnt].iov_len;
+			iovcnt++;
+		}
+	}
+	if (busy) {
+		for (i = 0; i < n; i++) {
+			struct pc_folio *f = aio_folio(aio, i);
+
+			if (!(aio->need[i / 64] & (1ul << (i % 64))))
+				continue;
+			pthread_mutex_lock(&f->lock);
+			folio_excl_end_locked(f);
+			pthread_mutex_unlock(&f->lock);
+		}
+		return -EAGAIN;
+	}
+	STAT_ADD(dev, cache_hits, hits);
+	if (!nr_run)
+		return 0;
+	STAT_ADD(dev, cache_misses, misses);
+	pc_batch_init_async(&aio->batch, read_fill_end);
+	for (j = 0; j < nr_run; j++)
+		pc_submit_split(dev, BLK_READ, run[j].pos, run[j].len, aio->iov + run[j].iov,
+				(j + 1 < nr_run ? run[j + 1].iov : iovcnt) - run[j].iov, &aio->batch);
+	pc_batch_done(&aio->batch, 0);	/* the bias: read_fill_end() may run now */
+	return 1;
+}
+
+/*
+ * The non-blocking part of an asynchronous read: pin the folios without
+ * waiting for one, serve it at once when cached, else start the fill.
+ * Returns 0 (served: the caller replies), 1 (in flight), -EAGAIN (nothing
+ * held: punt it).
+ */
+static int read_try(struct pc_dev *dev, struct pc_aio *aio)
+{
+	struct pc_cache *pc = dev->pc;
+	struct pc_read *rd = aio->rd;
+	uint64_t first = aio->pos >> pc->folio_shift;
+	uint64_t last = (aio->pos + aio->len - 1) >> pc->folio_shift, i;
+	uint64_t end = aio->pos + aio->len, ra, ra_end;
+	int err = 0, ret;
+
+	for (i = first; i <= last; i++) {
+		struct pc_folio *f = folio_get_or_create(dev, i, false, &err);
+
+		if (!f) {
+			pc_read_end(rd);
+			return -EAGAIN;
+		}
+		rd->folios[rd->nr_folios++] = f;
+	}
+	aio->fill_pos = aio->pos;
+	aio->fill_len = aio->len;
+	ra = __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
+	if (folios_uptodate(dev, rd->folios, rd->nr_folios, aio->pos, aio->len)) {
+		STAT_ADD(dev, cache_hits, ((end - 1) >> dev->cblk_shift) -
+					  (aio->pos >> dev->cblk_shift) + 1);
+		read_iov_build(dev, rd, aio->len, aio->pos);
+		return 0;
+	}
+	if (ra && aio->ra_seq && end < dev->geo.size) {
+		/* never wait for readahead: take what the cache has to spare */
+		ra_end = end + ra < dev->geo.size ? end + ra : dev->geo.size;
+		for (i = last + 1; i <= (ra_end - 1) >> pc->folio_shift && aio->nr_ra < PC_AIO_RA; i++) {
+			struct pc_folio *f = folio_get_or_create(dev, i, false, &err);
+
+			if (!f)
+				break;
+			aio->ra[aio->nr_ra++] = f;
+		}
+		if (aio->nr_ra) {
+			uint64_t lim = (aio->ra[aio->nr_ra - 1]->index + 1) << pc->folio_shift;
+
+			aio->fill_len = (lim < ra_end ? lim : ra_end) - aio->pos;
+		}
+	}
+	ret = read_fill_async(dev, aio);
+	if (ret < 0) {
+		aio_put_ra(aio);
+		pc_read_end(rd);
+		return ret;
+	}
+	if (!ret)
+		read_iov_build(dev, rd, aio->len, aio->pos);	/* filled by someone meanwhile */
+	return ret;
+}
+
+void pc_read_async(struct pc_dev *dev, struct pc_aio *aio, struct pc_read *rd, size_t len,
+		   uint64_t pos)
+{
+	int ret;
+
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	len = read_clamp(dev, len, pos);
+	if (!len) {
+		aio->done(aio, 0);
+		return;
+	}
+	STAT_ADD(dev, user_reads, 1);
+	STAT_ADD(dev, user_read_bytes, len);
+	pc_aio_init(aio, dev, PC_AIO_READ, pos, len);
+	aio->rd = rd;
+	aio->ra_seq = read_is_seq(dev, pos, len);
+	ret = read_try(dev, aio);
+	if (ret == -EAGAIN)
+		pc_punt(aio);
+	else if (!ret)
+		aio->done(aio, (ssize_t)len);
 }
 
 /* --------------------------------------------------------- direct I/O */
 
 /*
- * Drop cached copies of [pos, pos+len) after the backend changed under the
- * cache (direct write, discard): blocks overlapping the range stop being
- * uptodate, unless a buffered write dirtied them again meanwhile (that
- * data is newer and stays).
+ * Call @fn on every cached folio of @dev overlapping [pos, pos+len), each
+ * referenced for the call, without allocating: what must happen after the
+ * backend changed (a direct write landed) cannot be allowed to fail.
+ * Small ranges are looked up folio by folio; large ones walk the device's
+ * folio list, a referenced folio keeping its place in it (folios are
+ * detached only when nobody references them).
  */
-static int pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
+static void pc_for_each_folio(struct pc_dev *dev, uint64_t pos, uint64_t len,
+			      void (*fn)(struct pc_dev *, struct pc_folio *, void *), void *arg)
 {
-	struct pc_folio **v;
-	uint32_t b0, b1, b;
-	int n, i;
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	struct pc_folio *f, *next;
 
-	n = pc_collect(dev, pos, len, false, 0, &v);
-	if (n < 0)
-		return n;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		size_t gone = 0;
-
-		folio_block_span(dev, f, pos, len, &b0, &b1);
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		for (b = b0; b <= b1; b++) {
-			if (bm_test(f->state, b) && !bm_test(f->state, dev->nr_blks + b))
-				gone += bm_clear_range(f->state, b, 1);
-		}
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios || !len) {
+		pthread_mutex_unlock(&pc->lock);
+		return;
 	}
-	pc_put_all(v, n);
-	return 0;
+	if (last - first < dev->nr_folios) {
+		pthread_mutex_unlock(&pc->lock);
+		for (i = first; i <= last; i++) {
+			pthread_mutex_lock(&pc->lock);
+			f = folio_find_locked(dev, i);
+			if (f)
+				folio_get(f);
+			pthread_mutex_unlock(&pc->lock);
+			if (!f)
+				continue;
+			fn(dev, f, arg);
+			folio_put(f);
+		}
+		return;
+	}
+	f = list_empty(&dev->folios) ? NULL : list_first_entry(&dev->folios, struct pc_folio, dev_node);
+	if (f)
+		folio_get(f);
+	pthread_mutex_unlock(&pc->lock);
+	while (f) {
+		if (f->index >= first && f->index <= last)
+			fn(dev, f, arg);
+		pthread_mutex_lock(&pc->lock);
+		next = f->dev_node.next == &dev->folios ? NULL :
+		       list_entry(f->dev_node.next, struct pc_folio, dev_node);
+		if (next)
+			folio_get(next);
+		pthread_mutex_unlock(&pc->lock);
+		folio_put(f);
+		f = next;
+	}
+}
+
+struct inval_arg {
+	uint64_t pos, len;
+};
+
+static void folio_invalidate(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	const struct inval_arg *a = arg;
+	uint32_t b0, b1, b;
+	size_t gone = 0;
+
+	folio_block_span(dev, f, a->pos, a->len, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	for (b = b0; b <= b1; b++) {
+		if (bm_test(f->state, b) && !bm_test(f->state, dev->nr_blks + b))
+			gone += bm_clear_range(f->state, b, 1);
+	}
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+}
+
+/*
+ * Drop cached copies of [pos, pos+len) after the backend changed under the
+ * cache (direct write, failed discard): blocks overlapping the range stop
+ * being uptodate, unless a buffered write dirtied them again meanwhile
+ * (that data is newer and stays). Cannot fail: a stale copy left behind
+ * would be served to readers as the device's data.
+ */
+static void pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
+{
+	struct inval_arg a = { pos, len };
+
+	pc_for_each_folio(dev, pos, len, folio_invalidate, &a);
 }
 
 static int check_direct(const struct pc_dev *dev, uint64_t pos, size_t len)
@@ -1391,19 +2009,50 @@ static bool needs_bounce(const struct pc_dev *dev, const void *buf)
 	return ((uintptr_t)buf & (dev->geo.dma_align - 1)) != 0;
 }
 
-ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
+/*
+ * Is any folio of [pos, pos+len) cached, and is one of them dirty or under
+ * writeback (*dirty)? Without allocating or waiting, for the non-blocking
+ * direct I/O paths; a range too long to look at folio by folio counts as
+ * both.
+ */
+static bool range_cached(struct pc_dev *dev, uint64_t pos, uint64_t len, bool *dirty)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	bool cached = false;
+
+	*dirty = false;
+	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios) {
+		pthread_mutex_unlock(&pc->lock);
+		return false;
+	}
+	if (last - first >= 1024) {
+		pthread_mutex_unlock(&pc->lock);
+		*dirty = true;
+		return true;
+	}
+	for (i = first; i <= last && !*dirty; i++) {
+		struct pc_folio *f = folio_find_locked(dev, i);
+
+		if (!f)
+			continue;
+		cached = true;
+		pthread_mutex_lock(&f->lock);
+		*dirty = f->nr_dirty || f->wb_ios;
+		pthread_mutex_unlock(&f->lock);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return cached;
+}
+
+/* The blocking direct write, after the checks: pc_direct_write() and a worker's. */
+static ssize_t direct_write_blocking(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
 {
 	struct iovec iov;
 	size_t done = 0;
 	int err;
 
-	err = check_direct(dev, pos, len);
-	if (err)
-		return err;
-	if (pos >= dev->geo.size)
-		return len ? -ENOSPC : 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
 	/* dirty cached data must not land after (and over) this write */
 	err = wb_range(dev, pos, len);
 	if (err)
@@ -1415,8 +2064,10 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 		if (needs_bounce(dev, iov.iov_base)) {
 			char *b = pc_bounce_buf();
 
-			if (!b)
-				return -ENOMEM;
+			if (!b) {
+				err = -ENOMEM;
+				break;
+			}
 			if (n > PC_READ_MAX)
 				n = PC_READ_MAX;
 			memcpy(b, iov.iov_base, n);
@@ -1429,24 +2080,18 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 			break;
 		done += n;
 	}
+	/* also after a failure: part of it may have reached the device */
 	pc_invalidate_range(dev, pos, len);
 	STAT_ADD(dev, direct_write_bytes, done);
 	return done ? (ssize_t)done : err;
 }
 
-ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
+static ssize_t direct_read_blocking(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 {
 	struct iovec iov;
 	size_t done = 0;
 	int err;
 
-	err = check_direct(dev, pos, len);
-	if (err)
-		return err;
-	if (pos >= dev->geo.size || !len)
-		return 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
 	err = wb_range(dev, pos, len);
 	if (err)
 		return err;
@@ -1457,8 +2102,10 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 		iov.iov_base = (char *)buf + done;
 		if (bounce) {
 			iov.iov_base = pc_bounce_buf();
-			if (!iov.iov_base)
-				return -ENOMEM;
+			if (!iov.iov_base) {
+				err = -ENOMEM;
+				break;
+			}
 			if (n > PC_READ_MAX)
 				n = PC_READ_MAX;
 		}
@@ -1476,95 +2123,352 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 	return done ? (ssize_t)done : err;
 }
 
+static void dwrite_finish(struct pc_aio *aio)
+{
+	if (aio->res > 0)
+		STAT_ADD(aio->dev, direct_write_bytes, (uint64_t)aio->res);
+	aio->done(aio, aio->res);
+}
+
+/* A direct write through: the flush after it (in a worker: rule R1). */
+static ssize_t dwrite_flush(struct pc_aio *aio, ssize_t res)
+{
+	int err;
+
+	if (res <= 0 || !aio_sync_write(aio))
+		return res;
+	err = pc_submit_wait(aio->dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		pc_errseq_set(aio->dev, err);
+		return err;
+	}
+	STAT_ADD(aio->dev, write_through_writes, 1);
+	return res;
+}
+
+/*
+ * An asynchronous direct write ended. Cached copies of the range must go,
+ * and dropping one can wait for a folio's exclusive holder, perhaps a read
+ * whose completion needs this very thread (rule R1): when anything of the
+ * range is cached, a worker does it.
+ */
+static void dwrite_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int err = pc_batch_err(b);
+	bool dirty;
+
+	aio->res = err ? err : (ssize_t)aio->len;
+	if (range_cached(aio->dev, aio->pos, aio->len, &dirty) ||
+	    (aio->res > 0 && aio_sync_write(aio))) {
+		aio->op = PC_AIO_INVAL;
+		pc_punt(aio);
+		return;
+	}
+	dwrite_finish(aio);
+}
+
+static void dread_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int err = pc_batch_err(b);
+
+	if (!err)
+		STAT_ADD(aio->dev, direct_read_bytes, aio->len);
+	aio->done(aio, err ? err : (ssize_t)aio->len);
+}
+
+/* Start a direct I/O over the caller's buffer; @end replies. */
+static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
+			  void (*end)(struct pc_batch *b))
+{
+	aio->iov[0].iov_base = buf;
+	aio->iov[0].iov_len = aio->len;
+	pc_batch_init_async(&aio->batch, end);
+	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
+	pc_submit_split_flags(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
+			      aio->waited ? BLK_IO_WAITED : 0);
+	pc_batch_done(&aio->batch, 0);
+}
+
+/* Both directions, once the range is checked and inside the device. */
+static void direct_async(struct pc_dev *dev, struct pc_aio *aio, enum pc_aio_op op, void *buf,
+			 size_t len, uint64_t pos)
+{
+	bool write = op == PC_AIO_DWRITE, dirty;
+
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	pc_aio_init(aio, dev, op, pos, len);
+	if (write)
+		aio->wbuf = buf;
+	else
+		aio->rbuf = buf;
+	/* dirty data to write back first, or a buffer the backend cannot take: a worker's */
+	if (needs_bounce(dev, buf) || (range_cached(dev, pos, len, &dirty) && dirty)) {
+		pc_punt(aio);
+		return;
+	}
+	direct_submit(aio, write ? BLK_WRITE : BLK_READ, buf, write ? dwrite_end : dread_end);
+}
+
+void pc_direct_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = check_direct(dev, pos, len);
+
+	if (err || pos >= dev->geo.size || !len)
+		aio->done(aio, err ? err : len ? -ENOSPC : 0);
+	else
+		direct_async(dev, aio, PC_AIO_DWRITE, (void *)buf, len, pos);
+}
+
+void pc_direct_read_async(struct pc_dev *dev, struct pc_aio *aio, void *buf, size_t len,
+			  uint64_t pos)
+{
+	int err = check_direct(dev, pos, len);
+
+	if (err || pos >= dev->geo.size || !len)
+		aio->done(aio, err);
+	else
+		direct_async(dev, aio, PC_AIO_DREAD, buf, len, pos);
+}
+
 /* ------------------------------------------------- discard, write-zeroes */
 
+struct zero_arg {
+	uint64_t pos, end;	/* the range being zeroed */
+	int err;		/* zr_complete_edge: the read's result */
+};
+
+/* Under excl: complete a partial block cut by the range (see pc_zero_range). */
+static void folio_complete_cut(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	struct zero_arg *a = arg;
+	uint32_t b0, b1;
+	int err;
+
+	folio_block_span(dev, f, a->pos, a->end - a->pos, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	err = folio_complete_parts(dev, f, b0, b1, true);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (err && !a->err)
+		a->err = err;
+}
+
+/*
+ * Blocks of @f wholly inside the range lose their data, dirty or not (it
+ * is superseded); a block the range cuts through keeps its bytes outside
+ * the range and gets zeros inside, dirty or clean as it was.
+ */
+static void folio_zero(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	struct zero_arg *a = arg;
+	uint32_t sh = dev->cblk_shift, cb = dev->cblk, nb = dev->nr_blks, b0, b1, b;
+	uint64_t fpos = folio_pos(dev->pc, f);
+	size_t gone = 0, dirty = 0;
+	bool clean;
+
+	folio_block_span(dev, f, a->pos, a->end - a->pos, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	/* writeback that read the old bytes must land before the backend op */
+	folio_wait_wb_locked(f);
+	for (b = b0; b <= b1; b++) {
+		uint64_t bpos = fpos + ((uint64_t)b << sh);
+		uint32_t zs = a->pos > bpos ? (uint32_t)(a->pos - bpos) : 0;
+		uint32_t ze = a->end < bpos + cb ? (uint32_t)(a->end - bpos) : cb;
+		struct pc_part *p = folio_part_find_locked(f, b);
+
+		if (!zs && ze == cb) {
+			dirty += bm_clear_range(f->state, nb + b, 1);
+			gone += bm_clear_range(f->state, b, 1);
+			if (p)
+				folio_part_free_locked(f, p);
+		} else if (bm_test(f->state, b)) {
+			memset(f->data + ((size_t)b << sh) + zs, 0, ze - zs);
+		} else if (p && p->start >= zs && p->end <= ze) {
+			/* a write that came meanwhile, all of it inside the range */
+			dirty += bm_clear_range(f->state, nb + b, 1);
+			folio_part_free_locked(f, p);
+		} else if (p) {
+			/*
+			 * A write that came since pc_zero_range() completed this block,
+			 * partly outside the range: complete it now, or its writeback
+			 * could read the old bytes of the range before the zeros land.
+			 */
+			pthread_mutex_unlock(&f->lock);
+			if (!folio_complete_parts(dev, f, b, b, true))
+				memset(f->data + ((size_t)b << sh) + zs, 0, ze - zs);
+			pthread_mutex_lock(&f->lock);
+		}
+	}
+	folio_account_dirty_locked(dev, f, -(long)dirty);
+	assert(folio_sanity(dev, f));
+	clean = !f->nr_dirty;
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+	if (clean && dirty)
+		folio_unpark(dev->pc, f);
+}
+
+/*
+ * Discard or zero [pos, pos+len), as the kernel's blkdev_fallocate() does
+ * with truncate_bdev_range(): the cached data of the range goes before the
+ * backend op, and a cache block the range cuts through (the cache block
+ * can be larger than the logical block) is zeroed in the cache over the
+ * range instead of being written back first. So nothing here can fail to
+ * write, and no later writeback can bring old bytes back into the range.
+ * A partial block cut through is completed first: its writeback would
+ * read its rest from the device, perhaps before the zeros are there; a
+ * failed read fails the call before anything changed.
+ */
 static int pc_zero_range(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len)
 {
 	uint64_t mask = dev->cblk - 1, end = pos + len;
-	uint64_t head_end, tail_start;
-	struct pc_folio **v;
-	int n, i, err;
+	uint64_t head = pos & ~mask, tail = end & ~mask;
+	struct zero_arg a = { .pos = pos, .end = end };
+	int err;
 
 	if ((pos | len) & (dev->geo.lbs - 1) || pos > dev->geo.size || len > dev->geo.size - pos)
 		return -EINVAL;
 	if (!len)
 		return 0;
-	/*
-	 * Blocks wholly inside the range: their cached data, dirty or not, is
-	 * superseded; drop it without writing it. A block only partly inside
-	 * (the cache block can be larger than the logical block) is written
-	 * back first and dropped after the backend op, like a direct write.
-	 */
-	n = pc_collect(dev, pos, len, false, 0, &v);
-	if (n < 0)
-		return n;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		uint64_t fpos = folio_pos(dev->pc, f);
-		uint64_t s = pos > fpos ? pos : fpos;
-		uint64_t e = end < fpos + dev->pc->folio_size ? end : fpos + dev->pc->folio_size;
-		uint32_t b0 = (uint32_t)((s - fpos + mask) >> dev->cblk_shift);
-		uint32_t b1 = (uint32_t)((e - fpos) >> dev->cblk_shift);	/* exclusive */
-		size_t up, dirty;
-		bool clean;
-
-		if (b0 >= b1)
-			continue;
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		folio_wait_wb_locked(f);
-		dirty = bm_clear_range(f->state, dev->nr_blks + b0, b1 - b0);
-		up = bm_clear_range(f->state, b0, b1 - b0);
-		folio_account_dirty_locked(dev, f, -(long)dirty);
-		clean = !f->nr_dirty;
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
-		if (clean && dirty)
-			folio_unpark(dev->pc, f);
-	}
-	pc_put_all(v, n);
-
-	head_end = (pos + mask) & ~mask;
-	tail_start = end & ~mask;
 	if (pos & mask)
-		wb_range(dev, pos & ~mask, dev->cblk);
-	if ((end & mask) && tail_start >= head_end)
-		wb_range(dev, tail_start, dev->cblk);
+		pc_for_each_folio(dev, head, dev->cblk, folio_complete_cut, &a);
+	if ((end & mask) && (tail != head || !(pos & mask)))
+		pc_for_each_folio(dev, tail, dev->cblk, folio_complete_cut, &a);
+	if (a.err)
+		return a.err;
+	pc_for_each_folio(dev, pos, len, folio_zero, &a);
 
 	err = pc_submit_wait(dev, op, pos, len, NULL, 0);
-	if (pos & mask)
-		pc_invalidate_range(dev, pos & ~mask, dev->cblk);
-	if (end & mask)
-		pc_invalidate_range(dev, tail_start, dev->cblk);
+	if (err) {
+		/* the zeros of the cut blocks may not be on the device: drop clean copies */
+		if (pos & mask)
+			pc_invalidate_range(dev, head, dev->cblk);
+		if (end & mask)
+			pc_invalidate_range(dev, tail, dev->cblk);
+	}
 	return err;
+}
+
+static void folio_drop(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	size_t up, dirty;
+
+	(void)arg;
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	dirty = bm_clear_range(f->state, dev->nr_blks, dev->nr_blks);
+	up = bm_clear_range(f->state, 0, dev->nr_blks);
+	folio_part_drop_locked(f, 0, dev->nr_blks);
+	folio_account_dirty_locked(dev, f, -(long)dirty);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+	STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
+	if (dirty)
+		folio_unpark(dev->pc, f);
+}
+
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size)
+{
+	uint64_t old = dev->geo.size;
+	struct zero_arg a = { .pos = size, .end = old };
+
+	if (!size || size % dev->cblk)
+		return -EINVAL;
+	/* what lies past the new end is gone: blocks whole, since size is cblk-aligned */
+	if (size < old)
+		pc_for_each_folio(dev, size, old - size, folio_zero, &a);
+	dev->geo.size = size;
+	return 0;
 }
 
 void pc_dev_drop_all(struct pc_dev *dev)
 {
-	struct pc_folio **v;
-	int n, i;
+	pc_for_each_folio(dev, 0, dev->geo.size, folio_drop, NULL);
+}
 
-	n = pc_collect(dev, 0, 0, false, 0, &v);
-	if (n < 0)
+static bool zero_range_ok(const struct pc_dev *dev, uint64_t pos, uint64_t len)
+{
+	return !((pos | len) & (dev->geo.lbs - 1)) && pos <= dev->geo.size &&
+	       len <= dev->geo.size - pos;
+}
+
+/* Discard and zero-range read and write back what their ends cut: always a worker's. */
+static void zero_async(struct pc_dev *dev, struct pc_aio *aio, enum pc_aio_op op, uint64_t pos,
+		       uint64_t len)
+{
+	if (!zero_range_ok(dev, pos, len) || !len) {
+		aio->done(aio, zero_range_ok(dev, pos, len) ? 0 : -EINVAL);
 		return;
-	for (i = 0; i < n; i++) {
-		struct pc_folio *f = v[i];
-		size_t up, dirty;
-
-		pthread_mutex_lock(&f->lock);
-		folio_excl_begin_locked(f);
-		dirty = bm_clear_range(f->state, dev->nr_blks, dev->nr_blks);
-		up = bm_clear_range(f->state, 0, dev->nr_blks);
-		folio_account_dirty_locked(dev, f, -(long)dirty);
-		folio_excl_end_locked(f);
-		pthread_mutex_unlock(&f->lock);
-		__atomic_sub_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
-		STAT_ADD(dev, dropped_bytes, (uint64_t)dirty << dev->cblk_shift);
-		if (dirty)
-			folio_unpark(dev->pc, f);
 	}
-	pc_put_all(v, n);
+	pc_aio_init(aio, dev, op, pos, len);
+	pc_punt(aio);
+}
+
+void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len)
+{
+	zero_async(dev, aio, PC_AIO_DISCARD, pos, len);
+}
+
+void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len)
+{
+	zero_async(dev, aio, PC_AIO_ZEROES, pos, len);
+}
+
+/* ------------------------------------------------------------- fsync */
+
+/*
+ * Write every dirty block of @dev, wait for writeback in flight, flush, and
+ * give each of the @n fsyncs @v its result: one pass serves every fsync
+ * that was queued before it began.
+ */
+static void fsync_blocking(struct pc_dev *dev, struct pc_aio **v, int n)
+{
+	int err, ferr, ret, i;
+
+	err = wb_dev(dev, WB_ALL, true);
+	ferr = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (ferr)
+		pc_errseq_set(dev, ferr);
+	for (i = 0; i < n; i++) {
+		ret = errseq_check_and_advance(dev, v[i]->since);
+		v[i]->done(v[i], ret ? ret : err ? err : ferr);
+	}
+}
+
+static void fsync_flush_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int ferr = pc_batch_err(b), ret;
+
+	if (ferr)
+		pc_errseq_set(aio->dev, ferr);
+	ret = errseq_check_and_advance(aio->dev, aio->since);
+	aio->done(aio, ret ? ret : ferr);
+}
+
+void pc_fsync_async(struct pc_dev *dev, struct pc_aio *aio, pc_errseq_t *since)
+{
+	pc_aio_init(aio, dev, PC_AIO_FSYNC, 0, 0);
+	aio->since = since;
+	if (__atomic_load_n(&dev->dirty_bytes, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&dev->wb_bytes, __ATOMIC_ACQUIRE)) {
+		pc_punt(aio);
+		return;
+	}
+	/* nothing to write or wait for: just the flush */
+	pc_batch_init_async(&aio->batch, fsync_flush_end);
+	pc_submit_nodata(dev, BLK_FLUSH, 0, 0, &aio->batch);
+	pc_batch_done(&aio->batch, 0);
 }
 
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len)
@@ -1577,20 +2481,47 @@ int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	return pc_zero_range(dev, BLK_WRITE_ZEROES, pos, len);
 }
 
-/* ------------------------------------------------------------- fsync */
+/* ------------------------------------------------- punted requests */
 
-int pc_fsync(struct pc_dev *dev, pc_errseq_t *since)
+void pc_aio_run(struct pc_aio **v, int n)
 {
-	int err, ferr, ret;
+	struct pc_aio *aio = v[0];
+	struct pc_dev *dev = aio->dev;
+	int err;
 
-	err = wb_dev(dev, WB_ALL, true);
-	ferr = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
-	if (ferr)
-		pc_errseq_set(dev, ferr);
-	ret = errseq_check_and_advance(dev, since);
-	if (!ret)
-		ret = err ? err : ferr;
-	return ret;
+	switch (aio->op) {
+	case PC_AIO_READ:
+		aio->done(aio, read_blocking(dev, aio->rd, aio->len, aio->pos, aio->ra_seq));
+		break;
+	case PC_AIO_WRITE:
+		err = write_range(dev, aio->wbuf, aio->len, aio->pos, &aio->progress, false);
+		write_finish(aio, err);
+		break;
+	case PC_AIO_DREAD:
+		aio->done(aio, direct_read_blocking(dev, aio->rbuf, aio->len, aio->pos));
+		break;
+	case PC_AIO_DWRITE:
+		aio->done(aio, dwrite_flush(aio, direct_write_blocking(dev, aio->wbuf, aio->len,
+								       aio->pos)));
+		break;
+	case PC_AIO_INVAL:
+		pc_invalidate_range(dev, aio->pos, aio->len);
+		aio->res = dwrite_flush(aio, aio->res);
+		dwrite_finish(aio);
+		break;
+	case PC_AIO_WSYNC:
+		aio->done(aio, write_sync_blocking(dev, aio->pos, aio->progress, aio->res));
+		break;
+	case PC_AIO_FSYNC:
+		fsync_blocking(dev, v, n);
+		break;
+	case PC_AIO_DISCARD:
+		aio->done(aio, pc_zero_range(dev, BLK_DISCARD, aio->pos, aio->len));
+		break;
+	case PC_AIO_ZEROES:
+		aio->done(aio, pc_zero_range(dev, BLK_WRITE_ZEROES, aio->pos, aio->len));
+		break;
+	}
 }
 
 int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost)

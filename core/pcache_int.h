@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * core/pcache_int.h - private structures of the page cache, shared by
- * pcache.c (index, folios, read/write paths) and writeback.c (writeback,
- * flusher). Lock order: pc->lock -> folio->lock -> dev->err_lock.
+ * pcache.c (index, folios, read/write paths), writeback.c (writeback,
+ * throttling, flusher) and submit.c (backend I/O). The lock order is in
+ * pcache.h.
  */
 #ifndef BLKFS_PCACHE_INT_H
 #define BLKFS_PCACHE_INT_H
 
 #include <pthread.h>
 
+#include "../backends/clock.h"
+#include "../backends/list.h"
 #include "bitmap.h"
-#include "list.h"
 #include "pcache.h"
 
 /* Where a folio is filed; protected by pc->lock. */
@@ -18,6 +20,26 @@ enum folio_list {
 	FOLIO_FREE,	/* on pc->free: no device */
 	FOLIO_LRU,	/* on pc->lru: candidate for eviction */
 	FOLIO_PARKED,	/* on pc->parked: found dirty or under writeback by a scan */
+};
+
+/*
+ * A block that holds only some valid bytes: the bytes [start, end) of cache
+ * block blk were written and are newer than the device; the rest of the
+ * block is not known (it was never read). Such a block is dirty and not
+ * uptodate (pcache.c, invariant 2). PART_WB: a write of [start, end) to the
+ * device is in flight (rmw = device sends it without the rest); the record
+ * stays until it completes, so that a read of the block keeps those bytes.
+ * Protected by f->lock. A record is made or grows only under the exclusive
+ * hold (a partial write, completing the block); it goes under f->lock alone
+ * when a write covers the whole block or its in-flight write ends.
+ */
+#define PC_PART_SLOTS 4		/* partial blocks one folio can hold at once */
+#define PART_FREE UINT32_MAX	/* pc_part.blk of an unused record */
+#define PART_WB 1u
+struct pc_part {
+	uint32_t blk;
+	uint32_t start, end;	/* bytes within the block, 0 <= start < end <= cblk */
+	uint32_t flags;
 };
 
 struct pc_folio {
@@ -37,12 +59,35 @@ struct pc_folio {
 	bool excl;			/* exclusive holder: fill, RMW, invalidate */
 	uint32_t waiters;
 	uint32_t wb_ios;		/* writeback segments in flight */
-	uint32_t nr_dirty;		/* dirty blocks */
+	uint32_t nr_dirty;		/* dirty blocks, partial ones included */
 	uint64_t dirtied_ms;		/* when nr_dirty went 0 -> >0 */
 	unsigned long *state;		/* bits [0,n) uptodate, [n,2n) dirty */
+	uint32_t nr_part;		/* records in use in part[] */
+	struct pc_part part[PC_PART_SLOTS];
 
 	char *data;			/* folio_size bytes of pool memory */
 };
+
+/* A bounded pool of same-size objects taken once (submit.c). */
+struct pc_pool {
+	pthread_mutex_t lock;
+	void *free;		/* lock: a list through each object's first word */
+	char *mem;
+	size_t size;
+	uint32_t nr;
+	uint64_t fallback;	/* atomic: taken from malloc instead */
+};
+
+#define PC_SIO_IOV 32		/* slices a pooled submission I/O holds */
+#define PC_SIO_POOL 256		/* submission I/Os per device in the pool */
+#define PC_WB_POOL 64		/* writeback I/Os per device in the pool */
+
+/*
+ * Threads per device for punted requests (pcache.h's rules: they may wait).
+ * Several, so that an fsync writing back does not hold up a throttled
+ * writer or a read that waits for a folio.
+ */
+#define PC_DEV_WORKERS 4
 
 struct pc_dev {
 	struct pc_cache *pc;
@@ -58,7 +103,8 @@ struct pc_dev {
 	uint32_t hash_bits;
 	struct list_head folios;
 	uint64_t nr_folios;
-	struct list_head node;		/* pc->devs */
+	struct list_head node;		/* pc->devs; empty once removed */
+	uint32_t users;			/* pc_devs_get() holds on it */
 
 	/* protected by err_lock */
 	pthread_mutex_t err_lock;
@@ -75,7 +121,20 @@ struct pc_dev {
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
 	bool rmw_device;		/* set before serving */
+	bool write_through;		/* atomic: queue/write_cache */
 	bool on_error_drop;		/* set before serving */
+
+	/* protected by wq_lock: requests punted to the device's workers (aio.c) */
+	pthread_mutex_t wq_lock;
+	pthread_cond_t wq_cond;
+	struct pc_aio *wq_head, **wq_tail;
+	bool wq_stop;
+	uint32_t wq_busy;		/* workers running an item */
+	int nr_workers;
+	pthread_t workers[PC_DEV_WORKERS];
+
+	struct pc_pool sio_pool;	/* submit.c's per-I/O state */
+	struct pc_pool wb_pool;		/* writeback I/Os */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -89,6 +148,8 @@ struct pc_dev {
 struct pc_cache {
 	pthread_mutex_t lock;
 	pthread_cond_t free_cond;	/* a folio became free or clean; dirty dropped */
+	pthread_cond_t dev_cond;	/* a removed device's last user let go */
+	int nr_devs;
 	struct list_head free, lru, parked;
 	struct list_head devs;
 	uint32_t alloc_waiters;		/* threads waiting for a folio or dirty room */
@@ -111,26 +172,12 @@ struct pc_cache {
 
 	/* flusher */
 	pthread_t flusher;
-	bool flusher_running;
+	bool flusher_running;		/* atomic; written by wb_flusher_start/stop only */
 	pthread_mutex_t fl_lock;
 	pthread_cond_t fl_cond;
 	bool fl_kick;			/* fl_lock */
 	bool fl_stop;			/* fl_lock */
 };
-
-/* A set of I/Os someone waits for. */
-struct pc_batch {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int pending;
-	int err;
-};
-
-void pc_batch_init(struct pc_batch *b);
-void pc_batch_add(struct pc_batch *b);
-void pc_batch_done(struct pc_batch *b, int res);
-int pc_batch_wait(struct pc_batch *b);
-void pc_batch_destroy(struct pc_batch *b);
 
 static inline uint64_t folio_pos(const struct pc_cache *pc, const struct pc_folio *f)
 {
@@ -152,6 +199,42 @@ void folio_excl_begin_locked(struct pc_folio *f);
 void folio_excl_end_locked(struct pc_folio *f);
 /* Wait until no writeback I/O is in flight on @f. Caller holds f->lock. */
 void folio_wait_wb_locked(struct pc_folio *f);
+/* ... and nobody holds @f exclusively. Caller holds f->lock. */
+void folio_wait_idle_locked(struct pc_folio *f);
+
+/* The record of cache block @blk of @f, or NULL. Caller holds f->lock. */
+static inline struct pc_part *folio_part_find_locked(struct pc_folio *f, uint32_t blk)
+{
+	uint32_t i;
+
+	if (!f->nr_part)
+		return NULL;
+	for (i = 0; i < PC_PART_SLOTS; i++)
+		if (f->part[i].blk == blk)
+			return &f->part[i];
+	return NULL;
+}
+
+static inline void folio_part_free_locked(struct pc_folio *f, struct pc_part *p)
+{
+	p->blk = PART_FREE;
+	p->flags = 0;
+	f->nr_part--;
+}
+
+/* Drop the records of blocks [b0, b1). Caller holds f->lock and the exclusive hold. */
+void folio_part_drop_locked(struct pc_folio *f, uint32_t b0, uint32_t b1);
+
+/*
+ * Complete the partial blocks among [b0, b1] of @f by reading what they
+ * lack from the device (never over the bytes they hold): @whole makes
+ * them uptodate; otherwise only their ranges' edges are completed to whole
+ * logical blocks (rmw = device). Counted in rmw_read_bytes. Caller holds
+ * the exclusive hold, not f->lock. Returns 0 or the first read error (a
+ * block whose read failed is left as it was).
+ */
+int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, uint32_t b1,
+			 bool whole);
 
 /* Read whole cache blocks [blk, blk+nr) of @f (caller holds excl); counted as rmw. */
 int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr);
@@ -160,6 +243,12 @@ int folio_read_blocks(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint
 int folio_read_span(struct pc_dev *dev, struct pc_folio *f, uint32_t blk, uint32_t nr, char *buf);
 /* The calling thread's PC_READ_MAX-byte bounce buffer, 64K-aligned. */
 char *pc_bounce_buf(void);
+/* Another one, for the reads that complete partial blocks (rmw). */
+char *pc_rmw_buf(void);
+
+/* The devices, each held until pc_devs_put() (at most PC_MAX_DEVS). Takes pc->lock. */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v);
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n);
 
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,
@@ -175,8 +264,57 @@ int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
 int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes);
 int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
 void wb_kick(struct pc_cache *pc);
+/* The errno of a device whose writeback keeps failing, else 0. */
+int wb_dev_failing(struct pc_dev *dev);
+/* Without a flusher: write back every device in the caller (see writeback.c). */
+int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
+/*
+ * Slow or stop a writer as dirty data nears dirty_limit. Returns 0 or
+ * -errno; with @nowait, -EAGAIN where it would pause or wait.
+ */
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait);
 int wb_flusher_start(struct pc_cache *pc);
 void wb_flusher_stop(struct pc_cache *pc);
+
+/* aio.c */
+void pc_aio_init(struct pc_aio *aio, struct pc_dev *dev, enum pc_aio_op op, uint64_t pos,
+		 size_t len);
+/* Hand @aio to its device's workers (rule R2: it holds nothing). */
+void pc_punt(struct pc_aio *aio);
+/* Start and stop a device's workers (pc_dev_add, pc_dev_remove). */
+int pc_workers_start(struct pc_dev *dev);
+void pc_workers_stop(struct pc_dev *dev);
+
+/* pcache.c */
+/* A worker runs punted requests @v (n > 1: fsyncs queued together). */
+void pc_aio_run(struct pc_aio **v, int n);
+void pc_errseq_set(struct pc_dev *dev, int err);
+/* pthread_cond_timedwait() for @ms milliseconds from now. */
+void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
+
+/* submit.c */
+int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr);
+void pc_pool_destroy(struct pc_pool *p);
+/* An object of @size bytes, zeroed: from the pool, else from malloc (NULL when neither). */
+void *pc_pool_get(struct pc_pool *p, size_t size);
+void pc_pool_put(struct pc_pool *p, void *obj);
+/* The object the pool of submission I/Os holds. */
+size_t pc_sio_size(void);
+/* writeback.c: a writeback I/O's segments for @max_io, and its size. */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io);
+size_t wb_io_size(uint32_t cap);
+void pc_batch_init(struct pc_batch *b);
+/* An asynchronous batch: @end runs when the last I/O ends; the caller's +1 bias is taken. */
+void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));
+int pc_batch_err(struct pc_batch *b);
+void pc_batch_add(struct pc_batch *b);
+void pc_batch_done(struct pc_batch *b, int res);
+int pc_batch_wait(struct pc_batch *b);
+void pc_batch_destroy(struct pc_batch *b);
+
+/* Submit a FLUSH, DISCARD or WRITE_ZEROES into @batch. */
+void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		      struct pc_batch *batch);
 /* Submit one I/O and wait for it. */
 int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		   const struct iovec *iov, int iovcnt);
@@ -186,17 +324,18 @@ int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t le
  */
 void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		     const struct iovec *iov, int iovcnt, struct pc_batch *batch);
+/* The same with blk_io.flags (BLK_IO_WAITED when the range is one I/O). */
+void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags);
 /* The same, waiting for it. */
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt);
-
-void pc_errseq_set(struct pc_dev *dev, int err);
-
-#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
-
 /* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */
 uint64_t acct_begin(struct pc_dev *dev);
 void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res);
+
+#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
 
 static inline uint64_t dev_max_io(const struct pc_dev *dev)
 {

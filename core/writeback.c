@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/writeback.c - getting data to and from the backend: I/O submission
- * with zero-copy splitting at max_io, writeback of dirty blocks (runs of
- * contiguous dirty blocks, also across folios, become one I/O), and the
+ * core/writeback.c - dirty data on its way out: writeback of dirty blocks
+ * (runs of contiguous dirty blocks, also across folios, become one I/O,
+ * submitted through submit.c), dirty throttling of writers, and the
  * background flusher thread.
  *
  * A block leaves the dirty set when its writeback I/O is built (under the
@@ -20,202 +20,6 @@
 #include "log.h"
 #include "pcache_int.h"
 
-/* ----------------------------------------------------- plain submission */
-
-/* ----------------------------------------------------------- accounting */
-
-uint64_t acct_begin(struct pc_dev *dev)
-{
-	uint64_t now = blk_now_ns();
-
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!dev->acct_in_flight++)
-		dev->acct_busy_since_ns = now;
-	pthread_mutex_unlock(&dev->acct_lock);
-	return now;
-}
-
-static unsigned hist_bucket(uint64_t len)
-{
-	unsigned b = 0;
-
-	while (b < PC_HIST_BUCKETS - 1 && (512ull << b) < len)
-		b++;
-	return b;
-}
-
-void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
-{
-	uint64_t now = blk_now_ns(), ms = (now - start_ns) / 1000000;
-
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!--dev->acct_in_flight)
-		STAT_ADD(dev, io_ticks_ms, (now - dev->acct_busy_since_ns) / 1000000);
-	pthread_mutex_unlock(&dev->acct_lock);
-	STAT_ADD(dev, time_in_queue_ms, ms);
-	if (res)
-		return;
-	switch (op) {
-	case BLK_READ:
-		STAT_ADD(dev, backend_read_ios, 1);
-		STAT_ADD(dev, backend_read_bytes, len);
-		STAT_ADD(dev, read_ticks_ms, ms);
-		break;
-	case BLK_WRITE:
-		STAT_ADD(dev, backend_write_ios, 1);
-		STAT_ADD(dev, backend_write_bytes, len);
-		STAT_ADD(dev, write_ticks_ms, ms);
-		STAT_ADD(dev, write_hist[hist_bucket(len)], 1);
-		break;
-	case BLK_FLUSH:
-		STAT_ADD(dev, backend_flushes, 1);
-		STAT_ADD(dev, flush_ticks_ms, ms);
-		break;
-	case BLK_DISCARD:
-	case BLK_WRITE_ZEROES:
-		STAT_ADD(dev, backend_discards, 1);
-		STAT_ADD(dev, backend_discard_bytes, len);
-		STAT_ADD(dev, discard_ticks_ms, ms);
-		break;
-	}
-}
-
-/* ----------------------------------------------------- plain submission */
-
-struct pc_sio {
-	struct blk_io io;
-	struct pc_dev *dev;
-	struct pc_batch *batch;
-	uint64_t start_ns;
-	struct iovec iov[];	/* the slice, when split */
-};
-
-static void sio_end_io(struct blk_io *io, int res)
-{
-	struct pc_sio *s = (struct pc_sio *)io;
-
-	acct_end(s->dev, io->op, io->len, s->start_ns, res);
-	pc_batch_done(s->batch, res);
-	free(s);
-}
-
-static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *batch)
-{
-	int ret;
-
-	s->dev = dev;
-	s->batch = batch;
-	s->io.end_io = sio_end_io;
-	s->io.private = s;
-	pc_batch_add(batch);
-	s->start_ns = acct_begin(dev);
-	ret = blk_submit(dev->be, &s->io);
-	if (ret < 0)
-		sio_end_io(&s->io, ret);
-}
-
-/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
-static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
-			 unsigned int flags)
-{
-	size_t skip = 0;	/* bytes of iov[0] already sent */
-	uint64_t max = dev_max_io(dev);
-
-	assert(op == BLK_READ || op == BLK_WRITE);
-	assert(len && !(pos & (dev->geo.lbs - 1)) && !(len & (dev->geo.lbs - 1)));
-	/* pieces of a split go out together, not one after the other */
-	if (len > max)
-		flags = 0;
-	while (len) {
-		uint64_t n = len < max ? len : max;
-		uint64_t left = n;
-		struct pc_sio *s;
-		int cnt = 0, i;
-
-		/* count the slices this piece needs */
-		for (i = 0; left; i++) {
-			size_t avail = iov[i].iov_len - (i ? 0 : skip);
-
-			left -= avail < left ? avail : left;
-			cnt++;
-		}
-		s = calloc(1, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
-		if (!s) {
-			pc_batch_add(batch);
-			pc_batch_done(batch, -ENOMEM);
-			return;
-		}
-		left = n;
-		for (i = 0; i < cnt; i++) {
-			size_t avail = iov[0].iov_len - skip;
-			size_t take = avail < left ? avail : (size_t)left;
-
-			s->iov[i].iov_base = (char *)iov[0].iov_base + skip;
-			s->iov[i].iov_len = take;
-			left -= take;
-			skip += take;
-			if (skip == iov[0].iov_len) {
-				iov++;
-				iovcnt--;
-				skip = 0;
-			}
-		}
-		s->io.op = op;
-		s->io.flags = flags;
-		s->io.pos = pos;
-		s->io.len = n;
-		s->io.iov = s->iov;
-		s->io.iovcnt = cnt;
-		len -= n;
-		pos += n;
-		if (len)
-			STAT_ADD(dev, split_ios, 1);
-		sio_submit(dev, s, batch);
-	}
-	(void)iovcnt;
-}
-
-void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
-{
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
-}
-
-int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-			 const struct iovec *iov, int iovcnt)
-{
-	struct pc_batch batch;
-	int err;
-
-	pc_batch_init(&batch);
-	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
-	err = pc_batch_wait(&batch);
-	pc_batch_destroy(&batch);
-	return err;
-}
-
-int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
-		   const struct iovec *iov, int iovcnt)
-{
-	struct pc_batch batch;
-	struct pc_sio *s;
-	int err;
-
-	if (op == BLK_READ || op == BLK_WRITE)
-		return pc_submit_split_wait(dev, op, pos, len, iov, iovcnt);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->io.op = op;
-	s->io.pos = pos;
-	s->io.len = len;
-	pc_batch_init(&batch);
-	sio_submit(dev, s, &batch);
-	err = pc_batch_wait(&batch);
-	pc_batch_destroy(&batch);
-	return err;
-}
 
 /* ------------------------------------------------------------ writeback */
 
@@ -248,17 +52,26 @@ struct wb_builder {
 
 static void wb_end_io(struct blk_io *io, int res);
 
+/* Segments a writeback I/O of @max_io bytes can have (a run across folios). */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io)
+{
+	return (uint32_t)(max_io / dev->pc->folio_size) + 2;
+}
+
+size_t wb_io_size(uint32_t cap)
+{
+	return sizeof(struct wb_io) + cap * (sizeof(struct wb_seg) + sizeof(struct iovec));
+}
+
 static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
-	int cap = (int)(max_io / dev->pc->folio_size) + 2;
-	struct wb_io *w;
+	uint32_t cap = wb_io_cap(dev, max_io);
+	struct wb_io *w = pc_pool_get(&dev->wb_pool, wb_io_size(cap));
 
-	w = malloc(sizeof(*w) + (size_t)cap * (sizeof(struct wb_seg) + sizeof(struct iovec)));
 	if (!w)
 		return NULL;
-	memset(w, 0, sizeof(*w));
 	w->dev = dev;
-	w->cap = cap;
+	w->cap = (int)cap;
 	w->iov = (struct iovec *)(w + 1);
 	w->segs = (struct wb_seg *)(w->iov + cap);
 	w->io.op = BLK_WRITE;
@@ -351,12 +164,12 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 	}
 }
 
-static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
+/* Record the result of writing back (or reading for) [pos, pos+len). */
+static void wb_note_result(struct pc_dev *dev, uint64_t pos, uint64_t len, int res)
 {
 	uint64_t now = blk_now_ms();
 	bool log;
 
-	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	if (!res) {
 		pthread_mutex_lock(&dev->err_lock);
 		dev->failing = 0;
@@ -377,15 +190,49 @@ static void wb_note_result(struct pc_dev *dev, const struct wb_io *w, int res)
 	log = blk_ratelimit(&dev->err_rl, dev->name);
 	if (log)
 		blk_err("%s: writeback of %llu bytes at %llu failed: %s; %s",
-			dev->name, (unsigned long long)w->io.len,
-			(unsigned long long)w->io.pos, strerror(-res),
+			dev->name, (unsigned long long)len, (unsigned long long)pos,
+			strerror(-res),
 			dev->on_error_drop ? "dropped (on_error = drop)" : "the data stays dirty");
+}
+
+/*
+ * Write-back I/O @w ended: its blocks leave writeback; on success a
+ * partial block's in-flight record goes (or stays, if written again
+ * meanwhile); a failure puts the blocks back in the dirty set
+ * (on_error = keep) or drops them (counted).
+ */
+static void wb_end_seg_locked(struct pc_dev *dev, struct wb_seg *s, int res)
+{
+	struct pc_folio *f = s->f;
+	uint32_t b0 = s->off >> dev->cblk_shift;
+	uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b, i;
+	size_t nr = 0;
+
+	if (res && !dev->on_error_drop) {
+		/* keep: back into the dirty set (only blocks still cached, whole or partial) */
+		for (b = b0; b <= b1; b++)
+			if (bm_test(f->state, b) || folio_part_find_locked(f, b))
+				nr += bm_set_range(f->state, dev->nr_blks + b, 1);
+		folio_account_dirty_locked(dev, f, (long)nr);
+	} else if (res) {
+		STAT_ADD(dev, dropped_bytes, s->len);
+	}
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE || p->blk < b0 || p->blk > b1 || !(p->flags & PART_WB))
+			continue;
+		p->flags &= ~PART_WB;
+		if (!bm_test(f->state, dev->nr_blks + p->blk))
+			folio_part_free_locked(f, p);	/* the device has it now: read it from there */
+	}
 }
 
 static void wb_end_io(struct blk_io *io, int res)
 {
 	struct wb_io *w = io->private;
 	struct pc_dev *dev = w->dev;
+	struct pc_batch *batch;
 	int i;
 
 	for (i = 0; i < w->nsegs; i++) {
@@ -394,19 +241,7 @@ static void wb_end_io(struct blk_io *io, int res)
 		bool clean;
 
 		pthread_mutex_lock(&f->lock);
-		if (res && dev->on_error_drop) {
-			STAT_ADD(dev, dropped_bytes, s->len);
-		} else if (res) {
-			uint32_t b0 = s->off >> dev->cblk_shift;
-			uint32_t b1 = (s->off + s->len - 1) >> dev->cblk_shift, b;
-			size_t nr = 0;
-
-			/* keep: back into the dirty set (only blocks still cached) */
-			for (b = b0; b <= b1; b++)
-				if (bm_test(f->state, b))
-					nr += bm_set_range(f->state, dev->nr_blks + b, 1);
-			folio_account_dirty_locked(dev, f, (long)nr);
-		}
+		wb_end_seg_locked(dev, s, res);
 		assert(f->wb_ios > 0);
 		f->wb_ios--;
 		clean = !f->nr_dirty && !f->wb_ios;
@@ -419,30 +254,29 @@ static void wb_end_io(struct blk_io *io, int res)
 			folio_unpark(dev->pc, f);
 		folio_put(f);
 	}
-	wb_note_result(dev, w, res);
-	if (w->batch)
-		pc_batch_done(w->batch, res);
-	free(w);
+	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
+	wb_note_result(dev, w->io.pos, w->io.len, res);
+	batch = w->batch;
+	pc_pool_put(&dev->wb_pool, w);
+	if (batch)
+		pc_batch_done(batch, res);
 }
 
-
-
 /*
- * Write the dirty blocks of @v (sorted by index). With @sync, a folio under
- * writeback is waited for (its new dirty blocks must not race the old
- * write to the device) and the call returns once everything it and others
- * had in flight on these folios is done; without, such folios are skipped.
- */
-/*
- * The blocks of @f to write, into @mask: the dirty ones, widened to whole
- * physical blocks where the cache holds the rest uptodate, so the device
- * never has to read-modify-write. Caller holds f->lock.
+ * The whole dirty blocks of @f to write, into @mask: the dirty uptodate
+ * ones, widened to whole physical blocks where the cache holds the rest
+ * uptodate, so the device never has to read-modify-write. Partial blocks
+ * are not in it (see wb_next_part_locked). Caller holds f->lock.
  */
 static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long *mask)
 {
 	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
+	size_t i;
 
 	bm_copy(mask, f->state, nb, nb);
+	if (f->nr_part)		/* a partial block is dirty, not uptodate */
+		for (i = 0; i < BM_WORDS(nb); i++)
+			mask[i] &= f->state[i];
 	if (!ppb)
 		return;
 	for (p = 0; p < nb; p += ppb) {
@@ -455,21 +289,46 @@ static void wb_mask_locked(struct pc_dev *dev, struct pc_folio *f, unsigned long
 	}
 }
 
-static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, uint32_t p);
-
-/* With rmw = cache: does @f hold part of a physical block dirty and the rest not uptodate? */
-static bool wb_rmw_needed(struct pc_dev *dev, struct pc_folio *f)
+/*
+ * rmw = device: the first partial dirty block of @f at or after @from
+ * whose range can go out now (its whole logical blocks), or nr_blks.
+ * Caller holds f->lock.
+ */
+static uint32_t wb_next_part_locked(struct pc_dev *dev, struct pc_folio *f, uint32_t from)
 {
-	uint32_t nb = dev->nr_blks, ppb = dev->ppb, p;
-	bool need = false;
+	uint32_t best = dev->nr_blks, i;
 
-	if (!ppb || dev->rmw_device)
-		return false;
-	pthread_mutex_lock(&f->lock);
-	for (p = 0; p < nb && !need; p += ppb)
-		need = pblk_needs_rmw(dev, f, p);
-	pthread_mutex_unlock(&f->lock);
-	return need;
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		const struct pc_part *p = &f->part[i];
+
+		if (p->blk != PART_FREE && p->blk >= from && p->blk < best &&
+		    bm_test(f->state, dev->nr_blks + p->blk))
+			best = p->blk;
+	}
+	return best;
+}
+
+/*
+ * Send the whole logical blocks of partial block @b's range (rmw = device);
+ * the block leaves the dirty set if that was all of it, and its record
+ * stays, marked in flight, until the write ends. Caller holds f->lock.
+ */
+static void wb_add_part_locked(struct wb_builder *bld, struct pc_folio *f, uint32_t b)
+{
+	struct pc_dev *dev = bld->dev;
+	struct pc_part *p = folio_part_find_locked(f, b);
+	uint32_t lbs = dev->geo.lbs;
+	uint32_t lo = (p->start + lbs - 1) & ~(lbs - 1), hi = p->end & ~(lbs - 1);
+
+	if (lo >= hi)
+		return;		/* a write came since wb_prepare(): the next pass */
+	if (lo == p->start && hi == p->end) {
+		bm_clear_range(f->state, dev->nr_blks + b, 1);
+		folio_account_dirty_locked(dev, f, -1);
+	}
+	p->flags |= PART_WB;
+	STAT_ADD(dev, partial_pblk_writes, 1);
+	wb_add_locked(bld, f, (b << dev->cblk_shift) + lo, hi - lo);
 }
 
 /* Does physical block @p (first cache block) of @f need its missing part read? */
@@ -481,24 +340,49 @@ static bool pblk_needs_rmw(const struct pc_dev *dev, const struct pc_folio *f, u
 }
 
 /*
+ * Must @f read before its dirty data can go out the way the policy wants:
+ * a partial block (all of it with rmw = cache, its range's ends with
+ * rmw = device), or (rmw = cache) a physical block partly dirty whose rest
+ * is not cached? Caller holds f->lock.
+ */
+static bool wb_prep_needed_locked(struct pc_dev *dev, struct pc_folio *f, bool parts)
+{
+	uint32_t nb = dev->nr_blks, lbs = dev->geo.lbs, i, p;
+
+	for (i = 0; parts && f->nr_part && i < PC_PART_SLOTS; i++) {
+		const struct pc_part *r = &f->part[i];
+
+		if (r->blk == PART_FREE || !bm_test(f->state, nb + r->blk))
+			continue;
+		if (!dev->rmw_device || (r->start | r->end) & (lbs - 1))
+			return true;
+	}
+	if (!dev->ppb || dev->rmw_device)
+		return false;
+	for (p = 0; p < nb; p += dev->ppb)
+		if (pblk_needs_rmw(dev, f, p))
+			return true;
+	return false;
+}
+
+/*
  * Read the missing blocks of @f's partly dirty physical blocks, so
  * writeback can send whole physical blocks (rmw = cache). Neighbouring
  * physical blocks that need it share one read: from the first missing
  * block to the last, into a bounce buffer, of which only the missing
- * blocks are copied in (the ones between may be dirty).
+ * blocks are copied in (the ones between may be dirty, and a partial
+ * block whose completion failed keeps its bytes). Caller holds excl.
  */
-static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
+static int wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 {
 	uint32_t nb = dev->nr_blks, ppb = dev->ppb, sh = dev->cblk_shift;
 	uint32_t max_blks = PC_READ_MAX >> sh, p, q, b0, b1, b;
-	char *scratch = pc_bounce_buf();
+	char *scratch = pc_rmw_buf();
 	size_t up = 0;
+	int err = 0, ret;
 
 	if (!scratch)
-		return;
-	pthread_mutex_lock(&f->lock);
-	folio_excl_begin_locked(f);
-	pthread_mutex_unlock(&f->lock);
+		return -ENOMEM;
 	/* excl keeps the uptodate bits still; the dirty bits in the same words need the lock */
 	for (p = 0; p < nb; p = q) {
 		pthread_mutex_lock(&f->lock);
@@ -515,11 +399,14 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 		for (b1 = q; b1 > b0 && bm_test(f->state, b1 - 1); b1--)
 			;
 		pthread_mutex_unlock(&f->lock);
-		if (folio_read_span(dev, f, b0, b1 - b0, scratch))
+		ret = folio_read_span(dev, f, b0, b1 - b0, scratch);
+		if (ret) {
+			err = err ? err : ret;
 			continue;
+		}
 		pthread_mutex_lock(&f->lock);
 		for (b = b0; b < b1; b++) {
-			if (bm_test(f->state, b))
+			if (bm_test(f->state, b) || folio_part_find_locked(f, b))
 				continue;
 			memcpy(f->data + ((size_t)b << sh), scratch + ((size_t)(b - b0) << sh),
 			       (size_t)1 << sh);
@@ -527,39 +414,125 @@ static void wb_rmw_fill(struct pc_dev *dev, struct pc_folio *f)
 		}
 		pthread_mutex_unlock(&f->lock);
 	}
-	pthread_mutex_lock(&f->lock);
-	folio_excl_end_locked(f);
-	pthread_mutex_unlock(&f->lock);
 	__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
+	return err;
 }
 
+/*
+ * A read that writeback needed failed: the blocks stay dirty (or, with
+ * on_error = drop, the partial ones are dropped), and the error is the
+ * device's writeback error like a failed write. Caller holds f->lock.
+ */
+static void wb_prep_failed_locked(struct pc_dev *dev, struct pc_folio *f)
+{
+	uint32_t i, nr = 0;
+
+	if (!dev->on_error_drop)
+		return;
+	for (i = 0; f->nr_part && i < PC_PART_SLOTS; i++) {
+		struct pc_part *p = &f->part[i];
+
+		if (p->blk == PART_FREE || !bm_test(f->state, dev->nr_blks + p->blk) ||
+		    (p->flags & PART_WB))
+			continue;
+		bm_clear_range(f->state, dev->nr_blks + p->blk, 1);
+		folio_part_free_locked(f, p);
+		nr++;
+	}
+	folio_account_dirty_locked(dev, f, -(long)nr);
+	STAT_ADD(dev, dropped_bytes, (uint64_t)nr << dev->cblk_shift);
+}
+
+/*
+ * Make @f's dirty data ready to go out (invariant 9): with @parts,
+ * complete its partial blocks, and with rmw = cache its partly dirty
+ * physical blocks, under the exclusive hold. Returns 0 or the read error
+ * (already recorded as a writeback error).
+ */
+static int wb_prepare(struct pc_dev *dev, struct pc_folio *f, bool parts)
+{
+	uint64_t pos = folio_pos(dev->pc, f);
+	int err = 0, ret = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!wb_prep_needed_locked(dev, f, parts)) {
+		pthread_mutex_unlock(&f->lock);
+		return 0;
+	}
+	folio_excl_begin_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (parts)
+		err = folio_complete_parts(dev, f, 0, dev->nr_blks - 1, !dev->rmw_device);
+	if (dev->ppb && !dev->rmw_device)
+		ret = wb_rmw_fill(dev, f);
+	err = err ? err : ret;
+	pthread_mutex_lock(&f->lock);
+	if (err)
+		wb_prep_failed_locked(dev, f);
+	folio_excl_end_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (err) {
+		STAT_ADD(dev, read_errors, 1);
+		wb_note_result(dev, pos, dev->pc->folio_size, err);
+	}
+	return err;
+}
+
+/* Has @f held dirty data longer than dirty_expire? */
+static bool folio_expired(const struct pc_cache *pc, struct pc_folio *f, uint64_t now)
+{
+	uint64_t since;
+
+	pthread_mutex_lock(&f->lock);
+	since = f->nr_dirty ? f->dirtied_ms : now;
+	pthread_mutex_unlock(&f->lock);
+	return since + pc->dirty_expire_ms <= now;
+}
+
+/*
+ * Write the dirty blocks of @v (sorted by index). With @sync, a folio under
+ * writeback is waited for (its new dirty blocks must not race the old
+ * write to the device) and the call returns once everything it and others
+ * had in flight on these folios is done; without, such folios are skipped.
+ */
 static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool sync, uint64_t *bytes)
 {
 	unsigned long mask[BM_WORDS(2u << 20 >> 9)];
 	uint32_t nb = dev->nr_blks;
 	struct wb_builder b = { .dev = dev, .max_io = dev_max_io(dev) };
 	struct pc_batch batch;
-	int i, err;
+	uint64_t now = blk_now_ms();
+	int i, err, prep_err = 0, ret;
 
 	/*
-	 * rmw = cache: first complete the partly dirty physical blocks, all of
-	 * them, so that building the I/Os below never stops to read and runs
-	 * still merge across folios.
+	 * First the reads writeback needs, for all the folios, so that
+	 * building the I/Os below never stops to read and runs still merge
+	 * across folios. A background pass leaves young partial blocks alone
+	 * (the rest of a write split in two FUSE requests is usually on its
+	 * way) unless someone waits for a folio.
 	 */
-	if (dev->ppb && !dev->rmw_device)
-		for (i = 0; i < n; i++)
-			if (wb_rmw_needed(dev, v[i]))
-				wb_rmw_fill(dev, v[i]);
+	for (i = 0; i < n; i++) {
+		bool parts = sync || __atomic_load_n(&dev->pc->alloc_waiters, __ATOMIC_RELAXED) ||
+			     folio_expired(dev->pc, v[i], now);
+
+		ret = wb_prepare(dev, v[i], parts);
+		prep_err = prep_err ? prep_err : ret;
+	}
 
 	pc_batch_init(&batch);
 	b.batch = &batch;
 	b.ready_tail = &b.ready;
 	for (i = 0; i < n; i++) {
 		struct pc_folio *f = v[i];
-		size_t s = 0, e;
+		uint32_t s = 0, e, ps, pfrom = 0;
 
 		pthread_mutex_lock(&f->lock);
-		if (f->wb_ios) {
+		/*
+		 * Under writeback already (invariant 5), or held exclusively: its
+		 * holder may be changing what the blocks hold (a discard zeroing
+		 * them must not see an older copy leave after it).
+		 */
+		if (f->wb_ios || f->excl) {
 			if (!sync) {
 				pthread_mutex_unlock(&f->lock);
 				continue;
@@ -569,17 +542,25 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 			wb_close(&b);
 			wb_submit_ready(&b);
 			pthread_mutex_lock(&f->lock);
-			folio_wait_wb_locked(f);
+			folio_wait_idle_locked(f);
 		}
 		wb_mask_locked(dev, f, mask);
-		while ((s = bm_find(mask, s, nb, true)) < nb) {
+		for (;;) {
 			size_t cleared;
 
-			e = bm_find(mask, s, nb, false);
+			s = (uint32_t)bm_find(mask, s, nb, true);
+			ps = dev->rmw_device ? wb_next_part_locked(dev, f, pfrom) : nb;
+			if (ps < s) {
+				wb_add_part_locked(&b, f, ps);
+				pfrom = ps + 1;
+				continue;
+			}
+			if (s >= nb)
+				break;
+			e = (uint32_t)bm_find(mask, s, nb, false);
 			cleared = bm_clear_range(f->state, nb + s, e - s);
 			folio_account_dirty_locked(dev, f, -(long)cleared);
-			wb_add_locked(&b, f, (uint32_t)(s << dev->cblk_shift),
-				      (uint32_t)((e - s) << dev->cblk_shift));
+			wb_add_locked(&b, f, s << dev->cblk_shift, (e - s) << dev->cblk_shift);
 			s = e;
 		}
 		pthread_mutex_unlock(&f->lock);
@@ -598,7 +579,7 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 	}
 	if (bytes)
 		*bytes = b.bytes;
-	return err ? err : b.err;
+	return err ? err : b.err ? b.err : prep_err;
 }
 
 int wb_folios(struct pc_dev *dev, struct pc_folio **v, int n, bool wait)
@@ -643,6 +624,140 @@ int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	return err;
 }
 
+/* ------------------------------------------------------ dirty throttling */
+
+/* The errno of a device whose writeback keeps failing, else 0. */
+int wb_dev_failing(struct pc_dev *dev)
+{
+	int err;
+
+	pthread_mutex_lock(&dev->err_lock);
+	err = dev->failing;
+	pthread_mutex_unlock(&dev->err_lock);
+	return err;
+}
+
+/* Dirty bytes that belong to devices whose writeback keeps failing. */
+static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
+{
+	struct list_head *pos, *n;
+	uint64_t stuck = 0;
+
+	list_for_each_safe(pos, n, &pc->devs) {
+		struct pc_dev *d = list_entry(pos, struct pc_dev, node);
+
+		if (wb_dev_failing(d))
+			stuck += __atomic_load_n(&d->dirty_bytes, __ATOMIC_RELAXED);
+	}
+	return stuck;
+}
+
+/*
+ * Without a flusher thread the caller writes back itself (unit tests).
+ * Returns the first error of @dev's own writeback (another device's failure
+ * is not this caller's), and in @bytes what was written.
+ */
+int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
+{
+	struct pc_dev *devs[PC_MAX_DEVS];
+	int nr = pc_devs_get(pc, devs), i, err = 0, ret;
+
+	*bytes = 0;
+	for (i = 0; i < nr; i++) {
+		uint64_t b = 0;
+
+		if (!__atomic_load_n(&devs[i]->dirty_bytes, __ATOMIC_RELAXED))
+			continue;
+		ret = wb_dev_bytes(devs[i], WB_ALL, true, &b);
+		*bytes += b;
+		if (ret && devs[i] == dev && !err)
+			err = ret;
+	}
+	pc_devs_put(pc, devs, nr);
+	return err;
+}
+
+void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(c, m, &ts);
+}
+
+/*
+ * Writers are slowed when dirty data passes the limit; the flusher starts
+ * at the background level. A device whose writeback keeps failing gets its
+ * errno instead of a wait that could last forever.
+ */
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t dirty;
+	int err;
+
+	for (;;) {
+		dirty = __atomic_load_n(&pc->dirty_bytes, __ATOMIC_RELAXED) +
+			__atomic_load_n(&pc->wb_bytes, __ATOMIC_RELAXED);
+		if (dirty > pc->dirty_background &&
+		    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE) &&
+		    !__atomic_load_n(&pc->fl_kick, __ATOMIC_RELAXED))
+			wb_kick(pc);
+		if (dirty <= pc->dirty_limit) {
+			uint64_t setpoint = (pc->dirty_background + pc->dirty_limit) / 2;
+
+			/*
+			 * Between the setpoint and the limit, a short pause that
+			 * grows with the excess (as balance_dirty_pages): a writer
+			 * that outruns the backend slows to its speed smoothly
+			 * instead of running into the limit and stopping.
+			 */
+			if (may_pause && dirty > setpoint &&
+			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
+				if (nowait)
+					return -EAGAIN;
+				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
+						   (pc->dirty_limit - setpoint + 1)));
+			}
+			return 0;
+		}
+		err = wb_dev_failing(dev);
+		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
+			return -err;
+		pthread_mutex_lock(&pc->lock);
+		/* data that cannot leave does not hold up healthy devices */
+		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
+			pthread_mutex_unlock(&pc->lock);
+			return 0;
+		}
+		if (nowait) {
+			pthread_mutex_unlock(&pc->lock);
+			return -EAGAIN;
+		}
+		if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
+			uint64_t bytes;
+
+			pthread_mutex_unlock(&pc->lock);
+			err = wb_all_sync(pc, dev, &bytes);
+			if (err && wb_dev_failing(dev))
+				return err;
+			if (!bytes)
+				return 0;	/* nothing this thread can write: go on */
+			continue;
+		}
+		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
+		pc_timed_wait_ms(&pc->free_cond, &pc->lock, 50);
+		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&pc->lock);
+	}
+}
+
 /* -------------------------------------------------------------- flusher */
 
 void wb_kick(struct pc_cache *pc)
@@ -666,12 +781,12 @@ static bool under_pressure(struct pc_cache *pc)
 /* One pass over every device; returns bytes submitted. */
 static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 {
-	struct list_head *pos, *n;
+	struct pc_dev *devs[PC_MAX_DEVS];
 	uint64_t total = 0, now = blk_now_ms();
+	int nr = pc_devs_get(pc, devs), i;
 
-	/* the device list does not change while the flusher runs */
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *dev = list_entry(pos, struct pc_dev, node);
+	for (i = 0; i < nr; i++) {
+		struct pc_dev *dev = devs[i];
 		uint64_t bytes = 0, retry;
 		int failing;
 
@@ -683,9 +798,15 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 		pthread_mutex_unlock(&dev->err_lock);
 		if (failing && now < retry)
 			continue;
-		wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
+		/*
+		 * A failure is already the device's writeback error (errseq,
+		 * failing, the log) for the next fsync; an allocation failure
+		 * leaves the data dirty for the next pass.
+		 */
+		(void)wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
 		total += bytes;
 	}
+	pc_devs_put(pc, devs, nr);
 	return total;
 }
 
@@ -731,28 +852,24 @@ int wb_flusher_start(struct pc_cache *pc)
 {
 	int err;
 
-	if (pc->flusher_running)
+	if (__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return 0;
 	pc->fl_stop = false;
 	err = pthread_create(&pc->flusher, NULL, flusher_main, pc);
 	if (err)
 		return -err;
-	pthread_mutex_lock(&pc->lock);
-	pc->flusher_running = true;
-	pthread_mutex_unlock(&pc->lock);
+	__atomic_store_n(&pc->flusher_running, true, __ATOMIC_RELEASE);
 	return 0;
 }
 
 void wb_flusher_stop(struct pc_cache *pc)
 {
-	if (!pc->flusher_running)
+	if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&pc->fl_lock);
 	pc->fl_stop = true;
 	pthread_cond_signal(&pc->fl_cond);
 	pthread_mutex_unlock(&pc->fl_lock);
 	pthread_join(pc->flusher, NULL);
-	pthread_mutex_lock(&pc->lock);
-	pc->flusher_running = false;
-	pthread_mutex_unlock(&pc->lock);
+	__atomic_store_n(&pc->flusher_running, false, __ATOMIC_RELEASE);
 }

@@ -5,12 +5,12 @@
  * session (multithreaded, 1 MiB requests, direct mode with shared mmap
  * allowed), and the final writeback when the mount goes away.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <grp.h>
 #include <pwd.h>
-#include <linux/fuse.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,23 +20,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../backends/list.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
 
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
-#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
-#define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
+#define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
 #endif
 
-#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
-#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
-#endif
-
 /* One open device file, or .sys attribute. */
 struct bf_file {
+	struct list_head node_open;	/* open_files: freed at exit if never released */
 	struct bf_dev *dev;
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
@@ -46,6 +43,46 @@ struct bf_file {
 };
 
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
+
+/*
+ * Every open file, so that the handles of files still open when the
+ * daemon exits (the kernel sends no RELEASE for them then) are freed.
+ */
+static pthread_mutex_t open_files_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct list_head open_files = LIST_HEAD_INIT(open_files);	/* open_files_lock */
+
+static struct bf_file *file_alloc(size_t extra)
+{
+	struct bf_file *f = calloc(1, sizeof(*f) + extra);
+
+	if (!f)
+		return NULL;
+	pthread_mutex_lock(&open_files_lock);
+	list_add_tail(&f->node_open, &open_files);
+	pthread_mutex_unlock(&open_files_lock);
+	return f;
+}
+
+static void file_free(struct bf_file *f)
+{
+	pthread_mutex_lock(&open_files_lock);
+	list_del_init(&f->node_open);
+	pthread_mutex_unlock(&open_files_lock);
+	free(f);
+}
+
+/* The handles the kernel never released (files open at exit). */
+static void files_free_all(void)
+{
+	struct list_head *pos, *n;
+
+	pthread_mutex_lock(&open_files_lock);
+	list_for_each_safe(pos, n, &open_files) {
+		list_del_init(pos);
+		free(list_entry(pos, struct bf_file, node_open));
+	}
+	pthread_mutex_unlock(&open_files_lock);
+}
 
 static struct bf_daemon *bf_of(fuse_req_t req)
 {
@@ -127,6 +164,7 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 	struct pc_cache_params cp = { 0 };
 	int i, ret;
 
+	assert(!d->nr_devs);	/* counts devices opened below; close resets it */
 	d->devs = calloc((size_t)d->conf.nr_devs, sizeof(*d->devs));
 	if (!d->devs)
 		return -ENOMEM;
@@ -186,7 +224,15 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			goto out_close;
 		}
 		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
+		pc_dev_set_write_through(bd->pc, bd->cd->write_through);
 		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
+		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
+		if (ret) {
+			snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
+				 "slots for %s", d->conf.file, d->conf.mount.max_pending,
+				 bd->cd->name);
+			goto out_close;
+		}
 	}
 	ret = bf_sys_build(d);
 	if (ret) {
@@ -213,6 +259,7 @@ void bf_close_devices(struct bf_daemon *d)
 		if (bd->pc)
 			pc_dev_remove(bd->pc);
 		bd->pc = NULL;
+		bf_dev_reqs_destroy(bd);
 	}
 	if (d->pc)
 		pc_cache_destroy(d->pc);
@@ -263,6 +310,14 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 
 /* --------------------------------------------------------------- session */
 
+/* Every device's request slots together, as the kernel's u16 allows. */
+static unsigned bf_max_background(const struct bf_daemon *d)
+{
+	uint64_t n = (uint64_t)d->conf.mount.max_pending * (uint64_t)(d->nr_devs ? d->nr_devs : 1);
+
+	return n < BF_MIN_BACKGROUND ? BF_MIN_BACKGROUND : n > 65535 ? 65535 : (unsigned)n;
+}
+
 static void bf_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct bf_daemon *d = userdata;
@@ -284,8 +339,14 @@ static void bf_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
 	conn->max_write = BF_MAX_WRITE;
 	conn->max_read = 0;
-	conn->max_background = BF_MAX_BACKGROUND;
-	conn->congestion_threshold = BF_MAX_BACKGROUND * 3 / 4;
+	/*
+	 * The kernel holds back asynchronous requests (libaio O_DIRECT, readahead)
+	 * past max_background for the whole mount: sized to every device's
+	 * slots together, so that requests parked on one slow device never
+	 * keep another's waiting in the kernel.
+	 */
+	conn->max_background = bf_max_background(d);
+	conn->congestion_threshold = conn->max_background * 3 / 4;
 }
 
 static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -387,7 +448,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	f = calloc(1, sizeof(*f) + BF_SYS_BUF);
+	f = file_alloc(BF_SYS_BUF);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -396,7 +457,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
 		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
 		if (len < 0) {
-			free(f);
+			file_free(f);
 			fuse_reply_err(req, -len);
 			return;
 		}
@@ -432,7 +493,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	f = calloc(1, sizeof(*f));
+	f = file_alloc(0);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -443,7 +504,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * would believe the device empty after O_TRUNC and keep believing
 		 * it. Refused rather than ignored (README: kernel_cache).
 		 */
-		free(f);
+		file_free(f);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -462,12 +523,12 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * Direct mode: every read and write reaches this daemon, in requests of
 	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
 	 * semantics hold. Shared mmap still works: INIT negotiated
-	 * FUSE_DIRECT_IO_ALLOW_MMAP (see bf_io_writev).
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (see rawio.c).
 	 */
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
 	fi->noflush = 1;
-	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in bf_io_writev() */
+	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in rawio.c */
 	/* O_TRUNC is ignored, as a block device ignores it */
 	fuse_reply_open(req, fi);
 }
@@ -475,7 +536,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	free((struct bf_file *)(uintptr_t)fi->fh);
+	file_free((struct bf_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -484,36 +545,230 @@ static struct bf_file *file_of(struct fuse_file_info *fi)
 	return (struct bf_file *)(uintptr_t)fi->fh;
 }
 
-/* Per-thread buffer for O_DIRECT reads (pool-like: touched once, reused). */
-static pthread_key_t dbuf_key;
-static pthread_once_t dbuf_once = PTHREAD_ONCE_INIT;
+/* --------------------------------------------------- requests in flight */
 
-static void dbuf_key_init(void)
+/*
+ * One request of a device file on its way: a slot of the device's pool of
+ * [mount] max_pending, the block layer's tag. The handler starts the
+ * cache's asynchronous form and returns to receive the next request; the
+ * reply comes from the completion (pc_aio.done), in whatever thread that
+ * runs (pcache.h's rules). A request whose data sits in the receiving
+ * thread's buffer (a WRITE's data, a direct READ's destination) takes that
+ * buffer along when it is still running as its handler returns
+ * (bf_rawio_keep), so the thread receives into another one.
+ */
+enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
+
+struct bf_req {
+	struct pc_aio aio;	/* first: the completion finds the slot from it */
+	struct bf_dev *bd;
+	fuse_req_t req;
+	char *data;		/* direct READ: the reply's data */
+	char *kept;		/* a receive buffer this request holds */
+	int state;		/* atomic: REQ_* */
+	struct bf_req *next;	/* bd->req_free */
+	struct pc_read rd;
+};
+
+int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 {
-	pthread_key_create(&dbuf_key, free);
+	uint32_t i;
+
+	bd->reqs = calloc(n, sizeof(*bd->reqs));
+	if (!bd->reqs)
+		return -ENOMEM;
+	pthread_mutex_init(&bd->req_lock, NULL);
+	pthread_cond_init(&bd->req_cond, NULL);
+	for (i = 0; i < n; i++) {
+		bd->reqs[i].bd = bd;
+		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
+	}
+	bd->req_free = bd->reqs;
+	bd->req_slots = n;
+	return 0;
 }
 
-static char *direct_buf(void)
+void bf_dev_reqs_destroy(struct bf_dev *bd)
 {
-	char *b;
+	if (!bd->reqs)
+		return;
+	assert(!bd->req_in_use);
+	pthread_mutex_destroy(&bd->req_lock);
+	pthread_cond_destroy(&bd->req_cond);
+	free(bd->reqs);
+	bd->reqs = NULL;
+}
 
-	pthread_once(&dbuf_once, dbuf_key_init);
-	b = pthread_getspecific(dbuf_key);
-	if (!b) {
-		if (posix_memalign((void **)&b, 65536, BF_MAX_WRITE))
-			return NULL;
-		memset(b, 0, BF_MAX_WRITE);
-		pthread_setspecific(dbuf_key, b);
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
+		      uint64_t *slots)
+{
+	pthread_mutex_lock(&bd->req_lock);
+	*in_flight = bd->req_in_use;
+	*peak = bd->req_peak;
+	*waits = bd->req_waits;
+	*slots = bd->req_slots;
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * A slot, waiting for one when all are taken, as the block layer waits for
+ * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
+ */
+static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
+			      void (*done)(struct pc_aio *aio, ssize_t res))
+{
+	struct bf_req *r;
+
+	pthread_mutex_lock(&bd->req_lock);
+	if (!bd->req_free)
+		bd->req_waits++;
+	while (!bd->req_free) {
+		bd->req_waiters++;
+		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		bd->req_waiters--;
 	}
-	return b;
+	r = bd->req_free;
+	bd->req_free = r->next;
+	if (++bd->req_in_use > bd->req_peak)
+		bd->req_peak = bd->req_in_use;
+	pthread_mutex_unlock(&bd->req_lock);
+	r->req = req;
+	r->data = NULL;
+	r->kept = NULL;
+	r->state = REQ_RUNNING;
+	r->aio.done = done;
+	r->aio.waited = false;
+	r->aio.fua = false;
+	return r;
+}
+
+static void req_put(struct bf_req *r)
+{
+	struct bf_dev *bd = r->bd;
+
+	if (r->kept)
+		bf_rawio_release(r->kept);
+	r->kept = NULL;
+	pthread_mutex_lock(&bd->req_lock);
+	r->next = bd->req_free;
+	bd->req_free = r;
+	bd->req_in_use--;
+	/* a receiving thread waits for a slot, or bf_drain() for the last one */
+	if (bd->req_waiters || !bd->req_in_use)
+		pthread_cond_broadcast(&bd->req_cond);
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * The handler has started @r and returns. If @r is still running and its
+ * data (@len bytes at @data, or none) is in this thread's receive buffer,
+ * the buffer goes with it. Whichever of this and the completion comes
+ * second frees the slot.
+ */
+static void req_returned(struct bf_req *r, const char *data, size_t len)
+{
+	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
+		req_put(r);
+		return;
+	}
+	if (data && !r->kept && bf_rawio_in_thread_buf(data, len)) {
+		char *k = bf_rawio_keep(&data, len);	/* no copy: cannot fail */
+
+		r->kept = IS_ERR(k) ? NULL : k;
+	}
+	if (__atomic_exchange_n(&r->state, REQ_RETURNED, __ATOMIC_ACQ_REL) == REQ_DONE)
+		req_put(r);
+}
+
+/* The completion has replied. */
+static void req_finish(struct bf_req *r)
+{
+	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
+		req_put(r);
+}
+
+/* Wait until every request of every device has been answered (unmount, exit). */
+void bf_drain(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		if (!bd->reqs)
+			continue;
+		pthread_mutex_lock(&bd->req_lock);
+		while (bd->req_in_use)
+			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		pthread_mutex_unlock(&bd->req_lock);
+	}
+}
+
+static struct bf_req *req_of(struct pc_aio *aio)
+{
+	return (struct bf_req *)aio;
+}
+
+static void reply_result(struct bf_req *r, ssize_t res)
+{
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_err(r->req, 0);
+}
+
+static void read_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0) {
+		fuse_reply_err(r->req, (int)-res);
+	} else if (res == 0) {
+		fuse_reply_buf(r->req, NULL, 0);
+	} else {
+		/* straight from folio memory: the kernel's copy is the only one */
+		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
+		pc_read_end(&r->rd);
+	}
+	req_finish(r);
+}
+
+static void dread_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_buf(r->req, r->data, (size_t)res);
+	req_finish(r);
+}
+
+static void write_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_write(r->req, (size_t)res);
+	req_finish(r);
+}
+
+static void status_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	reply_result(r, res);
+	req_finish(r);
 }
 
 static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	struct pc_read rd;
-	ssize_t ret;
+	struct bf_req *r;
+	char *buf;
 
 	(void)ino;
 	if (off < 0) {
@@ -523,13 +778,13 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (f->node) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
 		size_t n = size < f->len - o ? size : f->len - o;
-		char *buf = direct_buf();
 
 		/*
 		 * Reply from this thread's buffer, not from @f: once the kernel has
 		 * the data, the reader may close and another thread free @f while
 		 * this one is still returning from writev.
 		 */
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -539,44 +794,32 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (f->direct) {
-		char *buf = direct_buf();
-
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		ret = pc_direct_read(f->dev->pc, buf, size, (uint64_t)off);
-		if (ret < 0)
-			fuse_reply_err(req, (int)-ret);
-		else
-			fuse_reply_buf(req, buf, (size_t)ret);
+		r = req_get(f->dev, req, dread_done);
+		r->data = buf;
+		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		req_returned(r, buf, size);
 		return;
 	}
-	/* reply straight from folio memory: the kernel's copy is the only one */
-	ret = pc_read_begin(f->dev->pc, &rd, size, (uint64_t)off);
-	if (ret < 0) {
-		fuse_reply_err(req, (int)-ret);
-		return;
-	}
-	if (ret == 0)
-		fuse_reply_buf(req, NULL, 0);
-	else
-		fuse_reply_iov(req, rd.iov, rd.iovcnt);
-	pc_read_end(&rd);
+	r = req_get(f->dev, req, read_done);
+	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	req_returned(r, NULL, 0);
 }
-
-static const char *rx_data(const char *buf);
 
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	ssize_t ret;
+	struct bf_req *r;
 
 	(void)ino;
-	buf = rx_data(buf);
+	buf = bf_rawio_write_data(buf);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -590,34 +833,39 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			fuse_reply_write(req, size);
 		return;
 	}
+	r = req_get(f->dev, req, write_done);
+	if (!bf_rawio_in_thread_buf(buf, size)) {
+		/* the data is not where the request could take it along: a copy */
+		char *k = bf_rawio_keep(&buf, size);
+
+		if (IS_ERR(k)) {
+			req_put(r);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		r->kept = k;
+	}
+	/*
+	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
+	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
+	 * the reply waits for the data to be on stable storage.
+	 */
+	r->aio.fua = (fi->flags & O_DSYNC) != 0;
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
 	 */
 	if (f->direct && !fi->writepage)
-		ret = pc_direct_write(f->dev->pc, buf, size, (uint64_t)off);
+		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	else
-		ret = pc_write(f->dev->pc, buf, size, (uint64_t)off);
-	/*
-	 * O_SYNC/O_DSYNC opens, RWF_DSYNC writes and every write on a `sync`
-	 * mount arrive with O_DSYNC in the flags: on the device before the
-	 * reply, as a block device's write would be.
-	 */
-	if (ret > 0 && (fi->flags & O_DSYNC) && !fi->writepage) {
-		int err = pc_fsync(f->dev->pc, &f->since);
-
-		if (err)
-			ret = err;
-	}
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else
-		fuse_reply_write(req, (size_t)ret);
+		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	req_returned(r, buf, size);
 }
 
 static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
+	struct bf_req *r;
 
 	(void)ino;
 	(void)datasync;
@@ -625,7 +873,9 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 		fuse_reply_err(req, 0);
 		return;
 	}
-	fuse_reply_err(req, -pc_fsync(f->dev->pc, &f->since));
+	r = req_get(f->dev, req, status_done);
+	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -641,7 +891,7 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	struct bf_file *f = file_of(fi);
 	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
-	int ret;
+	struct bf_req *r;
 
 	(void)ino;
 	if (f->node) {
@@ -671,15 +921,18 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_write_zeroes(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_discard(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_discard_async(f->dev->pc, &r->aio, start, n);
 		break;
 	default:
-		ret = -EOPNOTSUPP;
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
 	}
-	fuse_reply_err(req, -ret);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -698,10 +951,15 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct bf_daemon *d = bf_of(req);
 	size_t used = 0, cap = size < 65536 ? size : 65536;
-	char *buf = malloc(cap ? cap : 1);
+	char *buf;
 	off_t i;
 
 	(void)fi;
+	if (off < 0) {		/* the kernel sends back only offsets we gave (i + 1) */
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	buf = malloc(cap ? cap : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -715,6 +973,7 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct stat st;
 			size_t need;
 
+			assert(i >= 0);	/* from off >= 0; no directory has 2^63 entries */
 			if (i >= 2 && !c)
 				break;
 			fill_attr(d, i == 0 ? ino : i == 1 ? self->parent : c->ino, &st);
@@ -835,180 +1094,6 @@ static const struct fuse_lowlevel_ops bf_ops = {
 	.create = bf_create,
 };
 
-/* --------------------------------------------------------- custom I/O */
-
-/*
- * libfuse 3.14 does not know FUSE_DIRECT_IO_ALLOW_MMAP, and without it the
- * kernel refuses shared mmap of a direct-mode file (ENODEV). Reading
- * /dev/fuse ourselves (fuse_session_custom_io) lets us see the INIT request
- * and add the flag to the INIT reply when the kernel offers it.
- */
-static uint64_t init_unique;	/* written by the reader of INIT, read by its replier */
-static bool init_allow_mmap;
-static struct bf_daemon *io_daemon;
-
-/*
- * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
- * the kernel serializes direct writes to one file (fio with several jobs).
- * OPEN requests are remembered by their unique id until their reply passes.
- */
-#ifndef FOPEN_PARALLEL_DIRECT_WRITES
-#define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
-#endif
-#define OPEN_SLOTS 64
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t open_uniques[OPEN_SLOTS];	/* open_lock; 0 = empty */
-static unsigned open_next;			/* open_lock */
-
-static void open_remember(uint64_t unique)
-{
-	pthread_mutex_lock(&open_lock);
-	open_uniques[open_next++ % OPEN_SLOTS] = unique;	/* oldest entry (a failed open) goes */
-	pthread_mutex_unlock(&open_lock);
-}
-
-static bool open_forget(uint64_t unique)
-{
-	bool found = false;
-	unsigned i;
-
-	pthread_mutex_lock(&open_lock);
-	for (i = 0; i < OPEN_SLOTS; i++) {
-		if (open_uniques[i] == unique) {
-			open_uniques[i] = 0;
-			found = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&open_lock);
-	return found;
-}
-
-/*
- * WRITE data lands page-aligned. libfuse reads each request into a buffer
- * of its own, where a WRITE's data starts 80 bytes in (the two headers):
- * not aligned for O_DIRECT, so every direct write was copied once more on
- * its way to the device. The read hook splits the read: the headers into
- * libfuse's buffer, the rest into an aligned buffer of the thread's. A
- * WRITE's data stays there (bf_write takes it from there: libfuse hands
- * the request to a handler in the thread that read it); any other
- * request's rest, small, is copied on after the headers.
- */
-#define RX_SPLIT (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
-#define RX_ALIGN 4096
-static __thread char *rx_buf;		/* rx_len bytes, RX_ALIGN-aligned */
-static __thread size_t rx_len;
-static __thread const char *rx_fake;	/* where libfuse has the WRITE data: in libfuse's buffer */
-static pthread_key_t rx_key;		/* frees rx_buf when its thread ends */
-static pthread_once_t rx_once = PTHREAD_ONCE_INIT;
-static bool rx_write_in;	/* the kernel speaks 7.9+: fuse_write_in is whole (RX_SPLIT holds) */
-
-static void rx_key_init(void)
-{
-	if (pthread_key_create(&rx_key, free))
-		abort();
-}
-
-/* The data of the WRITE being handled in this thread, for @buf as libfuse gives it. */
-static const char *rx_data(const char *buf)
-{
-	return buf == rx_fake && rx_fake ? rx_buf : buf;
-}
-
-static ssize_t rx_read(int fd, void *buf, size_t len)
-{
-	struct iovec iov[2];
-	ssize_t r;
-
-	rx_fake = NULL;
-	if (!rx_buf && len > RX_SPLIT) {
-		void *p;
-
-		pthread_once(&rx_once, rx_key_init);
-		if (!posix_memalign(&p, RX_ALIGN, len - RX_SPLIT)) {
-			rx_buf = p;
-			rx_len = len - RX_SPLIT;
-			pthread_setspecific(rx_key, p);
-		}
-	}
-	if (!rx_buf || len != rx_len + RX_SPLIT)
-		return read(fd, buf, len);	/* no memory: as libfuse would */
-	iov[0] = (struct iovec){ buf, RX_SPLIT };
-	iov[1] = (struct iovec){ rx_buf, rx_len };
-	r = readv(fd, iov, 2);
-	if (r > (ssize_t)RX_SPLIT) {
-		if (((const struct fuse_in_header *)buf)->opcode == FUSE_WRITE &&
-		    __atomic_load_n(&rx_write_in, __ATOMIC_RELAXED))
-			rx_fake = (const char *)buf + RX_SPLIT;
-		else
-			memcpy((char *)buf + RX_SPLIT, rx_buf, (size_t)r - RX_SPLIT);
-	}
-	return r;
-}
-
-static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
-{
-	ssize_t r = rx_read(fd, buf, len);
-
-	(void)userdata;
-	if (r >= (ssize_t)sizeof(struct fuse_in_header) &&
-	    ((const struct fuse_in_header *)buf)->opcode == FUSE_OPEN)
-		open_remember(((const struct fuse_in_header *)buf)->unique);
-	if (r >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) &&
-	    !__atomic_load_n(&init_unique, __ATOMIC_ACQUIRE)) {
-		const struct fuse_in_header *in = buf;
-
-		if (in->opcode == FUSE_INIT) {
-			const struct fuse_init_in *ii = (const void *)(in + 1);
-
-			__atomic_store_n(&rx_write_in, ii->major > 7 || ii->minor >= 9,
-					 __ATOMIC_RELAXED);
-			init_allow_mmap = (ii->flags & FUSE_INIT_EXT) &&
-					  ((uint64_t)ii->flags2 << 32 & FUSE_DIRECT_IO_ALLOW_MMAP);
-			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
-		}
-	}
-	return r < 0 ? -errno : r;
-}
-
-static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
-{
-	const struct fuse_out_header *oh = iov[0].iov_base;
-	uint64_t unique = __atomic_load_n(&init_unique, __ATOMIC_ACQUIRE);
-	struct fuse_open_out oo;
-	struct fuse_init_out out;
-	bool is_init = unique && oh->unique == unique && !oh->error;
-	ssize_t r;
-
-	(void)userdata;
-	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4 &&
-	    init_allow_mmap) {
-		memcpy(&out, iov[1].iov_base, iov[1].iov_len < sizeof(out) ? iov[1].iov_len : sizeof(out));
-		out.flags |= FUSE_INIT_EXT;
-		out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
-		iov[1].iov_base = &out;
-	}
-	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && open_forget(oh->unique)) {
-		memcpy(&oo, iov[1].iov_base, sizeof(oo));
-		oo.open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
-		iov[1].iov_base = &oo;
-	}
-	r = writev(fd, iov, count);
-	if (r < 0)
-		r = -errno;
-	if (is_init) {
-		__atomic_store_n(&init_unique, 0, __ATOMIC_RELEASE);
-		if (r >= 0 && io_daemon)
-			bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
-	}
-	return r;
-}
-
-static const struct fuse_custom_io bf_io = {
-	.read = bf_io_read,
-	.writev = bf_io_writev,
-};
-
 /* ------------------------------------------------------------- serving */
 
 /* fsname= as a FUSE option: its commas and backslashes escaped (fuse_opt's rule). */
@@ -1053,11 +1138,9 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 		fuse_opt_free_args(&args);
 		return 1;
 	}
-	/* fuse_session_mount() replaces this placeholder with the /dev/fuse fd */
-	dummy = open("/dev/null", O_RDWR | O_CLOEXEC);
-	io_daemon = d;
-	if (dummy < 0 || fuse_session_custom_io(se, &bf_io, dummy)) {
-		fprintf(stderr, "blkfs: cannot set up FUSE I/O\n");
+	dummy = bf_rawio_attach(d, se);
+	if (dummy < 0) {
+		fprintf(stderr, "blkfs: cannot set up FUSE I/O: %s\n", strerror(-dummy));
 		code = 1;
 		goto out_destroy;
 	}
@@ -1088,6 +1171,12 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	fuse_loop_cfg_destroy(lc);
 	if (ret < 0 && ret != -ENODEV)
 		blk_err("request loop ended: %s", strerror(-ret));
+	/*
+	 * Requests still in flight get their replies (the kernel drops those
+	 * of a connection that is gone) before the final writeback.
+	 */
+	bf_drain(d);
+	files_free_all();
 
 out_signals:
 	/*
@@ -1132,6 +1221,6 @@ out_destroy:
 	d->se = NULL;
 	fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
-	io_daemon = NULL;
+	bf_rawio_detach();
 	return code;
 }

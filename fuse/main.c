@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../backends/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 

@@ -455,7 +455,7 @@ Test(conf, unknown_key_lists_core_and_backend_keys)
 
 	cr_assert_not_null(ram);
 	n = snprintf(want, sizeof(want),
-		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid");
+		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid, write_cache");
 	for (k = ram->keys; k && *k; k++)
 		n += snprintf(want + n, sizeof(want) - n, ", %s", *k);
 	snprintf(want + n, sizeof(want) - n, ")");
@@ -896,28 +896,37 @@ Test(conf, dirty_expire)
 /* ------------------------------------------------------------------ */
 /* the cache block rule */
 
+/*
+ * The one place the cache block is computed (pc_dev_add() and the daemon
+ * call it): the kernel's set_init_blocksize rule.
+ */
 Test(conf, cache_block_rule)
 {
-	struct blk_geometry g = { .size = 1ull << 30, .lbs = 512, .pbs = 4096 };
+	static const struct {
+		uint64_t size;
+		uint32_t lbs, pbs, want;
+	} t[] = {
+		{ 1ull << 30, 512, 4096, 4096 },		/* doubled up to 4096 */
+		{ 1ull << 30, 512, 512, 4096 },			/* pbs plays no part */
+		{ 1ull << 30, 1024, 1024, 4096 },
+		{ (1ull << 30) + 512, 512, 4096, 512 },		/* stopped by the size */
+		{ (1ull << 30) + 1024, 512, 512, 1024 },
+		{ (1ull << 30) + 2048, 512, 512, 2048 },
+		{ 1536, 512, 512, 512 },			/* 3 x 512 */
+		{ 1ull << 30, 4096, 4096, 4096 },		/* never above 4096 by doubling */
+		{ 8192 * 3, 8192, 8192, 8192 },			/* never below lbs */
+		{ 1ull << 30, 16384, 16384, 16384 },
+		{ 1ull << 30, 65536, 65536, 65536 },
+	};
 
-	cr_assert_eq(conf_cache_block(&g, 0), 4096);		/* 1G, lbs 512 */
-	g.size = (1ull << 30) + 512;
-	cr_assert_eq(conf_cache_block(&g, 0), 512);		/* 1G + 512 */
-	g.size = (1ull << 30) + 1024;
-	cr_assert_eq(conf_cache_block(&g, 0), 1024);
-	g.size = (1ull << 30) + 2048;
-	cr_assert_eq(conf_cache_block(&g, 0), 2048);
-	g.size = 1ull << 30;
-	g.lbs = g.pbs = 65536;
-	cr_assert_eq(conf_cache_block(&g, 0), 65536);		/* 64K lbs */
-	g.lbs = g.pbs = 4096;
-	cr_assert_eq(conf_cache_block(&g, 0), 4096);		/* 4K lbs, 1G */
-	g.lbs = 8192;
-	g.size = 8192 * 3;
-	cr_assert_eq(conf_cache_block(&g, 0), 8192);		/* never below lbs */
-	g.lbs = 512;
-	g.size = 1536;
-	cr_assert_eq(conf_cache_block(&g, 0), 512);		/* 3 x 512 */
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct blk_geometry g = { .size = t[i].size, .lbs = t[i].lbs, .pbs = t[i].pbs };
+
+		cr_assert_eq(conf_cache_block(&g, 0), t[i].want,
+			     "size %llu lbs %u: cache block %u, want %u",
+			     (unsigned long long)t[i].size, t[i].lbs, conf_cache_block(&g, 0),
+			     t[i].want);
+	}
 }
 
 Test(conf, cache_block_forced)
@@ -1281,7 +1290,8 @@ Test(conf, mount_section)
 	expect_err(RAM0 "[mount]\nkernel_cache = maybe\n",
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
-		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other)");
+		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
+		   "max_pending)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
@@ -1307,10 +1317,34 @@ Test(conf, mount_options_override)
 	cr_assert_str_eq(err, "mount option kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	cr_assert(c.mount.kernel_writeback, "a bad value changes nothing");
 	cr_assert_eq(conf_mount_set(&c, "kernel_cache", NULL, err, sizeof(err)), -EINVAL);
-	cr_assert_str_eq(err, "mount option kernel_cache: needs a value (kernel_cache=VALUE; allowed: none, writeback)");
+	cr_assert_str_eq(err, "mount option kernel_cache: needs a value (kernel_cache=VALUE)");
+	cr_assert_eq(conf_mount_set(&c, "max_pending", "64", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, 64);
+	cr_assert_eq(conf_mount_set(&c, "max_pending", "0", err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option max_pending: 0 is not a number from 1 to 4096");
 	cr_assert_eq(conf_mount_set(&c, "allow_other", "maybe", err, sizeof(err)), -EINVAL);
 	cr_assert_str_eq(err, "mount option allow_other: maybe is not a choice (allowed: yes, no)");
 	conf_free(&c);
+}
+
+Test(conf, mount_max_pending)
+{
+	const char *m = RAM0 "[mount]\nmax_pending = 64\n";
+
+	cr_assert_eq(conf_parse_buf(m, strlen(m), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, 64);
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, CONF_MAX_PENDING_DEFAULT);
+	conf_free(&c);
+	expect_err(RAM0 "[mount]\nmax_pending = 0\n",
+		   F ":5: max_pending: 0 is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 4097\n",
+		   F ":5: max_pending: 4097 is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 1k\n",
+		   F ":5: max_pending: 1k is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 8\nmax_pending = 9\n",
+		   F ":6: max_pending: duplicate key (first given on line 5)");
 }
 
 Test(conf, device_policies)

@@ -1,16 +1,28 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/unit/test_ram.c - the ram and null backends through the contract
- * (backend.h), the backend registry, and the blk_param_* helpers.
+ * (backend.h): data, snapshots (struct blk_snap_ops), images saved and
+ * loaded, the reserve; the backend registry, and the blk_param_* helpers.
  * Backends are opened from hand-built struct blk_params, as core/ would
  * after parsing a config.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <inttypes.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -58,11 +70,17 @@ static int do_rw(struct blk_backend *be, enum blk_op op, uint64_t pos, void *buf
 
 struct test_dev {
 	struct blk_params p;
-	char err[256];
+	struct blk_param v[4];
+	char err[512];
 };
 
-static struct blk_backend *open_geo(struct test_dev *td, const char *backend,
-				    uint64_t size, uint32_t lbs, uint32_t pbs, uint32_t max_io)
+/*
+ * Open @backend with this geometry and the config keys @kv (NULL-terminated
+ * key, value pairs, on lines 4, 5, ...; NULL for none).
+ */
+static struct blk_backend *open_geo_kv(struct test_dev *td, const char *backend,
+				       uint64_t size, uint32_t lbs, uint32_t pbs, uint32_t max_io,
+				       const char *const *kv)
 {
 	const struct blk_backend_ops *ops = blk_backend_find(backend);
 
@@ -77,7 +95,20 @@ static struct blk_backend *open_geo(struct test_dev *td, const char *backend,
 	td->p.geo.max_io = max_io;
 	td->p.err = td->err;
 	td->p.errlen = sizeof(td->err);
+	td->p.v = td->v;
+	for (; kv && kv[0]; kv += 2) {
+		cr_assert_lt(td->p.n, 4);
+		td->v[td->p.n] = (struct blk_param){ .key = kv[0], .value = kv[1],
+						    .line = 4 + td->p.n };
+		td->p.n++;
+	}
 	return ops->open(&td->p, NULL);
+}
+
+static struct blk_backend *open_geo(struct test_dev *td, const char *backend,
+				    uint64_t size, uint32_t lbs, uint32_t pbs, uint32_t max_io)
+{
+	return open_geo_kv(td, backend, size, lbs, pbs, max_io, NULL);
 }
 
 static struct blk_backend *open_ok(struct test_dev *td, const char *backend,
@@ -100,7 +131,9 @@ Test(registry, find_and_names)
 	cr_assert_null(blk_backend_find(""));
 	cr_assert_null(blk_backend_find(NULL));
 	cr_assert_not_null(blk_backend_find("ram")->keys);
-	cr_assert_null(blk_backend_find("ram")->keys[0]);
+	cr_assert_str_eq(blk_backend_find("ram")->keys[0], "image");
+	cr_assert_str_eq(blk_backend_find("ram")->keys[1], "reserve");
+	cr_assert_null(blk_backend_find("ram")->keys[2]);
 	cr_assert(!blk_backend_find("ram")->is_filter);
 }
 
@@ -333,7 +366,8 @@ static void check_zeroing_op(enum blk_op op)
 	/* Everything. */
 	cr_assert_eq(do_io(be, op, 0, 4 * MiB, NULL, 0), 0);
 	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
-	cr_assert_eq(stat_get(be, "node_bytes"), 4096);
+	/* The index went with the data, root included: an empty tree is no node. */
+	cr_assert_eq(stat_get(be, "node_bytes"), 0);
 	free(w);
 	free(r);
 	be->ops->close(be);
@@ -350,10 +384,22 @@ Test(ram, write_zeroes_frees_and_zeroes)
 }
 
 /* Slabs whose pages are all free go back to the system. */
+/* Poll @be's counter @name until it is at most @max; false after 5 s. */
+static bool stat_wait_leq(struct blk_backend *be, const char *name, uint64_t max)
+{
+	int i;
+
+	for (i = 0; i < 500 && stat_get(be, name) > max; i++)
+		usleep(10 * 1000);
+	return stat_get(be, name) <= max;
+}
+
+/* Slabs whose pages are all free go back to the system (the reserve off). */
 Test(ram, slabs_returned)
 {
+	static const char *const kv[] = { "reserve", "0", NULL };
 	struct test_dev td;
-	struct blk_backend *be = open_ok(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB);
+	struct blk_backend *be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB, kv);
 	unsigned char *w = malloc(1 * MiB);
 	uint64_t pos;
 
@@ -366,7 +412,11 @@ Test(ram, slabs_returned)
 
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
 	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
-	cr_assert_leq(stat_get(be, "slab_bytes"), 2 * MiB);
+	/* The arena thread unmaps them soon after (all but the current slab). */
+	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB), "slab_bytes %llu",
+		  (unsigned long long)stat_get(be, "slab_bytes"));
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 0);
+	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
 
 	/* And the arena works after that. */
 	cr_assert_eq(do_rw(be, BLK_WRITE, 5 * MiB, w, 1 * MiB), 0);
@@ -408,7 +458,8 @@ Test(ram, sixteen_tib)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 16 * TiB, NULL, 0), 0);
 	cr_assert_lt(now_s() - t0, 0.5);
 	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
-	cr_assert_eq(stat_get(be, "node_bytes"), 4096);
+	/* The index went with the data, root included: an empty tree is no node. */
+	cr_assert_eq(stat_get(be, "node_bytes"), 0);
 	be->ops->close(be);
 }
 
@@ -617,8 +668,10 @@ Test(ram, concurrent_overlapping)
 	cr_assert_eq(do_io(ctx.be, BLK_DISCARD, 0, 1 * TiB, NULL, 0), 0);
 	cr_assert_eq(stat_get(ctx.be, "arena_bytes"), 0);
 	cr_assert_eq(stat_get(ctx.be, "arena_pages"), 0);
-	cr_assert_eq(stat_get(ctx.be, "node_bytes"), 4096);
-	cr_assert_leq(stat_get(ctx.be, "slab_bytes"), 2 * MiB);
+	cr_assert_eq(stat_get(ctx.be, "node_bytes"), 0);
+	/* The current slab and the reserve's (8M) stay; the rest is unmapped soon. */
+	cr_assert(stat_wait_leq(ctx.be, "slab_bytes", 2 * MiB + 8 * MiB), "slab_bytes %llu",
+		  (unsigned long long)stat_get(ctx.be, "slab_bytes"));
 	ctx.be->ops->close(ctx.be);
 }
 
@@ -639,6 +692,1298 @@ Test(ram, write_past_max_io_asserts, .signal = SIGABRT)
 	unsigned char buf[8192];
 
 	do_rw(be, BLK_WRITE, 0, buf, 8192);
+}
+
+/* ---- ram: snapshots ---- */
+
+/*
+ * The device's contents as a model: a version per 512-byte sector (0:
+ * never written or zeroed), whose bytes are fill_pattern(sector, version).
+ * A snapshot's model is a copy of the versions (2 bytes a sector).
+ */
+struct vmodel {
+	uint64_t size;
+	uint16_t *ver;
+};
+
+static void vm_init(struct vmodel *m, uint64_t size)
+{
+	m->size = size;
+	m->ver = calloc(size / 512, sizeof(*m->ver));
+	cr_assert_not_null(m->ver);
+}
+
+static uint16_t *vm_copy(const struct vmodel *m)
+{
+	uint16_t *c = malloc(m->size / 512 * sizeof(*c));
+
+	cr_assert_not_null(c);
+	memcpy(c, m->ver, m->size / 512 * sizeof(*c));
+	return c;
+}
+
+/* The expected bytes of [pos, pos + len) (sector-aligned) under versions @ver. */
+static void vm_expect(const uint16_t *ver, uint64_t pos, uint64_t len, unsigned char *out)
+{
+	uint64_t s;
+
+	for (s = 0; s < len; s += 512) {
+		uint16_t v = ver[(pos + s) / 512];
+
+		if (v)
+			fill_pattern(out + s, 512, pos + s, v);
+		else
+			memset(out + s, 0, 512);
+	}
+}
+
+/* Every device of these tests takes I/O of this much (max_io). */
+#define VM_IO	(256 * KiB)
+
+/* Write [pos, pos + len) at version @v, in the device and the model. */
+static void vm_write(struct blk_backend *be, struct vmodel *m, uint64_t pos, uint64_t len,
+		     uint16_t v)
+{
+	unsigned char *buf = malloc(len);
+	uint64_t s;
+
+	cr_assert_not_null(buf);
+	for (s = 0; s < len; s += 512)
+		m->ver[(pos + s) / 512] = v;
+	vm_expect(m->ver, pos, len, buf);
+	for (s = 0; s < len; s += VM_IO) {
+		uint64_t n = len - s < VM_IO ? len - s : VM_IO;
+
+		cr_assert_eq(do_rw(be, BLK_WRITE, pos + s, buf + s, n), 0, "write %llu+%llu",
+			     (unsigned long long)(pos + s), (unsigned long long)n);
+	}
+	free(buf);
+}
+
+static void vm_zero(struct blk_backend *be, struct vmodel *m, enum blk_op op, uint64_t pos,
+		    uint64_t len)
+{
+	memset(&m->ver[pos / 512], 0, len / 512 * sizeof(*m->ver));
+	cr_assert_eq(do_io(be, op, pos, len, NULL, 0), 0);
+}
+
+/* The device reads as @ver says, all of it. */
+static void vm_check(struct blk_backend *be, const uint16_t *ver, uint64_t size, const char *what)
+{
+	const uint64_t chunk = VM_IO;
+	unsigned char *got = malloc(chunk), *want = malloc(chunk);
+	uint64_t pos;
+
+	cr_assert(got && want);
+	for (pos = 0; pos < size; pos += chunk) {
+		uint64_t n = size - pos < chunk ? size - pos : chunk;
+
+		memset(got, 0xee, n);
+		cr_assert_eq(do_rw(be, BLK_READ, pos, got, n), 0);
+		vm_expect(ver, pos, n, want);
+		if (memcmp(got, want, n)) {
+			uint64_t i = 0;
+
+			while (got[i] == want[i])
+				i++;
+			cr_assert_fail("%s: differs at byte %llu (version %u there)", what,
+				       (unsigned long long)(pos + i), ver[(pos + i) / 512]);
+		}
+	}
+	free(got);
+	free(want);
+}
+
+/* Pages (4 KiB) holding a sector of a version other than 0. */
+static uint64_t vm_pages(const uint16_t *ver, uint64_t size)
+{
+	uint64_t pg, n = 0, s;
+
+	for (pg = 0; pg < (size + 4095) / 4096; pg++)
+		for (s = pg * 8; s < pg * 8 + 8 && s < size / 512; s++)
+			if (ver[s]) {
+				n++;
+				break;
+			}
+	return n;
+}
+
+/* A temp directory for image files; removed with its files by tmp_done(). */
+struct tmpdir {
+	char dir[64];
+	char path[128];
+};
+
+static const char *tmp_init(struct tmpdir *t, const char *name)
+{
+	snprintf(t->dir, sizeof(t->dir), "/tmp/blkfs-unit-XXXXXX");
+	cr_assert_not_null(mkdtemp(t->dir));
+	snprintf(t->path, sizeof(t->path), "%s/%s", t->dir, name);
+	return t->path;
+}
+
+static void tmp_done(struct tmpdir *t)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* The file at @path is a raw image of @size bytes that reads as @ver says. */
+static void file_check(const char *path, const uint16_t *ver, uint64_t size, const char *what)
+{
+	const uint64_t chunk = 1 * MiB;
+	unsigned char *got = malloc(chunk), *want = malloc(chunk);
+	struct stat st;
+	uint64_t pos;
+	int fd = open(path, O_RDONLY);
+
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq((uint64_t)st.st_size, size, "%s: size %lld", what, (long long)st.st_size);
+	for (pos = 0; pos < size; pos += chunk) {
+		uint64_t n = size - pos < chunk ? size - pos : chunk;
+
+		cr_assert_eq(pread(fd, got, n, (off_t)pos), (ssize_t)n);
+		vm_expect(ver, pos, n, want);
+		cr_assert(!memcmp(got, want, n), "%s: differs in [%llu, +%llu)", what,
+			  (unsigned long long)pos, (unsigned long long)n);
+	}
+	close(fd);
+	free(got);
+	free(want);
+}
+
+/* The snapshot @name holds what @ver says (saved to a file and read back). */
+static void snap_check(struct blk_backend *be, const char *name, const uint16_t *ver,
+		       uint64_t size)
+{
+	struct tmpdir t;
+	const char *path = tmp_init(&t, "snap.img");
+
+	cr_assert_eq(blk_snap_save(be, name, path), 0, "save %s", name ? name : "(device)");
+	file_check(path, ver, size, name ? name : "the device");
+	tmp_done(&t);
+}
+
+static struct blk_snap_info *snap_info(struct blk_backend *be, const char *name)
+{
+	static struct blk_snap_info v[BLK_SNAP_MAX];
+	int i, n = blk_snap_list(be, v, BLK_SNAP_MAX);
+
+	cr_assert_geq(n, 0);
+	for (i = 0; i < n; i++)
+		if (!strcmp(v[i].name, name))
+			return &v[i];
+	cr_assert_fail("no snapshot %s in the list", name);
+	return NULL;
+}
+
+Test(snap, names)
+{
+	static const char *const good[] = { "a", "base", "v1.2", "fresh_fs", "x-y", "a+b",
+					    "user@host", "t:1", "A9" };
+	static const char *const bad[] = { "", ".", ".hidden", "-x", "a b", "a/b", "a\nb",
+					   "\xc3\xa9", "a*", "a\"" };
+	char longest[BLK_SNAP_NAME_MAX + 2];
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		cr_assert(blk_snap_name_valid(good[i]), "'%s'", good[i]);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert(!blk_snap_name_valid(bad[i]), "'%s'", bad[i]);
+	cr_assert(!blk_snap_name_valid(NULL));
+	memset(longest, 'n', sizeof(longest));
+	longest[BLK_SNAP_NAME_MAX] = 0;
+	cr_assert(blk_snap_name_valid(longest));
+	longest[BLK_SNAP_NAME_MAX] = 'n';
+	longest[BLK_SNAP_NAME_MAX + 1] = 0;
+	cr_assert(!blk_snap_name_valid(longest));
+}
+
+Test(snap, bad_calls)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 1 * MiB, 512, 4096, 0);
+
+	cr_assert_eq(blk_snap_create(be, "a b"), -EINVAL);
+	cr_assert_eq(blk_snap_create(be, ""), -EINVAL);
+	cr_assert_eq(blk_snap_create(be, "s"), 0);
+	cr_assert_eq(blk_snap_create(be, "s"), -EEXIST);
+	cr_assert_eq(blk_snap_reset(be, "t"), -ENOENT);
+	cr_assert_eq(blk_snap_destroy(be, "t"), -ENOENT);
+	cr_assert_eq(blk_snap_save(be, "t", "/tmp/never-made.img"), -ENOENT);
+	cr_assert_eq(blk_snap_reset(be, "../x"), -EINVAL);
+	cr_assert_eq(blk_snap_destroy(be, ".x"), -EINVAL);
+	cr_assert_eq(blk_snap_save(be, "s", ""), -EINVAL);
+	cr_assert_eq(access("/tmp/never-made.img", F_OK), -1);
+	cr_assert_eq(blk_snap_list(be, NULL, 0), 1);
+	cr_assert_eq(blk_snap_destroy(be, "s"), 0);
+	cr_assert_eq(blk_snap_list(be, NULL, 0), 0);
+	be->ops->close(be);
+
+	/* Backends without snapshots say so. */
+	be = open_ok(&td, "null", 1 * MiB, 512, 4096, 0);
+	cr_assert_eq(blk_snap_create(be, "s"), -EOPNOTSUPP);
+	cr_assert_eq(blk_snap_list(be, NULL, 0), -EOPNOTSUPP);
+	cr_assert_eq(blk_snap_reset(be, "s"), -EOPNOTSUPP);
+	cr_assert_eq(blk_snap_destroy(be, "s"), -EOPNOTSUPP);
+	cr_assert_eq(blk_snap_save(be, NULL, "/tmp/x.img"), -EOPNOTSUPP);
+	be->ops->close(be);
+}
+
+/*
+ * Snapshot, then write: the snapshot keeps what it had, the device changes,
+ * and each shared page is copied once, on its first write (a later write
+ * to it copies nothing). Writes of every shape: a sector inside a page, a
+ * range across pages, 1 MiB across a leaf (2 MiB), new ground, a discard
+ * and write-zeroes partly inside pages.
+ */
+Test(snap, write_after_snapshot)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 1 * MiB);
+	uint64_t arena, nodes, cow;
+	struct vmodel m;
+	uint16_t *a;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 0, 1 * MiB, 1);
+	vm_write(be, &m, 1 * MiB, 1 * MiB, 2);
+	vm_write(be, &m, 2 * MiB, 1 * MiB, 3);
+	vm_write(be, &m, 5 * MiB + 512, 512, 4);
+	arena = stat_get(be, "arena_bytes");
+	nodes = stat_get(be, "node_bytes");
+	cr_assert_eq(arena, 3 * MiB + 4096);
+
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	a = vm_copy(&m);
+	/* Nothing copied, no data memory, no index memory. */
+	cr_assert_eq(stat_get(be, "arena_bytes"), arena);
+	cr_assert_eq(stat_get(be, "node_bytes"), nodes);
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), 0);
+
+	vm_write(be, &m, 4096 + 512, 512, 10);		/* 1 page */
+	vm_write(be, &m, 3 * 4096 - 1024, 2048, 11);	/* 2 pages */
+	vm_write(be, &m, 2 * MiB - 512 * KiB, 1 * MiB, 12);	/* 256 pages, 2 leaves */
+	vm_write(be, &m, 6 * MiB, 8192, 13);		/* new: 2 pages, no copy */
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), 1 + 2 + 256);
+	vm_zero(be, &m, BLK_DISCARD, 512 * KiB + 1024, 64 * KiB);	/* 2 partial pages copied */
+	vm_zero(be, &m, BLK_WRITE_ZEROES, 5 * MiB, 4096);	/* a whole page: dropped */
+	cow = stat_get(be, "snapshot_cow_pages");
+	cr_assert_eq(cow, 1 + 2 + 256 + 2);
+
+	vm_check(be, m.ver, size, "the device after writes");
+	snap_check(be, "a", a, size);
+
+	/* The same pages again: the device's own now, written in place. */
+	vm_write(be, &m, 4096, 4096, 20);
+	vm_write(be, &m, 2 * MiB - 512 * KiB, 1 * MiB, 21);
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), cow);
+	vm_check(be, m.ver, size, "the device after rewrites");
+	snap_check(be, "a", a, size);
+
+	/*
+	 * Memory: the snapshot's pages, the device's copies and its 2 new
+	 * pages (what the device dropped is still the snapshot's).
+	 */
+	cr_assert_eq(stat_get(be, "arena_bytes"), (vm_pages(a, size) + cow + 2) * 4096);
+	free(a);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/* Reset: the device equals the snapshot, again and again; the snapshot stays. */
+Test(snap, reset)
+{
+	const uint64_t size = 16 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 4096, 4096, 1 * MiB);
+	struct vmodel m;
+	uint16_t *a;
+	int round;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 0, 4 * MiB, 1);
+	vm_write(be, &m, 12 * MiB, 64 * KiB, 2);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	a = vm_copy(&m);
+
+	for (round = 0; round < 4; round++) {
+		vm_write(be, &m, (uint64_t)round * MiB, 2 * MiB, (uint16_t)(100 + round));
+		vm_write(be, &m, 8 * MiB, 1 * MiB, (uint16_t)(200 + round));
+		vm_zero(be, &m, BLK_DISCARD, 12 * MiB, 4096);
+		vm_check(be, m.ver, size, "before the reset");
+		cr_assert_gt(stat_get(be, "arena_bytes"), vm_pages(a, size) * 4096);
+
+		cr_assert_eq(blk_snap_reset(be, "a"), 0);
+		memcpy(m.ver, a, size / 512 * sizeof(*a));
+		vm_check(be, a, size, "after the reset");
+		/* What was written since is freed: only the snapshot's pages are left. */
+		cr_assert_eq(stat_get(be, "arena_bytes"), vm_pages(a, size) * 4096);
+	}
+	/* A reset to a snapshot of the empty device empties it. */
+	be->ops->close(be);
+	be = open_ok(&td, "ram", size, 4096, 4096, 1 * MiB);
+	cr_assert_eq(blk_snap_create(be, "empty"), 0);
+	vm_write(be, &m, 0, 1 * MiB, 7);
+	cr_assert_eq(blk_snap_reset(be, "empty"), 0);
+	memset(m.ver, 0, size / 512 * sizeof(*m.ver));
+	vm_check(be, m.ver, size, "after a reset to empty");
+	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
+	cr_assert_eq(stat_get(be, "node_bytes"), 0);
+	free(a);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/*
+ * Delete: the memory only the snapshot held goes, the device is untouched
+ * (also when it was reset to it), and once no snapshot is left the device
+ * owns everything again: writes copy nothing.
+ */
+Test(snap, destroy)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 1 * MiB);
+	struct blk_snap_info v[4];
+	struct vmodel m;
+	uint64_t cow;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 0, 2 * MiB, 1);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	vm_write(be, &m, 0, 1 * MiB, 2);
+	cr_assert_eq(blk_snap_create(be, "b"), 0);
+	vm_write(be, &m, 512 * KiB, 1 * MiB, 3);
+	cr_assert_eq(blk_snap_list(be, v, 4), 2);
+	cr_assert_str_eq(v[0].name, "a");
+	cr_assert_str_eq(v[1].name, "b");
+
+	cr_assert_eq(blk_snap_destroy(be, "a"), 0);
+	cr_assert_eq(blk_snap_destroy(be, "a"), -ENOENT);
+	cr_assert_eq(blk_snap_list(be, v, 4), 1);
+	cr_assert_str_eq(v[0].name, "b");
+	vm_check(be, m.ver, size, "after deleting a");
+	/* a's own pages (the first 1 MiB of version 1) are gone. */
+	cr_assert_eq(stat_get(be, "arena_bytes"), 2 * MiB + 1 * MiB);
+
+	/* Reset to b, delete b: the device keeps b's contents. */
+	cr_assert_eq(blk_snap_reset(be, "b"), 0);
+	cr_assert_eq(blk_snap_destroy(be, "b"), 0);
+	memset(m.ver, 0, size / 512 * sizeof(*m.ver));
+	vm_write(be, &m, 1 * MiB, 1 * MiB, 1);
+	vm_write(be, &m, 0, 1 * MiB, 2);
+	vm_check(be, m.ver, size, "after deleting the snapshot it was reset to");
+	cr_assert_eq(stat_get(be, "arena_bytes"), 2 * MiB);
+
+	/* No tree besides the device's: every count is 1 again, nothing to copy. */
+	cow = stat_get(be, "snapshot_cow_pages");
+	vm_write(be, &m, 4096, 64 * KiB, 5);
+	vm_zero(be, &m, BLK_DISCARD, 1 * MiB + 512, 4096);
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), cow);
+	vm_check(be, m.ver, size, "writes after the last delete");
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/*
+ * Memory each snapshot holds alone, exactly. 64 MiB: a root and one leaf
+ * per 2 MiB written.
+ */
+Test(snap, accounting)
+{
+	const uint64_t size = 64 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 1 * MiB);
+	struct blk_snap_info *i;
+	struct vmodel m;
+	int k;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 0, 8 * MiB, 1);		/* 2048 pages in 4 leaves */
+	cr_assert_eq(stat_get(be, "node_bytes"), 5 * 4096);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	i = snap_info(be, "a");
+	cr_assert_eq(i->data_bytes, 8 * MiB);
+	cr_assert_eq(i->own_bytes, 0, "all shared: %llu", (unsigned long long)i->own_bytes);
+	cr_assert_geq(i->created, (uint64_t)time(NULL) - 5);
+
+	/* 10 pages of leaf 0: the device copies the root, leaf 0 and the pages. */
+	for (k = 0; k < 10; k++)
+		vm_write(be, &m, (uint64_t)k * 8192, 4096, 2);
+	cr_assert_eq(stat_get(be, "snapshot_cow_nodes"), 2);
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), 10);
+	cr_assert_eq(stat_get(be, "node_bytes"), 7 * 4096);
+	cr_assert_eq(stat_get(be, "arena_bytes"), 8 * MiB + 10 * 4096);
+	i = snap_info(be, "a");
+	cr_assert_eq(i->own_bytes, 2 * 4096 + 10 * 4096, "a: %llu", (unsigned long long)i->own_bytes);
+	cr_assert_eq(i->data_bytes, 8 * MiB);
+
+	/* b of the device now; then a page of leaf 1 (shared by a and b). */
+	cr_assert_eq(blk_snap_create(be, "b"), 0);
+	cr_assert_eq(snap_info(be, "b")->own_bytes, 0);
+	vm_write(be, &m, 2 * MiB, 4096, 3);
+	cr_assert_eq(snap_info(be, "a")->own_bytes, 12 * 4096);
+	/* b alone holds its root: leaf 1 is a's and b's, leaf 0's copy b's and the device's. */
+	cr_assert_eq(snap_info(be, "b")->own_bytes, 4096);
+	cr_assert_eq(stat_get(be, "node_bytes"), 9 * 4096);
+
+	/* Deleting a frees exactly what it held alone. */
+	cr_assert_eq(blk_snap_destroy(be, "a"), 0);
+	cr_assert_eq(stat_get(be, "arena_bytes"), 8 * MiB + 10 * 4096 + 4096 - 10 * 4096);
+	cr_assert_eq(stat_get(be, "node_bytes"), 7 * 4096);
+	/* Now b holds its root and leaf 1 (the device copied it) and its page. */
+	cr_assert_eq(snap_info(be, "b")->own_bytes, 3 * 4096);
+	cr_assert_eq(blk_snap_destroy(be, "b"), 0);
+	cr_assert_eq(stat_get(be, "arena_bytes"), 8 * MiB);
+	cr_assert_eq(stat_get(be, "node_bytes"), 5 * 4096);
+	vm_check(be, m.ver, size, "the device");
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/*
+ * Many snapshots: 64 of a device that keeps changing, each checked after a
+ * reset to it in a random order, then deleted in a random order; the limit.
+ */
+Test(snap, many)
+{
+	const uint64_t size = 16 * MiB;
+	const int nr = 64;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 256 * KiB);
+	uint16_t *ver[64];
+	int order[64], i, j, live = 0;
+	unsigned int seed = 4242;
+	struct vmodel m;
+	char name[16];
+
+	vm_init(&m, size);
+	for (i = 0; i < nr; i++) {
+		for (j = 0; j < 8; j++) {
+			uint64_t pos = (uint64_t)(rand_r(&seed) % (size / 4096)) * 4096;
+
+			vm_write(be, &m, pos, 4096, (uint16_t)(i * 10 + 1));
+		}
+		vm_write(be, &m, (uint64_t)(rand_r(&seed) % (size / 512)) * 512, 512,
+			 (uint16_t)(i * 10 + 2));
+		if (i % 7 == 3)
+			vm_zero(be, &m, BLK_DISCARD, (uint64_t)(rand_r(&seed) % 16) * MiB, 1 * MiB);
+		snprintf(name, sizeof(name), "s%03d", i);
+		cr_assert_eq(blk_snap_create(be, name), 0);
+		ver[i] = vm_copy(&m);
+		order[i] = i;
+	}
+	cr_assert_eq(blk_snap_list(be, NULL, 0), nr);
+	{
+		static struct blk_snap_info v[64];
+
+		cr_assert_eq(blk_snap_list(be, v, nr), nr);
+		for (i = 0; i < nr; i++) {
+			snprintf(name, sizeof(name), "s%03d", i);
+			cr_assert_str_eq(v[i].name, name, "oldest first");
+			cr_assert_eq(v[i].data_bytes, vm_pages(ver[i], size) * 4096);
+		}
+	}
+	for (i = nr - 1; i > 0; i--) {
+		j = rand_r(&seed) % (i + 1);
+		int t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (i = 0; i < nr; i++) {
+		snprintf(name, sizeof(name), "s%03d", order[i]);
+		cr_assert_eq(blk_snap_reset(be, name), 0);
+		vm_check(be, ver[order[i]], size, name);
+		/* Writes after a reset land in the device only. */
+		vm_write(be, &m, (uint64_t)(rand_r(&seed) % (size / 4096)) * 4096, 4096, 999);
+	}
+	for (i = nr - 1; i > 0; i--) {
+		j = rand_r(&seed) % (i + 1);
+		int t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	live = nr;
+	for (i = 0; i < nr; i++) {
+		snprintf(name, sizeof(name), "s%03d", order[i]);
+		cr_assert_eq(blk_snap_destroy(be, name), 0);
+		live--;
+		cr_assert_eq(blk_snap_list(be, NULL, 0), live);
+		if (i % 16 == 15 && live) {
+			/* The others are intact: reset to one of those left. */
+			snprintf(name, sizeof(name), "s%03d", order[nr - 1]);
+			cr_assert_eq(blk_snap_reset(be, name), 0);
+			vm_check(be, ver[order[nr - 1]], size, name);
+			memcpy(m.ver, ver[order[nr - 1]], size / 512 * sizeof(*m.ver));
+		}
+	}
+	/* Every count back to 1: only the device's pages are held. */
+	cr_assert_eq(stat_get(be, "arena_bytes"), vm_pages(m.ver, size) * 4096);
+	vm_check(be, m.ver, size, "the device at the end");
+	for (i = 0; i < nr; i++)
+		free(ver[i]);
+
+	/* The limit: BLK_SNAP_MAX of them, then no more. */
+	for (i = 0; i < BLK_SNAP_MAX; i++) {
+		snprintf(name, sizeof(name), "m%d", i);
+		cr_assert_eq(blk_snap_create(be, name), 0);
+	}
+	cr_assert_eq(blk_snap_create(be, "one-more"), -EMLINK);
+	cr_assert_eq(blk_snap_list(be, NULL, 0), BLK_SNAP_MAX);
+	cr_assert_eq(stat_get(be, "arena_bytes"), vm_pages(m.ver, size) * 4096);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/*
+ * Threads writing the same shared pages at once, as copy-on-write races:
+ * in each round a snapshot is taken, then 4 writers each write their own
+ * sector of every page of a shared region (all racing to copy the same
+ * leaf and pages), a full page and a discard in a region of their own,
+ * while 2 readers check the sectors no one writes (a copy must carry them
+ * over whole, whichever page a reader finds). Then, with the threads
+ * waiting (the device quiesced), every page was copied exactly once, the
+ * device holds the new data, and a reset brings back the old.
+ */
+#define CW_WRITERS	4
+#define CW_READERS	2
+#define CW_ROUNDS	60
+#define CW_SHARED	(1ull << 30)	/* 256 KiB, 64 pages, in one leaf */
+#define CW_SHARED_LEN	(256 * KiB)
+#define CW_PRIV		(3ull << 30)	/* writer w: 64 KiB from here + w MiB */
+
+struct cw_ctx {
+	struct blk_backend *be;
+	pthread_barrier_t start, done;
+	int round;		/* set by main between rounds */
+	int writers_done;	/* atomic: writers through with the round */
+	bool stop;		/* atomic: readers stop (the writers are done) */
+	int failures;
+};
+
+struct cw_thread {
+	struct cw_ctx *ctx;
+	int id;
+};
+
+static unsigned char cw_byte(int who, int round, uint64_t pos)
+{
+	return (unsigned char)(who * 31 + round * 7 + (pos >> 9) + 1);
+}
+
+static void *cw_writer(void *arg)
+{
+	struct cw_thread *th = arg;
+	struct cw_ctx *ctx = th->ctx;
+	unsigned char *buf = malloc(64 * KiB);
+	int fail = 0;
+
+	for (;;) {
+		uint64_t p, priv = CW_PRIV + (uint64_t)th->id * MiB;
+		int round;
+
+		pthread_barrier_wait(&ctx->start);
+		round = ctx->round;
+		if (round < 0)
+			break;
+		for (p = 0; p < CW_SHARED_LEN; p += 4096) {
+			uint64_t s = CW_SHARED + p + (uint64_t)th->id * 512;
+
+			memset(buf, cw_byte(th->id, round, s), 512);
+			if (ct_io(ctx->be, BLK_WRITE, s, buf, 512))
+				fail++;
+		}
+		/* Its own region: a whole shared page rewritten, a discard of another. */
+		memset(buf, cw_byte(th->id + 10, round, priv), 4096);
+		if (ct_io(ctx->be, BLK_WRITE, priv, buf, 4096) ||
+		    ct_io(ctx->be, BLK_DISCARD, priv + 4096, NULL, 4096))
+			fail++;
+		__atomic_add_fetch(&ctx->writers_done, 1, __ATOMIC_RELEASE);
+		pthread_barrier_wait(&ctx->done);
+	}
+	free(buf);
+	__atomic_add_fetch(&ctx->failures, fail, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* Sectors 4..7 of each page are nobody's this round: they stay as they were. */
+static void *cw_reader(void *arg)
+{
+	struct cw_thread *th = arg;
+	struct cw_ctx *ctx = th->ctx;
+	unsigned char *buf = malloc(CW_SHARED_LEN);
+	int fail = 0;
+
+	for (;;) {
+		int round;
+
+		pthread_barrier_wait(&ctx->start);
+		round = ctx->round;
+		if (round < 0)
+			break;
+		do {
+			uint64_t p, i;
+
+			if (ct_io(ctx->be, BLK_READ, CW_SHARED, buf, CW_SHARED_LEN)) {
+				fail++;
+				break;
+			}
+			for (p = 0; p < CW_SHARED_LEN; p += 4096)
+				for (i = 2048; i < 4096; i++)
+					if (buf[p + i] != cw_byte(9, 0, CW_SHARED + p + (i & ~511ull))) {
+						fail++;
+						break;
+					}
+		} while (!__atomic_load_n(&ctx->stop, __ATOMIC_ACQUIRE));
+		pthread_barrier_wait(&ctx->done);
+	}
+	free(buf);
+	__atomic_add_fetch(&ctx->failures, fail, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* Writer @w's own two pages after round @round (0: as written at the start). */
+static void cw_priv_check(struct blk_backend *be, int w, int round, const char *what)
+{
+	uint64_t priv = CW_PRIV + (uint64_t)w * MiB, i;
+	unsigned char got[8192];
+
+	cr_assert_eq(do_rw(be, BLK_READ, priv, got, sizeof(got)), 0);
+	for (i = 0; i < sizeof(got); i++) {
+		unsigned char b = round ? (i < 4096 ? cw_byte(w + 10, round, priv) : 0) :
+					  cw_byte(9, 0, CW_SHARED + (i & ~511ull));
+
+		cr_assert(got[i] == b, "%s: writer %d's page, byte %llu: %u, want %u", what, w,
+			  (unsigned long long)i, got[i], b);
+	}
+}
+
+Test(snap, concurrent_copy_on_write, .timeout = 300)
+{
+	struct test_dev td;
+	struct cw_ctx ctx = { .be = open_ok(&td, "ram", 4 * GiB, 512, 4096, CW_SHARED_LEN) };
+	struct cw_thread th[CW_WRITERS + CW_READERS];
+	pthread_t tid[CW_WRITERS + CW_READERS];
+	unsigned char *buf = malloc(CW_SHARED_LEN), *want = malloc(CW_SHARED_LEN);
+	int i, round, nthr = CW_WRITERS + CW_READERS;
+	uint64_t p, s, cow;
+
+	/* Every sector of the shared region starts as "nobody's, round 0". */
+	for (p = 0; p < CW_SHARED_LEN; p += 512)
+		memset(want + p, cw_byte(9, 0, CW_SHARED + p), 512);
+	cr_assert_eq(do_rw(ctx.be, BLK_WRITE, CW_SHARED, want, CW_SHARED_LEN), 0);
+	for (i = 0; i < CW_WRITERS; i++)
+		cr_assert_eq(do_rw(ctx.be, BLK_WRITE, CW_PRIV + (uint64_t)i * MiB, want, 8192), 0);
+
+	pthread_barrier_init(&ctx.start, NULL, nthr + 1);
+	pthread_barrier_init(&ctx.done, NULL, nthr + 1);
+	for (i = 0; i < nthr; i++) {
+		th[i] = (struct cw_thread){ .ctx = &ctx, .id = i };
+		cr_assert_eq(pthread_create(&tid[i], NULL, i < CW_WRITERS ? cw_writer : cw_reader,
+					    &th[i]), 0);
+	}
+	for (round = 1; round <= CW_ROUNDS; round++) {
+		bool reset = round % 2;
+
+		cr_assert_eq(blk_snap_create(ctx.be, "r"), 0);
+		cow = stat_get(ctx.be, "snapshot_cow_pages");
+		ctx.round = round;
+		__atomic_store_n(&ctx.writers_done, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&ctx.stop, false, __ATOMIC_RELEASE);
+		pthread_barrier_wait(&ctx.start);
+		/* The writers finish, then the readers stop. */
+		while (__atomic_load_n(&ctx.writers_done, __ATOMIC_ACQUIRE) < CW_WRITERS)
+			usleep(100);
+		__atomic_store_n(&ctx.stop, true, __ATOMIC_RELEASE);
+		pthread_barrier_wait(&ctx.done);
+		cr_assert_eq(ctx.failures, 0, "round %d", round);
+
+		/* Each shared page copied once, whoever won the race. */
+		cr_assert_eq(stat_get(ctx.be, "snapshot_cow_pages"), cow + 64 + CW_WRITERS,
+			     "round %d: %llu copies", round,
+			     (unsigned long long)(stat_get(ctx.be, "snapshot_cow_pages") - cow));
+		cr_assert_eq(do_rw(ctx.be, BLK_READ, CW_SHARED, buf, CW_SHARED_LEN), 0);
+		for (p = 0; p < CW_SHARED_LEN; p += 4096)
+			for (s = 0; s < 4096; s += 512) {
+				unsigned char b = s < CW_WRITERS * 512 ?
+					cw_byte((int)(s / 512), round, CW_SHARED + p + s) :
+					cw_byte(9, 0, CW_SHARED + p + s);
+
+				cr_assert(buf[p + s] == b && buf[p + s + 511] == b,
+					  "round %d: page %llu sector %llu", round,
+					  (unsigned long long)(p / 4096), (unsigned long long)(s / 512));
+			}
+		for (i = 0; i < CW_WRITERS; i++)
+			cw_priv_check(ctx.be, i, round, "after the round");
+		if (reset) {
+			cr_assert_eq(blk_snap_reset(ctx.be, "r"), 0);
+			/* Odd rounds reset: the round before kept its writes (or the start). */
+			for (i = 0; i < CW_WRITERS; i++)
+				cw_priv_check(ctx.be, i, round - 1, "after the reset");
+			cr_assert_eq(do_rw(ctx.be, BLK_READ, CW_SHARED, buf, CW_SHARED_LEN), 0);
+			/* The first round's snapshot had sectors 0-3 from round 0's write. */
+			for (p = 0; p < CW_SHARED_LEN; p += 512) {
+				unsigned char b = (p & 4095) < CW_WRITERS * 512 && round > 1 ?
+					cw_byte((int)((p & 4095) / 512), round - 1, CW_SHARED + p) :
+					cw_byte(9, 0, CW_SHARED + p);
+
+				cr_assert(buf[p] == b, "round %d: reset: sector %llu", round,
+					  (unsigned long long)(p / 512));
+			}
+		}
+		cr_assert_eq(blk_snap_destroy(ctx.be, "r"), 0);
+		if (reset) {
+			/* Back to the state before the round's writes: do them again, plainly. */
+			for (i = 0; i < CW_WRITERS; i++) {
+				uint64_t priv = CW_PRIV + (uint64_t)i * MiB;
+
+				for (p = 0; p < CW_SHARED_LEN; p += 4096) {
+					memset(buf, cw_byte(i, round, CW_SHARED + p + i * 512), 512);
+					cr_assert_eq(do_rw(ctx.be, BLK_WRITE, CW_SHARED + p + i * 512,
+							   buf, 512), 0);
+				}
+				memset(buf, cw_byte(i + 10, round, priv), 4096);
+				cr_assert_eq(do_rw(ctx.be, BLK_WRITE, priv, buf, 4096), 0);
+				cr_assert_eq(do_io(ctx.be, BLK_DISCARD, priv + 4096, 4096, NULL, 0), 0);
+			}
+		}
+	}
+	ctx.round = -1;
+	pthread_barrier_wait(&ctx.start);
+	for (i = 0; i < nthr; i++)
+		pthread_join(tid[i], NULL);
+	pthread_barrier_destroy(&ctx.start);
+	pthread_barrier_destroy(&ctx.done);
+	cr_assert_eq(ctx.failures, 0);
+	/* Nothing leaked: with no snapshot, only the device's pages are held. */
+	cr_assert_eq(stat_get(ctx.be, "arena_bytes"), CW_SHARED_LEN + CW_WRITERS * 4096);
+	free(buf);
+	free(want);
+	ctx.be->ops->close(ctx.be);
+}
+
+/*
+ * A reset with I/O in flight is a bug of the caller (it must quiesce the
+ * device): the backend asserts. An I/O is held inside the backend by
+ * reading into a page that userfaultfd keeps missing.
+ */
+struct uffd_reader {
+	struct blk_backend *be;
+	void *page;
+};
+
+static void *uffd_read_fn(void *arg)
+{
+	struct uffd_reader *r = arg;
+
+	ct_io(r->be, BLK_READ, 0, r->page, 4096);
+	return NULL;
+}
+
+Test(snap, reset_with_io_in_flight_asserts)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 1 * MiB, 512, 4096, 0);
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg;
+	struct uffdio_zeropage zp;
+	struct uffd_reader r = { .be = be };
+	struct pollfd pfd;
+	unsigned char w[4096] = { 1 };
+	pthread_t tid;
+	int uffd, status;
+	pid_t pid;
+
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	cr_assert_eq(blk_snap_create(be, "s"), 0);
+	/* User-mode faults only: what an unprivileged process may ask for. */
+	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api))
+		cr_skip_test("userfaultfd unavailable: %s", strerror(errno));
+	r.page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(r.page, MAP_FAILED);
+	reg = (struct uffdio_register){ .range = { .start = (uintptr_t)r.page, .len = 4096 },
+					.mode = UFFDIO_REGISTER_MODE_MISSING };
+	cr_assert_eq(ioctl(uffd, UFFDIO_REGISTER, &reg), 0, "%s", strerror(errno));
+	cr_assert_eq(pthread_create(&tid, NULL, uffd_read_fn, &r), 0);
+	/* The read faults on the page, inside the backend: it is in flight. */
+	pfd = (struct pollfd){ .fd = uffd, .events = POLLIN };
+	cr_assert_eq(poll(&pfd, 1, 5000), 1, "the read never faulted");
+
+	/* The reset, in a child (it must abort), while the read is held. */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (!pid) {
+		blk_snap_reset(be, "s");
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+		  "the reset did not abort: status %#x", status);
+
+	/* Let the read finish; with nothing in flight the reset is fine. */
+	zp = (struct uffdio_zeropage){ .range = { .start = (uintptr_t)r.page, .len = 4096 } };
+	cr_assert_eq(ioctl(uffd, UFFDIO_ZEROPAGE, &zp), 0, "%s", strerror(errno));
+	pthread_join(tid, NULL);
+	cr_assert_eq(blk_snap_reset(be, "s"), 0);
+	close(uffd);
+	be->ops->close(be);
+}
+
+/* Filters pass the snapshot calls down: a stack of all four over ram. */
+Test(snap, through_filters)
+{
+	struct test_dev td;
+	struct blk_backend *ram = open_ok(&td, "ram", 8 * MiB, 512, 4096, 1 * MiB);
+	struct tparams tl, td2, tf, tpl;
+	struct blk_backend *be;
+	struct blk_snap_info v[2];
+	struct tmpdir t;
+	char trace[128];
+	struct vmodel m;
+	uint16_t *a;
+
+	tmp_init(&t, "x");
+	snprintf(trace, sizeof(trace), "%s/trace", t.dir);
+	filter_params_init(&tpl, "powerloss", ram, "test.conf", 3);
+	be = filter_open(&tpl);
+	filter_params_init(&tf, "fault", be, "test.conf", 3);
+	be = filter_open(&tf);
+	filter_params_init(&td2, "delay", be, "test.conf", 3);
+	be = filter_open(&td2);
+	filter_params_init(&tl, "log", be, "test.conf", 3);
+	tparams_add(&tl, "log.path", trace, 4);
+	be = filter_open(&tl);
+
+	vm_init(&m, 8 * MiB);
+	vm_write(be, &m, 0, 1 * MiB, 1);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	a = vm_copy(&m);
+	vm_write(be, &m, 512 * KiB, 1 * MiB, 2);
+	cr_assert_eq(blk_snap_list(be, v, 2), 1);
+	cr_assert_str_eq(v[0].name, "a");
+	snap_check(be, "a", a, 8 * MiB);
+	cr_assert_eq(blk_snap_reset(be, "a"), 0);
+	vm_check(be, a, 8 * MiB, "after a reset through the filters");
+	cr_assert_eq(stat_get(be->next->next->next, "powerloss_resets"), 1);
+	cr_assert_eq(blk_snap_destroy(be, "a"), 0);
+	cr_assert_eq(blk_snap_list(ram, NULL, 0), 0);
+	while (be) {
+		struct blk_backend *next = be->next;
+
+		be->ops->close(be);
+		be = next;
+	}
+	tmp_done(&t);
+	free(a);
+	free(m.ver);
+}
+
+/* ---- ram: save and image ---- */
+
+/* Save: a raw image of the device's size, holes where nothing (or zeros) is. */
+Test(image, save_sparse)
+{
+	const uint64_t size = 64 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 1 * MiB);
+	unsigned char zeros[4096] = { 0 };
+	struct tmpdir t;
+	const char *path = tmp_init(&t, "dev.img");
+	struct vmodel m;
+	struct stat st;
+	off_t data;
+	int fd;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 8 * MiB, 1 * MiB, 1);
+	vm_write(be, &m, 40 * MiB + 512, 512, 2);
+	vm_write(be, &m, size - 4096, 4096, 3);
+	/* A page written with zeros holds memory but reads as zeros: a hole. */
+	cr_assert_eq(do_rw(be, BLK_WRITE, 20 * MiB, zeros, 4096), 0);
+
+	cr_assert_eq(blk_snap_save(be, NULL, path), 0);
+	file_check(path, m.ver, size, "the saved device");
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	/* As big on disk as the data (a file system may round up a little). */
+	cr_assert_leq((uint64_t)st.st_blocks * 512, 1 * MiB + 2 * 4096 + 256 * KiB,
+		      "%lld bytes on disk", (long long)st.st_blocks * 512);
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	data = lseek(fd, 0, SEEK_DATA);
+	cr_assert_geq(data, 8 * MiB - 64 * KiB, "the first data at %lld", (long long)data);
+	data = lseek(fd, 20 * MiB, SEEK_DATA);
+	cr_assert_gt(data, 20 * MiB, "the zero page was stored");
+	close(fd);
+	/* No temporary file left beside it. */
+	{
+		char cmd[160];
+
+		snprintf(cmd, sizeof(cmd), "test $(ls -A %s | wc -l) -eq 1", t.dir);
+		cr_assert_eq(system(cmd), 0);
+	}
+
+	/* Saving again replaces the file whole. */
+	vm_zero(be, &m, BLK_DISCARD, 8 * MiB, 1 * MiB);
+	cr_assert_eq(blk_snap_save(be, NULL, path), 0);
+	file_check(path, m.ver, size, "saved again");
+
+	/* A directory that is not there: the error, and nothing made. */
+	cr_assert_eq(blk_snap_save(be, NULL, "/tmp/blkfs-no-such-dir/x.img"), -ENOENT);
+	tmp_done(&t);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/* A snapshot saves as it was taken while the device moves on; save never copies. */
+Test(image, save_snapshot)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", size, 512, 4096, 1 * MiB);
+	struct vmodel m;
+	uint16_t *a;
+	uint64_t arena;
+
+	vm_init(&m, size);
+	vm_write(be, &m, 0, 3 * MiB, 1);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	a = vm_copy(&m);
+	vm_write(be, &m, 1 * MiB, 4 * MiB, 2);
+	arena = stat_get(be, "arena_bytes");
+	snap_check(be, "a", a, size);
+	snap_check(be, NULL, m.ver, size);
+	cr_assert_eq(stat_get(be, "arena_bytes"), arena);
+	/* The save's own hold on the device is gone: writes copy nothing new. */
+	cr_assert_eq(blk_snap_destroy(be, "a"), 0);
+	arena = stat_get(be, "snapshot_cow_pages");
+	vm_write(be, &m, 0, 1 * MiB, 3);
+	cr_assert_eq(stat_get(be, "snapshot_cow_pages"), arena);
+	free(a);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/* A file of @size bytes with data at some places: what ver says. */
+static void image_make(const char *path, const uint16_t *ver, uint64_t size, mode_t mode)
+{
+	unsigned char buf[512];
+	uint64_t s;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fchmod(fd, mode), 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	for (s = 0; s < size / 512; s++) {
+		if (!ver[s])
+			continue;
+		fill_pattern(buf, 512, s * 512, ver[s]);
+		cr_assert_eq(pwrite(fd, buf, 512, (off_t)(s * 512)), 512);
+	}
+	close(fd);
+}
+
+static struct blk_backend *open_image(struct test_dev *td, uint64_t size, const char *image,
+				      const char *file)
+{
+	const char *kv[] = { "image", image, NULL };
+	struct blk_backend *be = open_geo_kv(td, "ram", size, 0, 0, 0, kv);
+
+	if (file)
+		td->p.file = file;
+	return be;
+}
+
+/*
+ * image = FILE: the device starts as the file, holding memory only for the
+ * pages that are not all zeros (holes and zeros written out cost nothing).
+ */
+Test(image, load)
+{
+	const uint64_t isize = 10 * MiB - 1536;	/* not a multiple of 4K */
+	struct test_dev td;
+	struct tmpdir t;
+	const char *path = tmp_init(&t, "golden.img");
+	struct blk_geometry g;
+	struct blk_backend *be;
+	struct vmodel m;
+	unsigned char zeros[8192] = { 0 };
+	int fd;
+
+	vm_init(&m, 16 * MiB);
+	for (uint64_t s = 1 * MiB / 512; s < (1 * MiB + 64 * KiB) / 512; s++)
+		m.ver[s] = 1;
+	m.ver[(5 * MiB + 4096) / 512 + 3] = 2;
+	m.ver[isize / 512 - 1] = 3;		/* the last sector */
+	image_make(path, m.ver, isize, 0600);
+	/* Zeros written out, not a hole: must not cost memory either. */
+	fd = open(path, O_WRONLY);
+	cr_assert_eq(pwrite(fd, zeros, sizeof(zeros), 7 * MiB), (ssize_t)sizeof(zeros));
+	close(fd);
+
+	/* No size: the image's, rounded up to the logical block size (512). */
+	be = open_image(&td, 0, path, NULL);
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	be->ops->geometry(be, &g);
+	cr_assert_eq(g.size, isize);
+	cr_assert_eq(g.lbs, 512);
+	vm_check(be, m.ver, isize, "loaded without size");
+	cr_assert_eq(stat_get(be, "arena_bytes"), (16 + 1 + 1) * 4096);
+	be->ops->close(be);
+
+	/* A larger size: the rest reads as zeros. */
+	be = open_image(&td, 16 * MiB, path, NULL);
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	vm_check(be, m.ver, 16 * MiB, "loaded into 16M");
+	be->ops->close(be);
+
+	/* Round trip: save, load, same. */
+	be = open_image(&td, 16 * MiB, path, NULL);
+	vm_write(be, &m, 12 * MiB, 8192, 4);
+	snprintf(t.path, sizeof(t.path), "%s/again.img", t.dir);
+	cr_assert_eq(blk_snap_save(be, NULL, t.path), 0);
+	be->ops->close(be);
+	be = open_image(&td, 0, t.path, NULL);
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	vm_check(be, m.ver, 16 * MiB, "saved and loaded");
+	be->ops->close(be);
+	tmp_done(&t);
+	free(m.ver);
+}
+
+/* Relative to the config file's directory, as the aio backend's path. */
+Test(image, relative_path)
+{
+	struct test_dev td;
+	struct tmpdir t;
+	const char *path = tmp_init(&t, "rel.img");
+	char conf[128];
+	struct blk_backend *be;
+	struct vmodel m;
+
+	vm_init(&m, 1 * MiB);
+	m.ver[3] = 5;
+	image_make(path, m.ver, 1 * MiB, 0600);
+	snprintf(conf, sizeof(conf), "%s/blkfs.conf", t.dir);
+	{
+		const char *kv[] = { "image", "rel.img", NULL };
+
+		memset(&td, 0, sizeof(td));
+		be = open_geo_kv(&td, "ram", 0, 0, 0, 0, kv);	/* relative to ./ : not there */
+		cr_assert(IS_ERR(be));
+		cr_assert(strstr(td.err, "test.conf:4: image: cannot open rel.img: No such file"),
+			  "%s", td.err);
+	}
+	{
+		const struct blk_backend_ops *ops = blk_backend_find("ram");
+		struct blk_param v[] = { { .key = "image", .value = "rel.img", .line = 9 } };
+		char err[256];
+		struct blk_params p = { .file = conf, .line = 7, .dev = "ram0", .v = v, .n = 1,
+					.err = err, .errlen = sizeof(err) };
+
+		be = ops->open(&p, NULL);
+		cr_assert(!IS_ERR(be), "%s", err);
+		vm_check(be, m.ver, 1 * MiB, "relative image");
+		be->ops->close(be);
+	}
+	tmp_done(&t);
+	free(m.ver);
+}
+
+/* What is refused, with FILE:LINE: KEY: and a message that says what is allowed. */
+Test(image, errors)
+{
+	struct test_dev td;
+	struct tmpdir t;
+	const char *path = tmp_init(&t, "big.img");
+	struct blk_backend *be;
+	struct vmodel m;
+	char want[512];
+
+	vm_init(&m, 8 * MiB);
+	m.ver[0] = 1;
+	image_make(path, m.ver, 8 * MiB, 0600);
+
+	be = open_image(&td, 4 * MiB, path, NULL);
+	cr_assert(IS_ERR(be));
+	snprintf(want, sizeof(want),
+		 "test.conf:4: image: %s holds 8388608 bytes, more than the device's size 4194304 (allowed: an image no larger than size",
+		 path);
+	cr_assert(!strncmp(td.err, want, strlen(want)), "%s", td.err);
+
+	snprintf(t.path, sizeof(t.path), "%s/empty.img", t.dir);
+	image_make(t.path, m.ver, 0, 0600);
+	be = open_image(&td, 0, t.path, NULL);
+	cr_assert(IS_ERR(be));
+	cr_assert(strstr(td.err, "is empty, and the device has no size"), "%s", td.err);
+	/* An empty image with a size is an empty device. */
+	be = open_image(&td, 1 * MiB, t.path, NULL);
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
+	be->ops->close(be);
+
+	be = open_image(&td, 0, t.dir, NULL);
+	cr_assert(IS_ERR(be));
+	cr_assert(strstr(td.err, "is not a regular file or a block device"), "%s", td.err);
+
+	be = open_image(&td, 0, "", NULL);
+	cr_assert(IS_ERR(be));
+	cr_assert(strstr(td.err, "test.conf:4: image: is empty"), "%s", td.err);
+
+	/* Writable by others: refused as root, taken otherwise. */
+	snprintf(t.path, sizeof(t.path), "%s/open.img", t.dir);
+	image_make(t.path, m.ver, 1 * MiB, 0666);
+	be = open_image(&td, 0, t.path, NULL);
+	if (geteuid() == 0) {
+		cr_assert(IS_ERR(be));
+		cr_assert(strstr(td.err, "is writable by users other than root (mode 0666, owner uid 0); refused when running as root"),
+			  "%s", td.err);
+		cr_assert_eq(chmod(t.path, 0644), 0);
+		cr_assert_eq(chown(t.path, 1, 0), 0);
+		be = open_image(&td, 0, t.path, NULL);
+		cr_assert(IS_ERR(be));
+		cr_assert(strstr(td.err, "owner uid 1"), "%s", td.err);
+		cr_assert_eq(chown(t.path, 0, 0), 0);
+		be = open_image(&td, 0, t.path, NULL);
+	}
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	be->ops->close(be);
+	tmp_done(&t);
+	free(m.ver);
+}
+
+/* ---- ram: the reserve ---- */
+
+/*
+ * reserve: empty until the first write; then kept full by the arena thread,
+ * so writes that need new slabs take them from it; a discard gives slabs
+ * back to it first.
+ */
+Test(reserve, filled_and_used)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB);
+	unsigned char *w = malloc(1 * MiB);
+	int i;
+
+	memset(w, 0x5a, 1 * MiB);
+	usleep(50 * 1000);
+	cr_assert_eq(stat_get(be, "slab_bytes"), 0, "a device never written holds nothing");
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 8 * MiB; i++)
+		usleep(10 * 1000);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
+	/* 6 MiB more: 3 slabs, all from the reserve, whatever the thread does meanwhile. */
+	for (i = 0; i < 6; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, (uint64_t)(i + 1) * MiB, w, 1 * MiB), 0);
+	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
+	/* Everything discarded: up to 8M stay in the reserve, the rest goes. */
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
+	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB + 8 * MiB));
+	cr_assert_leq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
+
+	free(w);
+	be->ops->close(be);
+}
+
+/* The process's address space, in bytes (VmSize). */
+static uint64_t vm_size(void)
+{
+	char line[256];
+	uint64_t kb = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %" SCNu64, &kb) == 1)
+			break;
+	fclose(f);
+	cr_assert_gt(kb, 0);
+	return kb * 1024;
+}
+
+/*
+ * A slab a discard empties goes back into the reserve, touched, with its
+ * old data: a page of it must still read as zeros where nothing was
+ * written. The arena thread is kept from refilling the reserve (no address
+ * space left for a new slab), so that the writes after the discard take
+ * exactly those slabs.
+ */
+Test(reserve, reused_slabs_hold_old_data)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB);
+	unsigned char *w = malloc(1 * MiB);
+	struct rlimit rl;
+	uint64_t p;
+	int i;
+
+	cr_assert_not_null(w);
+	memset(w, 0x5a, 1 * MiB);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 8 * MiB; i++)
+		usleep(10 * 1000);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
+	/* From here on no new slab can be mapped (a slab needs 4 MiB to align). */
+	rl.rlim_cur = rl.rlim_max = vm_size() + 1 * MiB;
+	cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+	/* 6 MiB of old data into reserve slabs (3 of them), then all discarded. */
+	for (i = 0; i < 6; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, (uint64_t)(i + 1) * MiB, w, 1 * MiB), 0);
+	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB, "the emptied slabs are back");
+
+	/* A sector into each of 2048 new pages: freed pages, then the reused slabs. */
+	for (i = 0; i < 2048; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, 32 * MiB + (uint64_t)i * 4096 + 512, w, 512), 0);
+	for (i = 0; i < 8; i++) {
+		memset(w, 0xee, 1 * MiB);
+		cr_assert_eq(do_rw(be, BLK_READ, 32 * MiB + (uint64_t)i * MiB, w, 1 * MiB), 0);
+		for (p = 0; p < 1 * MiB; p += 4096) {
+			cr_assert(all_zero(w + p, 512), "page %llu", (unsigned long long)p);
+			cr_assert(w[p + 512] == 0x5a && w[p + 1023] == 0x5a);
+			cr_assert(all_zero(w + p + 1024, 4096 - 1024), "MiB %d page %llu", i,
+				  (unsigned long long)p / 4096);
+		}
+	}
+	free(w);
+	be->ops->close(be);
+}
+
+Test(reserve, config)
+{
+	static const char *const big[] = { "reserve", "2G", NULL };
+	static const char *const bad[] = { "reserve", "lots", NULL };
+	static const char *const odd[] = { "reserve", "3M", NULL };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char w[4096] = { 1 };
+	int i;
+
+	be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 0, big);
+	cr_assert(IS_ERR(be));
+	cr_assert_str_eq(td.err, "test.conf:4: reserve: 2147483648 is too large (allowed: 0 to turn it off, up to 1G; rounded up to 2M)");
+	be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 0, bad);
+	cr_assert(IS_ERR(be));
+	cr_assert(strstr(td.err, "test.conf:4: reserve: 'lots' is not a size"), "%s", td.err);
+	/* 3M: two slabs. */
+	be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 0, odd);
+	cr_assert(!IS_ERR(be), "%s", td.err);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 4 * MiB; i++)
+		usleep(10 * 1000);
+	usleep(20 * 1000);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 4 * MiB);
+	be->ops->close(be);
 }
 
 /* ---- null ---- */

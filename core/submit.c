@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/submit.c - how every I/O reaches the backend: a batch of I/Os
+ * someone waits for, the accounting of each backend I/O (the fields of the
+ * kernel's /sys/block/X/stat, the write-size histogram), and submission of
+ * a data I/O split at max_io by slicing its vector (no copy). Reads, direct
+ * I/O, flushes, discards and writeback all go through here.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "pcache_int.h"
+
+/* ------------------------------------------------------------------ pools */
+
+/*
+ * A bounded pool of same-size objects, allocated and touched once (as the
+ * kernel's mempool): the I/O path takes its per-I/O state from here, so
+ * that under memory pressure (a loop device over a device file, reclaim
+ * writing through blkfs) I/O still gets what it needs from what earlier
+ * I/O gives back. An object bigger than the pool's, or one taken while the
+ * pool is empty, comes from malloc instead (counted).
+ */
+int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr)
+{
+	uint32_t i;
+
+	size = (size + 63) & ~(size_t)63;
+	p->mem = calloc(nr, size);	/* calloc touches nothing: memset does */
+	if (!p->mem)
+		return -ENOMEM;
+	memset(p->mem, 0, (size_t)nr * size);
+	pthread_mutex_init(&p->lock, NULL);
+	p->size = size;
+	p->nr = nr;
+	p->free = NULL;
+	for (i = 0; i < nr; i++) {
+		void **obj = (void **)(p->mem + (size_t)i * size);
+
+		*obj = p->free;
+		p->free = obj;
+	}
+	p->fallback = 0;
+	return 0;
+}
+
+void pc_pool_destroy(struct pc_pool *p)
+{
+	if (!p->mem)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p->mem);
+	p->mem = NULL;
+}
+
+void *pc_pool_get(struct pc_pool *p, size_t size)
+{
+	void **obj = NULL;
+
+	if (size <= p->size) {
+		pthread_mutex_lock(&p->lock);
+		obj = p->free;
+		if (obj)
+			p->free = *obj;
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (obj) {
+		memset(obj, 0, size);
+		return obj;
+	}
+	__atomic_add_fetch(&p->fallback, 1, __ATOMIC_RELAXED);
+	return calloc(1, size);
+}
+
+void pc_pool_put(struct pc_pool *p, void *obj)
+{
+	char *c = obj;
+
+	if (c < p->mem || c >= p->mem + (size_t)p->nr * p->size) {
+		free(obj);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	*(void **)obj = p->free;
+	p->free = obj;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* ---------------------------------------------------------------- batches */
+
+/*
+ * A synchronous batch counts under its mutex, so that its waiter cannot
+ * see it finished and free it while the last pc_batch_done() still holds
+ * it. An asynchronous one (pc_batch_init_async) counts atomically and the
+ * last pc_batch_done() calls ->end instead; its submitter holds a +1 bias
+ * while it submits, so ->end runs once, after the last piece has gone out
+ * and ended (in the submitter, when every piece ended inside submit()).
+ */
+void pc_batch_init(struct pc_batch *b)
+{
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->cond, NULL);
+	b->pending = 0;
+	b->err = 0;
+	b->end = NULL;
+}
+
+void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b))
+{
+	b->pending = 1;		/* the submitter's bias */
+	b->err = 0;
+	b->end = end;
+}
+
+void pc_batch_add(struct pc_batch *b)
+{
+	if (b->end) {
+		__atomic_add_fetch(&b->pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	pthread_mutex_lock(&b->lock);
+	b->pending++;
+	pthread_mutex_unlock(&b->lock);
+}
+
+void pc_batch_done(struct pc_batch *b, int res)
+{
+	if (b->end) {
+		int zero = 0;
+
+		if (res)
+			__atomic_compare_exchange_n(&b->err, &zero, res, false, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+		if (__atomic_sub_fetch(&b->pending, 1, __ATOMIC_ACQ_REL) == 0)
+			b->end(b);
+		return;
+	}
+	pthread_mutex_lock(&b->lock);
+	if (res && !b->err)
+		b->err = res;
+	if (--b->pending == 0)
+		pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+int pc_batch_wait(struct pc_batch *b)
+{
+	int err;
+
+	assert(!b->end);
+	pthread_mutex_lock(&b->lock);
+	while (b->pending)
+		pthread_cond_wait(&b->cond, &b->lock);
+	err = b->err;
+	pthread_mutex_unlock(&b->lock);
+	return err;
+}
+
+/* The asynchronous batch's first error (read in ->end). */
+int pc_batch_err(struct pc_batch *b)
+{
+	return __atomic_load_n(&b->err, __ATOMIC_ACQUIRE);
+}
+
+void pc_batch_destroy(struct pc_batch *b)
+{
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->cond);
+}
+
+/* ----------------------------------------------------------- accounting */
+
+uint64_t acct_begin(struct pc_dev *dev)
+{
+	uint64_t now = blk_now_ns();
+
+	pthread_mutex_lock(&dev->acct_lock);
+	if (!dev->acct_in_flight++)
+		dev->acct_busy_since_ns = now;
+	pthread_mutex_unlock(&dev->acct_lock);
+	return now;
+}
+
+static unsigned hist_bucket(uint64_t len)
+{
+	unsigned b = 0;
+
+	while (b < PC_HIST_BUCKETS - 1 && (512ull << b) < len)
+		b++;
+	return b;
+}
+
+void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+{
+	uint64_t now = blk_now_ns(), ms = (now - start_ns) / 1000000;
+
+	pthread_mutex_lock(&dev->acct_lock);
+	if (!--dev->acct_in_flight)
+		STAT_ADD(dev, io_ticks_ms, (now - dev->acct_busy_since_ns) / 1000000);
+	pthread_mutex_unlock(&dev->acct_lock);
+	STAT_ADD(dev, time_in_queue_ms, ms);
+	if (res)
+		return;
+	switch (op) {
+	case BLK_READ:
+		STAT_ADD(dev, backend_read_ios, 1);
+		STAT_ADD(dev, backend_read_bytes, len);
+		STAT_ADD(dev, read_ticks_ms, ms);
+		break;
+	case BLK_WRITE:
+		STAT_ADD(dev, backend_write_ios, 1);
+		STAT_ADD(dev, backend_write_bytes, len);
+		STAT_ADD(dev, write_ticks_ms, ms);
+		STAT_ADD(dev, write_hist[hist_bucket(len)], 1);
+		break;
+	case BLK_FLUSH:
+		STAT_ADD(dev, backend_flushes, 1);
+		STAT_ADD(dev, flush_ticks_ms, ms);
+		break;
+	case BLK_DISCARD:
+	case BLK_WRITE_ZEROES:
+		STAT_ADD(dev, backend_discards, 1);
+		STAT_ADD(dev, backend_discard_bytes, len);
+		STAT_ADD(dev, discard_ticks_ms, ms);
+		break;
+	}
+}
+
+/* ----------------------------------------------------- plain submission */
+
+struct pc_sio {
+	struct blk_io io;
+	struct pc_dev *dev;
+	struct pc_batch *batch;
+	uint64_t start_ns;
+	struct iovec iov[];	/* the slice, when split */
+};
+
+size_t pc_sio_size(void)
+{
+	return sizeof(struct pc_sio) + PC_SIO_IOV * sizeof(struct iovec);
+}
+
+static void sio_end_io(struct blk_io *io, int res)
+{
+	struct pc_sio *s = (struct pc_sio *)io;
+
+	struct pc_dev *dev = s->dev;
+	struct pc_batch *b = s->batch;
+
+	acct_end(dev, io->op, io->len, s->start_ns, res);
+	pc_pool_put(&dev->sio_pool, s);
+	pc_batch_done(b, res);
+}
+
+static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *batch)
+{
+	int ret;
+
+	s->dev = dev;
+	s->batch = batch;
+	s->io.end_io = sio_end_io;
+	s->io.private = s;
+	pc_batch_add(batch);
+	s->start_ns = acct_begin(dev);
+	ret = blk_submit(dev->be, &s->io);
+	if (ret < 0)
+		sio_end_io(&s->io, ret);
+}
+
+/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
+static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			 unsigned int flags)
+{
+	size_t skip = 0;	/* bytes of iov[0] already sent */
+	uint64_t max = dev_max_io(dev);
+
+	assert(op == BLK_READ || op == BLK_WRITE);
+	assert(len && !(pos & (dev->geo.lbs - 1)) && !(len & (dev->geo.lbs - 1)));
+	/* pieces of a split go out together, not one after the other */
+	if (len > max)
+		flags = 0;
+	while (len) {
+		uint64_t n = len < max ? len : max;
+		uint64_t left = n;
+		struct pc_sio *s;
+		int cnt = 0, i;
+
+		/* count the slices this piece needs */
+		for (i = 0; left; i++) {
+			size_t avail = iov[i].iov_len - (i ? 0 : skip);
+
+			left -= avail < left ? avail : left;
+			cnt++;
+		}
+		s = pc_pool_get(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
+		if (!s) {
+			pc_batch_add(batch);
+			pc_batch_done(batch, -ENOMEM);
+			return;
+		}
+		left = n;
+		for (i = 0; i < cnt; i++) {
+			size_t avail = iov[0].iov_len - skip;
+			size_t take = avail < left ? avail : (size_t)left;
+
+			s->iov[i].iov_base = (char *)iov[0].iov_base + skip;
+			s->iov[i].iov_len = take;
+			left -= take;
+			skip += take;
+			if (skip == iov[0].iov_len) {
+				iov++;
+				iovcnt--;
+				skip = 0;
+			}
+		}
+		s->io.op = op;
+		s->io.flags = flags;
+		s->io.pos = pos;
+		s->io.len = n;
+		s->io.iov = s->iov;
+		s->io.iovcnt = cnt;
+		len -= n;
+		pos += n;
+		if (len)
+			STAT_ADD(dev, split_ios, 1);
+		sio_submit(dev, s, batch);
+	}
+	(void)iovcnt;
+}
+
+void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
+}
+
+void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags);
+}
+
+int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			 const struct iovec *iov, int iovcnt)
+{
+	struct pc_batch batch;
+	int err;
+
+	pc_batch_init(&batch);
+	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
+	err = pc_batch_wait(&batch);
+	pc_batch_destroy(&batch);
+	return err;
+}
+
+void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		      struct pc_batch *batch)
+{
+	struct pc_sio *s = pc_pool_get(&dev->sio_pool, sizeof(*s));
+
+	if (!s) {
+		pc_batch_add(batch);
+		pc_batch_done(batch, -ENOMEM);
+		return;
+	}
+	s->io.op = op;
+	s->io.pos = pos;
+	s->io.len = len;
+	sio_submit(dev, s, batch);
+}
+
+int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		   const struct iovec *iov, int iovcnt)
+{
+	struct pc_batch batch;
+	int err;
+
+	if (op == BLK_READ || op == BLK_WRITE)
+		return pc_submit_split_wait(dev, op, pos, len, iov, iovcnt);
+	pc_batch_init(&batch);
+	pc_submit_nodata(dev, op, pos, len, &batch);
+	err = pc_batch_wait(&batch);
+	pc_batch_destroy(&batch);
+	return err;
+}
