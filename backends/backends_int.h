@@ -7,6 +7,8 @@
 #ifndef BLKFS_BACKENDS_INT_H
 #define BLKFS_BACKENDS_INT_H
 
+#include <pthread.h>
+
 #include "backend.h"
 #include "clock.h"
 #include "list.h"
@@ -79,6 +81,39 @@ int be_attr_text(const char *buf, size_t len, char *s, size_t cap);
  * Returns: the length, or -EOVERFLOW when it does not fit in @len.
  */
 int be_attr_out(char *buf, size_t len, const char *s);
+
+/**
+ * struct be_pool - fixed-size objects a backend or filter needs per I/O,
+ * taken from memory filled before the I/O path needs it
+ *
+ * be_pool_init() allocates and touches @n objects: getting one costs a lock
+ * and no allocation, so the I/O path neither calls malloc nor faults a page
+ * in (under memory pressure a fault there can wait for writeback that only
+ * this I/O would finish: a loop device over the mount). When more are in
+ * use at once than were filled, the pool grows by malloc (counted in
+ * nr_grown) and keeps what it grew, up to the peak; objects go back to it,
+ * never to the system, until be_pool_destroy().
+ *
+ * Lock: @lock covers @free and the counters; never held across anything
+ * but the list operation.
+ */
+struct be_pool {
+	pthread_mutex_t lock;
+	void *free;		/* lock: objects not in use, linked through their first word */
+	size_t size;		/* object size, at least a pointer */
+	uint64_t nr_objs;	/* lock: objects the pool owns */
+	uint64_t nr_grown;	/* lock: of those, made by malloc in the I/O path */
+};
+
+/* Returns 0 or -ENOMEM (nothing allocated then). */
+int be_pool_init(struct be_pool *pool, size_t size, unsigned int n);
+/* An object, zeroed; NULL only when the pool is empty and malloc fails. */
+void *be_pool_get(struct be_pool *pool);
+void be_pool_put(struct be_pool *pool, void *obj);
+/* Every object must be back. */
+void be_pool_destroy(struct be_pool *pool);
+/* "PREFIX_pool_objs N\nPREFIX_pool_grown N\n" for a ->stat. */
+size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len);
 
 /* A filter's ->geometry: the layer below's, unchanged. */
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);

@@ -6,8 +6,10 @@
  * snapshot calls, which go to the layer below.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends_int.h"
@@ -57,6 +59,89 @@ int be_attr_out(char *buf, size_t len, const char *s)
 	if (n < 0 || (size_t)n >= len)
 		return -EOVERFLOW;
 	return n;
+}
+
+int be_pool_init(struct be_pool *pool, size_t size, unsigned int n)
+{
+	unsigned int i;
+	int ret;
+
+	memset(pool, 0, sizeof(*pool));
+	pool->size = size < sizeof(void *) ? sizeof(void *) : size;
+	ret = -pthread_mutex_init(&pool->lock, NULL);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		/* calloc touches nothing: the memset does, once, here */
+		void *obj = malloc(pool->size);
+
+		if (!obj) {
+			be_pool_destroy(pool);
+			return -ENOMEM;
+		}
+		memset(obj, 0, pool->size);
+		*(void **)obj = pool->free;
+		pool->free = obj;
+		pool->nr_objs++;
+	}
+	return 0;
+}
+
+void *be_pool_get(struct be_pool *pool)
+{
+	void *obj;
+
+	pthread_mutex_lock(&pool->lock);
+	obj = pool->free;
+	if (obj)
+		pool->free = *(void **)obj;
+	pthread_mutex_unlock(&pool->lock);
+	if (!obj) {
+		/* more in use at once than ever before: grow to the peak */
+		obj = malloc(pool->size);
+		if (!obj)
+			return NULL;
+		pthread_mutex_lock(&pool->lock);
+		pool->nr_objs++;
+		pool->nr_grown++;
+		pthread_mutex_unlock(&pool->lock);
+	}
+	memset(obj, 0, pool->size);
+	return obj;
+}
+
+void be_pool_put(struct be_pool *pool, void *obj)
+{
+	if (!obj)
+		return;
+	pthread_mutex_lock(&pool->lock);
+	*(void **)obj = pool->free;
+	pool->free = obj;
+	pthread_mutex_unlock(&pool->lock);
+}
+
+void be_pool_destroy(struct be_pool *pool)
+{
+	while (pool->free) {
+		void *obj = pool->free;
+
+		pool->free = *(void **)obj;
+		free(obj);
+	}
+	pool->nr_objs = 0;
+	pthread_mutex_destroy(&pool->lock);
+}
+
+size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len)
+{
+	uint64_t objs, grown;
+
+	pthread_mutex_lock(&pool->lock);
+	objs = pool->nr_objs;
+	grown = pool->nr_grown;
+	pthread_mutex_unlock(&pool->lock);
+	return be_stat_printf(buf, len, "%s_pool_objs %llu\n%s_pool_grown %llu\n", prefix,
+			      (unsigned long long)objs, prefix, (unsigned long long)grown);
 }
 
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo)
