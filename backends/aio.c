@@ -128,6 +128,7 @@ struct aio_dev {
 	uint64_t nr_eagain;		/* io_submit() said EAGAIN */
 	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
+	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 };
 
 /* ---- the reaper's eventfd ---- */
@@ -432,10 +433,14 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 		list_del_init(&req->node);
 	pthread_mutex_unlock(&ad->lock);
 	if (!req) {
-		/* More requests than ever before: the free list grows to the peak. */
+		/*
+		 * More requests than ever before (2 x queue_depth were made at
+		 * open): the free list grows to the peak, counted.
+		 */
 		req = malloc(sizeof(*req));
 		if (!req)
 			return -ENOMEM;
+		__atomic_add_fetch(&ad->nr_req_grown, 1, __ATOMIC_RELAXED);
 	}
 	memset(req, 0, sizeof(*req));
 	req->io = io;
@@ -443,7 +448,11 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 	if (io->op == BLK_READ || io->op == BLK_WRITE) {
 		ret = aio_prep_rw(ad, req);
 		if (ret) {
-			free(req);
+			/* back to the free list: it only ever grows */
+			free(req->vec);
+			pthread_mutex_lock(&ad->lock);
+			list_add(&req->node, &ad->free);
+			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
 	} else if (io->op == BLK_FLUSH) {
@@ -994,13 +1003,17 @@ static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const str
 static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 			 bool exclusive, bool *created)
 {
-	int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+	/* a read-only mount reads a read-only image or write-protected disk too */
+	int flags = (p->read_only ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC;
 	struct stat st;
 	int err;
 
 	*created = false;
 	if (stat(ad->path, &st)) {
 		err = errno;
+		if (err == ENOENT && create && p->read_only)
+			return blk_param_error(p, "path", "%s: %s (create = yes, but the mount is "
+					       "read-only: nothing is created)", ad->path, strerror(err));
 		if (err != ENOENT || !create)
 			return blk_param_error(p, "path", "%s: %s%s", ad->path, strerror(err),
 					       err == ENOENT ? " (create = yes makes an image file)" : "");
@@ -1173,10 +1186,17 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 		blk_param_error(p, NULL, "cannot set up the aio backend: %s", strerror(-ret));
 		goto out_destroy_lock;
 	}
-	/* queue_depth requests up front: the free list grows only past it. */
-	for (i = 0; i < ad->qd; i++) {
+	/*
+	 * 2 x queue_depth requests up front, touched (the I/O path must not
+	 * fault memory in: under memory pressure that can wait for writeback
+	 * only this device would finish): queue_depth in the kernel and as
+	 * many waiting for a slot. The free list grows only past that.
+	 */
+	for (i = 0; i < 2 * ad->qd; i++) {
 		struct aio_req *req = malloc(sizeof(*req));
 
+		if (req)
+			memset(req, 0, sizeof(*req));
 		if (!req) {
 			ret = -ENOMEM;
 			blk_param_error(p, NULL, "out of memory");
@@ -1275,7 +1295,7 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
 			   "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
 			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
-			   "aio_fdsync %d\naio_sync %llu\n",
+			   "aio_fdsync %d\naio_sync %llu\naio_req_grown %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1283,7 +1303,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_errors, nr_short,
 			   (unsigned long long)ad->nr_eagain,
 			   (unsigned long long)ad->nr_zero_writes, !ad->no_fdsync,
-			   (unsigned long long)ad->nr_sync);
+			   (unsigned long long)ad->nr_sync,
+			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED));
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

@@ -129,6 +129,12 @@ struct blk_params {
 	 * pointer (it stays valid until close) and calls it only after open.
 	 */
 	const struct blk_host *host;
+	/*
+	 * The mount is read-only (mount option `ro`): open the storage for
+	 * reading (a read-only image or export is fine); no WRITE, DISCARD or
+	 * WRITE_ZEROES will be submitted.
+	 */
+	bool read_only;
 };
 
 struct blk_backend;
@@ -348,6 +354,20 @@ static inline int blk_snap_save(struct blk_backend *be, const char *name, const 
 
 /* backends/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
 bool blk_snap_name_valid(const char *name);
+
+/*
+ * Messages: blkfs speaks in one place, core/log.c, which implements these
+ * for every layer (to stderr: a time stamp on a terminal or in the daemon's
+ * log file, a syslog priority prefix such as "<3>" when stderr is the
+ * journal, so `journalctl -p err` finds failed I/O). Levels are syslog's.
+ */
+#define BLK_LOG_ERR	3	/* data at risk or lost, an I/O that failed */
+#define BLK_LOG_WARNING	4	/* something the user should look at; blkfs carries on */
+#define BLK_LOG_INFO	6	/* what happened: mounted, a simulated power cut, ... */
+void blk_logl(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define blk_err(...)	blk_logl(BLK_LOG_ERR, __VA_ARGS__)
+#define blk_warn(...)	blk_logl(BLK_LOG_WARNING, __VA_ARGS__)
+#define blk_info(...)	blk_logl(BLK_LOG_INFO, __VA_ARGS__)
 
 /* backends/util.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
 const char *blk_op_name(enum blk_op op);

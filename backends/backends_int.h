@@ -183,8 +183,9 @@ struct be_pool {
  */
 int be_pool_init(struct be_pool *pool, size_t nr, size_t size, size_t align);
 void be_pool_destroy(struct be_pool *pool);
-/* An object (contents undefined), or NULL only when the pool is empty and malloc fails. */
+/* An object, zeroed, or NULL only when the pool is empty and malloc fails. */
 void *be_pool_get(struct be_pool *pool);
+/* Back to the pool (NULL: nothing). */
 void be_pool_put(struct be_pool *pool, void *obj);
 /* "PREFIX_pool N\nPREFIX_pool_allocs N\nPREFIX_pool_max_used N\n" for ->stat */
 size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len);

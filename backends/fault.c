@@ -450,7 +450,7 @@ static struct fault_verdict fault_decide(struct fault_dev *fd, const struct blk_
 		if (io->op != BLK_FLUSH)
 			snprintf(where, sizeof(where), " at %llu+%llu", (unsigned long long)io->pos,
 				 (unsigned long long)io->len);
-		fprintf(stderr, "blkfs: fault: %s: injecting %s into %s%s%s\n",
+		blk_warn("fault: %s: injecting %s into %s%s%s",
 			fd->dev, fd->hang ? "a hang" : be_errno_name(v.err, eb, sizeof(eb)),
 			blk_op_name(io->op), where,
 			fd->persistent ? " (persistent: every later one too)" : "");

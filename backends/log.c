@@ -41,6 +41,11 @@
 #include "backends_int.h"
 
 #define LOG_LINE_MAX	128	/* the longest line: 20-digit numbers everywhere */
+/*
+ * Child I/Os filled at open: more than the cache keeps in flight on one
+ * device in ordinary use; past it the pool grows (log_pool_grown).
+ */
+#define LOG_POOL	256
 
 struct log_dev {
 	struct blk_backend be;		/* must come first */
@@ -49,6 +54,7 @@ struct log_dev {
 	uint64_t t0_ns;			/* CLOCK_MONOTONIC at open */
 	bool enabled;			/* atomic: the `enabled` attr */
 
+	struct be_pool pool;		/* struct log_io, one per I/O in flight */
 	pthread_mutex_t lock;		/* one line at a time, in TIME order */
 	bool write_failed;		/* lock: the failure was reported once */
 
@@ -110,7 +116,7 @@ static void log_line(struct log_dev *ld, const struct blk_io *io, int res,
 		__atomic_add_fetch(&ld->nr_write_errors, 1, __ATOMIC_RELAXED);
 		if (!ld->write_failed) {
 			ld->write_failed = true;
-			fprintf(stderr, "blkfs: log filter: %s: %s (trace lines are lost)\n",
+			blk_err("log filter: %s: %s (trace lines are lost)",
 				ld->path, strerror(-ret));
 		}
 	} else {
@@ -126,7 +132,7 @@ static void log_end_io(struct blk_io *io, int res)
 
 	log_line(li->ld, io, res, li->start_ns);
 	parent->done = res ? io->done : 0;
-	free(li);
+	be_pool_put(&li->ld->pool, li);
 	/* Last: the cache may close the stack once this returns. */
 	parent->end_io(parent, res);
 }
@@ -141,7 +147,7 @@ static int log_submit(struct blk_backend *be, struct blk_io *io)
 	if (!__atomic_load_n(&ld->enabled, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
 
-	li = malloc(sizeof(*li));
+	li = be_pool_get(&ld->pool);
 	if (!li)
 		return -ENOMEM;
 	li->io = be_child_io(io, log_end_io, li);
@@ -152,7 +158,7 @@ static int log_submit(struct blk_backend *be, struct blk_io *io)
 	if (ret) {
 		/* Refused below: the parent gets no end_io, but the trace says so. */
 		log_line(ld, &li->io, ret, li->start_ns);
-		free(li);
+		be_pool_put(&ld->pool, li);
 	}
 	/* On success @li may be gone already: the layer below may complete inline. */
 	return ret;
@@ -261,6 +267,12 @@ static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *ne
 		blk_param_error(p, NULL, "cannot set up the log filter: %s", strerror(-ret));
 		goto out_close;
 	}
+	ret = be_pool_init(&ld->pool, LOG_POOL, sizeof(struct log_io), 64);
+	if (ret) {
+		blk_param_error(p, NULL, "cannot set up the log filter: %s", strerror(-ret));
+		pthread_mutex_destroy(&ld->lock);
+		goto out_close;
+	}
 	ld->t0_ns = blk_now_ns();
 	ld->enabled = true;
 	ld->be.ops = &log_filter_ops;
@@ -286,7 +298,8 @@ static void log_close(struct blk_backend *be)
 	struct log_dev *ld = (struct log_dev *)be;
 
 	if (close(ld->fd))
-		fprintf(stderr, "blkfs: log filter: %s: %s\n", ld->path, strerror(errno));
+		blk_err("log filter: %s: %s", ld->path, strerror(errno));
+	be_pool_destroy(&ld->pool);
 	pthread_mutex_destroy(&ld->lock);
 	free(ld->path);
 	free(ld);
@@ -295,10 +308,12 @@ static void log_close(struct blk_backend *be)
 static size_t log_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct log_dev *ld = (struct log_dev *)be;
+	size_t n = be_stat_printf(buf, len, "log_lines %llu\nlog_write_errors %llu\n",
+				  (unsigned long long)__atomic_load_n(&ld->nr_lines, __ATOMIC_RELAXED),
+				  (unsigned long long)__atomic_load_n(&ld->nr_write_errors,
+								      __ATOMIC_RELAXED));
 
-	return be_stat_printf(buf, len, "log_lines %llu\nlog_write_errors %llu\n",
-			      (unsigned long long)__atomic_load_n(&ld->nr_lines, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&ld->nr_write_errors, __ATOMIC_RELAXED));
+	return n + be_pool_stat(&ld->pool, "log", buf + n, len - n);
 }
 
 /* ---- live attributes: .sys/DEV/log/ ---- */

@@ -184,6 +184,7 @@ struct nbd_dev {
 	unsigned int qd;		/* commands in flight per connection */
 	uint64_t timeout_ns;
 	uint32_t cmd_align;		/* server minimum block: every command aligned to it */
+	bool read_only;			/* the mount is read-only: a read-only export will do */
 	uint32_t zero_chunk;		/* WRITE_ZEROES bytes per command */
 	uint32_t zero_len;		/* bytes per write from zero_buf */
 	void *zero_buf;			/* zeros, read-only */
@@ -393,7 +394,7 @@ static int req_issue_one(struct nbd_conn *c, struct nbd_req *req)
 			snprintf(c->dead_why, sizeof(c->dead_why), "%s",
 				 nbd_get_error() ? nbd_get_error() : "the connection failed");
 		else
-			fprintf(stderr, "blkfs: nbd: %s: connection %u: command refused: %s\n",
+			blk_err("nbd: %s: connection %u: command refused: %s",
 				nd->name, c->idx, nbd_get_error());
 		req->off = req->total;		/* issue nothing more of it */
 		return -1;
@@ -416,7 +417,7 @@ static void conn_log(struct nbd_conn *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "blkfs: nbd: %s: connection %u to %s: %s\n", c->nd->name, c->idx,
+	blk_warn("nbd: %s: connection %u to %s: %s", c->nd->name, c->idx,
 		c->nd->uri, msg);
 }
 
@@ -477,7 +478,7 @@ static const char *srv_mismatch(const struct nbd_dev *nd, const struct nbd_srv *
 {
 	const struct blk_geometry *g = &nd->geo;
 
-	if (s->read_only)
+	if (s->read_only && !nd->read_only)
 		snprintf(buf, len, "the export is now read-only");
 	else if (s->size / g->lbs * g->lbs != g->size)
 		snprintf(buf, len, "the export is now %" PRIu64 " bytes, was %" PRIu64,
@@ -1236,10 +1237,10 @@ static int nbd_geometry(struct nbd_dev *nd, struct blk_params *p, const struct n
 		return blk_param_error(p, "uri",
 			"the server at %s has a minimum block size of %" PRIu32
 			" bytes (blkfs takes a power of two up to 64K)", nd->uri, smin);
-	if (s->read_only)
+	if (s->read_only && !p->read_only)
 		return blk_param_error(p, "uri",
-			"the server at %s exports it read-only (blkfs devices are writable)",
-			nd->uri);
+			"the server at %s exports it read-only (blkfs devices are writable; "
+			"mount with -o ro to read it)", nd->uri);
 
 	/* Logical block: the server's minimum, at least 512; the config may ask more. */
 	lbs = smin > 512 ? smin : 512;
@@ -1424,6 +1425,7 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 	pthread_mutex_init(&nd->lock, NULL);
 	nd->uri = strdup(uri);
 	nd->name = strdup(p->dev ? p->dev : "?");
+	nd->read_only = p->read_only;
 	nd->nconn = nconn;
 	nd->qd = qd;
 	nd->timeout_ns = (uint64_t)timeout_ms * NS_PER_MS;
@@ -1481,8 +1483,7 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 
 	/* multi-conn only where the server says its connections share one cache. */
 	if (nconn > 1 && !nd->srv0.can_multi_conn) {
-		fprintf(stderr,
-			"blkfs: nbd: %s: the server at %s does not advertise multi-conn: 1 connection, not %u\n",
+		blk_warn("nbd: %s: the server at %s does not advertise multi-conn: 1 connection, not %u",
 			nd->name, uri, nconn);
 		nd->nconn = 1;
 	}

@@ -81,7 +81,15 @@ struct pl_entry {
 	struct pl_run *runs;		/* sorted, tiling [pos, pos + len) */
 	int nr_runs;
 	uint64_t saved_bytes;		/* bytes of data held by runs */
+	struct pl_entry *gone_next;	/* on a list of entries a flush settled */
 };
+
+/*
+ * Entries and child I/Os filled at open (struct be_pool): a write takes one
+ * of each without malloc. What a write saves (the old data) is as large as
+ * the write, so it is allocated per write; see entry_save().
+ */
+#define PL_POOL	256
 
 struct pl_dev {
 	struct blk_backend be;		/* must come first */
@@ -89,6 +97,8 @@ struct pl_dev {
 	const struct blk_host *host;	/* may be NULL (tests, tools) */
 	struct blk_geometry geo;	/* the layer below's; set at open */
 
+	struct be_pool entry_pool;	/* struct pl_entry */
+	struct be_pool io_pool;		/* struct pl_io */
 	pthread_mutex_t lock;
 	pthread_cond_t cv;		/* an entry completed, or the state changed */
 	enum pl_state state;		/* lock */
@@ -136,7 +146,7 @@ static bool is_zero(const char *p, size_t n)
 	return !n || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
 }
 
-static void entry_free(struct pl_entry *e)
+static void entry_free(struct pl_dev *pd, struct pl_entry *e)
 {
 	int i;
 
@@ -145,7 +155,7 @@ static void entry_free(struct pl_entry *e)
 	for (i = 0; i < e->nr_runs; i++)
 		free(e->runs[i].data);
 	free(e->runs);
-	free(e);
+	be_pool_put(&pd->entry_pool, e);
 }
 
 /* ---- synchronous I/O to the layer below (journal reads, restores) ---- */
@@ -333,42 +343,27 @@ static void journal_remove_locked(struct pl_dev *pd, struct pl_entry *e)
 
 /*
  * A flush covering done_seq <= @upto completed: those entries are durable
- * and leave the journal, returned in a new array (*@out, *@nout) for the
- * caller to free outside the lock.
+ * and leave the journal, returned as a list through gone_next (*@out) for
+ * the caller to free outside the lock.
  */
-static void journal_prune_locked(struct pl_dev *pd, uint64_t upto, struct pl_entry ***out,
-				 size_t *nout)
+static void journal_prune_locked(struct pl_dev *pd, uint64_t upto, struct pl_entry **out)
 {
-	struct pl_entry **gone = NULL;
-	size_t i, j = 0, n = 0;
+	size_t i, j = 0;
 
 	*out = NULL;
-	*nout = 0;
-	for (i = 0; i < pd->nr; i++)
-		if (!pd->v[i]->inflight && pd->v[i]->done_seq <= upto)
-			n++;
-	if (!n)
-		return;
-	/* Without memory to hand them back, free them here (rare; still correct). */
-	gone = malloc(n * sizeof(*gone));
-	n = 0;
 	for (i = 0; i < pd->nr; i++) {
 		struct pl_entry *e = pd->v[i];
 
 		if (!e->inflight && e->done_seq <= upto) {
 			pd->unflushed_bytes -= e->len;
 			pd->saved_bytes -= e->saved_bytes;
-			if (gone)
-				gone[n++] = e;
-			else
-				entry_free(e);
+			e->gone_next = *out;
+			*out = e;
 		} else {
 			pd->v[j++] = e;
 		}
 	}
 	pd->nr = j;
-	*out = gone;
-	*nout = n;
 }
 
 /* ---- I/O ---- */
@@ -390,7 +385,7 @@ static void pl_write_end_io(struct blk_io *io, int res)
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
 	parent->done = res ? io->done : 0;
-	free(c);
+	be_pool_put(&pd->io_pool, c);
 	/* Last: the cache may close the stack once this returns. */
 	parent->end_io(parent, res);
 }
@@ -400,19 +395,21 @@ static void pl_flush_end_io(struct blk_io *io, int res)
 	struct pl_io *c = (struct pl_io *)io;
 	struct pl_dev *pd = c->pd;
 	struct blk_io *parent = c->parent;
-	struct pl_entry **gone = NULL;
-	size_t n = 0, i;
+	struct pl_entry *gone = NULL;
 
 	pthread_mutex_lock(&pd->lock);
 	if (c->gen != pd->gen)
 		res = -EIO;	/* the power went while it was in flight */
 	else if (!res)
-		journal_prune_locked(pd, c->upto, &gone, &n);
+		journal_prune_locked(pd, c->upto, &gone);
 	pthread_mutex_unlock(&pd->lock);
-	for (i = 0; i < n; i++)
-		entry_free(gone[i]);
-	free(gone);
-	free(c);
+	while (gone) {
+		struct pl_entry *e = gone;
+
+		gone = e->gone_next;
+		entry_free(pd, e);
+	}
+	be_pool_put(&pd->io_pool, c);
 	parent->end_io(parent, res);
 }
 
@@ -435,12 +432,12 @@ static int pl_submit_write(struct pl_dev *pd, struct blk_io *io)
 	struct pl_io *c;
 	int ret;
 
-	/* Allocate before locking. */
-	e = calloc(1, sizeof(*e));
-	c = malloc(sizeof(*c));
+	/* Taken before locking; from the pools, no malloc. */
+	e = be_pool_get(&pd->entry_pool);
+	c = be_pool_get(&pd->io_pool);
 	if (!e || !c) {
-		free(e);
-		free(c);
+		be_pool_put(&pd->entry_pool, e);
+		be_pool_put(&pd->io_pool, c);
 		return -ENOMEM;
 	}
 	e->pos = io->pos;
@@ -451,8 +448,8 @@ static int pl_submit_write(struct pl_dev *pd, struct blk_io *io)
 	while (pd->state == PL_RUNNING && overlaps_inflight_locked(pd, io->pos, io->len))
 		pthread_cond_wait(&pd->cv, &pd->lock);
 	if (pd->state != PL_RUNNING) {
-		free(e);
-		free(c);
+		be_pool_put(&pd->entry_pool, e);
+		be_pool_put(&pd->io_pool, c);
 		return pl_dark_ack(pd, io);
 	}
 	ret = journal_add_locked(pd, e);
@@ -479,21 +476,21 @@ out_remove:
 	journal_remove_locked(pd, e);
 	pthread_mutex_unlock(&pd->lock);
 out_free:
-	entry_free(e);
-	free(c);
+	entry_free(pd, e);
+	be_pool_put(&pd->io_pool, c);
 	return ret;
 }
 
 static int pl_submit_flush(struct pl_dev *pd, struct blk_io *io)
 {
-	struct pl_io *c = malloc(sizeof(*c));
+	struct pl_io *c = be_pool_get(&pd->io_pool);
 	int ret;
 
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_lock(&pd->lock);
 	if (pd->state != PL_RUNNING) {
-		free(c);
+		be_pool_put(&pd->io_pool, c);
 		return pl_dark_ack(pd, io);
 	}
 	/* It covers the writes completed so far, not those still in flight. */
@@ -510,7 +507,7 @@ static int pl_submit_flush(struct pl_dev *pd, struct blk_io *io)
 	c->e = NULL;
 	ret = blk_submit(pd->be.next, &c->io);
 	if (ret)
-		free(c);
+		be_pool_put(&pd->io_pool, c);
 	return ret;
 }
 
@@ -784,7 +781,7 @@ static int pl_trigger(struct pl_dev *pd)
 			ret = r;
 	}
 	for (i = 0; i < n; i++)
-		entry_free(v[i]);
+		entry_free(pd, v[i]);
 	free(v);
 
 	pthread_mutex_lock(&pd->lock);
@@ -801,9 +798,9 @@ static int pl_trigger(struct pl_dev *pd)
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
 
-	fprintf(stderr,
-		"blkfs: powerloss: %s: power cut, seed %llu: %zu unflushed writes (%llu bytes): "
-		"%llu kept, %llu dropped, %llu torn%s%s\n",
+	blk_logl(ret ? BLK_LOG_ERR : BLK_LOG_INFO,
+		"powerloss: %s: power cut, seed %llu: %zu unflushed writes (%llu bytes): "
+		"%llu kept, %llu dropped, %llu torn%s%s",
 		pd->dev, (unsigned long long)seed, n, (unsigned long long)unflushed,
 		(unsigned long long)counts[PL_KEEP], (unsigned long long)counts[PL_DROP],
 		(unsigned long long)counts[PL_TEAR], ret ? "; restoring failed: " : "",
@@ -837,7 +834,7 @@ static int pl_restart(struct pl_dev *pd)
 	pd->state = PL_RUNNING;
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
-	fprintf(stderr, "blkfs: powerloss: %s: restarted\n", pd->dev);
+	blk_info("powerloss: %s: restarted", pd->dev);
 	return 0;
 }
 
@@ -886,7 +883,7 @@ static int pl_snap_reset(struct blk_backend *be, const char *name)
 	pd->nr_resets++;
 	pthread_mutex_unlock(&pd->lock);
 	for (i = 0; i < n; i++)
-		entry_free(v[i]);
+		entry_free(pd, v[i]);
 	free(v);
 	return 0;
 }
@@ -962,10 +959,20 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 	ret = -pthread_cond_init(&pd->cv, NULL);
 	if (ret)
 		goto out_destroy_lock;
+	ret = be_pool_init(&pd->entry_pool, PL_POOL, sizeof(struct pl_entry), 64);
+	if (ret)
+		goto out_destroy_cv;
+	ret = be_pool_init(&pd->io_pool, PL_POOL, sizeof(struct pl_io), 64);
+	if (ret)
+		goto out_destroy_entries;
 	pd->be.ops = &powerloss_filter_ops;
 	pd->be.next = next;
 	return &pd->be;
 
+out_destroy_entries:
+	be_pool_destroy(&pd->entry_pool);
+out_destroy_cv:
+	pthread_cond_destroy(&pd->cv);
 out_destroy_lock:
 	pthread_mutex_destroy(&pd->lock);
 out_free:
@@ -985,8 +992,10 @@ static void pl_close(struct blk_backend *be)
 		pthread_cond_wait(&pd->cv, &pd->lock);
 	pthread_mutex_unlock(&pd->lock);
 	for (i = 0; i < pd->nr; i++)
-		entry_free(pd->v[i]);
+		entry_free(pd, pd->v[i]);
 	free(pd->v);
+	be_pool_destroy(&pd->io_pool);
+	be_pool_destroy(&pd->entry_pool);
 	pthread_cond_destroy(&pd->cv);
 	pthread_mutex_destroy(&pd->lock);
 	free(pd);
@@ -1013,7 +1022,8 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)pd->nr_restore_errors,
 			   (unsigned long long)pd->nr_resets);
 	pthread_mutex_unlock(&pd->lock);
-	return n;
+	n += be_pool_stat(&pd->entry_pool, "powerloss_entry", buf + n, len - n);
+	return n + be_pool_stat(&pd->io_pool, "powerloss_io", buf + n, len - n);
 }
 
 /* ---- live attributes: .sys/DEV/powerloss/ ---- */

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,23 +284,28 @@ void *be_pool_get(struct be_pool *pool)
 	if (++pool->nr_used > pool->max_used)
 		pool->max_used = pool->nr_used;
 	pthread_mutex_unlock(&pool->lock);
-	if (o)
-		return o;
-	/* Empty: serve anyway, and say so in the counters. */
-	__atomic_add_fetch(&pool->nr_allocs, 1, __ATOMIC_RELAXED);
-	o = aligned_alloc(pool->align, pool->size);
 	if (!o) {
-		pthread_mutex_lock(&pool->lock);
-		pool->nr_used--;
-		pthread_mutex_unlock(&pool->lock);
+		/* Empty: serve anyway, and say so in the counters. */
+		__atomic_add_fetch(&pool->nr_allocs, 1, __ATOMIC_RELAXED);
+		o = aligned_alloc(pool->align, pool->size);
+		if (!o) {
+			pthread_mutex_lock(&pool->lock);
+			pool->nr_used--;
+			pthread_mutex_unlock(&pool->lock);
+			return NULL;
+		}
 	}
+	memset(o, 0, pool->size);
 	return o;
 }
 
 void be_pool_put(struct be_pool *pool, void *obj)
 {
-	bool mine = pool_owns(pool, obj);
+	bool mine;
 
+	if (!obj)
+		return;
+	mine = pool_owns(pool, obj);
 	pthread_mutex_lock(&pool->lock);
 	pool->nr_used--;
 	if (mine) {

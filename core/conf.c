@@ -1014,44 +1014,123 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
 	return 0;
 }
 
-/* [mount]: how the kernel side of the mount behaves. */
+/*
+ * [mount]: how the kernel side of the mount behaves. The same keys are mount
+ * options (`-o kernel_cache=writeback`, an fstab line), which override the
+ * file: conf_mount_set().
+ */
+enum mount_key { MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_NR };
+
+static const char *const mount_keys[MK_NR] = {
+	[MK_KERNEL_CACHE] = "kernel_cache",
+	[MK_ALLOW_OTHER] = "allow_other",
+	[MK_MAX_PENDING] = "max_pending",
+};
+
+static int mount_key_find(const char *key)
+{
+	int k;
+
+	for (k = 0; k < MK_NR; k++)
+		if (!strcmp(key, mount_keys[k]))
+			return k;
+	return -1;
+}
+
+/*
+ * Set key @k to @val. Returns NULL, or what is wrong with @val, in @why
+ * ("maybe is not a choice (allowed: yes, no)"), and changes nothing.
+ */
+static const char *mount_key_set(struct conf_mount *m, int k, const char *val, char *why,
+				 size_t len)
+{
+	struct show_str v;
+	uint64_t n;
+
+	switch (k) {
+	case MK_KERNEL_CACHE:
+		if (strcmp(val, "none") && strcmp(val, "writeback"))
+			break;
+		m->kernel_writeback = !strcmp(val, "writeback");
+		return NULL;
+	case MK_ALLOW_OTHER:
+		if (strcmp(val, "yes") && strcmp(val, "no"))
+			break;
+		m->allow_other = !strcmp(val, "yes");
+		return NULL;
+	case MK_MAX_PENDING:
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING) {
+			snprintf(why, len, "%s is not a number from 1 to %u", show(&v, val),
+				 CONF_MAX_PENDING);
+			return why;
+		}
+		m->max_pending = (uint32_t)n;
+		return NULL;
+	}
+	snprintf(why, len, "%s is not a choice (allowed: %s)", show(&v, val),
+		 k == MK_KERNEL_CACHE ? "none, writeback" : "yes, no");
+	return why;
+}
+
 static int mount_key_line(struct conf_parser *p, const char *key, const char *val, int line)
 {
 	struct conf_mount *m = &p->c->mount;
-	struct show_str v;
-	int *seen;
+	int *const seen[MK_NR] = {
+		[MK_KERNEL_CACHE] = &m->kernel_cache_line,
+		[MK_ALLOW_OTHER] = &m->allow_other_line,
+		[MK_MAX_PENDING] = &m->max_pending_line,
+	};
+	int k = mount_key_find(key);
+	char why[128];
 
-	if (!strcmp(key, "kernel_cache"))
-		seen = &m->kernel_cache_line;
-	else if (!strcmp(key, "allow_other"))
-		seen = &m->allow_other_line;
-	else if (!strcmp(key, "max_pending"))
-		seen = &m->max_pending_line;
-	else
+	if (k < 0)
 		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
 				"allow_other, max_pending)");
-	if (*seen)
-		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	if (seen == &m->max_pending_line) {
-		uint64_t n;
-
-		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING)
-			return conf_err(p, line, key, "%s is not a number from 1 to %u",
-					show(&v, val), CONF_MAX_PENDING);
-		m->max_pending = (uint32_t)n;
-	} else if (seen == &m->kernel_cache_line) {
-		if (strcmp(val, "none") && strcmp(val, "writeback"))
-			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
-					show(&v, val));
-		m->kernel_writeback = !strcmp(val, "writeback");
-	} else {
-		if (strcmp(val, "yes") && strcmp(val, "no"))
-			return conf_err(p, line, key, "%s is not a choice (allowed: yes, no)",
-					show(&v, val));
-		m->allow_other = !strcmp(val, "yes");
-	}
-	*seen = line;
+	if (*seen[k])
+		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
+	if (mount_key_set(m, k, val, why, sizeof(why)))
+		return conf_err(p, line, key, "%s", why);
+	*seen[k] = line;
 	return 0;
+}
+
+int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen)
+{
+	int k = mount_key_find(key);
+	char why[128];
+
+	if (k < 0)
+		return -ENOENT;
+	/* a bare `allow_other` is libfuse's and mount's spelling of yes */
+	if (!val && k == MK_ALLOW_OTHER)
+		val = "yes";
+	if (!val) {
+		snprintf(err, errlen, "mount option %s: needs a value (%s=VALUE)", key, key);
+		return -EINVAL;
+	}
+	if (mount_key_set(&c->mount, k, val, why, sizeof(why))) {
+		snprintf(err, errlen, "mount option %s: %s", key, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+const char *const *conf_section_keys(const char *section, size_t *n)
+{
+	if (!strcmp(section, "cache")) {
+		*n = CK_NR;
+		return cache_keys;
+	}
+	if (!strcmp(section, "mount")) {
+		*n = MK_NR;
+		return mount_keys;
+	}
+	if (!strcmp(section, "device")) {
+		*n = DK_NR;
+		return dev_keys;
+	}
+	*n = 0;
+	return NULL;
 }
 
 static int key_line(struct conf_parser *p, const char *s, size_t n)

@@ -60,6 +60,11 @@ struct conf_mount {
 	int allow_other_line;
 	uint32_t max_pending;		/* requests in flight per device */
 	int max_pending_line;
+	/*
+	 * The mount option `ro` (not a config key: a read-only mount is the
+	 * mounter's choice, as with any filesystem). Every device is read-only.
+	 */
+	bool read_only;
 	int line;			/* line of [mount], 0 if absent */
 };
 
@@ -125,6 +130,31 @@ struct conf {
  */
 int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c,
 		   char *err, size_t errlen);
+
+/**
+ * conf_mount_set - set a [mount] key from outside the file: a mount option
+ * (`-o kernel_cache=writeback`, `allow_other` in an fstab line), which
+ * overrides what the file says
+ * @c: a parsed config
+ * @key: the key
+ * @val: its value; NULL for a bare option (`allow_other` means yes)
+ * @err, @errlen: "mount option KEY: message" on -EINVAL
+ *
+ * Returns: 0; -ENOENT if @key is not a [mount] key (nothing written to
+ * @err); -EINVAL for a bad value.
+ */
+int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen);
+
+/**
+ * conf_section_keys - the keys the parser itself takes in a section (its
+ * own tables; a backend's and a filter's are in their ops->keys)
+ * @section: "cache", "mount" or "device"
+ * @n: receives the number of keys
+ *
+ * Returns: the table, or NULL (and *@n = 0) for another section. Used by the
+ * test that checks blkfs.conf(5) documents every key.
+ */
+const char *const *conf_section_keys(const char *section, size_t *n);
 
 /** conf_free - release what conf_parse_buf() allocated; @c may be zeroed. */
 void conf_free(struct conf *c);

@@ -27,6 +27,7 @@ static struct blk_backend *open_layer(const struct conf *c, struct conf_device *
 		.err = err,
 		.errlen = errlen,
 		.host = host,
+		.read_only = c->mount.read_only,
 	};
 	struct blk_backend *be;
 

@@ -189,7 +189,7 @@ static void wb_note_result(struct pc_dev *dev, uint64_t pos, uint64_t len, int r
 	pthread_mutex_unlock(&dev->err_lock);
 	log = blk_ratelimit(&dev->err_rl, dev->name);
 	if (log)
-		blk_log("%s: writeback of %llu bytes at %llu failed: %s; %s",
+		blk_err("%s: writeback of %llu bytes at %llu failed: %s; %s",
 			dev->name, (unsigned long long)len, (unsigned long long)pos,
 			strerror(-res),
 			dev->on_error_drop ? "dropped (on_error = drop)" : "the data stays dirty");

@@ -6,6 +6,7 @@
 #ifndef BLKFS_BF_H
 #define BLKFS_BF_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -70,6 +71,8 @@ struct bf_daemon {
 	struct bf_node *nodes;		/* the .sys tree, built before mounting */
 	void *se;			/* the fuse_session while serving, else NULL */
 	size_t nr_nodes, cap_nodes;
+	char fsname[PATH_MAX];		/* the mount's source: the config's absolute path */
+	char kopts[1024];		/* mount options for the kernel (bf_mount_options) */
 };
 
 /* daemon.c */
@@ -81,12 +84,38 @@ struct bf_daemon {
 int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen);
 void bf_close_devices(struct bf_daemon *d);
 /*
- * bf_serve - mount at d->mnt with @fuse_opts, serve until unmounted or
- * signalled, write everything back, unmount. Returns the process exit code
- * (0, or 1 if data was lost or the mount failed); @status receives the
- * lines for the status file.
+ * bf_serve - mount at d->mnt with d->kopts, d->fsname as the source, serve
+ * until unmounted or signalled, write everything back (SIGTERM, SIGINT and
+ * SIGHUP cannot stop that), unmount. Returns the process exit code (0, or
+ * 1 if data was lost or the mount failed); @status receives the lines for
+ * the status file.
  */
-int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen);
+int bf_serve(struct bf_daemon *d, char *status, size_t statuslen);
+
+/* mountopt.c */
+/*
+ * bf_mount_options - take the -o options of a mount (comma separated, as
+ * mount.fuse3 passes an fstab line's): generic mount flags into d->kopts
+ * (`ro` also sets d->conf.mount.read_only), [mount] keys and allow_other
+ * into d->conf (overriding the file), fstab-only ones ignored. Call after
+ * the config is parsed. Returns 0, or -EINVAL with @err naming the option.
+ */
+int bf_mount_options(struct bf_daemon *d, const char *opts, char *err, size_t errlen);
+
+/* notify.c */
+/*
+ * bf_notify - send one sd_notify message ("READY=1", "STATUS=...", lines
+ * separated by newlines) to $NOTIFY_SOCKET; nothing without it. Returns 0
+ * or -errno (warned about once).
+ */
+int bf_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* shutdown.c */
+/* Once serving has ended: SIGTERM, SIGINT and SIGHUP are noted, never fatal. */
+void bf_final_signals(void);
+/* Report the final writeback's progress (log, STATUS=) until _stop(). */
+void bf_final_progress_start(struct bf_daemon *d);
+void bf_final_progress_stop(void);
 
 /* rawio.c: the raw FUSE traffic between /dev/fuse and libfuse */
 struct fuse_session;
@@ -149,6 +178,32 @@ int bf_sys_show(struct bf_node *n, char *buf, size_t len);
 int bf_sys_store(struct bf_node *n, const char *buf, size_t len);
 
 /* main.c */
+/* The mount is usable: tell the waiting parent and a service manager (READY=1). */
 void bf_ready(struct bf_daemon *d);
+/*
+ * bf_canon_mnt - the canonical path of a mount point without stat()ing it
+ * (a dead or hung FUSE mount blocks on stat): only its parent is resolved.
+ */
+int bf_canon_mnt(const char *arg, char *out, size_t len);
+/* bf_mount_type - the type mounted on top at @mnt ("fuse.blkfs"), "" if none. */
+void bf_mount_type(const char *mnt, char *type, size_t len);
+
+/* loop.c */
+/* `blkfs attach MNT DEV` and `blkfs detach /dev/loopN | MNT DEV`: exit codes. */
+int bf_cmd_attach(int argc, char **argv);
+int bf_cmd_detach(int argc, char **argv);
+/*
+ * bf_loops_over - loop devices over the file @path (@exact), or over any
+ * file below the directory @path: their names ("/dev/loop3") into @devs and
+ * backing files into @files (may be NULL), at most @max. Returns the count.
+ */
+int bf_loops_over(const char *path, bool exact, char (*devs)[32], int max,
+		  char (*files)[PATH_MAX]);
+/*
+ * bf_io_flusher - PR_SET_IO_FLUSHER for the calling thread and every thread
+ * it creates later (call before the daemon's threads start); warns once
+ * when the kernel refuses (it needs CAP_SYS_RESOURCE).
+ */
+void bf_io_flusher(void);
 
 #endif

@@ -493,6 +493,15 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
 		return;
 	}
+	/*
+	 * A read-only mount (-o ro): the kernel already refuses opens for
+	 * writing on it (EROFS, as on any read-only filesystem); refused here
+	 * too, so no handle that could write ever exists.
+	 */
+	if (d->conf.mount.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	f = file_alloc(0);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
@@ -1096,9 +1105,22 @@ static const struct fuse_lowlevel_ops bf_ops = {
 
 /* ------------------------------------------------------------- serving */
 
-int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen)
+/* fsname= as a FUSE option: its commas and backslashes escaped (fuse_opt's rule). */
+static void fsname_opt(const char *name, char *out, size_t len)
 {
-	char opts[1024];
+	size_t o = 0;
+
+	for (; *name && o + 3 < len; name++) {
+		if (*name == ',' || *name == '\\')
+			out[o++] = '\\';
+		out[o++] = *name;
+	}
+	out[o] = 0;
+}
+
+int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
+{
+	char opts[2048], fsname[2 * PATH_MAX];
 	char *argv[] = { "blkfs", "-o", opts, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct fuse_loop_config *lc;
@@ -1107,12 +1129,18 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	int dummy, ret, i, code = 0;
 
 	/*
-	 * Private to the mounting user unless the config asks for allow_other;
-	 * then the kernel checks each file's mode and owner (default_permissions).
+	 * The source is the config's absolute path, so `mount -a` and findmnt
+	 * see an fstab line's mount as mounted. Private to the mounting user
+	 * unless allow_other (config or mount option); then the kernel checks
+	 * each file's mode and owner (default_permissions).
 	 */
-	snprintf(opts, sizeof(opts), "fsname=blkfs,subtype=blkfs%s%s%s",
-		 d->conf.mount.allow_other ? ",allow_other,default_permissions" : "",
-		 fuse_opts && *fuse_opts ? "," : "", fuse_opts ? fuse_opts : "");
+	fsname_opt(d->fsname[0] ? d->fsname : "blkfs", fsname, sizeof(fsname));
+	if (snprintf(opts, sizeof(opts), "fsname=%s,subtype=blkfs%s%s%s", fsname,
+		     d->conf.mount.allow_other ? ",allow_other,default_permissions" : "",
+		     d->kopts[0] ? "," : "", d->kopts) >= (int)sizeof(opts)) {
+		fprintf(stderr, "blkfs: mount options too long: %s\n", opts);
+		return 1;
+	}
 	se = fuse_session_new(&args, &bf_ops, sizeof(bf_ops), d);
 	if (!se) {
 		fprintf(stderr, "blkfs: bad FUSE options: %s\n", opts);
@@ -1151,7 +1179,7 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	ret = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	if (ret < 0 && ret != -ENODEV)
-		blk_log("request loop ended: %s", strerror(-ret));
+		blk_err("request loop ended: %s", strerror(-ret));
 	/*
 	 * Requests still in flight get their replies (the kernel drops those
 	 * of a connection that is gone) before the final writeback.
@@ -1160,7 +1188,16 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 	files_free_all();
 
 out_signals:
+	/*
+	 * From here a signal cannot stop the daemon before its data is
+	 * written: ours replace libfuse's handlers (which would only end the
+	 * loop, already ended) before libfuse removes its own, so no moment
+	 * is left where the default action, death, applies.
+	 */
+	bf_final_signals();
 	fuse_remove_signal_handlers(se);
+	bf_notify("STOPPING=1\nSTATUS=Writing back before exit");
+	bf_final_progress_start(d);
 	/* everything dirty goes to the backend before the mount disappears */
 	for (i = 0; i < d->nr_devs; i++) {
 		uint64_t lost = 0;
@@ -1170,7 +1207,7 @@ out_signals:
 		pc_dev_stats(d->devs[i].pc, &st);
 		if (err || lost) {
 			code = 1;
-			blk_log("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
+			blk_err("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
 				(unsigned long long)lost, strerror(err ? -err : EIO));
 			used += (size_t)snprintf(status + used, statuslen - used,
 						 "lost %s %llu %s\n", d->devs[i].cd->name,
@@ -1183,6 +1220,9 @@ out_signals:
 		if (used >= statuslen)
 			used = statuslen - 1;
 	}
+	bf_final_progress_stop();
+	bf_notify("STATUS=%s", code ? "Data could not be written back (see the log)" :
+		  "All data written back");
 out_unmount:
 	d->se = NULL;
 	fuse_session_unmount(se);

@@ -34,8 +34,11 @@
 
 static const char usage[] =
 "Usage:\n"
-"  blkfs mount MNT [-c CONFIG] [-f] [-o FUSE_OPTS]\n"
+"  blkfs mount MNT [-c CONFIG] [-f] [-o OPTIONS]\n"
+"  blkfs CONFIG MNT [-o OPTIONS]        (as mount.fuse3 runs it for fstab)\n"
 "  blkfs umount MNT\n"
+"  blkfs attach MNT DEV\n"
+"  blkfs detach /dev/loopN | MNT DEV\n"
 "  blkfs check [-c CONFIG]\n"
 "  blkfs stat MNT [DEV] [--json]\n"
 "  blkfs --help | --version\n"
@@ -49,10 +52,16 @@ static const char usage[] =
 "Commands:\n"
 "  mount MNT    Mount the devices of CONFIG at directory MNT. Returns once the\n"
 "               mount is usable; the daemon keeps running in the background.\n"
-"               SIGTERM or SIGINT to the daemon: write back, unmount, exit.\n"
+"               SIGTERM or SIGINT to the daemon: write back, unmount, exit\n"
+"               (once that writeback has begun, only SIGKILL stops it).\n"
 "  umount MNT   Unmount, wait until the daemon has written every dirty block\n"
 "               to its backend and exited. Exit status 1 if any data could\n"
-"               not be written (it says how much, on which device).\n"
+"               not be written (it says how much, on which device). A plain\n"
+"               umount(8) returns before the daemon has finished.\n"
+"  attach MNT DEV  A loop device over MNT/DEV (sector size: its logical block);\n"
+"               prints /dev/loopN, and on stderr the geometry the loop hides\n"
+"               and the mkfs.ext4 / mkfs.xfs options that keep its alignment.\n"
+"  detach       Remove such a loop device (/dev/loopN, or all over MNT/DEV).\n"
 "  check        Parse CONFIG and open its backends without mounting.\n"
 "  stat MNT     Counters of every device (or DEV) of the mount: user and\n"
 "               backend bytes and I/Os, cache hits, dirty and cached bytes,\n"
@@ -63,7 +72,9 @@ static const char usage[] =
 "Options:\n"
 "  -c CONFIG    Config file (default: ./blkfs.conf, else /etc/blkfs.conf).\n"
 "  -f           Stay in the foreground, messages to stderr.\n"
-"  -o OPTS      Extra FUSE mount options, comma separated (e.g. allow_other).\n"
+"  -o OPTIONS   Mount options, comma separated: ro, sync, nosuid, noatime, ...\n"
+"               (as for any filesystem); allow_other and [mount] keys such as\n"
+"               kernel_cache=writeback override the config. See blkfs(1).\n"
 "\n"
 "Config (INI; # or ; starts a comment; sizes take K/M/G/T, binary;\n"
 "durations take ns, us, ms, s, m, h: 500us, 2m):\n"
@@ -84,6 +95,7 @@ static const char usage[] =
 "  cache_block_size = auto  block of per-block state; a smaller power of two\n"
 "                           forces finer tracking\n"
 "\n"
+"Manual: blkfs(1), blkfs.conf(5).\n"
 "Environment: BLKFS_RUNDIR (default /run/blkfs) holds MNT's .pid, .log, .status.\n";
 
 /* ------------------------------------------------------------ run files */
@@ -146,7 +158,7 @@ static int write_file(const char *path, const char *text)
  * The canonical path of a mount point without stat()ing it: a dead or hung
  * FUSE mount blocks or fails on stat, so only its parent is resolved.
  */
-static int canon_mnt(const char *arg, char *out, size_t len)
+int bf_canon_mnt(const char *arg, char *out, size_t len)
 {
 	char tmp[PATH_MAX], parent[PATH_MAX];
 	const char *base;
@@ -203,7 +215,7 @@ static void unescape(char *s)
 }
 
 /* The filesystem type mounted at @mnt ("fuse.blkfs", ...), "" if none. */
-static void mount_type(const char *mnt, char *type, size_t len)
+void bf_mount_type(const char *mnt, char *type, size_t len)
 {
 	char line[4096];
 	FILE *f = fopen("/proc/self/mountinfo", "r");
@@ -311,21 +323,28 @@ static int load_conf(struct bf_daemon *d, const char *path)
 
 /* ---------------------------------------------------------------- mount */
 
+/*
+ * Called once the kernel has taken the INIT reply: from then on the mount
+ * answers, so this is where a waiting parent and a service manager hear it.
+ */
 void bf_ready(struct bf_daemon *d)
 {
 	char nul = 0;
 
-	if (d->ready_fd < 0)
-		return;
-	/* a NUL ends the parent's echo of our stderr: success */
-	if (write(d->ready_fd, &nul, 1) < 0) {
-		/* the parent is gone; nothing to tell */
+	bf_notify("READY=1\nSTATUS=Serving %d device%s at %s%s", d->nr_devs,
+		  d->nr_devs == 1 ? "" : "s", d->mnt, d->conf.mount.read_only ? " (read-only)" : "");
+	if (d->ready_fd >= 0) {
+		/* a NUL ends the parent's echo of our stderr: success */
+		if (write(d->ready_fd, &nul, 1) < 0) {
+			/* the parent is gone; nothing to tell */
+		}
+		fflush(stderr);
+		dup2(d->log_fd, STDERR_FILENO);
+		close(d->ready_fd);
+		d->ready_fd = -1;
 	}
-	fflush(stderr);
-	dup2(d->log_fd, STDERR_FILENO);
-	close(d->ready_fd);
-	d->ready_fd = -1;
-	blk_log("mounted %s at %s (pid %d)", d->conf_path, d->mnt, (int)getpid());
+	blk_info("mounted %s at %s (pid %d%s)", d->fsname, d->mnt, (int)getpid(),
+		 d->conf.mount.read_only ? ", read-only" : "");
 }
 
 /* Parent side of daemonizing: echo the child's messages; a NUL means mounted. */
@@ -357,9 +376,10 @@ static int wait_for_child(pid_t pid, int fd)
 static int cmd_mount(int argc, char **argv)
 {
 	struct bf_daemon d = { .ready_fd = -1, .log_fd = -1 };
-	const char *conf_arg = NULL, *fuse_opts = NULL;
+	const char *conf_arg = NULL;
 	char mnt[PATH_MAX], type[64], err[1024], path[PATH_MAX], pidtxt[32];
-	char status[4096] = "";
+	char status[4096] = "", opts[1024] = "";
+	size_t olen = 0;
 	struct stat st;
 	int opt, pipefd[2], code, ret;
 	pid_t pid;
@@ -374,7 +394,13 @@ static int cmd_mount(int argc, char **argv)
 			d.foreground = true;
 			break;
 		case 'o':
-			fuse_opts = optarg;
+			/* several -o add up, as with mount(8) */
+			ret = snprintf(opts + olen, sizeof(opts) - olen, "%s%s", olen ? "," : "", optarg);
+			if (ret < 0 || (size_t)ret >= sizeof(opts) - olen) {
+				fprintf(stderr, "blkfs mount: -o: options too long\n");
+				return 2;
+			}
+			olen += (size_t)ret;
 			break;
 		default:
 			fputs(usage, stderr);
@@ -385,12 +411,20 @@ static int cmd_mount(int argc, char **argv)
 		fprintf(stderr, "blkfs mount: expected one mount point\n%s", usage);
 		return 2;
 	}
-	ret = canon_mnt(argv[optind], mnt, sizeof(mnt));
+	/* mount.fuse3's drop_privileges: it mounted, and hands over /dev/fd/N */
+	if (!strncmp(argv[optind], "/dev/fd/", 8)) {
+		fprintf(stderr, "blkfs: %s: a mount made by someone else (mount.fuse3's drop_privileges) "
+			"is not supported: blkfs mounts itself (it keeps its run files by mount point "
+			"and opens its devices with the privileges it has); remove drop_privileges\n",
+			argv[optind]);
+		return 1;
+	}
+	ret = bf_canon_mnt(argv[optind], mnt, sizeof(mnt));
 	if (ret) {
 		fprintf(stderr, "blkfs: %s: %s\n", argv[optind], strerror(-ret));
 		return 1;
 	}
-	mount_type(mnt, type, sizeof(type));
+	bf_mount_type(mnt, type, sizeof(type));
 	if (!strcmp(type, "fuse.blkfs")) {
 		fprintf(stderr, "blkfs: %s: already mounted (blkfs); `blkfs umount %s` first\n",
 			mnt, mnt);
@@ -407,6 +441,15 @@ static int cmd_mount(int argc, char **argv)
 	if (load_conf(&d, pick_conf(conf_arg)))
 		return 1;
 	d.mnt = mnt;
+	/* the mount's source: findmnt and mount -a match it with an fstab line */
+	if (!realpath(d.conf_path, d.fsname)) {
+		fprintf(stderr, "blkfs: %s: %s\n", d.conf_path, strerror(errno));
+		goto out_conf;
+	}
+	if (bf_mount_options(&d, opts, err, sizeof(err))) {
+		fprintf(stderr, "blkfs: %s\n", err);
+		goto out_conf;
+	}
 
 	ret = mkdir_p(rundir());
 	if (ret) {
@@ -450,6 +493,8 @@ static int cmd_mount(int argc, char **argv)
 		}
 	}
 
+	/* before any thread exists: every thread the daemon makes inherits it */
+	bf_io_flusher();
 	ret = bf_open_devices(&d, true, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "%s\n", err);
@@ -462,7 +507,7 @@ static int cmd_mount(int argc, char **argv)
 	snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)getpid());
 	write_file(path, pidtxt);
 
-	code = bf_serve(&d, fuse_opts, status, sizeof(status));
+	code = bf_serve(&d, status, sizeof(status));
 	if (d.ready_fd >= 0) {
 		/* never became ready: the parent reports our messages */
 		close(d.ready_fd);
@@ -480,6 +525,26 @@ static int cmd_mount(int argc, char **argv)
 out_conf:
 	conf_free(&d.conf);
 	return 1;
+}
+
+/* `blkfs CONFIG MNT [OPTIONS]` as `blkfs mount MNT -c CONFIG [OPTIONS]`. */
+static int cmd_mount_fstab(int argc, char **argv)
+{
+	char **args = calloc((size_t)argc + 3, sizeof(*args));
+	int i, n = 0, code;
+
+	if (!args) {
+		perror("blkfs");
+		return 1;
+	}
+	args[n++] = "mount";
+	args[n++] = "-c";
+	args[n++] = argv[1];
+	for (i = 2; i < argc; i++)
+		args[n++] = argv[i];
+	code = cmd_mount(n, args);
+	free(args);
+	return code;
 }
 
 /* --------------------------------------------------------------- umount */
@@ -583,12 +648,12 @@ static int cmd_umount(int argc, char **argv)
 		fprintf(stderr, "blkfs umount: expected one mount point\n%s", usage);
 		return 2;
 	}
-	ret = canon_mnt(argv[1], mnt, sizeof(mnt));
+	ret = bf_canon_mnt(argv[1], mnt, sizeof(mnt));
 	if (ret) {
 		fprintf(stderr, "blkfs: %s: %s\n", argv[1], strerror(-ret));
 		return 1;
 	}
-	mount_type(mnt, type, sizeof(type));
+	bf_mount_type(mnt, type, sizeof(type));
 	if (strcmp(type, "fuse.blkfs")) {
 		fprintf(stderr, "blkfs: %s: not a blkfs mount%s%s%s\n", mnt, *type ? " (it is " : "",
 			type, *type ? ")" : "");
@@ -596,11 +661,20 @@ static int cmd_umount(int argc, char **argv)
 	}
 	pid = read_pid(mnt);
 	if (umount2(mnt, 0)) {
-		if (errno == EBUSY)
-			fprintf(stderr, "blkfs: %s: busy: a process has a device file open, or a loop "
-				"device or filesystem still sits on one (see fuser -vm %s, losetup -a)\n",
-				mnt, mnt);
-		else if (errno == EPERM)
+		if (errno == EBUSY) {
+			char devs[64][32], files[64][PATH_MAX];
+			int i, n = bf_loops_over(mnt, false, devs, 64, files);
+
+			/* the usual holder after `blkfs attach`: named, with the way out */
+			for (i = 0; i < n; i++)
+				fprintf(stderr, "blkfs: %s: busy: loop device %s is attached to %s "
+					"(umount what is mounted on it, then blkfs detach %s)\n",
+					mnt, devs[i], files[i], devs[i]);
+			if (!n)
+				fprintf(stderr, "blkfs: %s: busy: a process has a device file open, or a "
+					"loop device or filesystem still sits on one (see fuser -vm %s, "
+					"losetup -a)\n", mnt, mnt);
+		} else if (errno == EPERM)
 			fprintf(stderr, "blkfs: %s: unmount needs root\n", mnt);
 		else
 			fprintf(stderr, "blkfs: %s: unmount: %s\n", mnt, strerror(errno));
@@ -737,7 +811,7 @@ static int cmd_stat(int argc, char **argv)
 		if (!strcmp(argv[i], "--json"))
 			json = true;
 		else if (!mnt[0]) {
-			ret = canon_mnt(argv[i], mnt, sizeof(mnt));
+			ret = bf_canon_mnt(argv[i], mnt, sizeof(mnt));
 			if (ret) {
 				fprintf(stderr, "blkfs: %s: %s\n", argv[i], strerror(-ret));
 				return 1;
@@ -753,7 +827,7 @@ static int cmd_stat(int argc, char **argv)
 		fprintf(stderr, "blkfs stat: expected a mount point\n%s", usage);
 		return 2;
 	}
-	mount_type(mnt, type, sizeof(type));
+	bf_mount_type(mnt, type, sizeof(type));
 	if (strcmp(type, "fuse.blkfs")) {
 		fprintf(stderr, "blkfs: %s: not a blkfs mount\n", mnt);
 		return 1;
@@ -807,6 +881,18 @@ int main(int argc, char **argv)
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "attach"))
+		return bf_cmd_attach(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "detach"))
+		return bf_cmd_detach(argc - 1, argv + 1);
+	/*
+	 * `blkfs CONFIG MNT [-o OPTS]`: how mount.fuse3 runs blkfs for an fstab
+	 * line `CONFIG MNT fuse.blkfs OPTS 0 0` (or `mount -t fuse.blkfs CONFIG
+	 * MNT`): a mount with -c CONFIG. Taken when the first word names a file
+	 * (or a path), so a mistyped command is still "unknown command".
+	 */
+	if (argc >= 3 && argv[1][0] != '-' && (strchr(argv[1], '/') || !access(argv[1], F_OK)))
+		return cmd_mount_fstab(argc, argv);
 	fprintf(stderr, "blkfs: unknown command '%s'\n%s", argv[1], usage);
 	return 2;
 }

@@ -91,6 +91,18 @@ static pthread_once_t rx_once = PTHREAD_ONCE_INIT;
 static bool rx_write_in;	/* the kernel speaks 7.9+: fuse_write_in is whole (RX_SPLIT holds) */
 
 /*
+ * Memory a receive writes into is touched before the readv, never by it: a
+ * page fault inside fuse_dev_read() happens with the request already off
+ * the queue, and under memory pressure (a memory cgroup holding a loop
+ * device over this mount) its reclaim waits for writeback that needs that
+ * very request, and the daemon deadlocks (seen in tests/integ/memcg.sh:
+ * fuse_dev_read -> iov_iter_get_pages -> do_anonymous_page -> charge ->
+ * shrink_folio_list -> folio_wait_writeback). Fresh receive buffers and
+ * libfuse's own buffer are touched once, here, with no request held.
+ */
+static __thread void *rx_touched;	/* libfuse's buffer, once this thread touched it */
+
+/*
  * Receive buffers that requests kept past their handler (bf_rawio_keep):
  * the thread that received one goes on receiving into another. Buffers
  * given back wait here for the next thread that needs one, already
@@ -118,8 +130,11 @@ static char *rx_alloc(void)
 	if (rx_pool_n)
 		p = rx_pool[--rx_pool_n];
 	pthread_mutex_unlock(&rx_pool_lock);
-	if (!p && posix_memalign(&p, RX_ALIGN, RX_LEN))
-		return NULL;
+	if (!p) {
+		if (posix_memalign(&p, RX_ALIGN, RX_LEN))
+			return NULL;
+		memset(p, 0, RX_LEN);	/* see rx_touched */
+	}
 	return p;
 }
 
@@ -197,6 +212,10 @@ static ssize_t rx_read(int fd, void *buf, size_t len)
 	ssize_t r;
 
 	rx_fake = NULL;
+	if (buf != rx_touched) {
+		memset(buf, 0, len);
+		rx_touched = buf;
+	}
 	if (len != RX_LEN + RX_SPLIT || !rx_thread_buf())
 		return read(fd, buf, len);	/* not libfuse's usual size, or no memory */
 	iov[0] = (struct iovec){ buf, RX_SPLIT };

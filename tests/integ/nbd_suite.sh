@@ -9,7 +9,13 @@
 #    maximum 4M, with blocksize-error-policy=error, so a single command
 #    that is misaligned or too large fails (and the test with it): 4096/16384;
 #  - qemu-storage-daemon's NBD export of an image file, when installed (a
-#    second, independent server): a basic dd / cmp / fsync / remount case.
+#    second, independent server): a basic dd / cmp / fsync / remount case;
+#  - README.md's remote-storage recipe, read from README.md itself: both
+#    server lines (nbdkit file, qemu-storage-daemon) and the config, with
+#    only the image, host and port replaced (127.0.0.1 and a free port;
+#    nbdkit kept in the foreground): both advertise multi-conn, so all 4
+#    connections are up; data through blkfs; the image on the server holds
+#    it after `blkfs umount`.
 # The geometry is never in the config: it must come from the server
 # (`blkfs check`, st_size, st_blksize, O_DIRECT alignment).
 #
@@ -183,4 +189,71 @@ uri = $URI"
 	stop_server
 else
 	info "SKIP qemu-storage-daemon target: not installed (package qemu-system-common)"
+fi
+
+# 5. README.md's remote-storage recipe, as the README has it.
+readme=$(cd "$(dirname "$0")/../.." && pwd)/README.md
+recipe_line() {
+	grep -m1 "^$1 " "$readme" || fail "README.md has no '$1' line in its remote-storage recipe"
+}
+recipe_conf=$(awk '/^\[device remote\]$/ { p = 1 } p && /^```$/ { exit } p' "$readme")
+grep -q '^uri = nbd://storage1:10809/disk$' <<<"$recipe_conf" ||
+	fail "README.md's remote config is not the one this test knows: $recipe_conf"
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $((20000 + $$ % 20000))
+}
+# run_recipe NAME CONNECTIONS CMD...: the server CMD is running; mount the
+# README's config against it, check, write, unmount, compare the image.
+run_recipe() {
+	local name=$1 want=$2 img=$TDIR/remote.img
+	info "=== README recipe: $name"
+	for ((i = 0; i < 100; i++)); do
+		nbdinfo --size "nbd://127.0.0.1:$port/disk" >/dev/null 2>&1 && break
+		pid_alive "$SRV_PID" || { cat "$TDIR/$name.log" >&2; fail "$name exited at start"; }
+		sleep 0.1
+	done
+	write_conf "[cache]
+size = 16M
+
+${recipe_conf//storage1:10809/127.0.0.1:$port}"
+	start_blkfs "$CONF"
+	assert_eq "$name: nbd_connections" "$want" \
+		"$(awk '$1 == "nbd_connections" { print $2 }' "$MNT/.sys/remote/blkfs_stat")"
+	assert_eq "$name: nbd_connected" "$want" \
+		"$(awk '$1 == "nbd_connected" { print $2 }' "$MNT/.sys/remote/blkfs_stat")"
+	ddev if="$src" of="$MNT/remote" bs=1M count=16 conv=notrunc,fsync
+	ddev if="$src" of="$MNT/remote" bs=4K count=100 seek=$((8192 + 5)) skip=3 conv=notrunc
+	cmp -n $((16 * M)) "$src" "$MNT/remote" || fail "$name: data differs through blkfs"
+	stop_blkfs "$MNT"
+	cmp -n $((16 * M)) "$src" "$img" || fail "$name: the image on the server lacks the data"
+	cmp_range "$src" $((3 * 4096)) "$img" $(((8192 + 5) * 4096)) $((100 * 4096))
+	stop_server
+}
+
+truncate -s 256M "$TDIR/remote.img"
+port=$(free_port)
+line=$(recipe_line nbdkit)
+line=${line//--port 10809/--ipaddr 127.0.0.1 --port $port}
+line=${line//\/srv\/disk.img/$TDIR/remote.img}
+info "nbdkit: $line"
+read -r -a cmd <<<"$line"
+SOCK=$TDIR/none
+"${cmd[@]}" --foreground --exit-with-parent >"$TDIR/readme-nbdkit.log" 2>&1 &
+SRV_PID=$!
+_BGPIDS+=("$SRV_PID")
+run_recipe readme-nbdkit 4
+if command -v qemu-storage-daemon >/dev/null 2>&1; then
+	rm -f "$TDIR/remote.img"
+	truncate -s 256M "$TDIR/remote.img"
+	port=$(free_port)
+	line=$(recipe_line qemu-storage-daemon)
+	line=${line//addr.host=0.0.0.0,addr.port=10809/addr.host=127.0.0.1,addr.port=$port}
+	line=${line//\/srv\/disk.img/$TDIR/remote.img}
+	info "qemu-storage-daemon: $line"
+	read -r -a cmd <<<"$line"
+	"${cmd[@]}" >"$TDIR/readme-qsd.log" 2>&1 &
+	SRV_PID=$!
+	_BGPIDS+=("$SRV_PID")
+	run_recipe readme-qsd 4
 fi

@@ -1421,6 +1421,38 @@ Test(conf, mount_section)
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
+/* Mount options override [mount]: the fstab line wins over the file. */
+Test(conf, mount_options_override)
+{
+	const char *m = RAM0 "[mount]\nkernel_cache = writeback\nallow_other = no\n";
+
+	cr_assert_eq(conf_parse_buf(m, strlen(m), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(conf_mount_set(&c, "kernel_cache", "none", err, sizeof(err)), 0, "%s", err);
+	cr_assert(!c.mount.kernel_writeback);
+	cr_assert_eq(conf_mount_set(&c, "allow_other", NULL, err, sizeof(err)), 0, "%s", err);
+	cr_assert(c.mount.allow_other);
+	cr_assert_eq(conf_mount_set(&c, "allow_other", "no", err, sizeof(err)), 0, "%s", err);
+	cr_assert(!c.mount.allow_other);
+	cr_assert_eq(conf_mount_set(&c, "kernel_cache", "writeback", err, sizeof(err)), 0, "%s", err);
+	cr_assert(c.mount.kernel_writeback);
+
+	strcpy(err, "untouched");
+	cr_assert_eq(conf_mount_set(&c, "colour", "red", err, sizeof(err)), -ENOENT);
+	cr_assert_str_eq(err, "untouched");
+	cr_assert_eq(conf_mount_set(&c, "kernel_cache", "maybe", err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option kernel_cache: maybe is not a choice (allowed: none, writeback)");
+	cr_assert(c.mount.kernel_writeback, "a bad value changes nothing");
+	cr_assert_eq(conf_mount_set(&c, "kernel_cache", NULL, err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option kernel_cache: needs a value (kernel_cache=VALUE)");
+	cr_assert_eq(conf_mount_set(&c, "max_pending", "64", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, 64);
+	cr_assert_eq(conf_mount_set(&c, "max_pending", "0", err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option max_pending: 0 is not a number from 1 to 4096");
+	cr_assert_eq(conf_mount_set(&c, "allow_other", "maybe", err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option allow_other: maybe is not a choice (allowed: yes, no)");
+	conf_free(&c);
+}
+
 Test(conf, mount_max_pending)
 {
 	const char *m = RAM0 "[mount]\nmax_pending = 64\n";

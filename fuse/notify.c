@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/notify.c - telling a service manager how the daemon is doing: the
+ * sd_notify protocol (one datagram of "KEY=VALUE" lines to the AF_UNIX
+ * socket named by $NOTIFY_SOCKET: READY=1 once the mount is usable,
+ * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...).
+ *
+ * Spoken directly rather than through libsystemd's sd_notify(): the
+ * protocol is one sendmsg() (systemd documents it as a stable interface
+ * for exactly this use), and linking libsystemd would add a build and
+ * run-time dependency to every blkfs for something only a unit uses.
+ * Without $NOTIFY_SOCKET every call does nothing.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "bf.h"
+
+int bf_notify(const char *fmt, ...)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	static bool warned;	/* atomic: one warning, whichever thread */
+	char msg[1024];
+	socklen_t salen;
+	size_t len;
+	va_list ap;
+	ssize_t n;
+	int fd, n2;
+
+	if (!path || !*path)
+		return 0;
+	len = strlen(path);
+	/* a path, or an abstract socket written "@name" */
+	if ((path[0] != '/' && path[0] != '@') || len >= sizeof(sa.sun_path)) {
+		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+			blk_warn("NOTIFY_SOCKET=%s: not a socket path blkfs can use (a path or "
+				 "@abstract); no readiness notification", path);
+		return -EAFNOSUPPORT;
+	}
+	memcpy(sa.sun_path, path, len);
+	if (path[0] == '@')
+		sa.sun_path[0] = 0;
+	salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+
+	va_start(ap, fmt);
+	n2 = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n2 < 0)
+		return -EINVAL;
+	len = (size_t)n2 < sizeof(msg) ? (size_t)n2 : sizeof(msg) - 1;
+
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	n = sendto(fd, msg, len, MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
+	if (n < 0) {
+		int err = errno;
+
+		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+			blk_warn("NOTIFY_SOCKET=%s: %s (the service manager does not hear "
+				 "from blkfs)", path, strerror(err));
+		close(fd);
+		return -err;
+	}
+	close(fd);
+	return 0;
+}

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_pool.c - struct be_pool (backends/util.c): the per-I/O
+ * objects of the log and powerloss filters come from memory filled at open;
+ * taking one allocates nothing until more are in use than were filled, and
+ * what grows is counted and kept.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../backends/backends_int.h"
+
+struct obj {
+	void *link;	/* the pool's, while free */
+	char data[120];
+};
+
+static bool zeroed(const struct obj *o)
+{
+	for (size_t i = 0; i < sizeof(o->data); i++)
+		if (o->data[i])
+			return false;
+	return !o->link;
+}
+
+Test(pool, filled_at_init_grows_past_it_and_keeps_what_grew)
+{
+	struct be_pool pool;
+	struct obj *o[6];
+	char stat[256];
+	int i;
+
+	cr_assert_eq(be_pool_init(&pool, sizeof(struct obj), 4), 0);
+	cr_assert_eq(pool.nr_objs, 4);
+	for (i = 0; i < 4; i++) {
+		o[i] = be_pool_get(&pool);
+		cr_assert_not_null(o[i]);
+		cr_assert(zeroed(o[i]), "object %d is not zeroed", i);
+		memset(o[i]->data, 0x5a, sizeof(o[i]->data));
+	}
+	cr_assert_eq(pool.nr_grown, 0, "the filled objects must come without malloc");
+	o[4] = be_pool_get(&pool);
+	o[5] = be_pool_get(&pool);
+	cr_assert(o[4] && o[5]);
+	cr_assert_eq(pool.nr_grown, 2);
+	cr_assert_eq(pool.nr_objs, 6);
+	for (i = 0; i < 6; i++)
+		be_pool_put(&pool, o[i]);
+	be_pool_put(&pool, NULL);
+	/* the peak is kept: six more come without growing, zeroed again */
+	for (i = 0; i < 6; i++) {
+		o[i] = be_pool_get(&pool);
+		cr_assert(zeroed(o[i]), "reused object %d is not zeroed", i);
+	}
+	cr_assert_eq(pool.nr_grown, 2);
+	be_pool_stat(&pool, "t", stat, sizeof(stat));
+	cr_assert_str_eq(stat, "t_pool_objs 6\nt_pool_grown 2\n");
+	for (i = 0; i < 6; i++)
+		be_pool_put(&pool, o[i]);
+	be_pool_destroy(&pool);
+}
+
+Test(pool, tiny_objects_hold_the_link)
+{
+	struct be_pool pool;
+	char *a, *b;
+
+	cr_assert_eq(be_pool_init(&pool, 1, 2), 0);
+	cr_assert_geq(pool.size, sizeof(void *));
+	a = be_pool_get(&pool);
+	b = be_pool_get(&pool);
+	cr_assert(a && b && a != b);
+	be_pool_put(&pool, a);
+	be_pool_put(&pool, b);
+	be_pool_destroy(&pool);
+}
+
+#define THREADS 8
+#define ROUNDS 20000
+#define HELD 4
+
+static void *worker(void *arg)
+{
+	struct be_pool *pool = arg;
+	struct obj *held[HELD];
+	int r, i;
+
+	for (r = 0; r < ROUNDS; r++) {
+		for (i = 0; i < HELD; i++) {
+			held[i] = be_pool_get(pool);
+			if (!held[i] || !zeroed(held[i]))
+				return (void *)1;
+			held[i]->data[0] = (char)(r | 1);
+		}
+		for (i = 0; i < HELD; i++)
+			be_pool_put(pool, held[i]);
+	}
+	return NULL;
+}
+
+/* Never more than THREADS x HELD in use: the pool ends at most that large. */
+Test(pool, threads)
+{
+	struct be_pool pool;
+	pthread_t th[THREADS];
+	int i;
+
+	cr_assert_eq(be_pool_init(&pool, sizeof(struct obj), 8), 0);
+	for (i = 0; i < THREADS; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, worker, &pool), 0);
+	for (i = 0; i < THREADS; i++) {
+		void *r;
+
+		cr_assert_eq(pthread_join(th[i], &r), 0);
+		cr_assert_null(r, "worker %d got a bad object", i);
+	}
+	cr_assert_leq(pool.nr_objs, THREADS * HELD);
+	cr_assert_eq(pool.nr_objs, 8 + pool.nr_grown);
+	be_pool_destroy(&pool);
+}
