@@ -43,7 +43,7 @@
 #define LOG_LINE_MAX	128	/* the longest line: 20-digit numbers everywhere */
 /*
  * Child I/Os filled at open: more than the cache keeps in flight on one
- * device in ordinary use; past it the pool grows (log_pool_grown).
+ * device in ordinary use; past it objects come from malloc (log_pool_allocs).
  */
 #define LOG_POOL	256
 
