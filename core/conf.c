@@ -1029,15 +1029,20 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 {
 	struct conf_mount *m = &p->c->mount;
 	struct show_str v;
+	uint64_t n;
 	int *seen;
 
 	if (!strcmp(key, "kernel_cache"))
 		seen = &m->kernel_cache_line;
 	else if (!strcmp(key, "allow_other"))
 		seen = &m->allow_other_line;
+	else if (!strcmp(key, "transport"))
+		seen = &m->transport_line;
+	else if (!strcmp(key, "uring_queue_depth"))
+		seen = &m->uring_queue_depth_line;
 	else
 		return conf_err(p, line, key,
-				"unknown key in [mount] (allowed: kernel_cache, allow_other)");
+				"unknown key in [mount] (allowed: kernel_cache, allow_other, transport, uring_queue_depth)");
 	if (*seen)
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
 	if (seen == &m->kernel_cache_line) {
@@ -1045,11 +1050,31 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
 					show(&v, val));
 		m->kernel_writeback = !strcmp(val, "writeback");
-	} else {
+	} else if (seen == &m->allow_other_line) {
 		if (strcmp(val, "yes") && strcmp(val, "no"))
 			return conf_err(p, line, key, "%s is not a choice (allowed: yes, no)",
 					show(&v, val));
 		m->allow_other = !strcmp(val, "yes");
+	} else if (seen == &m->transport_line) {
+		if (!strcmp(val, "auto"))
+			m->transport = CONF_TRANSPORT_AUTO;
+		else if (!strcmp(val, "uring"))
+			m->transport = CONF_TRANSPORT_URING;
+		else if (!strcmp(val, "dev"))
+			m->transport = CONF_TRANSPORT_DEV;
+		else
+			return conf_err(p, line, key, "%s is not a choice (allowed: auto, uring, dev)",
+					show(&v, val));
+	} else {
+		/*
+		 * Each entry of each CPU's queue holds a buffer of a whole
+		 * request (1 MiB): 256 is already 256 MiB per CPU.
+		 */
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_URING_DEPTH)
+			return conf_err(p, line, key,
+					"%s is not a queue depth (allowed: 1 to %u entries per CPU)",
+					show(&v, val), CONF_MAX_URING_DEPTH);
+		m->uring_queue_depth = (uint32_t)n;
 	}
 	*seen = line;
 	return 0;
@@ -1173,6 +1198,8 @@ static int parse(struct conf_parser *p, const char *buf, size_t len)
 		if (ret)
 			return ret;
 	}
+	if (!c->mount.uring_queue_depth)
+		c->mount.uring_queue_depth = CONF_DEF_URING_DEPTH;
 	if (!c->nr_devs)
 		return conf_err(p, 1, "[device NAME]",
 				"no [device NAME] section (allowed: at least one, e.g. [device ram0] with backend = ram and size = 1G)");
@@ -1363,6 +1390,33 @@ int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 				       size_str(&s1, d->cache_block_size), geo->size);
 	}
 	return 0;
+}
+
+int conf_check_uring(const struct conf *c, unsigned nr_queues, uint64_t entry_bytes,
+		     uint64_t mem_bytes, char *err, size_t errlen)
+{
+	uint64_t depth = c->mount.uring_queue_depth, need, allowed = mem_bytes / 4;
+	struct size_str s1, s2, s3;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!nr_queues || !depth || entry_bytes > UINT64_MAX / depth / nr_queues)
+		need = UINT64_MAX;
+	else
+		need = depth * nr_queues * entry_bytes;
+	if (need <= allowed)
+		return 0;
+	/* rounded up in the message: exact byte counts say nothing to a reader */
+	need = need > UINT64_MAX - (1u << 20) ? UINT64_MAX >> 20 << 20 : (need + (1u << 20) - 1) >> 20 << 20;
+	return geo_err(c, err, errlen,
+		       c->mount.uring_queue_depth_line ? c->mount.uring_queue_depth_line :
+		       c->mount.line ? c->mount.line : 1,
+		       "uring_queue_depth",
+		       "%" PRIu64 " entries on each of %u CPU queues need %s of ring buffers (%s each), more than a quarter of this machine's memory %s (allowed: at most %" PRIu64 " entries here; the default is %u)",
+		       depth, nr_queues, size_str(&s1, need),
+		       size_str(&s2, (entry_bytes + 1023) >> 10 << 10), size_str(&s3, mem_bytes >> 20 << 20),
+		       nr_queues && entry_bytes ? allowed / nr_queues / entry_bytes : 0,
+		       CONF_DEF_URING_DEPTH);
 }
 
 uint32_t conf_cache_block(const struct blk_geometry *geo, uint32_t forced)
