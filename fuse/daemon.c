@@ -812,7 +812,7 @@ static const struct fuse_lowlevel_ops bf_ops = {
 
 int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t statuslen)
 {
-	char opts[1024];
+	char opts[1024], why[1024];
 	char *argv[] = { "blkfs", "-o", opts, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct fuse_loop_config *lc;
@@ -833,9 +833,9 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 		fuse_opt_free_args(&args);
 		return 1;
 	}
-	dummy = bf_rawio_attach(d, se);
+	dummy = bf_rawio_attach(d, se, BF_MAX_WRITE, why, sizeof(why));
 	if (dummy < 0) {
-		fprintf(stderr, "blkfs: cannot set up FUSE I/O: %s\n", strerror(-dummy));
+		fprintf(stderr, "%s\n", why);
 		code = 1;
 		goto out_destroy;
 	}
@@ -868,6 +868,14 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 		blk_log("request loop ended: %s", strerror(-ret));
 
 out_signals:
+	/* the ring's threads end before the handlers go (a dying queue signals the loop) */
+	bf_rawio_stop();
+	if (bf_rawio_failed()) {
+		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
+		code = 1;
+		d->se = NULL;
+		fuse_session_unmount(se);
+	}
 	fuse_remove_signal_handlers(se);
 	/* everything dirty goes to the backend before the mount disappears */
 	for (i = 0; i < d->nr_devs; i++) {
