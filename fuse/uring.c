@@ -156,7 +156,8 @@ struct bf_ring {
 	bool ctl_ok;
 	struct ring_stripe stripes[RING_STRIPES];
 	/* BLKFS_URING_TEST, for the tests only */
-	bool test_handoff;		/* every reply comes from another thread */
+	unsigned test_handoff;		/* every Nth reply comes from another thread */
+	unsigned handoff_count;		/* atomic */
 	unsigned test_die_after;	/* queue 0 fails after this many requests */
 	int test_noregister;		/* this queue never registers (-1: none) */
 	unsigned test_limit_ms;		/* registration time limit instead of the caller's */
@@ -385,8 +386,9 @@ static void hand_to_owner(struct ring_ent *e)
 /* ------------------------------------------------ test hand-off thread */
 
 /*
- * BLKFS_URING_TEST=handoff: every reply to a ring request is made by this
- * thread instead of the handler's, as replies from completions will be.
+ * BLKFS_URING_TEST=handoff (or handoff=N: every Nth): every reply to a ring
+ * request is made by this thread instead of the handler's, as replies from
+ * completions will be.
  * It exercises the hand-off path (and TSan sees it) before any handler
  * replies from another thread by itself.
  */
@@ -517,7 +519,9 @@ bool bf_ring_reply(struct bf_ring *r, const struct iovec *iov, int count, ssize_
 	for (i = 0; i < count; i++)
 		total += iov[i].iov_len;
 	*res = (ssize_t)total;
-	if (r->helper && !tl_helper && helper_take(r->helper, iov, count))
+	if (r->helper && !tl_helper &&
+	    __atomic_add_fetch(&r->handoff_count, 1, __ATOMIC_RELAXED) % r->test_handoff == 0 &&
+	    helper_take(r->helper, iov, count))
 		return true;
 	{
 		int held = ENT_HELD;
@@ -986,7 +990,9 @@ static void parse_test_env(struct bf_ring *r)
 	snprintf(buf, sizeof(buf), "%s", env);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "handoff"))
-			r->test_handoff = true;
+			r->test_handoff = 1;
+		else if (!strncmp(tok, "handoff=", 8))
+			r->test_handoff = (unsigned)strtoul(tok + 8, NULL, 10);
 		else if (!strncmp(tok, "die=", 4))
 			r->test_die_after = (unsigned)strtoul(tok + 4, NULL, 10);
 		else if (!strncmp(tok, "noregister=", 11))

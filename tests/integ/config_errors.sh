@@ -267,3 +267,27 @@ err_case cache_block_not_pow2 cache_block_size 'cache_block_size = 1000' <<CONF
 $DEV0
 cache_block_size = 1000
 CONF
+
+err_case bad_transport transport 'transport = fuse' <<CONF
+[mount]
+transport = fuse
+
+$DEV0
+CONF
+mount_fails
+
+err_case uring_depth_zero uring_queue_depth 'uring_queue_depth = 0' <<CONF
+$DEV0
+
+[mount]
+uring_queue_depth = 0
+CONF
+mount_fails
+
+err_case uring_depth_absurd uring_queue_depth 'uring_queue_depth = 100000' <<CONF
+[mount]
+transport = auto
+uring_queue_depth = 100000
+
+$DEV0
+CONF
