@@ -34,7 +34,13 @@
 #define CONF_DEF_READ_AHEAD (128u << 10)
 #define CONF_DEF_MODE 0600
 #define CONF_MAX_READ_AHEAD (64u << 20)
-#define CONF_DEF_URING_DEPTH 16	/* [mount] uring_queue_depth */
+/*
+ * [mount] uring_queue_depth: fio 4k randwrite QD32 on ram gave the same
+ * IOPS from 2 to 64 entries (1: a quarter fewer, more CPU per request);
+ * 32 lets one CPU's QD32 job, or as many parked requests, be in hand at
+ * once for 1 MiB of reserved (not touched) memory per entry.
+ */
+#define CONF_DEF_URING_DEPTH 32
 #define CONF_MAX_URING_DEPTH 256
 
 struct conf_cache {
