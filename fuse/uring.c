@@ -85,6 +85,9 @@
 #define RING_FRONT RING_PAGE		/* front page before each payload buffer */
 #define RING_STRIPES 64			/* in-flight table */
 #define RING_EV_TAG ((uint64_t)1)	/* user_data of the eventfd read (entries are aligned) */
+#define RING_STEAL_MIN (256u << 10)	/* a request this large may go to an idle queue's thread */
+#define RING_BATCH_MAX 256		/* requests taken from one wait (CONF_MAX_URING_DEPTH) */
+#define STEAL_CLOSED ((struct ring_ent *)(uintptr_t)1)	/* q->steal of a thread that ended */
 
 enum ent_state { ENT_KERNEL, ENT_HELD, ENT_REPLIED, ENT_IDLE, ENT_GONE };
 
@@ -100,6 +103,8 @@ struct ring_ent {
 	uint32_t cmd;			/* last command submitted (resubmitted on EAGAIN) */
 	uint32_t used;			/* most payload bytes used, either way; atomic */
 	unsigned idx;
+	char *req;			/* the request laid out for libfuse (HELD) */
+	uint32_t req_len;
 	struct ring_ent *hnext;		/* in-flight table chain, under its stripe's lock */
 	struct ring_ent *next;		/* hand-off or local list */
 };
@@ -126,11 +131,14 @@ struct ring_queue {
 	struct ring_ent *ents;
 	struct ring_ent *handoff;	/* replies from other threads; atomic */
 	struct ring_ent *local;		/* the thread's own replies; thread only */
+	struct ring_ent *steal;		/* other queues' requests for this thread; atomic */
+	bool waiting;			/* the thread waits for completions; atomic */
 	unsigned held;			/* HELD entries; atomic */
 	unsigned alive;			/* entries the kernel has not ended; thread only */
 	bool dead;			/* the thread ended on an error; atomic */
 	uint64_t requests;		/* served; atomic (relaxed) */
 	uint64_t handoffs;		/* replies committed from the hand-off list; atomic */
+	uint64_t stolen;		/* requests given to another queue's thread; atomic */
 } __attribute__((aligned(64)));
 
 struct ring_stripe {
@@ -161,6 +169,7 @@ struct bf_ring {
 	unsigned test_die_after;	/* queue 0 fails after this many requests */
 	int test_noregister;		/* this queue never registers (-1: none) */
 	unsigned test_limit_ms;		/* registration time limit instead of the caller's */
+	bool test_nosteal;		/* no request goes to another queue's thread */
 	struct handoff_helper *helper;
 };
 
@@ -554,7 +563,12 @@ static void reply_error_here(struct ring_queue *q, struct ring_ent *e, uint64_t 
 	hand_to_owner(e);
 }
 
-static void serve(struct ring_queue *q, struct ring_ent *e)
+/*
+ * Lay the request in @e out as /dev/fuse would have given it and make @e
+ * HELD. Returns 0, or -1 when the request was answered (malformed) or
+ * cannot be.
+ */
+static int lay_out(struct ring_queue *q, struct ring_ent *e)
 {
 	struct bf_ring *r = q->r;
 	struct fuse_uring_req_header *h = e->hdr;
@@ -573,7 +587,7 @@ static void serve(struct ring_queue *q, struct ring_ent *e)
 	if (!id) {
 		ring_log_queue_error(q, "the kernel gave a request without a commit id");
 		set_state(e, ENT_IDLE);
-		return;
+		return -1;
 	}
 	if (in.unique != id || in.len < sizeof(in) + (uint64_t)psz ||
 	    in.len - sizeof(in) - psz > FUSE_URING_OP_IN_OUT_SZ || psz > r->payload) {
@@ -584,7 +598,7 @@ static void serve(struct ring_queue *q, struct ring_ent *e)
 				q->qid, in.opcode, in.len, psz, (unsigned long long)in.unique,
 				(unsigned long long)id);
 		reply_error_here(q, e, id, -EIO);
-		return;
+		return -1;
 	}
 	opsz = in.len - sizeof(in) - psz;
 	start = e->payload - opsz - sizeof(in);
@@ -592,25 +606,134 @@ static void serve(struct ring_queue *q, struct ring_ent *e)
 	memcpy(start + sizeof(in), h->op_in, opsz);
 	note_used(e, psz);
 	e->unique = id;
+	e->req = start;
+	e->req_len = in.len;
 	set_state(e, ENT_HELD);
 	__atomic_add_fetch(&q->held, 1, __ATOMIC_RELAXED);
 	table_add(r, e);
 	__atomic_add_fetch(&q->requests, 1, __ATOMIC_RELAXED);
 	bf_rawio_rx_note((const struct fuse_in_header *)start);
+	return 0;
+}
+
+/* Hand the laid-out request in @e to libfuse, in this thread. */
+static void run(struct bf_ring *r, struct ring_ent *e)
+{
+	const struct fuse_in_header *in = (const struct fuse_in_header *)e->req;
+	uint32_t opcode = in->opcode;
+	uint64_t id = e->unique;
+
 	tl_ent = e;
-	fuse_session_process_buf(r->se, &(struct fuse_buf){ .size = in.len, .mem = start });
+	fuse_session_process_buf(r->se, &(struct fuse_buf){ .size = e->req_len, .mem = e->req });
 	tl_ent = NULL;
 	/*
 	 * Forgets get no reply, and the kernel sends them over /dev/fuse; one
 	 * that came here anyway must not keep its entry for ever.
 	 */
-	if ((in.opcode == FUSE_FORGET || in.opcode == FUSE_BATCH_FORGET) &&
-	    ent_state(e) == ENT_HELD) {
+	if ((opcode == FUSE_FORGET || opcode == FUSE_BATCH_FORGET) && ent_state(e) == ENT_HELD) {
 		struct fuse_out_header oh = { .len = sizeof(oh), .unique = id };
 		struct iovec iov = { &oh, sizeof(oh) };
 		ssize_t res;
 
 		bf_ring_reply(r, &iov, 1, &res);
+	}
+}
+
+/* ------------------------------------------------------- work stealing */
+
+/*
+ * One CPU's caller can have many large requests out at once (a 16 MiB
+ * write or read is 16 requests of 1 MiB, sent together): the kernel puts
+ * them all on its CPU's queue, where /dev/fuse would have spread them
+ * over threads on every CPU. So when a thread takes two or more large
+ * requests in one wait and another queue's thread is idle, every other
+ * large one goes to that thread: its handler (the copy into or out of
+ * the cache) runs there, its reply comes back through the hand-off list,
+ * and the entry's own thread commits it. Small requests never move: a
+ * wake-up on another CPU costs more than they do.
+ */
+static bool is_big(const struct ring_ent *e)
+{
+	const struct fuse_in_header *in = (const struct fuse_in_header *)e->req;
+
+	if (in->opcode == FUSE_WRITE)
+		return e->req_len - sizeof(*in) - sizeof(struct fuse_write_in) >= RING_STEAL_MIN;
+	if (in->opcode == FUSE_READ && e->req_len >= sizeof(*in) + sizeof(struct fuse_read_in))
+		return ((const struct fuse_read_in *)(in + 1))->size >= RING_STEAL_MIN;
+	return false;
+}
+
+/* An idle queue thread other than @q's, or NULL. */
+static struct ring_queue *idle_peer(struct ring_queue *q)
+{
+	struct bf_ring *r = q->r;
+	unsigned i;
+
+	for (i = 1; i < r->nr_queues; i++) {
+		struct ring_queue *p = &r->qs[(q->qid + i) % r->nr_queues];
+
+		if (__atomic_load_n(&p->waiting, __ATOMIC_ACQUIRE) &&
+		    !__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+			return p;
+	}
+	return NULL;
+}
+
+/* Give @e to @p's thread; false if that thread has ended (then run it here). */
+static bool steal_push(struct ring_queue *p, struct ring_ent *e)
+{
+	struct ring_ent *old = __atomic_load_n(&p->steal, __ATOMIC_RELAXED);
+
+	do {
+		if (old == STEAL_CLOSED)
+			return false;
+		e->next = old;
+	} while (!__atomic_compare_exchange_n(&p->steal, &old, e, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+	if (!old)
+		eventfd_kick(p->evfd);
+	return true;
+}
+
+/* Run what other queues gave this thread; @close: and take no more. */
+static void steal_run(struct ring_queue *q, bool close)
+{
+	struct ring_ent *e, *next;
+
+	e = __atomic_exchange_n(&q->steal, close ? STEAL_CLOSED : NULL, __ATOMIC_ACQUIRE);
+	if (e == STEAL_CLOSED)
+		return;
+	for (; e; e = next) {
+		next = e->next;
+		run(q->r, e);
+	}
+}
+
+/* The requests of one wait: some to an idle peer, the rest here. */
+static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
+{
+	struct bf_ring *r = q->r;
+	struct ring_queue *peer = NULL;
+	unsigned i, big = 0;
+
+	if (n >= 2 && !r->test_nosteal && r->nr_queues > 1) {
+		for (i = 0; i < n; i++)
+			big += is_big(batch[i]);
+		if (big >= 2)
+			peer = idle_peer(q);
+	}
+	big = 0;
+	for (i = 0; i < n; i++) {
+		struct ring_ent *e = batch[i];
+
+		if (peer && is_big(e) && (big++ & 1)) {
+			if (steal_push(peer, e)) {
+				__atomic_add_fetch(&q->stolen, 1, __ATOMIC_RELAXED);
+				continue;
+			}
+			peer = NULL;
+		}
+		run(r, e);
 	}
 }
 
@@ -638,8 +761,13 @@ static const char *cmd_name(uint32_t cmd)
 	return cmd == FUSE_IO_URING_CMD_REGISTER ? "REGISTER" : "COMMIT_AND_FETCH";
 }
 
-/* One completion. Returns 0, or -1 when the queue cannot go on. */
-static int handle_cqe(struct ring_queue *q, const struct io_uring_cqe *cqe)
+/*
+ * One completion; a request is laid out and added to @batch (run after
+ * the wait's other completions). Returns 0, or -1 when the queue cannot
+ * go on.
+ */
+static int handle_cqe(struct ring_queue *q, const struct io_uring_cqe *cqe,
+		      struct ring_ent **batch, unsigned *nbatch)
 {
 	struct bf_ring *r = q->r;
 	struct ring_ent *e;
@@ -662,13 +790,8 @@ static int handle_cqe(struct ring_queue *q, const struct io_uring_cqe *cqe)
 			set_state(e, ENT_IDLE);
 			return 0;
 		}
-		serve(q, e);
-		if (r->test_die_after && q->qid == 0 &&
-		    __atomic_load_n(&q->requests, __ATOMIC_RELAXED) >= r->test_die_after) {
-			ring_log_queue_error(q, "made to fail by BLKFS_URING_TEST after %u requests",
-					     r->test_die_after);
-			return -1;
-		}
+		if (!lay_out(q, e))
+			batch[(*nbatch)++] = e;
 		return 0;
 	}
 	if (res == -EAGAIN || res == -EINTR) {
@@ -698,14 +821,16 @@ static int handle_cqe(struct ring_queue *q, const struct io_uring_cqe *cqe)
 static void serve_loop(struct ring_queue *q)
 {
 	struct bf_ring *r = q->r;
+	struct ring_ent *batch[RING_BATCH_MAX];
 	struct io_uring_cqe *cqe;
-	unsigned head, n;
-	int ret;
+	unsigned head, n, nbatch;
+	int ret, fail;
 
 	for (;;) {
+		steal_run(q, false);
 		if (flush_replies(q)) {
 			ring_log_queue_error(q, "no submission slot for a commit");
-			return;
+			break;
 		}
 		if (__atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE)) {
 			ret = io_uring_submit(&q->ring);
@@ -715,23 +840,36 @@ static void serve_loop(struct ring_queue *q)
 			/* held first: a replier publishes before it lets go (invariant 3) */
 			if (!__atomic_load_n(&q->held, __ATOMIC_ACQUIRE) &&
 			    !__atomic_load_n(&q->handoff, __ATOMIC_ACQUIRE))
-				return;
+				break;
 		}
+		__atomic_store_n(&q->waiting, true, __ATOMIC_RELEASE);
 		ret = io_uring_submit_and_wait(&q->ring, 1);
+		__atomic_store_n(&q->waiting, false, __ATOMIC_RELEASE);
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
 			ring_log_queue_error(q, "io_uring_enter: %s", strerror(-ret));
-			return;
+			break;
 		}
-		n = 0;
+		n = nbatch = 0;
+		fail = 0;
 		io_uring_for_each_cqe(&q->ring, head, cqe) {
 			n++;
-			if (handle_cqe(q, cqe)) {
-				io_uring_cq_advance(&q->ring, n);
-				return;
-			}
+			fail = handle_cqe(q, cqe, batch, &nbatch);
+			if (fail || nbatch == RING_BATCH_MAX)
+				break;
 		}
 		io_uring_cq_advance(&q->ring, n);
+		run_batch(q, batch, nbatch);
+		if (fail)
+			break;
+		if (r->test_die_after && q->qid == 0 &&
+		    __atomic_load_n(&q->requests, __ATOMIC_RELAXED) >= r->test_die_after) {
+			ring_log_queue_error(q, "made to fail by BLKFS_URING_TEST after %u requests",
+					     r->test_die_after);
+			break;
+		}
 	}
+	/* requests other queues gave this thread are served before it ends */
+	steal_run(q, true);
 }
 
 /* ------------------------------------------------------ queue start-up */
@@ -1006,6 +1144,8 @@ static void parse_test_env(struct bf_ring *r)
 			r->test_die_after = (unsigned)strtoul(tok + 4, NULL, 10);
 		else if (!strncmp(tok, "noregister=", 11))
 			r->test_noregister = (int)strtol(tok + 11, NULL, 10);
+		else if (!strcmp(tok, "nosteal"))
+			r->test_nosteal = true;
 		else if (!strncmp(tok, "limit=", 6))
 			r->test_limit_ms = (unsigned)strtoul(tok + 6, NULL, 10);
 	}
@@ -1336,7 +1476,7 @@ static size_t resident(const struct ring_queue *q)
 
 int bf_ring_show(struct bf_ring *r, char *buf, size_t len)
 {
-	uint64_t requests = 0, handoffs = 0;
+	uint64_t requests = 0, handoffs = 0, stolen = 0;
 	size_t bytes = 0, res = 0;
 	unsigned i;
 
@@ -1345,12 +1485,15 @@ int bf_ring_show(struct bf_ring *r, char *buf, size_t len)
 
 		requests += __atomic_load_n(&q->requests, __ATOMIC_RELAXED);
 		handoffs += __atomic_load_n(&q->handoffs, __ATOMIC_RELAXED);
+		stolen += __atomic_load_n(&q->stolen, __ATOMIC_RELAXED);
 		bytes += q->mem_len + q->ring_bytes;
 		res += resident(q);
 	}
 	return snprintf(buf, len,
 			"queues %u\nqueue_depth %u\npayload_bytes %zu\nring_bytes %zu\n"
-			"ring_resident_bytes %zu\nring_requests %llu\nring_handoff_replies %llu\n",
+			"ring_resident_bytes %zu\nring_requests %llu\nring_handoff_replies %llu\n"
+			"ring_moved_requests %llu\n",
 			r->nr_queues, r->depth, r->payload, bytes, res,
-			(unsigned long long)requests, (unsigned long long)handoffs);
+			(unsigned long long)requests, (unsigned long long)handoffs,
+			(unsigned long long)stolen);
 }

@@ -4,7 +4,10 @@
 #    says how to turn it on; `auto` serves /dev/fuse and logs why;
 #  - switch on: `auto` and `uring` use the ring (the log, .sys/.transport,
 #    blkfs stat and its JSON say so, with the queues, depth and memory),
-#    `dev` does not; depths 1 and 64 carry verified data;
+#    `dev` does not; depths 1 and 64 carry verified data, and so do replies
+#    made by another thread than the handler's (as replies from I/O
+#    completions are: BLKFS_URING_TEST=handoff), and 16 MiB writes and
+#    reads (requests handed to another CPU's thread);
 #  - a queue that does not register in time: `uring` fails the mount in
 #    time with the reason, `auto` falls back to /dev/fuse and works;
 #  - a queue that dies: its CPU's callers get an error, not a hang; the
@@ -154,6 +157,53 @@ $DEV"
 	done
 	stop_blkfs
 done
+
+# ---------------------------------------------------------------------------
+info "every reply from another thread: fio verify, O_DIRECT and 16 MiB dd"
+write_conf "[mount]
+transport = uring
+
+$DEV"
+new_mountpoint
+_MNTS+=("$MNT")
+BLKFS_URING_TEST=handoff _mount_blkfs
+for eng in "--ioengine=libaio --iodepth=16 --direct=1" "--ioengine=psync --numjobs=2 --offset_increment=16M"; do
+	# shellcheck disable=SC2086
+	fio --name=handoff --filename="$MNT/r" --rw=randrw --bsrange=512-256k --blockalign=512 \
+		--size=12M --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+		--fallocate=none --output="$TDIR/fio.out" $eng ||
+		{ cat "$TDIR/fio.out"; fail "handoff: fio $eng failed"; }
+done
+ddev if="$TDIR/src" of="$MNT/r" bs=1M oflag=direct conv=notrunc
+ddev if="$TDIR/src" of="$MNT/r" bs=4K seek=8192 count=100 oflag=direct conv=notrunc
+cmp <(dd if="$MNT/r" bs=1M count=8 iflag=direct status=none) "$TDIR/src" ||
+	fail "handoff: O_DIRECT data differs"
+cmp <(dd if="$MNT/r" bs=4K skip=8192 count=100 iflag=direct status=none) <(head -c 409600 "$TDIR/src") ||
+	fail "handoff: O_DIRECT 4K data differs"
+hr=$(tfield "$MNT" ring_handoff_replies)
+rq=$(tfield "$MNT" ring_requests)
+[ "$hr" -gt 500 ] && [ $((hr * 10)) -ge $((rq * 9)) ] ||
+	fail "handoff: $hr of $rq replies came through the hand-off list"
+info "  $hr of $rq replies came through the hand-off list"
+stop_blkfs
+
+info "16 MiB writes and reads: large requests of one CPU spread to the others"
+start_blkfs "[mount]
+transport = uring
+
+$DEV"
+mkdata "$TDIR/src48" $((48 << 20))
+for bs in 16M 4M; do
+	ddev if="$TDIR/src48" of="$MNT/r" bs=$bs conv=notrunc,fsync
+	cmp <(dd if="$MNT/r" bs=$bs count=$(((48 << 20) / $(numfmt --from=iec $bs))) status=none) "$TDIR/src48" ||
+		fail "bs=$bs: data differs"
+	cmp <(dd if="$MNT/r" bs=$bs count=$(((48 << 20) / $(numfmt --from=iec $bs))) iflag=direct status=none) "$TDIR/src48" ||
+		fail "bs=$bs, O_DIRECT read: data differs"
+done
+if [ "$NQ" -gt 1 ]; then
+	info "  $(tfield "$MNT" ring_moved_requests) requests served on another queue's thread"
+fi
+stop_blkfs
 
 # ---------------------------------------------------------------------------
 info "a queue that never registers: uring fails in time, auto falls back"
