@@ -731,7 +731,8 @@ static bool stat_transport(const char *mnt, bool json)
 	bool first_field = true;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/.sys/.transport", mnt);
+	if (snprintf(path, sizeof(path), "%s/.sys/.transport", mnt) >= (int)sizeof(path))
+		return false;
 	f = fopen(path, "r");
 	if (!f)
 		return false;
