@@ -65,7 +65,7 @@ static const char *const cache_keys[CK_NR] = {
 
 enum dev_key { DK_BACKEND, DK_SIZE, DK_LBS, DK_PBS, DK_IO_MIN, DK_IO_OPT,
 	       DK_MAX_IO, DK_CBS, DK_FILTERS, DK_RMW, DK_ON_ERROR, DK_READ_AHEAD,
-	       DK_MODE, DK_UID, DK_GID, DK_NR };
+	       DK_MODE, DK_UID, DK_GID, DK_WRITE_CACHE, DK_NR };
 
 static const char *const dev_keys[DK_NR] = {
 	[DK_BACKEND] = "backend",
@@ -83,6 +83,7 @@ static const char *const dev_keys[DK_NR] = {
 	[DK_MODE] = "mode",
 	[DK_UID] = "uid",
 	[DK_GID] = "gid",
+	[DK_WRITE_CACHE] = "write_cache",
 };
 
 enum conf_section { SEC_NONE, SEC_CACHE, SEC_DEVICE, SEC_MOUNT };
@@ -656,6 +657,13 @@ static int dev_value(struct conf_parser *p, int k, const struct blk_param *prm,
 					show(&v, prm->value));
 		*out = !strcmp(prm->value, "device");
 		return 0;
+	case DK_WRITE_CACHE:
+		if (strcmp(prm->value, "write back") && strcmp(prm->value, "write through"))
+			return conf_err(p, prm->line, prm->key,
+					"%s is not a choice (allowed: write back, write through)",
+					show(&v, prm->value));
+		*out = !strcmp(prm->value, "write through");
+		return 0;
 	case DK_ON_ERROR:
 		if (strcmp(prm->value, "keep") && strcmp(prm->value, "drop"))
 			return conf_err(p, prm->line, prm->key, "%s is not a choice (allowed: keep, drop)",
@@ -882,6 +890,7 @@ static int finish_device(struct conf_parser *p, struct conf_device *d)
 	d->cache_block_size = val[DK_CBS];
 	d->rmw_device = val[DK_RMW];
 	d->on_error_drop = val[DK_ON_ERROR];
+	d->write_through = val[DK_WRITE_CACHE];
 	d->read_ahead = at[DK_READ_AHEAD] ? (uint32_t)val[DK_READ_AHEAD] : CONF_DEF_READ_AHEAD;
 	d->mode = at[DK_MODE] ? (uint32_t)val[DK_MODE] : CONF_DEF_MODE;
 	d->owner = at[DK_UID] ? at[DK_UID]->value : NULL;
@@ -1036,16 +1045,23 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		seen = &m->kernel_cache_line;
 	else if (!strcmp(key, "allow_other"))
 		seen = &m->allow_other_line;
+	else if (!strcmp(key, "max_pending"))
+		seen = &m->max_pending_line;
 	else if (!strcmp(key, "transport"))
 		seen = &m->transport_line;
 	else if (!strcmp(key, "uring_queue_depth"))
 		seen = &m->uring_queue_depth_line;
 	else
-		return conf_err(p, line, key,
-				"unknown key in [mount] (allowed: kernel_cache, allow_other, transport, uring_queue_depth)");
+		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
+				"allow_other, max_pending, transport, uring_queue_depth)");
 	if (*seen)
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen);
-	if (seen == &m->kernel_cache_line) {
+	if (seen == &m->max_pending_line) {
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_PENDING)
+			return conf_err(p, line, key, "%s is not a number from 1 to %u",
+					show(&v, val), CONF_MAX_PENDING);
+		m->max_pending = (uint32_t)n;
+	} else if (seen == &m->kernel_cache_line) {
 		if (strcmp(val, "none") && strcmp(val, "writeback"))
 			return conf_err(p, line, key, "%s is not a choice (allowed: none, writeback)",
 					show(&v, val));
@@ -1267,6 +1283,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	p.sp = c->strings + fn + 1;
 	p.send = p.sp + len + 1;
 
+	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
 	ret = parse(&p, buf, len);
 	if (ret)
 		goto out_free;

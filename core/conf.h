@@ -69,6 +69,9 @@ enum conf_transport {
  * write reaches the daemon (FUSE direct mode). writeback: the kernel's page
  * cache batches small writes first (FUSE writeback cache).
  */
+#define CONF_MAX_PENDING_DEFAULT 128
+#define CONF_MAX_PENDING 4096
+
 struct conf_mount {
 	bool kernel_writeback;
 	int kernel_cache_line;
@@ -78,6 +81,8 @@ struct conf_mount {
 	int transport_line;
 	uint32_t uring_queue_depth;	/* ring entries per CPU queue; 1..CONF_MAX_URING_DEPTH */
 	int uring_queue_depth_line;
+	uint32_t max_pending;		/* requests in flight per device */
+	int max_pending_line;
 	int line;			/* line of [mount], 0 if absent */
 };
 
@@ -95,6 +100,7 @@ struct conf_device {
 	uint32_t cache_block_size;	/* 0 = auto */
 	bool rmw_device;		/* rmw = device (default cache) */
 	bool on_error_drop;		/* on_error = drop (default keep) */
+	bool write_through;		/* write_cache = write through (default write back) */
 	uint32_t read_ahead;		/* bytes; default 128K, 0 = off */
 	uint32_t mode;			/* permission bits of the device file; default 0600 */
 	const char *owner, *group;	/* uid / gid as given (number or name), NULL = the mounter's */

@@ -79,6 +79,9 @@
 #include <stdio.h>
 
 #include "../backends/copy.h"
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h>
+#endif
 #include "log.h"
 #include "pcache_int.h"
 
@@ -117,6 +120,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 		return ERR_PTR(-ENOMEM);
 	pthread_mutex_init(&pc->lock, NULL);
 	pthread_cond_init(&pc->free_cond, NULL);
+	pthread_cond_init(&pc->dev_cond, NULL);
 	pthread_mutex_init(&pc->fl_lock, NULL);
 	pthread_cond_init(&pc->fl_cond, NULL);
 	list_init(&pc->free);
@@ -203,6 +207,7 @@ void pc_cache_destroy(struct pc_cache *pc)
 	munmap(pc->map_base, pc->map_len);
 	pthread_mutex_destroy(&pc->lock);
 	pthread_cond_destroy(&pc->free_cond);
+	pthread_cond_destroy(&pc->dev_cond);
 	pthread_mutex_destroy(&pc->fl_lock);
 	pthread_cond_destroy(&pc->fl_cond);
 	free(pc);
@@ -216,6 +221,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	struct blk_geometry geo;
 	struct pc_dev *dev;
 	uint32_t cblk;
+	int err;
 
 	be->ops->geometry(be, &geo);
 	if (!geo.dma_align)
@@ -257,8 +263,36 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	pthread_mutex_init(&dev->err_lock, NULL);
 	pthread_mutex_init(&dev->acct_lock, NULL);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
+	err = pc_pool_init(&dev->sio_pool, pc_sio_size(), PC_SIO_POOL);
+	if (!err)
+		err = pc_pool_init(&dev->wb_pool, wb_io_size(wb_io_cap(dev, geo.max_io)), PC_WB_POOL);
+	if (!err)
+		err = pc_workers_start(dev);
+	if (err) {
+		pc_pool_destroy(&dev->sio_pool);
+		pc_pool_destroy(&dev->wb_pool);
+		pthread_mutex_destroy(&dev->err_lock);
+		pthread_mutex_destroy(&dev->acct_lock);
+		free(dev->name);
+		free(dev->hash);
+		free(dev);
+		return ERR_PTR(err);
+	}
 
 	pthread_mutex_lock(&pc->lock);
+	if (pc->nr_devs == PC_MAX_DEVS) {
+		pthread_mutex_unlock(&pc->lock);
+		pc_workers_stop(dev);
+		pc_pool_destroy(&dev->sio_pool);
+		pc_pool_destroy(&dev->wb_pool);
+		pthread_mutex_destroy(&dev->err_lock);
+		pthread_mutex_destroy(&dev->acct_lock);
+		free(dev->name);
+		free(dev->hash);
+		free(dev);
+		return ERR_PTR(-ENOSPC);
+	}
+	pc->nr_devs++;
 	list_add_tail(&dev->node, &pc->devs);
 	pthread_mutex_unlock(&pc->lock);
 	return dev;
@@ -292,12 +326,49 @@ static void folio_detach_locked(struct pc_folio *f)
 	f->dev = NULL;
 }
 
+/*
+ * The devices now, each held (dev->users) so that it stays until
+ * pc_devs_put(), also when pc_dev_remove() runs meanwhile: the flusher and
+ * a writer without a flusher walk them without pc->lock.
+ */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v)
+{
+	struct list_head *pos, *tmp;
+	int n = 0;
+
+	pthread_mutex_lock(&pc->lock);
+	list_for_each_safe(pos, tmp, &pc->devs) {
+		v[n] = list_entry(pos, struct pc_dev, node);
+		v[n++]->users++;
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return n;
+}
+
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n)
+{
+	int i;
+
+	pthread_mutex_lock(&pc->lock);
+	for (i = 0; i < n; i++)
+		if (!--v[i]->users && list_empty(&v[i]->node))
+			pthread_cond_broadcast(&pc->dev_cond);
+	pthread_mutex_unlock(&pc->lock);
+}
+
 void pc_dev_remove(struct pc_dev *dev)
 {
 	struct pc_cache *pc = dev->pc;
 	struct list_head *pos, *n;
 
+	pc_workers_stop(dev);
+
 	pthread_mutex_lock(&pc->lock);
+	/* out of the list, and no one still walking it holds this device */
+	list_del_init(&dev->node);
+	pc->nr_devs--;
+	while (dev->users)
+		pthread_cond_wait(&pc->dev_cond, &pc->lock);
 	list_for_each_safe(pos, n, &dev->folios) {
 		struct pc_folio *f = list_entry(pos, struct pc_folio, dev_node);
 
@@ -311,8 +382,9 @@ void pc_dev_remove(struct pc_dev *dev)
 		f->where = FOLIO_FREE;
 		list_move_tail(&f->lru, &pc->free);
 	}
-	list_del_init(&dev->node);
 	pthread_mutex_unlock(&pc->lock);
+	pc_pool_destroy(&dev->sio_pool);
+	pc_pool_destroy(&dev->wb_pool);
 	pthread_mutex_destroy(&dev->err_lock);
 	pthread_mutex_destroy(&dev->acct_lock);
 	free(dev->hash);
@@ -337,6 +409,22 @@ void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop)
 {
 	dev->rmw_device = rmw_device;
 	dev->on_error_drop = on_error_drop;
+}
+
+void pc_dev_set_write_through(struct pc_dev *dev, bool on)
+{
+	__atomic_store_n(&dev->write_through, on, __ATOMIC_RELAXED);
+}
+
+bool pc_dev_write_through(const struct pc_dev *dev)
+{
+	return __atomic_load_n(&dev->write_through, __ATOMIC_RELAXED);
+}
+
+/* Must this write be on stable storage before its reply? */
+static bool aio_sync_write(const struct pc_aio *aio)
+{
+	return aio->fua || pc_dev_write_through(aio->dev);
 }
 
 int pc_dev_set_read_ahead(struct pc_dev *dev, uint64_t bytes)
@@ -383,6 +471,8 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;
+	st->pool_fallback_allocs = __atomic_load_n(&dev->sio_pool.fallback, __ATOMIC_RELAXED) +
+				   __atomic_load_n(&dev->wb_pool.fallback, __ATOMIC_RELAXED);
 }
 
 /* ----------------------------------------------------------------- folios */
@@ -916,16 +1006,45 @@ static int folio_part_edges_locked(struct pc_dev *dev, struct pc_folio *f, uint3
 	return nr;
 }
 
+/*
+ * A writer's copy into folio memory. Invariant 7: writeback already in
+ * flight may be reading these bytes; the writer marks them dirty after the
+ * copy, so they go out again and the device ends with the last data. That
+ * race on the data bytes is by design, so ThreadSanitizer is told to look
+ * away for the copy (the streaming stores of copy_big() it never sees; the
+ * memcpy of a small or unaligned copy it would).
+ */
+static void folio_copy_in(void *dst, const void *src, size_t n)
+{
+#ifdef __SANITIZE_THREAD__
+	__tsan_ignore_thread_begin();
+#endif
+	copy_big(dst, src, n);
+#ifdef __SANITIZE_THREAD__
+	__tsan_ignore_thread_end();
+#endif
+}
+
+/*
+ * Copy @n bytes into @f at @off. With @nowait (a non-blocking thread,
+ * pcache.h's rules), -EAGAIN instead of waiting for an exclusive holder or
+ * reading a block first; waiting for other writers' copies is allowed.
+ */
 static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
-		       uint32_t off, uint32_t n)
+		       uint32_t off, uint32_t n, bool nowait)
 {
 	struct part_edge edge[2];
 	int nr, i, err = 0;
 
 	pthread_mutex_lock(&f->lock);
 	/* an exclusive holder may be dropping the very blocks we look at */
-	while (f->excl)
+	while (f->excl) {
+		if (nowait) {
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
 		folio_wait_locked(f);
+	}
 	if (!folio_part_edges_locked(dev, f, off, n, edge)) {
 		/*
 		 * Whole blocks, or partial blocks already uptodate: copy under a
@@ -934,7 +1053,7 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		 */
 		f->users++;
 		pthread_mutex_unlock(&f->lock);
-		copy_big(f->data + off, src, n);
+		folio_copy_in(f->data + off, src, n);
 		pthread_mutex_lock(&f->lock);
 		f->users--;
 		folio_set_written_locked(dev, f, off, n);
@@ -948,10 +1067,28 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 	 * A block written in part that is not uptodate: exclusive, so that two
 	 * such writes to one block (the halves of one FUSE write) take turns
 	 * and the second sees the first's record. Nothing is read unless the
-	 * shape cannot be recorded (invariant 8).
+	 * shape cannot be recorded (invariant 8). Waiting for the shared
+	 * writers to finish their copies is bounded work, allowed with @nowait.
 	 */
-	folio_excl_begin_locked(f);
+	if (!nowait) {
+		folio_excl_begin_locked(f);
+	} else {
+		while (f->users)
+			folio_wait_locked(f);
+		if (f->excl) {	/* taken while we waited for the copies */
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
+		f->excl = true;
+	}
 	nr = folio_part_edges_locked(dev, f, off, n, edge);
+	for (i = 0; nowait && i < nr; i++) {
+		if (edge[i].read) {
+			folio_excl_end_locked(f);
+			pthread_mutex_unlock(&f->lock);
+			return -EAGAIN;
+		}
+	}
 	pthread_mutex_unlock(&f->lock);
 
 	for (i = 0; i < nr && !err; i++) {
@@ -975,7 +1112,7 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 	if (err)
 		STAT_ADD(dev, read_errors, 1);
 	else
-		memcpy(f->data + off, src, n);
+		folio_copy_in(f->data + off, src, n);
 
 	pthread_mutex_lock(&f->lock);
 	if (!err)
@@ -1080,41 +1217,91 @@ int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, ui
 	return err;
 }
 
-ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
+/*
+ * Copy [pos + *done, pos + len) of @buf into the cache, folio by folio,
+ * advancing *done. Returns 0 when all of it is in, -errno on an error (the
+ * folio that failed was not changed), or with @nowait -EAGAIN where it
+ * would wait: dirty throttling, a free folio, an exclusive holder, a read.
+ */
+static int write_range(struct pc_dev *dev, const char *src, size_t len, uint64_t pos,
+		       size_t *done, bool nowait)
 {
 	struct pc_cache *pc = dev->pc;
-	const char *src = buf;
-	size_t done = 0;
 	int err = 0;
 
-	if (pos >= dev->geo.size)
-		return len ? -ENOSPC : 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
-	STAT_ADD(dev, user_writes, 1);
-
-	while (done < len) {
-		uint64_t cur = pos + done;
+	while (*done < len) {
+		uint64_t cur = pos + *done;
 		uint32_t off = (uint32_t)(cur & (pc->folio_size - 1));
 		uint32_t n = pc->folio_size - off;
 		struct pc_folio *f;
 
-		if (n > len - done)
-			n = (uint32_t)(len - done);
-		err = wb_balance_dirty(dev, done == 0);	/* one pause per request */
+		if (n > len - *done)
+			n = (uint32_t)(len - *done);
+		err = wb_balance_dirty(dev, *done == 0, nowait);	/* one pause per request */
 		if (err)
 			break;
-		f = folio_get_or_create(dev, cur >> pc->folio_shift, true, &err);
-		if (!f)
+		f = folio_get_or_create(dev, cur >> pc->folio_shift, !nowait, &err);
+		if (!f) {
+			err = nowait && !err ? -EAGAIN : err;
 			break;
-		err = folio_write(dev, f, src + done, off, n);
+		}
+		err = folio_write(dev, f, src + *done, off, n, nowait);
 		folio_put(f);
 		if (err)
 			break;
-		done += n;
+		*done += n;
 	}
-	STAT_ADD(dev, user_write_bytes, done);
-	return done ? (ssize_t)done : err;
+	return err;
+}
+
+static void write_finish(struct pc_aio *aio, int err)
+{
+	STAT_ADD(aio->dev, user_write_bytes, aio->progress);
+	if (aio->progress && aio_sync_write(aio)) {
+		/* write through: what it wrote goes to the device and is flushed first */
+		aio->op = PC_AIO_WSYNC;
+		aio->res = (ssize_t)aio->progress;
+		pc_punt(aio);
+		return;
+	}
+	aio->done(aio, aio->progress ? (ssize_t)aio->progress : err);
+}
+
+/* A write through, in a worker: its range written back, then the flush. */
+static ssize_t write_sync_blocking(struct pc_dev *dev, uint64_t pos, uint64_t len, ssize_t res)
+{
+	int err = wb_range(dev, pos, len);
+
+	if (!err)
+		err = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		/* the data stays dirty (or was dropped, by policy); the next fsync also hears */
+		pc_errseq_set(dev, err);
+		return err;
+	}
+	STAT_ADD(dev, write_through_writes, 1);
+	return res;
+}
+
+void pc_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+		    uint64_t pos)
+{
+	int err;
+
+	if (pos >= dev->geo.size) {
+		aio->done(aio, len ? -ENOSPC : 0);
+		return;
+	}
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	STAT_ADD(dev, user_writes, 1);
+	pc_aio_init(aio, dev, PC_AIO_WRITE, pos, len);
+	aio->wbuf = buf;
+	err = write_range(dev, buf, len, pos, &aio->progress, true);
+	if (err == -EAGAIN)
+		pc_punt(aio);
+	else
+		write_finish(aio, err);
 }
 
 /* ------------------------------------------------------------- read path */
@@ -1327,16 +1514,16 @@ static bool folios_uptodate(struct pc_dev *dev, struct pc_folio **v, int n, uint
  * backend read, into folios it does not pin; a random reader gets only what
  * it asked for.
  */
-static int pc_read_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len)
+static int pc_read_fill(struct pc_dev *dev, struct pc_folio **v, int n, uint64_t pos, uint64_t len,
+			bool seq)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t ra = __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
-	uint64_t prev = __atomic_exchange_n(&dev->ra_next, pos + len, __ATOMIC_RELAXED);
 	uint64_t end = pos + len, ra_end, idx;
 	struct pc_folio *all[PC_FILL_MAX];
 	int nr = n, i, err = 0;
 
-	if (!ra || prev != pos || end >= dev->geo.size || folios_uptodate(dev, v, n, pos, len))
+	if (!ra || !seq || end >= dev->geo.size || folios_uptodate(dev, v, n, pos, len))
 		return folios_fill(dev, v, n, pos, len);
 	ra_end = end + ra < dev->geo.size ? end + ra : dev->geo.size;
 	memcpy(all, v, sizeof(*v) * (size_t)n);
@@ -1407,44 +1594,14 @@ static ssize_t pc_read_bounce(struct pc_dev *dev, struct pc_read *rd, size_t len
 	return (ssize_t)len;
 }
 
-ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
+/* A read's result: slices of its folios' memory (pinned in @rd->folios). */
+static void read_iov_build(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
 {
 	struct pc_cache *pc = dev->pc;
-	uint64_t first, last, i;
-	int err = 0, n;
+	int i;
 
 	rd->iovcnt = 0;
-	rd->nr_folios = 0;
-	if (pos >= dev->geo.size || !len)
-		return 0;
-	if (len > PC_READ_MAX)
-		len = PC_READ_MAX;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
-	STAT_ADD(dev, user_reads, 1);
-	STAT_ADD(dev, user_read_bytes, len);
-
-	first = pos >> pc->folio_shift;
-	last = (pos + len - 1) >> pc->folio_shift;
-	n = (int)(last - first + 1);
-	for (i = 0; i < (uint64_t)n; i++) {
-		struct pc_folio *f = folio_get_or_create(dev, first + i, i == 0, &err);
-
-		if (!f) {
-			pc_read_end(rd);
-			if (i == 0)
-				return err;
-			/* the cache cannot hold all of them at once right now */
-			return pc_read_bounce(dev, rd, len, pos);
-		}
-		rd->folios[rd->nr_folios++] = f;
-	}
-	err = pc_read_fill(dev, rd->folios, n, pos, len);
-	if (err) {
-		pc_read_end(rd);
-		return err;
-	}
-	for (i = 0; i < (uint64_t)n; i++) {
+	for (i = 0; i < rd->nr_folios; i++) {
 		struct pc_folio *f = rd->folios[i];
 		uint64_t fpos = folio_pos(pc, f);
 		uint64_t s = pos > fpos ? pos : fpos;
@@ -1461,33 +1618,295 @@ ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64
 			rd->iovcnt++;
 		}
 	}
+}
+
+/* Is this read sequential (it starts where the device's last one ended)? Once per request. */
+static bool read_is_seq(struct pc_dev *dev, uint64_t pos, size_t len)
+{
+	return __atomic_exchange_n(&dev->ra_next, pos + len, __ATOMIC_RELAXED) == pos;
+}
+
+/* The blocking read: pc_read_begin() and a worker's punted read. */
+static ssize_t read_blocking(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos,
+			     bool seq)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first, last, i;
+	int err = 0, n;
+
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	first = pos >> pc->folio_shift;
+	last = (pos + len - 1) >> pc->folio_shift;
+	n = (int)(last - first + 1);
+	for (i = 0; i < (uint64_t)n; i++) {
+		struct pc_folio *f = folio_get_or_create(dev, first + i, i == 0, &err);
+
+		if (!f) {
+			pc_read_end(rd);
+			if (i == 0)
+				return err;
+			/* the cache cannot hold all of them at once right now */
+			return pc_read_bounce(dev, rd, len, pos);
+		}
+		rd->folios[rd->nr_folios++] = f;
+	}
+	err = pc_read_fill(dev, rd->folios, n, pos, len, seq);
+	if (err) {
+		pc_read_end(rd);
+		return err;
+	}
+	read_iov_build(dev, rd, len, pos);
 	return (ssize_t)len;
 }
 
-ssize_t pc_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
+/* Clamp a read to the device and PC_READ_MAX; 0 when nothing is left. */
+static size_t read_clamp(struct pc_dev *dev, size_t len, uint64_t pos)
 {
-	struct pc_read *rd = malloc(sizeof(*rd));
-	size_t done = 0;
-	ssize_t ret = 0;
+	if (pos >= dev->geo.size)
+		return 0;
+	if (len > PC_READ_MAX)
+		len = PC_READ_MAX;
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	return len;
+}
+
+ssize_t pc_read_begin(struct pc_dev *dev, struct pc_read *rd, size_t len, uint64_t pos)
+{
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	len = read_clamp(dev, len, pos);
+	if (!len)
+		return 0;
+	STAT_ADD(dev, user_reads, 1);
+	STAT_ADD(dev, user_read_bytes, len);
+	return read_blocking(dev, rd, len, pos, read_is_seq(dev, pos, len));
+}
+
+/* Folio @i of an asynchronous read's fill: the request's, then the readahead ones. */
+static struct pc_folio *aio_folio(struct pc_aio *aio, int i)
+{
+	return i < aio->rd->nr_folios ? aio->rd->folios[i] : aio->ra[i - aio->rd->nr_folios];
+}
+
+static void aio_put_ra(struct pc_aio *aio)
+{
 	int i;
 
-	if (!rd)
-		return -ENOMEM;
-	while (done < len) {
-		char *dst = (char *)buf + done;
+	for (i = 0; i < aio->nr_ra; i++)
+		folio_put(aio->ra[i]);
+	aio->nr_ra = 0;
+}
 
-		ret = pc_read_begin(dev, rd, len - done, pos + done);
-		if (ret <= 0)
-			break;
-		for (i = 0; i < rd->iovcnt; i++) {
-			memcpy(dst, rd->iov[i].iov_base, rd->iov[i].iov_len);
-			dst += rd->iov[i].iov_len;
+/* An asynchronous fill ended: the blocks turn uptodate, the holds go, the reply. */
+static void read_fill_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	struct pc_dev *dev = aio->dev;
+	int err = pc_batch_err(b), n = aio->rd->nr_folios + aio->nr_ra, i;
+	uint32_t b0, b1;
+
+	for (i = 0; i < n; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+		size_t up;
+
+		if (!(aio->need[i / 64] & (1ul << (i % 64))))
+			continue;
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		pthread_mutex_lock(&f->lock);
+		if (!err) {
+			up = bm_set_range(f->state, b0, b1 - b0 + 1);
+			__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 		}
-		pc_read_end(rd);
-		done += (size_t)ret;
+		folio_excl_end_locked(f);
+		pthread_mutex_unlock(&f->lock);
 	}
-	free(rd);
-	return done ? (ssize_t)done : ret;
+	if (!err && aio->fill_pos + aio->fill_len > aio->pos + aio->len)
+		STAT_ADD(dev, readahead_bytes, aio->fill_pos + aio->fill_len - aio->pos - aio->len);
+	aio_put_ra(aio);
+	if (err) {
+		STAT_ADD(dev, read_errors, 1);
+		pc_read_end(aio->rd);
+		aio->done(aio, err);
+		return;
+	}
+	read_iov_build(dev, aio->rd, aio->len, aio->pos);
+	aio->done(aio, (ssize_t)aio->len);
+}
+
+/*
+ * Fill the missing blocks of an asynchronous read's folios without waiting
+ * (rule R3): every exclusive hold is tried, not waited for; a folio held
+ * by someone, a partial block to complete, or more read runs than the aio
+ * has room for, and it backs off with -EAGAIN (everything released, for a
+ * worker to do it the blocking way). Returns 0 when it ended here (nothing
+ * was missing), 1 when the reads are in flight (read_fill_end() replies).
+ */
+static int read_fill_async(struct pc_dev *dev, struct pc_aio *aio)
+{
+	struct { uint64_t pos, len; int iov; } run[PC_AIO_IOV];
+	int n = aio->rd->nr_folios + aio->nr_ra, i, j, nr_run = 0, iovcnt = 0;
+	uint32_t b0, b1, b, e, hits = 0, misses = 0;
+	bool busy = false;
+
+	memset(aio->need, 0, sizeof(aio->need));
+	for (i = 0; i < n && !busy; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+		size_t up;
+
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		pthread_mutex_lock(&f->lock);
+		up = bm_count(f->state, b0, b1 - b0 + 1);
+		if (up != b1 - b0 + 1) {
+			if (f->excl || f->users || f->nr_part) {
+				busy = true;
+			} else {
+				f->excl = true;
+				aio->need[i / 64] |= 1ul << (i % 64);
+			}
+		}
+		pthread_mutex_unlock(&f->lock);
+		if (i < aio->rd->nr_folios)
+			hits += (uint32_t)up;
+	}
+	/* runs of missing blocks; under excl the uptodate bits cannot change */
+	for (i = 0; i < n && !busy; i++) {
+		struct pc_folio *f = aio_folio(aio, i);
+
+		if (!(aio->need[i / 64] & (1ul << (i % 64))))
+			continue;
+		folio_block_span(dev, f, aio->fill_pos, aio->fill_len, &b0, &b1);
+		for (b = b0; b <= b1 && !busy; b = e) {
+			uint64_t p;
+
+			/* the dirty bits in the same words change under the lock */
+			pthread_mutex_lock(&f->lock);
+			b = (uint32_t)bm_find(f->state, b, b1 + 1, false);
+			e = (uint32_t)bm_find(f->state, b, b1 + 1, true);
+			pthread_mutex_unlock(&f->lock);
+			if (b > b1)
+				break;
+			if (iovcnt == PC_AIO_IOV) {
+				busy = true;
+				break;
+			}
+			misses += e - b;
+			p = folio_pos(dev->pc, f) + ((uint64_t)b << dev->cblk_shift);
+			if (!nr_run || run[nr_run - 1].pos + run[nr_run - 1].len != p)
+				run[nr_run++] = (typeof(run[0])){ .pos = p, .len = 0, .iov = iovcnt };
+			aio->iov[iovcnt].iov_base = f->data + ((size_t)b << dev->cblk_shift);
+			aio->iov[iovcnt].iov_len = (size_t)(e - b) << dev->cblk_shift;
+			run[nr_run - 1].len += aio->iov[iovcnt].iov_len;
+			iovcnt++;
+		}
+	}
+	if (busy) {
+		for (i = 0; i < n; i++) {
+			struct pc_folio *f = aio_folio(aio, i);
+
+			if (!(aio->need[i / 64] & (1ul << (i % 64))))
+				continue;
+			pthread_mutex_lock(&f->lock);
+			folio_excl_end_locked(f);
+			pthread_mutex_unlock(&f->lock);
+		}
+		return -EAGAIN;
+	}
+	STAT_ADD(dev, cache_hits, hits);
+	if (!nr_run)
+		return 0;
+	STAT_ADD(dev, cache_misses, misses);
+	pc_batch_init_async(&aio->batch, read_fill_end);
+	for (j = 0; j < nr_run; j++)
+		pc_submit_split(dev, BLK_READ, run[j].pos, run[j].len, aio->iov + run[j].iov,
+				(j + 1 < nr_run ? run[j + 1].iov : iovcnt) - run[j].iov, &aio->batch);
+	pc_batch_done(&aio->batch, 0);	/* the bias: read_fill_end() may run now */
+	return 1;
+}
+
+/*
+ * The non-blocking part of an asynchronous read: pin the folios without
+ * waiting for one, serve it at once when cached, else start the fill.
+ * Returns 0 (served: the caller replies), 1 (in flight), -EAGAIN (nothing
+ * held: punt it).
+ */
+static int read_try(struct pc_dev *dev, struct pc_aio *aio)
+{
+	struct pc_cache *pc = dev->pc;
+	struct pc_read *rd = aio->rd;
+	uint64_t first = aio->pos >> pc->folio_shift;
+	uint64_t last = (aio->pos + aio->len - 1) >> pc->folio_shift, i;
+	uint64_t end = aio->pos + aio->len, ra, ra_end;
+	int err = 0, ret;
+
+	for (i = first; i <= last; i++) {
+		struct pc_folio *f = folio_get_or_create(dev, i, false, &err);
+
+		if (!f) {
+			pc_read_end(rd);
+			return -EAGAIN;
+		}
+		rd->folios[rd->nr_folios++] = f;
+	}
+	aio->fill_pos = aio->pos;
+	aio->fill_len = aio->len;
+	ra = __atomic_load_n(&dev->read_ahead, __ATOMIC_RELAXED);
+	if (folios_uptodate(dev, rd->folios, rd->nr_folios, aio->pos, aio->len)) {
+		STAT_ADD(dev, cache_hits, ((end - 1) >> dev->cblk_shift) -
+					  (aio->pos >> dev->cblk_shift) + 1);
+		read_iov_build(dev, rd, aio->len, aio->pos);
+		return 0;
+	}
+	if (ra && aio->ra_seq && end < dev->geo.size) {
+		/* never wait for readahead: take what the cache has to spare */
+		ra_end = end + ra < dev->geo.size ? end + ra : dev->geo.size;
+		for (i = last + 1; i <= (ra_end - 1) >> pc->folio_shift && aio->nr_ra < PC_AIO_RA; i++) {
+			struct pc_folio *f = folio_get_or_create(dev, i, false, &err);
+
+			if (!f)
+				break;
+			aio->ra[aio->nr_ra++] = f;
+		}
+		if (aio->nr_ra) {
+			uint64_t lim = (aio->ra[aio->nr_ra - 1]->index + 1) << pc->folio_shift;
+
+			aio->fill_len = (lim < ra_end ? lim : ra_end) - aio->pos;
+		}
+	}
+	ret = read_fill_async(dev, aio);
+	if (ret < 0) {
+		aio_put_ra(aio);
+		pc_read_end(rd);
+		return ret;
+	}
+	if (!ret)
+		read_iov_build(dev, rd, aio->len, aio->pos);	/* filled by someone meanwhile */
+	return ret;
+}
+
+void pc_read_async(struct pc_dev *dev, struct pc_aio *aio, struct pc_read *rd, size_t len,
+		   uint64_t pos)
+{
+	int ret;
+
+	rd->iovcnt = 0;
+	rd->nr_folios = 0;
+	len = read_clamp(dev, len, pos);
+	if (!len) {
+		aio->done(aio, 0);
+		return;
+	}
+	STAT_ADD(dev, user_reads, 1);
+	STAT_ADD(dev, user_read_bytes, len);
+	pc_aio_init(aio, dev, PC_AIO_READ, pos, len);
+	aio->rd = rd;
+	aio->ra_seq = read_is_seq(dev, pos, len);
+	ret = read_try(dev, aio);
+	if (ret == -EAGAIN)
+		pc_punt(aio);
+	else if (!ret)
+		aio->done(aio, (ssize_t)len);
 }
 
 /* --------------------------------------------------------- direct I/O */
@@ -1592,19 +2011,50 @@ static bool needs_bounce(const struct pc_dev *dev, const void *buf)
 	return ((uintptr_t)buf & (dev->geo.dma_align - 1)) != 0;
 }
 
-ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
+/*
+ * Is any folio of [pos, pos+len) cached, and is one of them dirty or under
+ * writeback (*dirty)? Without allocating or waiting, for the non-blocking
+ * direct I/O paths; a range too long to look at folio by folio counts as
+ * both.
+ */
+static bool range_cached(struct pc_dev *dev, uint64_t pos, uint64_t len, bool *dirty)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	bool cached = false;
+
+	*dirty = false;
+	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios) {
+		pthread_mutex_unlock(&pc->lock);
+		return false;
+	}
+	if (last - first >= 1024) {
+		pthread_mutex_unlock(&pc->lock);
+		*dirty = true;
+		return true;
+	}
+	for (i = first; i <= last && !*dirty; i++) {
+		struct pc_folio *f = folio_find_locked(dev, i);
+
+		if (!f)
+			continue;
+		cached = true;
+		pthread_mutex_lock(&f->lock);
+		*dirty = f->nr_dirty || f->wb_ios;
+		pthread_mutex_unlock(&f->lock);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return cached;
+}
+
+/* The blocking direct write, after the checks: pc_direct_write() and a worker's. */
+static ssize_t direct_write_blocking(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos)
 {
 	struct iovec iov;
 	size_t done = 0;
 	int err;
 
-	err = check_direct(dev, pos, len);
-	if (err)
-		return err;
-	if (pos >= dev->geo.size)
-		return len ? -ENOSPC : 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
 	/* dirty cached data must not land after (and over) this write */
 	err = wb_range(dev, pos, len);
 	if (err)
@@ -1638,19 +2088,12 @@ ssize_t pc_direct_write(struct pc_dev *dev, const void *buf, size_t len, uint64_
 	return done ? (ssize_t)done : err;
 }
 
-ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
+static ssize_t direct_read_blocking(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 {
 	struct iovec iov;
 	size_t done = 0;
 	int err;
 
-	err = check_direct(dev, pos, len);
-	if (err)
-		return err;
-	if (pos >= dev->geo.size || !len)
-		return 0;
-	if (len > dev->geo.size - pos)
-		len = dev->geo.size - pos;
 	err = wb_range(dev, pos, len);
 	if (err)
 		return err;
@@ -1661,8 +2104,10 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 		iov.iov_base = (char *)buf + done;
 		if (bounce) {
 			iov.iov_base = pc_bounce_buf();
-			if (!iov.iov_base)
-				return -ENOMEM;
+			if (!iov.iov_base) {
+				err = -ENOMEM;
+				break;
+			}
 			if (n > PC_READ_MAX)
 				n = PC_READ_MAX;
 		}
@@ -1678,6 +2123,117 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos)
 	}
 	STAT_ADD(dev, direct_read_bytes, done);
 	return done ? (ssize_t)done : err;
+}
+
+static void dwrite_finish(struct pc_aio *aio)
+{
+	if (aio->res > 0)
+		STAT_ADD(aio->dev, direct_write_bytes, (uint64_t)aio->res);
+	aio->done(aio, aio->res);
+}
+
+/* A direct write through: the flush after it (in a worker: rule R1). */
+static ssize_t dwrite_flush(struct pc_aio *aio, ssize_t res)
+{
+	int err;
+
+	if (res <= 0 || !aio_sync_write(aio))
+		return res;
+	err = pc_submit_wait(aio->dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (err) {
+		pc_errseq_set(aio->dev, err);
+		return err;
+	}
+	STAT_ADD(aio->dev, write_through_writes, 1);
+	return res;
+}
+
+/*
+ * An asynchronous direct write ended. Cached copies of the range must go,
+ * and dropping one can wait for a folio's exclusive holder, perhaps a read
+ * whose completion needs this very thread (rule R1): when anything of the
+ * range is cached, a worker does it.
+ */
+static void dwrite_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int err = pc_batch_err(b);
+	bool dirty;
+
+	aio->res = err ? err : (ssize_t)aio->len;
+	if (range_cached(aio->dev, aio->pos, aio->len, &dirty) ||
+	    (aio->res > 0 && aio_sync_write(aio))) {
+		aio->op = PC_AIO_INVAL;
+		pc_punt(aio);
+		return;
+	}
+	dwrite_finish(aio);
+}
+
+static void dread_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int err = pc_batch_err(b);
+
+	if (!err)
+		STAT_ADD(aio->dev, direct_read_bytes, aio->len);
+	aio->done(aio, err ? err : (ssize_t)aio->len);
+}
+
+/* Start a direct I/O over the caller's buffer; @end replies. */
+static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
+			  void (*end)(struct pc_batch *b))
+{
+	aio->iov[0].iov_base = buf;
+	aio->iov[0].iov_len = aio->len;
+	pc_batch_init_async(&aio->batch, end);
+	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
+	pc_submit_split_flags(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
+			      aio->waited ? BLK_IO_WAITED : 0);
+	pc_batch_done(&aio->batch, 0);
+}
+
+void pc_direct_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = check_direct(dev, pos, len);
+	bool dirty;
+
+	if (err || pos >= dev->geo.size || !len) {
+		aio->done(aio, err ? err : len ? -ENOSPC : 0);
+		return;
+	}
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	pc_aio_init(aio, dev, PC_AIO_DWRITE, pos, len);
+	aio->wbuf = buf;
+	/* dirty data to write back first, or a buffer the backend cannot take: a worker's */
+	if (needs_bounce(dev, buf) || (range_cached(dev, pos, len, &dirty) && dirty)) {
+		pc_punt(aio);
+		return;
+	}
+	direct_submit(aio, BLK_WRITE, (void *)buf, dwrite_end);
+}
+
+void pc_direct_read_async(struct pc_dev *dev, struct pc_aio *aio, void *buf, size_t len,
+			  uint64_t pos)
+{
+	int err = check_direct(dev, pos, len);
+	bool dirty;
+
+	if (err || pos >= dev->geo.size || !len) {
+		aio->done(aio, err);
+		return;
+	}
+	if (len > dev->geo.size - pos)
+		len = dev->geo.size - pos;
+	pc_aio_init(aio, dev, PC_AIO_DREAD, pos, len);
+	aio->rbuf = buf;
+	if (needs_bounce(dev, buf) || (range_cached(dev, pos, len, &dirty) && dirty)) {
+		pc_punt(aio);
+		return;
+	}
+	direct_submit(aio, BLK_READ, buf, dread_end);
 }
 
 /* ------------------------------------------------- discard, write-zeroes */
@@ -1823,9 +2379,98 @@ static void folio_drop(struct pc_dev *dev, struct pc_folio *f, void *arg)
 		folio_unpark(dev->pc, f);
 }
 
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size)
+{
+	uint64_t old = dev->geo.size;
+	struct zero_arg a = { .pos = size, .end = old };
+
+	if (!size || size % dev->cblk)
+		return -EINVAL;
+	/* what lies past the new end is gone: blocks whole, since size is cblk-aligned */
+	if (size < old)
+		pc_for_each_folio(dev, size, old - size, folio_zero, &a);
+	dev->geo.size = size;
+	return 0;
+}
+
 void pc_dev_drop_all(struct pc_dev *dev)
 {
 	pc_for_each_folio(dev, 0, dev->geo.size, folio_drop, NULL);
+}
+
+static bool zero_range_ok(const struct pc_dev *dev, uint64_t pos, uint64_t len)
+{
+	return !((pos | len) & (dev->geo.lbs - 1)) && pos <= dev->geo.size &&
+	       len <= dev->geo.size - pos;
+}
+
+/* Discard and zero-range read and write back what their ends cut: always a worker's. */
+static void zero_async(struct pc_dev *dev, struct pc_aio *aio, enum pc_aio_op op, uint64_t pos,
+		       uint64_t len)
+{
+	if (!zero_range_ok(dev, pos, len) || !len) {
+		aio->done(aio, zero_range_ok(dev, pos, len) ? 0 : -EINVAL);
+		return;
+	}
+	pc_aio_init(aio, dev, op, pos, len);
+	pc_punt(aio);
+}
+
+void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len)
+{
+	zero_async(dev, aio, PC_AIO_DISCARD, pos, len);
+}
+
+void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len)
+{
+	zero_async(dev, aio, PC_AIO_ZEROES, pos, len);
+}
+
+/* ------------------------------------------------------------- fsync */
+
+/*
+ * Write every dirty block of @dev, wait for writeback in flight, flush, and
+ * give each of the @n fsyncs @v its result: one pass serves every fsync
+ * that was queued before it began.
+ */
+static void fsync_blocking(struct pc_dev *dev, struct pc_aio **v, int n)
+{
+	int err, ferr, ret, i;
+
+	err = wb_dev(dev, WB_ALL, true);
+	ferr = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
+	if (ferr)
+		pc_errseq_set(dev, ferr);
+	for (i = 0; i < n; i++) {
+		ret = errseq_check_and_advance(dev, v[i]->since);
+		v[i]->done(v[i], ret ? ret : err ? err : ferr);
+	}
+}
+
+static void fsync_flush_end(struct pc_batch *b)
+{
+	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
+	int ferr = pc_batch_err(b), ret;
+
+	if (ferr)
+		pc_errseq_set(aio->dev, ferr);
+	ret = errseq_check_and_advance(aio->dev, aio->since);
+	aio->done(aio, ret ? ret : ferr);
+}
+
+void pc_fsync_async(struct pc_dev *dev, struct pc_aio *aio, pc_errseq_t *since)
+{
+	pc_aio_init(aio, dev, PC_AIO_FSYNC, 0, 0);
+	aio->since = since;
+	if (__atomic_load_n(&dev->dirty_bytes, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&dev->wb_bytes, __ATOMIC_ACQUIRE)) {
+		pc_punt(aio);
+		return;
+	}
+	/* nothing to write or wait for: just the flush */
+	pc_batch_init_async(&aio->batch, fsync_flush_end);
+	pc_submit_nodata(dev, BLK_FLUSH, 0, 0, &aio->batch);
+	pc_batch_done(&aio->batch, 0);
 }
 
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len)
@@ -1838,20 +2483,47 @@ int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	return pc_zero_range(dev, BLK_WRITE_ZEROES, pos, len);
 }
 
-/* ------------------------------------------------------------- fsync */
+/* ------------------------------------------------- punted requests */
 
-int pc_fsync(struct pc_dev *dev, pc_errseq_t *since)
+void pc_aio_run(struct pc_aio **v, int n)
 {
-	int err, ferr, ret;
+	struct pc_aio *aio = v[0];
+	struct pc_dev *dev = aio->dev;
+	int err;
 
-	err = wb_dev(dev, WB_ALL, true);
-	ferr = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);
-	if (ferr)
-		pc_errseq_set(dev, ferr);
-	ret = errseq_check_and_advance(dev, since);
-	if (!ret)
-		ret = err ? err : ferr;
-	return ret;
+	switch (aio->op) {
+	case PC_AIO_READ:
+		aio->done(aio, read_blocking(dev, aio->rd, aio->len, aio->pos, aio->ra_seq));
+		break;
+	case PC_AIO_WRITE:
+		err = write_range(dev, aio->wbuf, aio->len, aio->pos, &aio->progress, false);
+		write_finish(aio, err);
+		break;
+	case PC_AIO_DREAD:
+		aio->done(aio, direct_read_blocking(dev, aio->rbuf, aio->len, aio->pos));
+		break;
+	case PC_AIO_DWRITE:
+		aio->done(aio, dwrite_flush(aio, direct_write_blocking(dev, aio->wbuf, aio->len,
+								       aio->pos)));
+		break;
+	case PC_AIO_INVAL:
+		pc_invalidate_range(dev, aio->pos, aio->len);
+		aio->res = dwrite_flush(aio, aio->res);
+		dwrite_finish(aio);
+		break;
+	case PC_AIO_WSYNC:
+		aio->done(aio, write_sync_blocking(dev, aio->pos, aio->progress, aio->res));
+		break;
+	case PC_AIO_FSYNC:
+		fsync_blocking(dev, v, n);
+		break;
+	case PC_AIO_DISCARD:
+		aio->done(aio, pc_zero_range(dev, BLK_DISCARD, aio->pos, aio->len));
+		break;
+	case PC_AIO_ZEROES:
+		aio->done(aio, pc_zero_range(dev, BLK_WRITE_ZEROES, aio->pos, aio->len));
+		break;
+	}
 }
 
 int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost)

@@ -29,10 +29,51 @@
  * thread that owns the cache, and read atomically anywhere.
  * No mutex is held across a backend submit() or while the caller replies;
  * end_io may run inside submit(), in the submitting thread.
+ *
+ * Asynchronous requests (struct pc_aio, core/aio.c). Threads come in two
+ * kinds:
+ *  - non-blocking: whoever calls a pc_*_async() entry point (a FUSE
+ *    request thread, a ring's queue thread), backend completions (end_io,
+ *    on a backend's or filter's thread or inside submit()), and
+ *    pc_aio.done. They take the mutexes above for short stretches and wait
+ *    for nothing else; the one bounded wait allowed is for another
+ *    writer's shared hold of a folio to end (a memcpy). What would wait
+ *    (a free folio, dirty throttling, a folio held exclusively, a read to
+ *    complete a partial block, writeback before direct I/O, fsync with
+ *    dirty data, discard) is handed to the device's workers instead:
+ *    "punted", with the request's own state, holding nothing.
+ *  - blocking: the device's workers (PC_DEV_WORKERS threads per device),
+ *    the flusher, and callers of the synchronous API (pc_write() and its
+ *    siblings, tools, tests, the final writeback). They may wait for
+ *    anything, but never for a worker of their own device.
+ * Rules, and the cycles each one breaks:
+ *  R1. A completion never waits and never submits I/O; what it needs that
+ *      could wait is punted. Cycle: a direct write completes on the
+ *      backend's thread and invalidates the cached range; the invalidation
+ *      waits for a folio's exclusive hold, held by a read whose completion
+ *      needs that same backend thread (the cycle BENCHMARKS.md warned of).
+ *      Also: a completion submitting into a backend whose queue is freed
+ *      only by completions on that thread.
+ *  R2. A punted request holds no folio reference and no exclusive hold
+ *      while it waits for a worker (only I/O in flight keeps folios, and
+ *      its completion needs no worker). Cycle: a worker waits for a free
+ *      folio, or for a hold, that only a request queued behind it would
+ *      release.
+ *  R3. An exclusive hold taken by a non-blocking thread is taken without
+ *      waiting (try, else punt), and is released by its own completion.
+ *      Cycle: two non-blocking threads each holding one folio and waiting
+ *      for the other's; or a non-blocking thread waiting for a hold whose
+ *      release needs that thread.
+ *  R4. A worker never waits for another item of its device's queue (fsync
+ *      waits for writeback I/O, never for a queued request). Cycle: all
+ *      workers waiting for work that sits behind them in the queue.
+ * How many requests may be in flight is the caller's to bound (fuse/: a
+ * pool of request slots per device, [mount] max_pending).
  */
 #ifndef BLKFS_PCACHE_H
 #define BLKFS_PCACHE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +84,8 @@
 
 struct pc_cache;
 struct pc_dev;
+
+#define PC_MAX_DEVS 64		/* devices one cache serves at once */
 struct pc_folio;
 
 struct pc_cache_params {
@@ -78,6 +121,9 @@ struct pc_stats {
 	uint64_t dropped_bytes;			/* failed writeback dropped (on_error = drop) */
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
+	uint64_t punted_requests;		/* requests handed to the device's workers */
+	uint64_t write_through_writes;		/* writes on stable storage before their reply */
+	uint64_t pool_fallback_allocs;		/* per-I/O state from malloc: the pool was empty */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
 	uint64_t direct_copy_bytes;		/* O_DIRECT bytes copied through an aligned buffer */
 	uint64_t write_hist[PC_HIST_BUCKETS];
@@ -117,12 +163,18 @@ void pc_cache_destroy(struct pc_cache *pc);
  * @cache_block: forced cache block size, 0 = conf_cache_block() rule
  *
  * Returns: the device or ERR_PTR(-EINVAL) if the geometry does not fit the
- * cache (folio smaller than the cache block).
+ * cache (folio smaller than the cache block), ERR_PTR(-ENOSPC) when the
+ * cache serves PC_MAX_DEVS devices already. May be called while the cache
+ * serves other devices (the flusher running).
  */
 struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 			  struct blk_backend *be, uint32_t cache_block);
 
-/** pc_dev_remove - drop a device's folios (write nothing) and free it. */
+/**
+ * pc_dev_remove - drop a device's folios (write nothing) and free it. The
+ * caller has ended every request of the device (none in flight, none to
+ * come); the other devices keep being served meanwhile.
+ */
 void pc_dev_remove(struct pc_dev *dev);
 
 const char *pc_dev_name(const struct pc_dev *dev);
@@ -149,6 +201,15 @@ uint32_t pc_dev_max_io(const struct pc_dev *dev);
  *	true: it is dropped and counted. The next fsync reports the error either way.
  */
 void pc_dev_set_policy(struct pc_dev *dev, bool rmw_device, bool on_error_drop);
+
+/**
+ * pc_dev_set_write_through - the device's write cache, as the kernel's
+ * queue/write_cache: false ("write back"): a completed write may be
+ * volatile until a flush; true ("write through"): every write is written
+ * back and flushed before its completion, as a write with @fua is either way.
+ */
+void pc_dev_set_write_through(struct pc_dev *dev, bool on);
+bool pc_dev_write_through(const struct pc_dev *dev);
 
 /**
  * pc_dev_set_read_ahead - bytes a sequential reader gets fetched ahead of
@@ -232,6 +293,100 @@ ssize_t pc_direct_read(struct pc_dev *dev, void *buf, size_t len, uint64_t pos);
  */
 int pc_discard(struct pc_dev *dev, uint64_t pos, uint64_t len);
 int pc_write_zeroes(struct pc_dev *dev, uint64_t pos, uint64_t len);
+
+/* ----------------------------------------------------- asynchronous forms */
+
+enum pc_aio_op {
+	PC_AIO_READ,		/* pc_read_async */
+	PC_AIO_WRITE,		/* pc_write_async */
+	PC_AIO_DREAD,		/* pc_direct_read_async */
+	PC_AIO_DWRITE,		/* pc_direct_write_async */
+	PC_AIO_FSYNC,		/* pc_fsync_async */
+	PC_AIO_DISCARD,		/* pc_discard_async */
+	PC_AIO_ZEROES,		/* pc_write_zeroes_async */
+	PC_AIO_INVAL,		/* core's own: a direct write's invalidation, punted */
+	PC_AIO_WSYNC,		/* core's own: a write through: its range to the device, a flush */
+};
+
+#define PC_AIO_IOV 32		/* read runs an asynchronous fill can have */
+#define PC_AIO_RA 32		/* readahead folios an asynchronous read can take */
+
+/* A set of I/Os someone waits for (synchronously) or that ends in a callback. */
+struct pc_batch {
+	pthread_mutex_t lock;	/* synchronous batches: pending and err */
+	pthread_cond_t cond;
+	int pending;		/* atomic in asynchronous batches */
+	int err;		/* the first error */
+	void (*end)(struct pc_batch *b);	/* NULL: synchronous (pc_batch_wait) */
+};
+
+/*
+ * One asynchronous request (struct kiocb in spirit). The caller sets
+ * @done and @waited, keeps the struct and the buffers it names alive until
+ * @done has run, and calls one pc_*_async() entry point. @done runs exactly
+ * once, with bytes (or 0) or -errno, from any thread: possibly inside the
+ * entry point, a backend completion, or a device worker (pcache.h's rules:
+ * it must not wait). Everything below @waited is core's.
+ */
+struct pc_aio {
+	void (*done)(struct pc_aio *aio, ssize_t res);
+	bool waited;			/* the caller sleeps until done: a backend may
+					 * do the I/O in its thread (BLK_IO_WAITED) */
+	bool fua;			/* WRITE, DWRITE: on stable storage before done
+					 * (O_DSYNC, O_SYNC: a disk's FUA) */
+
+	/* private to core/ */
+	struct pc_dev *dev;
+	enum pc_aio_op op;
+	uint64_t pos;
+	size_t len;
+	size_t progress;		/* WRITE: bytes in the cache so far */
+	const void *wbuf;		/* WRITE, DWRITE */
+	void *rbuf;			/* DREAD */
+	struct pc_read *rd;		/* READ */
+	pc_errseq_t *since;		/* FSYNC */
+	ssize_t res;			/* DWRITE: the write's result, before invalidating */
+	struct pc_aio *next;		/* the device's work queue */
+	struct pc_batch batch;		/* the I/O in flight for it */
+	struct iovec iov[PC_AIO_IOV];
+	bool ra_seq;			/* READ: sequential (readahead applies) */
+	uint64_t fill_pos, fill_len;	/* READ: what the fill covers (readahead too) */
+	int nr_ra;
+	struct pc_folio *ra[PC_AIO_RA];
+	unsigned long need[(PC_READ_IOV + PC_AIO_RA + 63) / 64];	/* folios being filled */
+};
+
+/**
+ * pc_read_async - pc_read_begin() without waiting: @rd holds the result
+ * when @aio->done runs with bytes > 0; the caller replies from @rd->iov,
+ * then calls pc_read_end(@rd).
+ */
+void pc_read_async(struct pc_dev *dev, struct pc_aio *aio, struct pc_read *rd, size_t len,
+		   uint64_t pos);
+/** pc_write_async - pc_write() without waiting; @buf must live until done. */
+void pc_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+		    uint64_t pos);
+/** pc_direct_read_async, pc_direct_write_async - the O_DIRECT forms; @buf lives until done. */
+void pc_direct_read_async(struct pc_dev *dev, struct pc_aio *aio, void *buf, size_t len,
+			  uint64_t pos);
+void pc_direct_write_async(struct pc_dev *dev, struct pc_aio *aio, const void *buf, size_t len,
+			   uint64_t pos);
+/** pc_fsync_async - pc_fsync() without waiting; *@since is advanced before done runs. */
+void pc_fsync_async(struct pc_dev *dev, struct pc_aio *aio, pc_errseq_t *since);
+/** pc_discard_async, pc_write_zeroes_async - done gets 0 or -errno. */
+void pc_discard_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
+void pc_write_zeroes_async(struct pc_dev *dev, struct pc_aio *aio, uint64_t pos, uint64_t len);
+
+/**
+ * pc_dev_set_size - the device's size changed (its backend was resized)
+ * @size: the new size, a multiple of the cache block (pc_dev_cache_block())
+ *
+ * A shrink drops what the cache holds past the new end, dirty or not.
+ * Locking: the caller has quiesced the device (no request in flight or to
+ * come until this returns): the size is read unlocked on every request.
+ * Returns: 0 or -EINVAL (nothing changed).
+ */
+int pc_dev_set_size(struct pc_dev *dev, uint64_t size);
 
 /**
  * pc_dev_drop_all - forget every cached block of @dev without writing it

@@ -67,6 +67,27 @@ struct pc_folio {
 	char *data;			/* folio_size bytes of pool memory */
 };
 
+/* A bounded pool of same-size objects taken once (submit.c). */
+struct pc_pool {
+	pthread_mutex_t lock;
+	void *free;		/* lock: a list through each object's first word */
+	char *mem;
+	size_t size;
+	uint32_t nr;
+	uint64_t fallback;	/* atomic: taken from malloc instead */
+};
+
+#define PC_SIO_IOV 32		/* slices a pooled submission I/O holds */
+#define PC_SIO_POOL 256		/* submission I/Os per device in the pool */
+#define PC_WB_POOL 64		/* writeback I/Os per device in the pool */
+
+/*
+ * Threads per device for punted requests (pcache.h's rules: they may wait).
+ * Several, so that an fsync writing back does not hold up a throttled
+ * writer or a read that waits for a folio.
+ */
+#define PC_DEV_WORKERS 4
+
 struct pc_dev {
 	struct pc_cache *pc;
 	char *name;
@@ -81,7 +102,8 @@ struct pc_dev {
 	uint32_t hash_bits;
 	struct list_head folios;
 	uint64_t nr_folios;
-	struct list_head node;		/* pc->devs */
+	struct list_head node;		/* pc->devs; empty once removed */
+	uint32_t users;			/* pc_devs_get() holds on it */
 
 	/* protected by err_lock */
 	pthread_mutex_t err_lock;
@@ -98,7 +120,20 @@ struct pc_dev {
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
 	bool rmw_device;		/* set before serving */
+	bool write_through;		/* atomic: queue/write_cache */
 	bool on_error_drop;		/* set before serving */
+
+	/* protected by wq_lock: requests punted to the device's workers (aio.c) */
+	pthread_mutex_t wq_lock;
+	pthread_cond_t wq_cond;
+	struct pc_aio *wq_head, **wq_tail;
+	bool wq_stop;
+	uint32_t wq_busy;		/* workers running an item */
+	int nr_workers;
+	pthread_t workers[PC_DEV_WORKERS];
+
+	struct pc_pool sio_pool;	/* submit.c's per-I/O state */
+	struct pc_pool wb_pool;		/* writeback I/Os */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -112,6 +147,8 @@ struct pc_dev {
 struct pc_cache {
 	pthread_mutex_t lock;
 	pthread_cond_t free_cond;	/* a folio became free or clean; dirty dropped */
+	pthread_cond_t dev_cond;	/* a removed device's last user let go */
+	int nr_devs;
 	struct list_head free, lru, parked;
 	struct list_head devs;
 	uint32_t alloc_waiters;		/* threads waiting for a folio or dirty room */
@@ -208,6 +245,10 @@ char *pc_bounce_buf(void);
 /* Another one, for the reads that complete partial blocks (rmw). */
 char *pc_rmw_buf(void);
 
+/* The devices, each held until pc_devs_put() (at most PC_MAX_DEVS). Takes pc->lock. */
+int pc_devs_get(struct pc_cache *pc, struct pc_dev **v);
+void pc_devs_put(struct pc_cache *pc, struct pc_dev **v, int n);
+
 /* Collect referenced folios of @dev overlapping [pos, pos+len) (all if len == 0), sorted. */
 int pc_collect(struct pc_dev *dev, uint64_t pos, uint64_t len, bool only_dirty_or_wb,
 	       uint64_t older_than_ms, struct pc_folio ***out);
@@ -226,31 +267,53 @@ void wb_kick(struct pc_cache *pc);
 int wb_dev_failing(struct pc_dev *dev);
 /* Without a flusher: write back every device in the caller (see writeback.c). */
 int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
-/* Slow or stop a writer as dirty data nears dirty_limit. Returns 0 or -errno. */
-int wb_balance_dirty(struct pc_dev *dev, bool may_pause);
+/*
+ * Slow or stop a writer as dirty data nears dirty_limit. Returns 0 or
+ * -errno; with @nowait, -EAGAIN where it would pause or wait.
+ */
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait);
 int wb_flusher_start(struct pc_cache *pc);
 void wb_flusher_stop(struct pc_cache *pc);
 
+/* aio.c */
+void pc_aio_init(struct pc_aio *aio, struct pc_dev *dev, enum pc_aio_op op, uint64_t pos,
+		 size_t len);
+/* Hand @aio to its device's workers (rule R2: it holds nothing). */
+void pc_punt(struct pc_aio *aio);
+/* Start and stop a device's workers (pc_dev_add, pc_dev_remove). */
+int pc_workers_start(struct pc_dev *dev);
+void pc_workers_stop(struct pc_dev *dev);
+
 /* pcache.c */
+/* A worker runs punted requests @v (n > 1: fsyncs queued together). */
+void pc_aio_run(struct pc_aio **v, int n);
 void pc_errseq_set(struct pc_dev *dev, int err);
 /* pthread_cond_timedwait() for @ms milliseconds from now. */
 void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
 
 /* submit.c */
-/* A set of I/Os someone waits for. */
-struct pc_batch {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int pending;
-	int err;
-};
-
+int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr);
+void pc_pool_destroy(struct pc_pool *p);
+/* An object of @size bytes, zeroed: from the pool, else from malloc (NULL when neither). */
+void *pc_pool_get(struct pc_pool *p, size_t size);
+void pc_pool_put(struct pc_pool *p, void *obj);
+/* The object the pool of submission I/Os holds. */
+size_t pc_sio_size(void);
+/* writeback.c: a writeback I/O's segments for @max_io, and its size. */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io);
+size_t wb_io_size(uint32_t cap);
 void pc_batch_init(struct pc_batch *b);
+/* An asynchronous batch: @end runs when the last I/O ends; the caller's +1 bias is taken. */
+void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));
+int pc_batch_err(struct pc_batch *b);
 void pc_batch_add(struct pc_batch *b);
 void pc_batch_done(struct pc_batch *b, int res);
 int pc_batch_wait(struct pc_batch *b);
 void pc_batch_destroy(struct pc_batch *b);
 
+/* Submit a FLUSH, DISCARD or WRITE_ZEROES into @batch. */
+void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		      struct pc_batch *batch);
 /* Submit one I/O and wait for it. */
 int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		   const struct iovec *iov, int iovcnt);
@@ -260,6 +323,10 @@ int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t le
  */
 void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		     const struct iovec *iov, int iovcnt, struct pc_batch *batch);
+/* The same with blk_io.flags (BLK_IO_WAITED when the range is one I/O). */
+void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags);
 /* The same, waiting for it. */
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt);

@@ -14,18 +14,113 @@
 #include "log.h"
 #include "pcache_int.h"
 
+/* ------------------------------------------------------------------ pools */
+
+/*
+ * A bounded pool of same-size objects, allocated and touched once (as the
+ * kernel's mempool): the I/O path takes its per-I/O state from here, so
+ * that under memory pressure (a loop device over a device file, reclaim
+ * writing through blkfs) I/O still gets what it needs from what earlier
+ * I/O gives back. An object bigger than the pool's, or one taken while the
+ * pool is empty, comes from malloc instead (counted).
+ */
+int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr)
+{
+	uint32_t i;
+
+	size = (size + 63) & ~(size_t)63;
+	p->mem = calloc(nr, size);	/* calloc touches nothing: memset does */
+	if (!p->mem)
+		return -ENOMEM;
+	memset(p->mem, 0, (size_t)nr * size);
+	pthread_mutex_init(&p->lock, NULL);
+	p->size = size;
+	p->nr = nr;
+	p->free = NULL;
+	for (i = 0; i < nr; i++) {
+		void **obj = (void **)(p->mem + (size_t)i * size);
+
+		*obj = p->free;
+		p->free = obj;
+	}
+	p->fallback = 0;
+	return 0;
+}
+
+void pc_pool_destroy(struct pc_pool *p)
+{
+	if (!p->mem)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p->mem);
+	p->mem = NULL;
+}
+
+void *pc_pool_get(struct pc_pool *p, size_t size)
+{
+	void **obj = NULL;
+
+	if (size <= p->size) {
+		pthread_mutex_lock(&p->lock);
+		obj = p->free;
+		if (obj)
+			p->free = *obj;
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (obj) {
+		memset(obj, 0, size);
+		return obj;
+	}
+	__atomic_add_fetch(&p->fallback, 1, __ATOMIC_RELAXED);
+	return calloc(1, size);
+}
+
+void pc_pool_put(struct pc_pool *p, void *obj)
+{
+	char *c = obj;
+
+	if (c < p->mem || c >= p->mem + (size_t)p->nr * p->size) {
+		free(obj);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	*(void **)obj = p->free;
+	p->free = obj;
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* ---------------------------------------------------------------- batches */
 
+/*
+ * A synchronous batch counts under its mutex, so that its waiter cannot
+ * see it finished and free it while the last pc_batch_done() still holds
+ * it. An asynchronous one (pc_batch_init_async) counts atomically and the
+ * last pc_batch_done() calls ->end instead; its submitter holds a +1 bias
+ * while it submits, so ->end runs once, after the last piece has gone out
+ * and ended (in the submitter, when every piece ended inside submit()).
+ */
 void pc_batch_init(struct pc_batch *b)
 {
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_cond_init(&b->cond, NULL);
 	b->pending = 0;
 	b->err = 0;
+	b->end = NULL;
+}
+
+void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b))
+{
+	b->pending = 1;		/* the submitter's bias */
+	b->err = 0;
+	b->end = end;
 }
 
 void pc_batch_add(struct pc_batch *b)
 {
+	if (b->end) {
+		__atomic_add_fetch(&b->pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
 	pthread_mutex_lock(&b->lock);
 	b->pending++;
 	pthread_mutex_unlock(&b->lock);
@@ -33,6 +128,16 @@ void pc_batch_add(struct pc_batch *b)
 
 void pc_batch_done(struct pc_batch *b, int res)
 {
+	if (b->end) {
+		int zero = 0;
+
+		if (res)
+			__atomic_compare_exchange_n(&b->err, &zero, res, false, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+		if (__atomic_sub_fetch(&b->pending, 1, __ATOMIC_ACQ_REL) == 0)
+			b->end(b);
+		return;
+	}
 	pthread_mutex_lock(&b->lock);
 	if (res && !b->err)
 		b->err = res;
@@ -45,12 +150,19 @@ int pc_batch_wait(struct pc_batch *b)
 {
 	int err;
 
+	assert(!b->end);
 	pthread_mutex_lock(&b->lock);
 	while (b->pending)
 		pthread_cond_wait(&b->cond, &b->lock);
 	err = b->err;
 	pthread_mutex_unlock(&b->lock);
 	return err;
+}
+
+/* The asynchronous batch's first error (read in ->end). */
+int pc_batch_err(struct pc_batch *b)
+{
+	return __atomic_load_n(&b->err, __ATOMIC_ACQUIRE);
 }
 
 void pc_batch_destroy(struct pc_batch *b)
@@ -127,13 +239,21 @@ struct pc_sio {
 	struct iovec iov[];	/* the slice, when split */
 };
 
+size_t pc_sio_size(void)
+{
+	return sizeof(struct pc_sio) + PC_SIO_IOV * sizeof(struct iovec);
+}
+
 static void sio_end_io(struct blk_io *io, int res)
 {
 	struct pc_sio *s = (struct pc_sio *)io;
 
-	acct_end(s->dev, io->op, io->len, s->start_ns, res);
-	pc_batch_done(s->batch, res);
-	free(s);
+	struct pc_dev *dev = s->dev;
+	struct pc_batch *b = s->batch;
+
+	acct_end(dev, io->op, io->len, s->start_ns, res);
+	pc_pool_put(&dev->sio_pool, s);
+	pc_batch_done(b, res);
 }
 
 static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *batch)
@@ -177,7 +297,7 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 			left -= avail < left ? avail : left;
 			cnt++;
 		}
-		s = calloc(1, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
+		s = pc_pool_get(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
 		if (!s) {
 			pc_batch_add(batch);
 			pc_batch_done(batch, -ENOMEM);
@@ -219,6 +339,13 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
 }
 
+void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags);
+}
+
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt)
 {
@@ -232,23 +359,32 @@ int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	return err;
 }
 
+void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+		      struct pc_batch *batch)
+{
+	struct pc_sio *s = pc_pool_get(&dev->sio_pool, sizeof(*s));
+
+	if (!s) {
+		pc_batch_add(batch);
+		pc_batch_done(batch, -ENOMEM);
+		return;
+	}
+	s->io.op = op;
+	s->io.pos = pos;
+	s->io.len = len;
+	sio_submit(dev, s, batch);
+}
+
 int pc_submit_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		   const struct iovec *iov, int iovcnt)
 {
 	struct pc_batch batch;
-	struct pc_sio *s;
 	int err;
 
 	if (op == BLK_READ || op == BLK_WRITE)
 		return pc_submit_split_wait(dev, op, pos, len, iov, iovcnt);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->io.op = op;
-	s->io.pos = pos;
-	s->io.len = len;
 	pc_batch_init(&batch);
-	sio_submit(dev, s, &batch);
+	pc_submit_nodata(dev, op, pos, len, &batch);
 	err = pc_batch_wait(&batch);
 	pc_batch_destroy(&batch);
 	return err;

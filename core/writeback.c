@@ -20,7 +20,6 @@
 #include "log.h"
 #include "pcache_int.h"
 
-#define CONF_MAX_DEVS_SNAPSHOT 64	/* devices wb_all_sync() looks at */
 
 /* ------------------------------------------------------------ writeback */
 
@@ -53,17 +52,26 @@ struct wb_builder {
 
 static void wb_end_io(struct blk_io *io, int res);
 
+/* Segments a writeback I/O of @max_io bytes can have (a run across folios). */
+uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io)
+{
+	return (uint32_t)(max_io / dev->pc->folio_size) + 2;
+}
+
+size_t wb_io_size(uint32_t cap)
+{
+	return sizeof(struct wb_io) + cap * (sizeof(struct wb_seg) + sizeof(struct iovec));
+}
+
 static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
-	int cap = (int)(max_io / dev->pc->folio_size) + 2;
-	struct wb_io *w;
+	uint32_t cap = wb_io_cap(dev, max_io);
+	struct wb_io *w = pc_pool_get(&dev->wb_pool, wb_io_size(cap));
 
-	w = malloc(sizeof(*w) + (size_t)cap * (sizeof(struct wb_seg) + sizeof(struct iovec)));
 	if (!w)
 		return NULL;
-	memset(w, 0, sizeof(*w));
 	w->dev = dev;
-	w->cap = cap;
+	w->cap = (int)cap;
 	w->iov = (struct iovec *)(w + 1);
 	w->segs = (struct wb_seg *)(w->iov + cap);
 	w->io.op = BLK_WRITE;
@@ -224,6 +232,7 @@ static void wb_end_io(struct blk_io *io, int res)
 {
 	struct wb_io *w = io->private;
 	struct pc_dev *dev = w->dev;
+	struct pc_batch *batch;
 	int i;
 
 	for (i = 0; i < w->nsegs; i++) {
@@ -247,9 +256,10 @@ static void wb_end_io(struct blk_io *io, int res)
 	}
 	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	wb_note_result(dev, w->io.pos, w->io.len, res);
-	if (w->batch)
-		pc_batch_done(w->batch, res);
-	free(w);
+	batch = w->batch;
+	pc_pool_put(&dev->wb_pool, w);
+	if (batch)
+		pc_batch_done(batch, res);
 }
 
 /*
@@ -649,15 +659,9 @@ static uint64_t stuck_dirty_bytes(struct pc_cache *pc)
  */
 int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 {
-	struct pc_dev *devs[CONF_MAX_DEVS_SNAPSHOT];
-	struct list_head *pos, *n;
-	int nr = 0, i, err = 0, ret;
+	struct pc_dev *devs[PC_MAX_DEVS];
+	int nr = pc_devs_get(pc, devs), i, err = 0, ret;
 
-	pthread_mutex_lock(&pc->lock);
-	list_for_each_safe(pos, n, &pc->devs)
-		if (nr < CONF_MAX_DEVS_SNAPSHOT)
-			devs[nr++] = list_entry(pos, struct pc_dev, node);
-	pthread_mutex_unlock(&pc->lock);
 	*bytes = 0;
 	for (i = 0; i < nr; i++) {
 		uint64_t b = 0;
@@ -669,6 +673,7 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 		if (ret && devs[i] == dev && !err)
 			err = ret;
 	}
+	pc_devs_put(pc, devs, nr);
 	return err;
 }
 
@@ -691,7 +696,7 @@ void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
  * at the background level. A device whose writeback keeps failing gets its
  * errno instead of a wait that could last forever.
  */
-int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
+int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 {
 	struct pc_cache *pc = dev->pc;
 	uint64_t dirty;
@@ -714,9 +719,12 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 			 * instead of running into the limit and stopping.
 			 */
 			if (may_pause && dirty > setpoint &&
-			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
+			    __atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
+				if (nowait)
+					return -EAGAIN;
 				usleep((useconds_t)(200 + 9800 * (dirty - setpoint) /
 						   (pc->dirty_limit - setpoint + 1)));
+			}
 			return 0;
 		}
 		err = wb_dev_failing(dev);
@@ -727,6 +735,10 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause)
 		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
 			pthread_mutex_unlock(&pc->lock);
 			return 0;
+		}
+		if (nowait) {
+			pthread_mutex_unlock(&pc->lock);
+			return -EAGAIN;
 		}
 		if (!__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE)) {
 			uint64_t bytes;
@@ -769,12 +781,12 @@ static bool under_pressure(struct pc_cache *pc)
 /* One pass over every device; returns bytes submitted. */
 static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 {
-	struct list_head *pos, *n;
+	struct pc_dev *devs[PC_MAX_DEVS];
 	uint64_t total = 0, now = blk_now_ms();
+	int nr = pc_devs_get(pc, devs), i;
 
-	/* the device list does not change while the flusher runs */
-	list_for_each_safe(pos, n, &pc->devs) {
-		struct pc_dev *dev = list_entry(pos, struct pc_dev, node);
+	for (i = 0; i < nr; i++) {
+		struct pc_dev *dev = devs[i];
 		uint64_t bytes = 0, retry;
 		int failing;
 
@@ -794,6 +806,7 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 		(void)wb_dev_bytes(dev, pressure ? WB_ALL : WB_EXPIRED, false, &bytes);
 		total += bytes;
 	}
+	pc_devs_put(pc, devs, nr);
 	return total;
 }
 

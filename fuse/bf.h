@@ -8,11 +8,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "../core/conf.h"
 #include "../core/pcache.h"
+
+struct bf_req;
 
 struct bf_dev {
 	struct bf_daemon *d;
@@ -25,7 +28,20 @@ struct bf_dev {
 	uint64_t ino;
 	uid_t uid;			/* owner of the device file */
 	gid_t gid;
+
+	/* requests in flight: a pool of max_pending slots (daemon.c) */
+	pthread_mutex_t req_lock;
+	pthread_cond_t req_cond;
+	struct bf_req *reqs;		/* the slots */
+	struct bf_req *req_free;	/* req_lock */
+	uint32_t req_in_use;		/* req_lock */
+	uint32_t req_peak;		/* req_lock: the most ever in use at once */
+	uint32_t req_waiters;		/* req_lock */
+	uint64_t req_waits;		/* req_lock: requests that waited for a slot */
+	uint32_t req_slots;
 };
+
+#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 
 #define BF_ROOT_INO 1
 #define BF_SYS_INO (1u << 20)	/* .sys nodes: BF_SYS_INO + index in d->nodes */
@@ -113,6 +129,40 @@ int bf_rawio_show(char *buf, size_t len);
  * the reply is sent).
  */
 const char *bf_rawio_write_data(const char *buf);
+/*
+ * bf_rawio_req_buf - the handling thread's page-aligned receive buffer
+ * (BF_MAX_WRITE bytes and more): a READ's reply data may be put there.
+ * For a request that came on the ring, its entry's payload buffer (a
+ * reply from there is committed without a copy; the request's own payload
+ * is there, so only a handler done with it, such as READ's, uses this).
+ * NULL without memory.
+ */
+char *bf_rawio_req_buf(void);
+/* Is @data in the handling thread's receive buffer (bf_rawio_keep() takes it without a copy)? */
+bool bf_rawio_in_thread_buf(const char *data, size_t len);
+/*
+ * bf_rawio_keep - the request being handled in this thread outlives its
+ * handler, and its data at *@data (@len bytes: a WRITE's data, or the
+ * bf_rawio_req_buf() buffer) must stay. The receive buffer goes with the
+ * request (the thread receives into another from now on), or the data is
+ * copied when it is not there (*@data then points at the copy). Returns
+ * the buffer to give back with bf_rawio_release() when the request is
+ * done, NULL when there is none to give back (a ring request: its data
+ * stays in its entry until the reply), or ERR_PTR(-ENOMEM).
+ */
+char *bf_rawio_keep(const char **data, size_t len);
+void bf_rawio_release(char *buf);
+/* Receive buffers held by requests now, and requests that ever kept one. */
+void bf_rawio_stats(uint64_t *kept, uint64_t *kept_total);
+
+/* The pool of @n request slots of @bd ([mount] max_pending); 0 or -ENOMEM. */
+int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
+void bf_dev_reqs_destroy(struct bf_dev *bd);
+/* Wait until every request of every device has been answered. */
+void bf_drain(struct bf_daemon *d);
+/* Requests of @bd in flight now and at most so far, requests that waited for a slot, the slots. */
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
+		      uint64_t *slots);
 
 /* sysfs.c */
 int bf_sys_build(struct bf_daemon *d);

@@ -5,6 +5,7 @@
  * session (multithreaded, 1 MiB requests, direct mode with shared mmap
  * allowed), and the final writeback when the mount goes away.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -19,19 +20,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../core/list.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
 
 #define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
-#define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
-#define BF_MAX_BACKGROUND 64	/* async direct I/O (fio libaio) queues this deep */
+#define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
 #endif
 
 /* One open device file, or .sys attribute. */
 struct bf_file {
+	struct list_head node_open;	/* open_files: freed at exit if never released */
 	struct bf_dev *dev;
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
@@ -41,6 +43,46 @@ struct bf_file {
 };
 
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
+
+/*
+ * Every open file, so that the handles of files still open when the
+ * daemon exits (the kernel sends no RELEASE for them then) are freed.
+ */
+static pthread_mutex_t open_files_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct list_head open_files = LIST_HEAD_INIT(open_files);	/* open_files_lock */
+
+static struct bf_file *file_alloc(size_t extra)
+{
+	struct bf_file *f = calloc(1, sizeof(*f) + extra);
+
+	if (!f)
+		return NULL;
+	pthread_mutex_lock(&open_files_lock);
+	list_add_tail(&f->node_open, &open_files);
+	pthread_mutex_unlock(&open_files_lock);
+	return f;
+}
+
+static void file_free(struct bf_file *f)
+{
+	pthread_mutex_lock(&open_files_lock);
+	list_del_init(&f->node_open);
+	pthread_mutex_unlock(&open_files_lock);
+	free(f);
+}
+
+/* The handles the kernel never released (files open at exit). */
+static void files_free_all(void)
+{
+	struct list_head *pos, *n;
+
+	pthread_mutex_lock(&open_files_lock);
+	list_for_each_safe(pos, n, &open_files) {
+		list_del_init(pos);
+		free(list_entry(pos, struct bf_file, node_open));
+	}
+	pthread_mutex_unlock(&open_files_lock);
+}
 
 static struct bf_daemon *bf_of(fuse_req_t req)
 {
@@ -181,7 +223,15 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			goto out_close;
 		}
 		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
+		pc_dev_set_write_through(bd->pc, bd->cd->write_through);
 		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
+		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
+		if (ret) {
+			snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
+				 "slots for %s", d->conf.file, d->conf.mount.max_pending,
+				 bd->cd->name);
+			goto out_close;
+		}
 	}
 	ret = bf_sys_build(d);
 	if (ret) {
@@ -208,6 +258,7 @@ void bf_close_devices(struct bf_daemon *d)
 		if (bd->pc)
 			pc_dev_remove(bd->pc);
 		bd->pc = NULL;
+		bf_dev_reqs_destroy(bd);
 	}
 	if (d->pc)
 		pc_cache_destroy(d->pc);
@@ -258,6 +309,14 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 
 /* --------------------------------------------------------------- session */
 
+/* Every device's request slots together, as the kernel's u16 allows. */
+static unsigned bf_max_background(const struct bf_daemon *d)
+{
+	uint64_t n = (uint64_t)d->conf.mount.max_pending * (uint64_t)(d->nr_devs ? d->nr_devs : 1);
+
+	return n < BF_MIN_BACKGROUND ? BF_MIN_BACKGROUND : n > 65535 ? 65535 : (unsigned)n;
+}
+
 static void bf_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct bf_daemon *d = userdata;
@@ -279,8 +338,14 @@ static void bf_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ASYNC_DIO;
 	conn->max_write = BF_MAX_WRITE;
 	conn->max_read = 0;
-	conn->max_background = BF_MAX_BACKGROUND;
-	conn->congestion_threshold = BF_MAX_BACKGROUND * 3 / 4;
+	/*
+	 * The kernel holds back asynchronous requests (libaio O_DIRECT, readahead)
+	 * past max_background for the whole mount: sized to every device's
+	 * slots together, so that requests parked on one slow device never
+	 * keep another's waiting in the kernel.
+	 */
+	conn->max_background = bf_max_background(d);
+	conn->congestion_threshold = conn->max_background * 3 / 4;
 }
 
 static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -382,7 +447,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	f = calloc(1, sizeof(*f) + BF_SYS_BUF);
+	f = file_alloc(BF_SYS_BUF);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -391,7 +456,7 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
 		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
 		if (len < 0) {
-			free(f);
+			file_free(f);
 			fuse_reply_err(req, -len);
 			return;
 		}
@@ -418,7 +483,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
 		return;
 	}
-	f = calloc(1, sizeof(*f));
+	f = file_alloc(0);
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -429,7 +494,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * would believe the device empty after O_TRUNC and keep believing
 		 * it. Refused rather than ignored (README: kernel_cache).
 		 */
-		free(f);
+		file_free(f);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -461,7 +526,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	free((struct bf_file *)(uintptr_t)fi->fh);
+	file_free((struct bf_file *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -470,36 +535,230 @@ static struct bf_file *file_of(struct fuse_file_info *fi)
 	return (struct bf_file *)(uintptr_t)fi->fh;
 }
 
-/* Per-thread buffer for O_DIRECT reads (pool-like: touched once, reused). */
-static pthread_key_t dbuf_key;
-static pthread_once_t dbuf_once = PTHREAD_ONCE_INIT;
+/* --------------------------------------------------- requests in flight */
 
-static void dbuf_key_init(void)
+/*
+ * One request of a device file on its way: a slot of the device's pool of
+ * [mount] max_pending, the block layer's tag. The handler starts the
+ * cache's asynchronous form and returns to receive the next request; the
+ * reply comes from the completion (pc_aio.done), in whatever thread that
+ * runs (pcache.h's rules). A request whose data sits in the receiving
+ * thread's buffer (a WRITE's data, a direct READ's destination) takes that
+ * buffer along when it is still running as its handler returns
+ * (bf_rawio_keep), so the thread receives into another one.
+ */
+enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
+
+struct bf_req {
+	struct pc_aio aio;	/* first: the completion finds the slot from it */
+	struct bf_dev *bd;
+	fuse_req_t req;
+	char *data;		/* direct READ: the reply's data */
+	char *kept;		/* a receive buffer this request holds */
+	int state;		/* atomic: REQ_* */
+	struct bf_req *next;	/* bd->req_free */
+	struct pc_read rd;
+};
+
+int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 {
-	pthread_key_create(&dbuf_key, free);
+	uint32_t i;
+
+	bd->reqs = calloc(n, sizeof(*bd->reqs));
+	if (!bd->reqs)
+		return -ENOMEM;
+	pthread_mutex_init(&bd->req_lock, NULL);
+	pthread_cond_init(&bd->req_cond, NULL);
+	for (i = 0; i < n; i++) {
+		bd->reqs[i].bd = bd;
+		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
+	}
+	bd->req_free = bd->reqs;
+	bd->req_slots = n;
+	return 0;
 }
 
-static char *direct_buf(void)
+void bf_dev_reqs_destroy(struct bf_dev *bd)
 {
-	char *b;
+	if (!bd->reqs)
+		return;
+	assert(!bd->req_in_use);
+	pthread_mutex_destroy(&bd->req_lock);
+	pthread_cond_destroy(&bd->req_cond);
+	free(bd->reqs);
+	bd->reqs = NULL;
+}
 
-	pthread_once(&dbuf_once, dbuf_key_init);
-	b = pthread_getspecific(dbuf_key);
-	if (!b) {
-		if (posix_memalign((void **)&b, 65536, BF_MAX_WRITE))
-			return NULL;
-		memset(b, 0, BF_MAX_WRITE);
-		pthread_setspecific(dbuf_key, b);
+void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
+		      uint64_t *slots)
+{
+	pthread_mutex_lock(&bd->req_lock);
+	*in_flight = bd->req_in_use;
+	*peak = bd->req_peak;
+	*waits = bd->req_waits;
+	*slots = bd->req_slots;
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * A slot, waiting for one when all are taken, as the block layer waits for
+ * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
+ */
+static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
+			      void (*done)(struct pc_aio *aio, ssize_t res))
+{
+	struct bf_req *r;
+
+	pthread_mutex_lock(&bd->req_lock);
+	if (!bd->req_free)
+		bd->req_waits++;
+	while (!bd->req_free) {
+		bd->req_waiters++;
+		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		bd->req_waiters--;
 	}
-	return b;
+	r = bd->req_free;
+	bd->req_free = r->next;
+	if (++bd->req_in_use > bd->req_peak)
+		bd->req_peak = bd->req_in_use;
+	pthread_mutex_unlock(&bd->req_lock);
+	r->req = req;
+	r->data = NULL;
+	r->kept = NULL;
+	r->state = REQ_RUNNING;
+	r->aio.done = done;
+	r->aio.waited = false;
+	r->aio.fua = false;
+	return r;
+}
+
+static void req_put(struct bf_req *r)
+{
+	struct bf_dev *bd = r->bd;
+
+	if (r->kept)
+		bf_rawio_release(r->kept);
+	r->kept = NULL;
+	pthread_mutex_lock(&bd->req_lock);
+	r->next = bd->req_free;
+	bd->req_free = r;
+	bd->req_in_use--;
+	/* a receiving thread waits for a slot, or bf_drain() for the last one */
+	if (bd->req_waiters || !bd->req_in_use)
+		pthread_cond_broadcast(&bd->req_cond);
+	pthread_mutex_unlock(&bd->req_lock);
+}
+
+/*
+ * The handler has started @r and returns. If @r is still running and its
+ * data (@len bytes at @data, or none) is in this thread's receive buffer,
+ * the buffer goes with it. Whichever of this and the completion comes
+ * second frees the slot.
+ */
+static void req_returned(struct bf_req *r, const char *data, size_t len)
+{
+	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
+		req_put(r);
+		return;
+	}
+	if (data && !r->kept && bf_rawio_in_thread_buf(data, len)) {
+		char *k = bf_rawio_keep(&data, len);	/* no copy: cannot fail */
+
+		r->kept = IS_ERR(k) ? NULL : k;
+	}
+	if (__atomic_exchange_n(&r->state, REQ_RETURNED, __ATOMIC_ACQ_REL) == REQ_DONE)
+		req_put(r);
+}
+
+/* The completion has replied. */
+static void req_finish(struct bf_req *r)
+{
+	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
+		req_put(r);
+}
+
+/* Wait until every request of every device has been answered (unmount, exit). */
+void bf_drain(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		if (!bd->reqs)
+			continue;
+		pthread_mutex_lock(&bd->req_lock);
+		while (bd->req_in_use)
+			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		pthread_mutex_unlock(&bd->req_lock);
+	}
+}
+
+static struct bf_req *req_of(struct pc_aio *aio)
+{
+	return (struct bf_req *)aio;
+}
+
+static void reply_result(struct bf_req *r, ssize_t res)
+{
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_err(r->req, 0);
+}
+
+static void read_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0) {
+		fuse_reply_err(r->req, (int)-res);
+	} else if (res == 0) {
+		fuse_reply_buf(r->req, NULL, 0);
+	} else {
+		/* straight from folio memory: the kernel's copy is the only one */
+		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
+		pc_read_end(&r->rd);
+	}
+	req_finish(r);
+}
+
+static void dread_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_buf(r->req, r->data, (size_t)res);
+	req_finish(r);
+}
+
+static void write_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_write(r->req, (size_t)res);
+	req_finish(r);
+}
+
+static void status_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	reply_result(r, res);
+	req_finish(r);
 }
 
 static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	struct pc_read rd;
-	ssize_t ret;
+	struct bf_req *r;
+	char *buf;
 
 	(void)ino;
 	if (off < 0) {
@@ -509,13 +768,13 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (f->node) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
 		size_t n = size < f->len - o ? size : f->len - o;
-		char *buf = direct_buf();
 
 		/*
 		 * Reply from this thread's buffer, not from @f: once the kernel has
 		 * the data, the reader may close and another thread free @f while
 		 * this one is still returning from writev.
 		 */
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -525,39 +784,29 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (f->direct) {
-		char *buf = direct_buf();
-
+		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		ret = pc_direct_read(f->dev->pc, buf, size, (uint64_t)off);
-		if (ret < 0)
-			fuse_reply_err(req, (int)-ret);
-		else
-			fuse_reply_buf(req, buf, (size_t)ret);
+		r = req_get(f->dev, req, dread_done);
+		r->data = buf;
+		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		req_returned(r, buf, size);
 		return;
 	}
-	/* reply straight from folio memory: the kernel's copy is the only one */
-	ret = pc_read_begin(f->dev->pc, &rd, size, (uint64_t)off);
-	if (ret < 0) {
-		fuse_reply_err(req, (int)-ret);
-		return;
-	}
-	if (ret == 0)
-		fuse_reply_buf(req, NULL, 0);
-	else
-		fuse_reply_iov(req, rd.iov, rd.iovcnt);
-	pc_read_end(&rd);
+	r = req_get(f->dev, req, read_done);
+	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
-	ssize_t ret;
+	struct bf_req *r;
 
 	(void)ino;
 	buf = bf_rawio_write_data(buf);
@@ -574,23 +823,39 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			fuse_reply_write(req, size);
 		return;
 	}
+	r = req_get(f->dev, req, write_done);
+	if (!bf_rawio_in_thread_buf(buf, size)) {
+		/* the data is not where the request could take it along: a copy */
+		char *k = bf_rawio_keep(&buf, size);
+
+		if (IS_ERR(k)) {
+			req_put(r);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		r->kept = k;
+	}
+	/*
+	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
+	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
+	 * the reply waits for the data to be on stable storage.
+	 */
+	r->aio.fua = (fi->flags & O_DSYNC) != 0;
 	/*
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
 	 */
 	if (f->direct && !fi->writepage)
-		ret = pc_direct_write(f->dev->pc, buf, size, (uint64_t)off);
+		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	else
-		ret = pc_write(f->dev->pc, buf, size, (uint64_t)off);
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else
-		fuse_reply_write(req, (size_t)ret);
+		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	req_returned(r, buf, size);
 }
 
 static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct bf_file *f = file_of(fi);
+	struct bf_req *r;
 
 	(void)ino;
 	(void)datasync;
@@ -598,7 +863,9 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 		fuse_reply_err(req, 0);
 		return;
 	}
-	fuse_reply_err(req, -pc_fsync(f->dev->pc, &f->since));
+	r = req_get(f->dev, req, status_done);
+	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -614,7 +881,7 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	struct bf_file *f = file_of(fi);
 	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
-	int ret;
+	struct bf_req *r;
 
 	(void)ino;
 	if (f->node) {
@@ -644,15 +911,18 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_write_zeroes(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		ret = pc_discard(f->dev->pc, start, n);
+		r = req_get(f->dev, req, status_done);
+		pc_discard_async(f->dev->pc, &r->aio, start, n);
 		break;
 	default:
-		ret = -EOPNOTSUPP;
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
 	}
-	fuse_reply_err(req, -ret);
+	req_returned(r, NULL, 0);
 }
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -868,8 +1138,18 @@ int bf_serve(struct bf_daemon *d, const char *fuse_opts, char *status, size_t st
 		blk_log("request loop ended: %s", strerror(-ret));
 
 out_signals:
-	/* the ring's threads end before the handlers go (a dying queue signals the loop) */
+	/*
+	 * The ring serves no new request (as the ended loop does not) and its
+	 * threads commit the replies to those in hand, then end: before the
+	 * handlers go, since a dying queue signals the loop.
+	 */
 	bf_rawio_stop();
+	/*
+	 * Requests still in flight get their replies (the kernel drops those
+	 * of a connection that is gone) before the final writeback.
+	 */
+	bf_drain(d);
+	files_free_all();
 	if (bf_rawio_failed()) {
 		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
 		code = 1;

@@ -115,17 +115,59 @@ static bool open_forget(uint64_t unique)
  */
 #define RX_SPLIT (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 #define RX_ALIGN 4096
-static __thread char *rx_buf;		/* rx_len bytes, RX_ALIGN-aligned */
-static __thread size_t rx_len;
+/* libfuse reads into max_write + a page: the part after the headers */
+#define RX_LEN (BF_MAX_WRITE + 4096 - RX_SPLIT)
+static __thread char *rx_buf;		/* RX_LEN bytes, RX_ALIGN-aligned */
 static __thread const char *rx_fake;	/* where libfuse has the WRITE data: in libfuse's buffer */
 static pthread_key_t rx_key;		/* frees rx_buf when its thread ends */
 static pthread_once_t rx_once = PTHREAD_ONCE_INIT;
 static bool rx_write_in;	/* the kernel speaks 7.9+: fuse_write_in is whole (RX_SPLIT holds) */
 
+/*
+ * Receive buffers that requests kept past their handler (bf_rawio_keep):
+ * the thread that received one goes on receiving into another. Buffers
+ * given back wait here for the next thread that needs one, already
+ * touched (first touch of fresh memory is slow on this machine), up to
+ * RX_POOL_MAX of them.
+ */
+#define RX_POOL_MAX 64
+static pthread_mutex_t rx_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *rx_pool[RX_POOL_MAX];	/* rx_pool_lock */
+static int rx_pool_n;			/* rx_pool_lock */
+static uint64_t rx_kept;		/* atomic: buffers requests hold now */
+static uint64_t rx_kept_total;		/* atomic: requests that kept one */
+
 static void rx_key_init(void)
 {
 	if (pthread_key_create(&rx_key, free))
 		abort();
+}
+
+static char *rx_alloc(void)
+{
+	void *p = NULL;
+
+	pthread_mutex_lock(&rx_pool_lock);
+	if (rx_pool_n)
+		p = rx_pool[--rx_pool_n];
+	pthread_mutex_unlock(&rx_pool_lock);
+	if (!p && posix_memalign(&p, RX_ALIGN, RX_LEN))
+		return NULL;
+	return p;
+}
+
+/* The calling thread's receive buffer, set up on first use. */
+static char *rx_thread_buf(void)
+{
+	if (!rx_buf) {
+		pthread_once(&rx_once, rx_key_init);
+		rx_buf = rx_alloc();
+		if (rx_buf && pthread_setspecific(rx_key, rx_buf)) {
+			free(rx_buf);
+			rx_buf = NULL;
+		}
+	}
+	return rx_buf;
 }
 
 /* The data of the WRITE being handled in this thread, for @buf as libfuse gives it. */
@@ -134,26 +176,71 @@ const char *bf_rawio_write_data(const char *buf)
 	return buf == rx_fake && rx_fake ? rx_buf : buf;
 }
 
+char *bf_rawio_req_buf(void)
+{
+	char *p = bf_ring_req_payload();
+
+	/* a ring request's reply built in its entry is committed without a copy */
+	return p ? p : rx_thread_buf();
+}
+
+bool bf_rawio_in_thread_buf(const char *data, size_t len)
+{
+	return rx_buf && data >= rx_buf && data + len <= rx_buf + RX_LEN;
+}
+
+char *bf_rawio_keep(const char **data, size_t len)
+{
+	char *b = rx_buf;
+
+	/* a ring request's buffers are its entry's until its reply: nothing to keep */
+	if (bf_ring_in_request())
+		return NULL;
+
+	if (b && *data >= b && *data + len <= b + RX_LEN) {
+		/* the request takes the buffer; the next receive gets another */
+		rx_buf = NULL;
+		pthread_setspecific(rx_key, NULL);
+	} else {
+		/* libfuse's own buffer (the receive could not be split): a copy */
+		if (len > RX_LEN || !(b = rx_alloc()))
+			return ERR_PTR(-ENOMEM);
+		memcpy(b, *data, len);
+		*data = b;
+	}
+	__atomic_add_fetch(&rx_kept, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&rx_kept_total, 1, __ATOMIC_RELAXED);
+	return b;
+}
+
+void bf_rawio_release(char *buf)
+{
+	__atomic_sub_fetch(&rx_kept, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&rx_pool_lock);
+	if (rx_pool_n < RX_POOL_MAX) {
+		rx_pool[rx_pool_n++] = buf;
+		buf = NULL;
+	}
+	pthread_mutex_unlock(&rx_pool_lock);
+	free(buf);
+}
+
+void bf_rawio_stats(uint64_t *kept, uint64_t *kept_total)
+{
+	*kept = __atomic_load_n(&rx_kept, __ATOMIC_RELAXED);
+	*kept_total = __atomic_load_n(&rx_kept_total, __ATOMIC_RELAXED);
+}
+
 static ssize_t rx_read(int fd, void *buf, size_t len)
 {
 	struct iovec iov[2];
 	ssize_t r;
 
 	rx_fake = NULL;
-	if (!rx_buf && len > RX_SPLIT) {
-		void *p;
-
-		pthread_once(&rx_once, rx_key_init);
-		if (!posix_memalign(&p, RX_ALIGN, len - RX_SPLIT)) {
-			rx_buf = p;
-			rx_len = len - RX_SPLIT;
-			pthread_setspecific(rx_key, p);
-		}
-	}
-	if (!rx_buf || len != rx_len + RX_SPLIT)
-		return read(fd, buf, len);	/* no memory: as libfuse would */
+	if (len != RX_LEN + RX_SPLIT || !rx_thread_buf())
+		return read(fd, buf, len);	/* not libfuse's usual size, or no memory */
 	iov[0] = (struct iovec){ buf, RX_SPLIT };
-	iov[1] = (struct iovec){ rx_buf, rx_len };
+	iov[1] = (struct iovec){ rx_buf, RX_LEN };
 	r = readv(fd, iov, 2);
 	if (r > (ssize_t)RX_SPLIT) {
 		if (((const struct fuse_in_header *)buf)->opcode == FUSE_WRITE &&

@@ -91,6 +91,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 	F(dirty_bytes); F(writeback_bytes); F(cached_bytes);
 	F(cache_hits); F(cache_misses); F(readahead_bytes);
 	F(partial_pblk_writes); F(dropped_bytes); F(writeback_errors); F(read_errors);
+	F(punted_requests); F(pool_fallback_allocs); F(write_through_writes);
 #undef F
 	/* backend write sizes: write_size_<=N (bytes) count */
 	for (i = 0; i < PC_HIST_BUCKETS; i++) {
@@ -100,6 +101,23 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 		else
 			n += (size_t)snprintf(buf + n, len - n, "write_size_le_%llu %llu\n",
 					      512ULL << i, (unsigned long long)st.write_hist[i]);
+		if (n >= len)
+			return (int)len;
+	}
+	{
+		uint64_t in_flight, peak, waits, slots, kept, kept_total;
+
+		bf_dev_req_stats(bd, &in_flight, &peak, &waits, &slots);
+		bf_rawio_stats(&kept, &kept_total);
+		n += (size_t)snprintf(buf + n, len - n,
+				      "requests_in_flight %llu\nrequests_in_flight_max %llu\n"
+				      "request_slots %llu\n"
+				      "request_slot_waits %llu\nreceive_buffers_kept %llu\n"
+				      "receive_buffers_kept_total %llu\n",
+				      (unsigned long long)in_flight, (unsigned long long)peak,
+				      (unsigned long long)slots,
+				      (unsigned long long)waits, (unsigned long long)kept,
+				      (unsigned long long)kept_total);
 		if (n >= len)
 			return (int)len;
 	}
@@ -163,6 +181,25 @@ static int store_read_ahead(struct bf_dev *bd, const char *buf, size_t len)
 	return pc_dev_set_read_ahead(bd->pc, kb * 1024);
 }
 
+static int show_write_cache(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%s\n", pc_dev_write_through(bd->pc) ? "write through" : "write back");
+}
+
+/* As the kernel's queue/write_cache: "write back" or "write through" (a newline allowed). */
+static int store_write_cache(struct bf_dev *bd, const char *buf, size_t len)
+{
+	if (len && buf[len - 1] == '\n')
+		len--;
+	if (len == 10 && !memcmp(buf, "write back", 10))
+		pc_dev_set_write_through(bd->pc, false);
+	else if (len == 13 && !memcmp(buf, "write through", 13))
+		pc_dev_set_write_through(bd->pc, true);
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int show_zero(struct bf_dev *bd, char *buf, size_t len)
 {
 	(void)bd;
@@ -202,6 +239,7 @@ static const struct bf_dev_attr queue_attrs[] = {
 	{ "max_sectors_kb", show_max_sectors, store_max_sectors },
 	{ "read_ahead_kb", show_read_ahead, store_read_ahead },
 	{ "rotational", show_zero, NULL },
+	{ "write_cache", show_write_cache, store_write_cache },
 	{ NULL, NULL, NULL },
 };
 

@@ -182,6 +182,11 @@ bool bf_ring_in_request(void)
 	return tl_ent != NULL;
 }
 
+char *bf_ring_req_payload(void)
+{
+	return tl_ent ? tl_ent->payload : NULL;
+}
+
 static int ent_state(struct ring_ent *e)
 {
 	return __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);

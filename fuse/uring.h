@@ -102,6 +102,13 @@ int bf_ring_show(struct bf_ring *r, char *buf, size_t len);
 
 /* True in the handler of a request that came on the ring (its thread). */
 bool bf_ring_in_request(void);
+/*
+ * In such a handler: the entry's payload buffer (page-aligned, the largest
+ * request's size), valid until the reply; a reply whose data is there is
+ * committed without a copy. The request's own payload (a WRITE's data) is
+ * there too: only a handler done with it may write over it. Else NULL.
+ */
+char *bf_ring_req_payload(void);
 
 /* rawio.c, called by the ring: */
 /* a request from the ring, as /dev/fuse would have given it */

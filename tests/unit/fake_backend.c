@@ -598,6 +598,34 @@ bool fake_complete_one(struct fake_be *fb, size_t idx)
 	return ok;
 }
 
+bool fake_complete_op(struct fake_be *fb, unsigned int op_mask)
+{
+	bool ok = false;
+	size_t i;
+
+	pthread_mutex_lock(&fb->lock);
+	for (i = 0; i < fb->nr_pend; i++) {
+		if (op_mask & FAKE_OP(fb->pend[i].io->op)) {
+			complete_locked(fb, i);
+			ok = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fb->lock);
+	return ok;
+}
+
+size_t fake_pending_ops(struct fake_be *fb, unsigned int op_mask)
+{
+	size_t i, n = 0;
+
+	pthread_mutex_lock(&fb->lock);
+	for (i = 0; i < fb->nr_pend; i++)
+		n += !!(op_mask & FAKE_OP(fb->pend[i].io->op));
+	pthread_mutex_unlock(&fb->lock);
+	return n;
+}
+
 size_t fake_complete_all(struct fake_be *fb, bool reverse)
 {
 	uint64_t *seqs;

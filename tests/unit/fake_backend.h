@@ -108,6 +108,10 @@ bool fake_wait_pending(struct fake_be *fb, size_t n, unsigned int timeout_ms);
 size_t fake_wait_quiet(struct fake_be *fb, unsigned int quiet_ms, unsigned int timeout_ms);
 /* Complete the pending I/O at @idx (0 = oldest). Returns false if none. */
 bool fake_complete_one(struct fake_be *fb, size_t idx);
+/* Complete the oldest pending I/O of a type in @op_mask; false if none. */
+bool fake_complete_op(struct fake_be *fb, unsigned int op_mask);
+/* Pending I/Os of a type in @op_mask. */
+size_t fake_pending_ops(struct fake_be *fb, unsigned int op_mask);
 /* Complete every pending I/O, oldest first or newest first; returns how many. */
 size_t fake_complete_all(struct fake_be *fb, bool reverse);
 

@@ -455,7 +455,7 @@ Test(conf, unknown_key_lists_core_and_backend_keys)
 
 	cr_assert_not_null(ram);
 	n = snprintf(want, sizeof(want),
-		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid");
+		     F ":4: colour: unknown key for backend ram (allowed: backend, size, logical_block_size, physical_block_size, io_min, io_opt, max_io, cache_block_size, filters, rmw, on_error, read_ahead, mode, uid, gid, write_cache");
 	for (k = ram->keys; k && *k; k++)
 		n += snprintf(want + n, sizeof(want) - n, ", %s", *k);
 	snprintf(want + n, sizeof(want) - n, ")");
@@ -1281,8 +1281,29 @@ Test(conf, mount_section)
 	expect_err(RAM0 "[mount]\nkernel_cache = maybe\n",
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
-		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, transport, uring_queue_depth)");
+		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
+		   "max_pending, transport, uring_queue_depth)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
+}
+
+Test(conf, mount_max_pending)
+{
+	const char *m = RAM0 "[mount]\nmax_pending = 64\n";
+
+	cr_assert_eq(conf_parse_buf(m, strlen(m), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, 64);
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.max_pending, CONF_MAX_PENDING_DEFAULT);
+	conf_free(&c);
+	expect_err(RAM0 "[mount]\nmax_pending = 0\n",
+		   F ":5: max_pending: 0 is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 4097\n",
+		   F ":5: max_pending: 4097 is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 1k\n",
+		   F ":5: max_pending: 1k is not a number from 1 to 4096");
+	expect_err(RAM0 "[mount]\nmax_pending = 8\nmax_pending = 9\n",
+		   F ":6: max_pending: duplicate key (first given on line 5)");
 }
 
 Test(conf, mount_transport)

@@ -111,7 +111,11 @@ Test(nomem, direct_write_leaves_no_stale_copy, .fini = teardown, .timeout = 60)
 			break;
 		cr_assert_lt(k, 100, "still failing allocations after 100 runs");
 	}
-	cr_assert_gt(k, 1, "the direct write allocated nothing: the test tests nothing");
+	/*
+	 * The per-I/O state now comes from preallocated pools: the write may
+	 * allocate nothing at all (k = 1 then ran without a failure), and on
+	 * the code that allocated in the invalidation this failed at k = 3.
+	 */
 	free(old);
 }
 

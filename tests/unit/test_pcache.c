@@ -2667,6 +2667,37 @@ TEST_FIX(bounds, discard_cut_partial_block_read_fails)
 	verify_store(0, 64 * KiB);
 }
 
+/* A device that grows and shrinks: the new end holds, data past it is gone. */
+TEST_FIX(bounds, set_size_grow_and_shrink)
+{
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
+	struct blk_geometry got;
+	uint8_t buf[8192];
+
+	setup(&g, 8 * MiB, 64 * KiB, 0);
+	cr_assert_eq(pc_dev_cache_block(dev), 4096);
+	cr_assert_eq(pc_dev_set_size(dev, 3 * MiB + 512), -EINVAL, "not a cache block multiple");
+	cr_assert_eq(pc_dev_set_size(dev, 0), -EINVAL);
+	do_write(2 * MiB - 8192, 16384, 2);		/* across the future end, dirty */
+	cr_assert_eq(pc_dev_set_size(dev, 2 * MiB), 0);
+	memset(model + 2 * MiB, 0, 8192);	/* dropped, never written: the device's zeros */
+	pc_dev_geometry(dev, &got);
+	cr_assert_eq(got.size, 2 * MiB);
+	cr_assert_eq(pc_write(dev, buf, 100, 2 * MiB), -ENOSPC);
+	cr_assert_eq(pc_read(dev, buf, 8192, 2 * MiB - 4096), 4096, "read across the new end");
+	cr_assert_eq(do_fsync(), 0);
+	/* only what lies inside went out */
+	cr_assert_eq(fake_log_find_overlap(fb, 0, W, 2 * MiB, 8192), -1, "%s", log_text());
+	verify_store(0, 2 * MiB);
+	/* grow again: the old space reads as the device holds it */
+	cr_assert_eq(pc_dev_set_size(dev, 4 * MiB), 0);
+	cr_assert_eq(pc_read(dev, buf, 8192, 2 * MiB), 8192);
+	expect_same(buf, model + 2 * MiB, 8192, 2 * MiB, "past the old end after growing");
+	do_write(4 * MiB - 4096, 4096, 3);
+	cr_assert_eq(do_fsync(), 0);
+	verify_store(0, dev_size);
+}
+
 TEST_FIX(bounds, discard_reads_zeros) { zero_case(true); }
 TEST_FIX(bounds, write_zeroes_reads_zeros) { zero_case(false); }
 
