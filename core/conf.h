@@ -36,11 +36,14 @@
 #define CONF_MAX_READ_AHEAD (64u << 20)
 /*
  * [mount] uring_queue_depth: fio 4k randwrite QD32 on ram gave the same
- * IOPS from 2 to 64 entries (1: a quarter fewer, more CPU per request);
- * 32 lets one CPU's QD32 job, or as many parked requests, be in hand at
- * once for 1 MiB of reserved (not touched) memory per entry.
+ * IOPS from 2 to 64 entries (1: a quarter fewer, more CPU per request).
+ * 64 is the kernel's max_background blkfs sets: one CPU's caller can have
+ * all its asynchronous requests in hand, parked on a slow device (a QD64
+ * job), for 1 MiB of reserved memory per entry, touched only as used. The
+ * default is lowered to what fits where the machine has many CPUs and
+ * little memory (conf_check_uring's quarter); a given value is not.
  */
-#define CONF_DEF_URING_DEPTH 32
+#define CONF_DEF_URING_DEPTH 64
 #define CONF_MAX_URING_DEPTH 256
 
 struct conf_cache {

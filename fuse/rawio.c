@@ -491,6 +491,8 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	enum conf_transport t = d->conf.mount.transport;
 	char why[512];
 	size_t payload;
+	uint64_t mem;
+	unsigned nq, depth;
 	long pages;
 	int on;
 
@@ -515,12 +517,24 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	/* libfuse sizes max_pages from max_write: the largest request is max_write */
 	payload = io_max_write > FUSE_MIN_READ_BUFFER ? io_max_write : FUSE_MIN_READ_BUFFER;
 	pages = sysconf(_SC_PHYS_PAGES);
+	mem = pages > 0 ? (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+	nq = bf_ring_possible_cpus();
+	depth = d->conf.mount.uring_queue_depth;
+	if (!d->conf.mount.uring_queue_depth_line && nq) {
+		/* the default on a machine with many CPUs and little memory: what fits */
+		uint64_t fit = mem / 4 / nq / bf_ring_entry_bytes(payload);
+
+		if (fit < depth && fit >= 1) {
+			blk_log("uring_queue_depth: the default %u lowered to %llu: %u possible CPUs x %llu entries of 1 MiB fit a quarter of this machine's memory",
+				depth, (unsigned long long)fit, nq, (unsigned long long)fit);
+			depth = (unsigned)fit;
+		}
+	}
 	/* a depth whose buffers would not fit is a config error whatever the transport */
-	if (conf_check_uring(&d->conf, bf_ring_possible_cpus(), bf_ring_entry_bytes(payload),
-			     pages > 0 ? (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) : 0,
-			     err, errlen))
+	if (depth == d->conf.mount.uring_queue_depth &&
+	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
 		return -EINVAL;
-	io_ring = bf_ring_create(se, d->conf.mount.uring_queue_depth, payload, why, sizeof(why));
+	io_ring = bf_ring_create(se, depth, payload, why, sizeof(why));
 	if (io_ring)
 		return 0;
 	if (t == CONF_TRANSPORT_URING) {

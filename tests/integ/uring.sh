@@ -99,7 +99,7 @@ transport = $t
 
 $DEV"
 	assert_eq "$t: transport" uring "$(tfield "$MNT" transport)"
-	grep -q "transport: FUSE over io_uring, $NQ queues (one per possible CPU) x 32 entries" "$LOG" ||
+	grep -q "transport: FUSE over io_uring, $NQ queues (one per possible CPU) x 64 entries" "$LOG" ||
 		fail "$t: the log does not name the ring: $(grep transport: "$LOG")"
 	before=$(tfield "$MNT" ring_requests)
 	ddev if="$TDIR/src" of="$MNT/r" bs=1M conv=notrunc,fsync
@@ -111,11 +111,11 @@ $DEV"
 	[ "$after" -ge $((before + 8 + 512 + 512)) ] ||
 		fail "$t: ring_requests went from $before to $after: the requests did not take the ring"
 	assert_eq "$t: queues" "$NQ" "$(tfield "$MNT" queues)"
-	assert_eq "$t: queue_depth" 32 "$(tfield "$MNT" queue_depth)"
+	assert_eq "$t: queue_depth" 64 "$(tfield "$MNT" queue_depth)"
 	assert_eq "$t: payload_bytes" $((1 << 20)) "$(tfield "$MNT" payload_bytes)"
 	rb=$(tfield "$MNT" ring_bytes)
-	[ "$rb" -ge $((NQ * 32 * (1 << 20))) ] && [ "$rb" -le $((NQ * 32 * (1 << 20) * 11 / 10)) ] ||
-		fail "$t: ring_bytes $rb for $NQ x 32 entries of 1 MiB"
+	[ "$rb" -ge $((NQ * 64 * (1 << 20))) ] && [ "$rb" -le $((NQ * 64 * (1 << 20) * 11 / 10)) ] ||
+		fail "$t: ring_bytes $rb for $NQ x 64 entries of 1 MiB"
 	res=$(tfield "$MNT" ring_resident_bytes)
 	[ "$res" -gt 0 ] && [ "$res" -le "$rb" ] || fail "$t: ring_resident_bytes $res of $rb"
 	out=$(timeout 10 "$BLKFS" stat "$MNT") || fail "blkfs stat failed: $out"

@@ -6,10 +6,13 @@
 #   dd_basic    (BLKFS_DD_QUICK=1: without the small-cache remount)
 #   fio_verify  (BLKFS_FIO_VERIFY_MB=8: 4 jobs x 8 MiB instead of 24)
 #   odirect
-# and with `fs` (uring_suite_fs.sh; two tests, each well within the
-# runner's time limit on a busy machine):
+# with `fs` (uring_suite_fs.sh; the parts are separate tests, each well
+# within the runner's time limit on a busy machine):
 #   mmap, ext4  (ext4 on a loop device over the device file)
 #   aio_kill    (BLKFS_AIOKILL_ITERS=2: two kill -9 under a writer)
+# and with `async` (uring_suite_async.sh): requests parked on slow devices,
+# their replies made by the threads that complete them:
+#   async, async_shutdown
 # (uring.sh checks replies made by other threads, with fio verify.) The
 # kernel's switch is turned on for the run and put back after; without root
 # or without the switch the suite skips.
@@ -46,6 +49,9 @@ if [ "${1:-}" = fs ]; then
 	sub mmap
 	sub ext4
 	sub aio_kill BLKFS_AIOKILL_ITERS=2
+elif [ "${1:-}" = async ]; then
+	sub async
+	sub async_shutdown
 else
 	sub dd_basic BLKFS_DD_QUICK=1
 	sub fio_verify BLKFS_FIO_VERIFY_MB=8

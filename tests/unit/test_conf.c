@@ -1362,7 +1362,7 @@ Test(conf, check_uring)
 	cr_assert_eq(conf_check_uring(&c, 2, entry, 512 * mib, err, sizeof(err)), -EINVAL);
 	cr_assert_str_eq(err, "m.conf:6: uring_queue_depth: 64 entries on each of 2 CPU queues need 129M "
 			 "of ring buffers (1032K each), more than a quarter of this machine's memory 512M "
-			 "(allowed: at most 63 entries here; the default is 32)");
+			 "(allowed: at most 63 entries here; the default is 64)");
 	/* no overflow with absurd CPU counts */
 	cr_assert_eq(conf_check_uring(&c, 1u << 31, UINT64_MAX / 2, UINT64_MAX, err, sizeof(err)),
 		     -EINVAL);
@@ -1370,7 +1370,7 @@ Test(conf, check_uring)
 	/* the default depth, no [mount]: the message names line 1 */
 	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(conf_check_uring(&c, 4096, entry, 1024 * mib, err, sizeof(err)), -EINVAL);
-	cr_assert(!strncmp(err, "m.conf:1: uring_queue_depth: 32 entries on each of 4096 CPU queues",
+	cr_assert(!strncmp(err, "m.conf:1: uring_queue_depth: 64 entries on each of 4096 CPU queues",
 			   66), "%s", err);
 	conf_free(&c);
 }
