@@ -442,7 +442,7 @@ _conf_mount_key() {
 	local key=$1 val=$2
 	[ -n "$val" ] || return 0
 	case $CONF in "$TDIR"/*) ;; *) return 0 ;; esac
-	grep -qE "^[[:space:]]*$key[[:space:]]*=" "$CONF" && return 0
+	grep -qE "^[[:space:]]*${key}[[:space:]]*=" "$CONF" && return 0
 	if grep -qE '^[[:space:]]*\[mount\][[:space:]]*$' "$CONF"; then
 		sed -i -E "/^[[:space:]]*\[mount\][[:space:]]*\$/a $key = $val" "$CONF"
 	else

@@ -114,10 +114,13 @@ $DEV"
 	assert_eq "$t: queue_depth" 64 "$(tfield "$MNT" queue_depth)"
 	assert_eq "$t: payload_bytes" $((1 << 20)) "$(tfield "$MNT" payload_bytes)"
 	rb=$(tfield "$MNT" ring_bytes)
-	[ "$rb" -ge $((NQ * 64 * (1 << 20))) ] && [ "$rb" -le $((NQ * 64 * (1 << 20) * 11 / 10)) ] ||
+	if [ "$rb" -lt $((NQ * 64 * (1 << 20))) ] || [ "$rb" -gt $((NQ * 64 * (1 << 20) * 11 / 10)) ]; then
 		fail "$t: ring_bytes $rb for $NQ x 64 entries of 1 MiB"
+	fi
 	res=$(tfield "$MNT" ring_resident_bytes)
-	[ "$res" -gt 0 ] && [ "$res" -le "$rb" ] || fail "$t: ring_resident_bytes $res of $rb"
+	if [ "$res" -le 0 ] || [ "$res" -gt "$rb" ]; then
+		fail "$t: ring_resident_bytes $res of $rb"
+	fi
 	out=$(timeout 10 "$BLKFS" stat "$MNT") || fail "blkfs stat failed: $out"
 	grep -qE '^  transport +uring$' <<<"$out" || fail "blkfs stat does not show the transport: $out"
 	grep -qE '^  ring_bytes +[0-9]+ \(' <<<"$out" || fail "blkfs stat does not show ring_bytes: $out"
@@ -182,8 +185,9 @@ cmp <(dd if="$MNT/r" bs=4K skip=8192 count=100 iflag=direct status=none) <(head 
 	fail "handoff: O_DIRECT 4K data differs"
 hr=$(tfield "$MNT" ring_handoff_replies)
 rq=$(tfield "$MNT" ring_requests)
-[ "$hr" -gt 500 ] && [ $((hr * 10)) -ge $((rq * 9)) ] ||
+if [ "$hr" -le 500 ] || [ $((hr * 10)) -lt $((rq * 9)) ]; then
 	fail "handoff: $hr of $rq replies came through the hand-off list"
+fi
 info "  $hr of $rq replies came through the hand-off list"
 stop_blkfs
 
@@ -216,8 +220,9 @@ new_mountpoint
 t0=$SECONDS
 mount_must_fail "a queue never registers" BLKFS_URING_TEST=noregister=$noq,limit=2000
 [ $((SECONDS - t0)) -le 15 ] || fail "the failed mount took $((SECONDS - t0)) s"
-grep -qF "transport: uring: FUSE over io_uring could not start: queue $noq" <<<"$OUT" &&
-	grep -qF "did not register in time" <<<"$OUT" || fail "no reason given: $OUT"
+grep -qF "transport: uring: FUSE over io_uring could not start: queue $noq" <<<"$OUT" ||
+	fail "no reason given: $OUT"
+grep -qF "did not register in time" <<<"$OUT" || fail "no reason given: $OUT"
 info "  $(grep -F 'did not register' <<<"$OUT")"
 write_conf "[mount]
 transport = auto
