@@ -22,7 +22,7 @@ logical_block_size = 512
 physical_block_size = 4096"
 dev=$MNT/ram0
 MB=${BLKFS_FIO_VERIFY_MB:-24}
-[ "$MB" -ge 1 ] && [ "$MB" -le 32 ] || fail "BLKFS_FIO_VERIFY_MB=$MB (allowed: 1 to 32)"
+case $MB in [1-9] | [12][0-9] | 3[0-2]) ;; *) fail "BLKFS_FIO_VERIFY_MB=$MB (allowed: 1 to 32)" ;; esac
 cd "$TDIR"
 
 # fio_run NAME ARGS...: run fio, show its summary, fail on a non-zero exit.
@@ -31,7 +31,7 @@ fio_run() {
 	shift
 	assert_live "$MNT"
 	fio --name="$name" --filename="$dev" --rw=randwrite --numjobs=4 \
-		--size=${MB}M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
+		--size="${MB}M" --offset_increment=32M --verify=crc32c --verify_fatal=1 \
 		--do_verify=1 --fallocate=none --verify_state_save=0 --randrepeat=1 \
 		--group_reporting --output="$TDIR/$name.out" "$@" && rc=0 || rc=$?
 	grep -E 'err=|WRITE:|READ:|verify' "$TDIR/$name.out" | sed 's/^/    /' || true
