@@ -7,7 +7,8 @@
 #    `dev` does not; depths 1 and 64 carry verified data, and so do replies
 #    made by another thread than the handler's (as replies from I/O
 #    completions are: BLKFS_URING_TEST=handoff), and 16 MiB writes and
-#    reads (requests handed to another CPU's thread);
+#    reads, and 1 MiB requests 16 at a time from one CPU (some handed to
+#    the other CPU's thread);
 #  - a queue that does not register in time: `uring` fails the mount in
 #    time with the reason, `auto` falls back to /dev/fuse and works;
 #  - a queue that dies: its CPU's callers get an error, not a hang; the
@@ -41,6 +42,14 @@ physical_block_size = 4096'
 possible=$(cat /sys/devices/system/cpu/possible)
 NQ=$(awk -F, '{ n = 0; for (i = 1; i <= NF; i++) { split($i, r, "-"); n += (r[2] == "" ? 1 : r[2] - r[1] + 1) } print n }' <<<"$possible")
 info "possible CPUs: $possible ($NQ queues)"
+
+# threads PID: each thread of PID with its state and where it sleeps
+threads() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "$(cat "$t/comm" 2>/dev/null) $(awk '/^State:/ { print $2 }' "$t/status" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"
+	done | sort | uniq -c | tr '\n' ';'
+}
 
 # tfield MNT NAME: a line of MNT/.sys/.transport
 tfield() {
@@ -204,8 +213,15 @@ for bs in 16M 4M; do
 	cmp <(dd if="$MNT/r" bs=$bs count=$(((48 << 20) / $(numfmt --from=iec $bs))) iflag=direct status=none) "$TDIR/src48" ||
 		fail "bs=$bs, O_DIRECT read: data differs"
 done
+# 1 MiB requests 16 at a time from one CPU: some go to the idle other CPU
+taskset -c 0 fio --name=big --filename="$MNT/r" --rw=randrw --bs=1M --ioengine=libaio \
+	--iodepth=16 --direct=1 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+	--verify_state_save=0 --fallocate=none --output="$TDIR/fio.out" ||
+	{ cat "$TDIR/fio.out"; fail "1 MiB QD16: fio failed"; }
 if [ "$NQ" -gt 1 ]; then
-	info "  $(tfield "$MNT" ring_moved_requests) requests served on another queue's thread"
+	moved=$(tfield "$MNT" ring_moved_requests)
+	[ "$moved" -gt 0 ] || fail "no request of 1 MiB went to another queue's thread"
+	info "  $moved requests of 1 MiB served on another queue's thread"
 fi
 stop_blkfs
 
@@ -321,7 +337,8 @@ physical_block_size = 4096"
 	pid_alive "$wpid" || { cat "$TDIR/w.err"; fail "the writer stopped before SIGTERM"; }
 	pid=$DAEMON_PID
 	kill -TERM "$pid"
-	wait_gone 30 "$pid" || fail "the daemon still runs 30 s after SIGTERM"
+	wait_gone 30 "$pid" ||
+		fail "the daemon still runs 30 s after SIGTERM: $(threads "$pid"); log: $(tail -n 5 "$LOG")"
 	wait_gone 10 "$wpid" || fail "the writer hangs after the daemon exited"
 	wait "$wpid" || fail "the writer exited $?"
 	grep -q 'exiting with status 0' "$LOG" || fail "SIGTERM: the daemon did not exit 0: $(tail -n 3 "$LOG")"
@@ -346,16 +363,25 @@ transport = uring
 
 $DEV"
 pid=$DAEMON_PID
-fio --name=lazy --filename="$MNT/r" --rw=randwrite --ioengine=libaio --iodepth=16 --direct=1 \
-	--bsrange=4k-64k --blockalign=4k --size=48M --verify=crc32c --verify_fatal=1 \
-	--verify_state_save=0 --fallocate=none --output="$TDIR/lazy.out" &
+# fio reopens its file for the verify pass, after the mount point is gone:
+# through the open descriptor this shell keeps (a /proc link reaches the
+# file on a detached mount, as a path cannot)
+exec {hold}<"$MNT/r"
+fio --name=lazy --filename="/proc/$BASHPID/fd/$hold" --rw=randwrite --ioengine=libaio \
+	--iodepth=16 --direct=1 --bsrange=4k-64k --blockalign=4k --size=48M --time_based \
+	--runtime=2 --verify=crc32c --verify_fatal=1 --verify_state_save=0 --fallocate=none \
+	--output="$TDIR/lazy.out" &
 fpid=$!
 _BGPIDS+=("$fpid")
 sleep 0.5
 pid_alive "$fpid" || { cat "$TDIR/lazy.out"; fail "fio ended before the unmount"; }
 umount -l "$MNT" || fail "umount -l failed"
+! is_mounted "$MNT" || fail "$MNT still mounted after umount -l"
 wait "$fpid" || { cat "$TDIR/lazy.out"; fail "fio failed after a lazy unmount"; }
 grep -q 'err= 0' "$TDIR/lazy.out" || fail "fio: $(grep err= "$TDIR/lazy.out")"
+grep -qE 'READ: bw=[1-9]' "$TDIR/lazy.out" || fail "fio verified nothing: $(grep -E 'READ|WRITE' "$TDIR/lazy.out")"
+pid_alive "$pid" || fail "the daemon ended while a file of its detached mount was open"
+exec {hold}<&-
 wait_gone 20 "$pid" || fail "the daemon still runs 20 s after its last file closed"
 grep -q 'exiting with status 0' "$LOG" || fail "lazy unmount: exit: $(tail -n 3 "$LOG")"
 grep -q '^ok r ' "$STATUS" || fail "lazy unmount: status: $(cat "$STATUS")"
