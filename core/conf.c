@@ -1019,12 +1019,16 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
  * options (`-o kernel_cache=writeback`, an fstab line), which override the
  * file: conf_mount_set().
  */
-enum mount_key { MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_NR };
+enum mount_key {
+	MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_TRANSPORT, MK_URING_QUEUE_DEPTH, MK_NR
+};
 
 static const char *const mount_keys[MK_NR] = {
 	[MK_KERNEL_CACHE] = "kernel_cache",
 	[MK_ALLOW_OTHER] = "allow_other",
 	[MK_MAX_PENDING] = "max_pending",
+	[MK_TRANSPORT] = "transport",
+	[MK_URING_QUEUE_DEPTH] = "uring_queue_depth",
 };
 
 static int mount_key_find(const char *key)
@@ -1066,9 +1070,32 @@ static const char *mount_key_set(struct conf_mount *m, int k, const char *val, c
 		}
 		m->max_pending = (uint32_t)n;
 		return NULL;
+	case MK_TRANSPORT:
+		if (!strcmp(val, "auto"))
+			m->transport = CONF_TRANSPORT_AUTO;
+		else if (!strcmp(val, "uring"))
+			m->transport = CONF_TRANSPORT_URING;
+		else if (!strcmp(val, "dev"))
+			m->transport = CONF_TRANSPORT_DEV;
+		else
+			break;
+		return NULL;
+	case MK_URING_QUEUE_DEPTH:
+		/*
+		 * Each entry of each CPU's queue holds a buffer of a whole
+		 * request (1 MiB): 256 is already 256 MiB per CPU.
+		 */
+		if (parse_uint(val, &n) || n < 1 || n > CONF_MAX_URING_DEPTH) {
+			snprintf(why, len, "%s is not a queue depth (allowed: 1 to %u entries per CPU)",
+				 show(&v, val), CONF_MAX_URING_DEPTH);
+			return why;
+		}
+		m->uring_queue_depth = (uint32_t)n;
+		return NULL;
 	}
 	snprintf(why, len, "%s is not a choice (allowed: %s)", show(&v, val),
-		 k == MK_KERNEL_CACHE ? "none, writeback" : "yes, no");
+		 k == MK_KERNEL_CACHE ? "none, writeback" :
+		 k == MK_TRANSPORT ? "auto, uring, dev" : "yes, no");
 	return why;
 }
 
@@ -1079,13 +1106,15 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		[MK_KERNEL_CACHE] = &m->kernel_cache_line,
 		[MK_ALLOW_OTHER] = &m->allow_other_line,
 		[MK_MAX_PENDING] = &m->max_pending_line,
+		[MK_TRANSPORT] = &m->transport_line,
+		[MK_URING_QUEUE_DEPTH] = &m->uring_queue_depth_line,
 	};
 	int k = mount_key_find(key);
 	char why[128];
 
 	if (k < 0)
 		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
-				"allow_other, max_pending)");
+				"allow_other, max_pending, transport, uring_queue_depth)");
 	if (*seen[k])
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
 	if (mount_key_set(m, k, val, why, sizeof(why)))
@@ -1251,6 +1280,8 @@ static int parse(struct conf_parser *p, const char *buf, size_t len)
 		if (ret)
 			return ret;
 	}
+	if (!c->mount.uring_queue_depth)
+		c->mount.uring_queue_depth = CONF_DEF_URING_DEPTH;
 	if (!c->nr_devs)
 		return conf_err(p, 1, "[device NAME]",
 				"no [device NAME] section (allowed: at least one, e.g. [device ram0] with backend = ram and size = 1G)");
@@ -1442,6 +1473,33 @@ int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 				       size_str(&s1, d->cache_block_size), geo->size);
 	}
 	return 0;
+}
+
+int conf_check_uring(const struct conf *c, unsigned nr_queues, uint64_t entry_bytes,
+		     uint64_t mem_bytes, char *err, size_t errlen)
+{
+	uint64_t depth = c->mount.uring_queue_depth, need, allowed = mem_bytes / 4;
+	struct size_str s1, s2, s3;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!nr_queues || !depth || entry_bytes > UINT64_MAX / depth / nr_queues)
+		need = UINT64_MAX;
+	else
+		need = depth * nr_queues * entry_bytes;
+	if (need <= allowed)
+		return 0;
+	/* rounded up in the message: exact byte counts say nothing to a reader */
+	need = need > UINT64_MAX - (1u << 20) ? UINT64_MAX >> 20 << 20 : (need + (1u << 20) - 1) >> 20 << 20;
+	return geo_err(c, err, errlen,
+		       c->mount.uring_queue_depth_line ? c->mount.uring_queue_depth_line :
+		       c->mount.line ? c->mount.line : 1,
+		       "uring_queue_depth",
+		       "%" PRIu64 " entries on each of %u CPU queues need %s of ring buffers (%s each), more than a quarter of this machine's memory %s (allowed: at most %" PRIu64 " entries here; the default is %u)",
+		       depth, nr_queues, size_str(&s1, need),
+		       size_str(&s2, (entry_bytes + 1023) >> 10 << 10), size_str(&s3, mem_bytes >> 20 << 20),
+		       nr_queues && entry_bytes ? allowed / nr_queues / entry_bytes : 0,
+		       CONF_DEF_URING_DEPTH);
 }
 
 uint32_t conf_cache_block(const struct blk_geometry *geo, uint32_t forced)

@@ -5,7 +5,7 @@
  * Format (INI):
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
- *   [mount]        kernel_cache, allow_other
+ *   [mount]        kernel_cache, allow_other, transport, uring_queue_depth
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
  *                  io_min, io_opt, max_io, cache_block_size, filters, the
  *                  keys the backend lists in its ops->keys, and FILTER.KEY
@@ -34,6 +34,17 @@
 #define CONF_DEF_READ_AHEAD (128u << 10)
 #define CONF_DEF_MODE 0600
 #define CONF_MAX_READ_AHEAD (64u << 20)
+/*
+ * [mount] uring_queue_depth: fio 4k randwrite QD32 on ram gave the same
+ * IOPS from 2 to 64 entries (1: a quarter fewer, more CPU per request).
+ * 64 is the kernel's max_background blkfs sets: one CPU's caller can have
+ * all its asynchronous requests in hand, parked on a slow device (a QD64
+ * job), for 1 MiB of reserved memory per entry, touched only as used. The
+ * default is lowered to what fits where the machine has many CPUs and
+ * little memory (conf_check_uring's quarter); a given value is not.
+ */
+#define CONF_DEF_URING_DEPTH 64
+#define CONF_MAX_URING_DEPTH 256
 
 struct conf_cache {
 	uint64_t size;			/* bytes; default 256M */
@@ -43,6 +54,17 @@ struct conf_cache {
 	uint64_t dirty_limit;		/* bytes, resolved; default 40% */
 	uint32_t dirty_expire_ms;	/* default 5000 */
 	int line;			/* line of [cache], 0 if absent */
+};
+
+/*
+ * [mount] transport: how requests travel between the kernel and the daemon.
+ * auto (default): FUSE over io_uring when the kernel offers it, else
+ * /dev/fuse. uring: io_uring or no mount. dev: /dev/fuse only.
+ */
+enum conf_transport {
+	CONF_TRANSPORT_AUTO,
+	CONF_TRANSPORT_URING,
+	CONF_TRANSPORT_DEV,
 };
 
 /*
@@ -58,6 +80,10 @@ struct conf_mount {
 	int kernel_cache_line;
 	bool allow_other;		/* allow_other = yes: users other than the mounter */
 	int allow_other_line;
+	enum conf_transport transport;
+	int transport_line;
+	uint32_t uring_queue_depth;	/* ring entries per CPU queue; 1..CONF_MAX_URING_DEPTH */
+	int uring_queue_depth_line;
 	uint32_t max_pending;		/* requests in flight per device */
 	int max_pending_line;
 	/*
@@ -171,6 +197,21 @@ void conf_free(struct conf *c);
  */
 int conf_check_geometry(const struct conf *c, const struct conf_device *d,
 			const struct blk_geometry *geo, char *err, size_t errlen);
+
+/**
+ * conf_check_uring - check the memory FUSE over io_uring would take on this
+ * machine: one buffer of @entry_bytes per ring entry, uring_queue_depth
+ * entries on each of @nr_queues queues (one per possible CPU)
+ * @c: the config
+ * @nr_queues: possible CPUs
+ * @entry_bytes: bytes one ring entry takes (payload and headers)
+ * @mem_bytes: the machine's memory; the rings may take at most a quarter
+ * @err, @errlen: "FILE:LINE: uring_queue_depth: message" when they would not fit
+ *
+ * Returns: 0 or -EINVAL.
+ */
+int conf_check_uring(const struct conf *c, unsigned nr_queues, uint64_t entry_bytes,
+		     uint64_t mem_bytes, char *err, size_t errlen);
 
 /**
  * conf_cache_block - the block size the cache tracks state in (the kernel's

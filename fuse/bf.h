@@ -121,22 +121,49 @@ void bf_final_progress_stop(void);
 struct fuse_session;
 /*
  * bf_rawio_attach - route @se's /dev/fuse reads and writes through blkfs's
- * hooks (before fuse_session_mount()). Returns the placeholder fd that
+ * hooks (before fuse_session_mount()), and prepare the transport [mount]
+ * transport asks for: with FUSE over io_uring, one thread and ring per
+ * possible CPU (fuse/uring.h), started when INIT is answered. @max_write
+ * is the session's (the largest request). Returns the placeholder fd that
  * fuse_session_mount() replaces (the caller closes it after mounting), or
- * -errno.
+ * -errno with @err set ("FILE:LINE: KEY: message" for the config's
+ * faults, such as transport = uring on a kernel that does not offer it).
  */
-int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se);
+int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se, size_t max_write,
+		    char *err, size_t errlen);
+/*
+ * bf_rawio_stop - after the request loop: the ring serves no new request,
+ * commits the replies to those in hand, and lets go of /dev/fuse.
+ */
+void bf_rawio_stop(void);
+/* bf_rawio_failed - the transport failed (the mount never became usable, or a ring queue died). */
+bool bf_rawio_failed(void);
 void bf_rawio_detach(void);
+/*
+ * bf_rawio_ring_request - in a request's handler, in its thread: true when
+ * the request came over the ring. Its buffers, WRITE data included, then
+ * stay valid until its reply is sent, from whatever thread: a handler that
+ * parks it needs no copy. A /dev/fuse request's WRITE data lives in the
+ * receiving thread's buffer until that thread's next receive.
+ */
+bool bf_rawio_ring_request(void);
+/* bf_rawio_show - "name value" lines of .sys/.transport: transport, ring memory, counters */
+int bf_rawio_show(char *buf, size_t len);
 /*
  * bf_rawio_write_data - where the data of the WRITE being handled in this
  * thread is, for @buf as libfuse passes it to the write handler (WRITE data
- * is received page-aligned into a buffer of the receiving thread's, valid
- * until that thread's next receive).
+ * is received page-aligned: from /dev/fuse into a buffer of the receiving
+ * thread's, valid until that thread's next receive; from the ring in the
+ * entry's payload buffer, where libfuse's @buf already points, valid until
+ * the reply is sent).
  */
 const char *bf_rawio_write_data(const char *buf);
 /*
  * bf_rawio_req_buf - the handling thread's page-aligned receive buffer
  * (BF_MAX_WRITE bytes and more): a READ's reply data may be put there.
+ * For a request that came on the ring, its entry's payload buffer (a
+ * reply from there is committed without a copy; the request's own payload
+ * is there, so only a handler done with it, such as READ's, uses this).
  * NULL without memory.
  */
 char *bf_rawio_req_buf(void);
@@ -149,7 +176,8 @@ bool bf_rawio_in_thread_buf(const char *data, size_t len);
  * request (the thread receives into another from now on), or the data is
  * copied when it is not there (*@data then points at the copy). Returns
  * the buffer to give back with bf_rawio_release() when the request is
- * done, or ERR_PTR(-ENOMEM).
+ * done, NULL when there is none to give back (a ring request: its data
+ * stays in its entry until the reply), or ERR_PTR(-ENOMEM).
  */
 char *bf_rawio_keep(const char **data, size_t len);
 void bf_rawio_release(char *buf);

@@ -1120,7 +1120,7 @@ static void fsname_opt(const char *name, char *out, size_t len)
 
 int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 {
-	char opts[2048], fsname[2 * PATH_MAX];
+	char opts[2048], fsname[2 * PATH_MAX], why[1024];
 	char *argv[] = { "blkfs", "-o", opts, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct fuse_loop_config *lc;
@@ -1147,9 +1147,9 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 		fuse_opt_free_args(&args);
 		return 1;
 	}
-	dummy = bf_rawio_attach(d, se);
+	dummy = bf_rawio_attach(d, se, BF_MAX_WRITE, why, sizeof(why));
 	if (dummy < 0) {
-		fprintf(stderr, "blkfs: cannot set up FUSE I/O: %s\n", strerror(-dummy));
+		fprintf(stderr, "%s\n", why);
 		code = 1;
 		goto out_destroy;
 	}
@@ -1170,7 +1170,7 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	if (ret) {
 		fprintf(stderr, "blkfs: cannot start the flusher: %s\n", strerror(-ret));
 		code = 1;
-		goto out_signals;
+		goto out_stop;
 	}
 
 	lc = fuse_loop_cfg_create();
@@ -1180,14 +1180,26 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	fuse_loop_cfg_destroy(lc);
 	if (ret < 0 && ret != -ENODEV)
 		blk_err("request loop ended: %s", strerror(-ret));
+
+out_stop:
+	/*
+	 * The ring serves no new request (as the ended loop does not) and its
+	 * threads commit the replies to those in hand, then end: before the
+	 * handlers go, since a dying queue signals the loop.
+	 */
+	bf_rawio_stop();
 	/*
 	 * Requests still in flight get their replies (the kernel drops those
 	 * of a connection that is gone) before the final writeback.
 	 */
 	bf_drain(d);
 	files_free_all();
-
-out_signals:
+	if (bf_rawio_failed()) {
+		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
+		code = 1;
+		d->se = NULL;
+		fuse_session_unmount(se);
+	}
 	/*
 	 * From here a signal cannot stop the daemon before its data is
 	 * written: ours replace libfuse's handlers (which would only end the

@@ -797,6 +797,53 @@ static int stat_one(const char *mnt, const char *dev, bool json, bool first)
 	return 0;
 }
 
+/*
+ * The mount's transport (.sys/.transport): "transport uring|dev", then
+ * counters. Printed before the devices; absent from a daemon without it.
+ */
+static bool stat_transport(const char *mnt, bool json)
+{
+	char path[PATH_MAX], line[256], name[128], val[64], hb[32];
+	bool first_field = true;
+	FILE *f;
+
+	if (snprintf(path, sizeof(path), "%s/.sys/.transport", mnt) >= (int)sizeof(path))
+		return false;
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (json)
+		printf("\n  \".transport\": {");
+	else
+		printf("transport:\n");
+	while (fgets(line, sizeof(line), f)) {
+		char *end;
+		unsigned long long v;
+
+		if (sscanf(line, "%127s %63s", name, val) != 2)
+			continue;
+		v = strtoull(val, &end, 10);
+		if (json) {
+			if (*end || end == val)
+				printf("%s\n    \"%s\": \"%s\"", first_field ? "" : ",", name, val);
+			else
+				printf("%s\n    \"%s\": %llu", first_field ? "" : ",", name, v);
+		} else if (!*end && end != val && is_byte_counter(name)) {
+			human(v, hb, sizeof(hb));
+			printf("  %-28s %llu (%s)\n", name, v, hb);
+		} else {
+			printf("  %-28s %s\n", name, val);
+		}
+		first_field = false;
+	}
+	fclose(f);
+	if (json)
+		printf("\n  }");
+	else
+		printf("\n");
+	return true;
+}
+
 static int cmd_stat(int argc, char **argv)
 {
 	char mnt[PATH_MAX], type[64], path[PATH_MAX];
@@ -846,6 +893,8 @@ static int cmd_stat(int argc, char **argv)
 			fprintf(stderr, "blkfs stat: %s: %s\n", path, strerror(errno));
 			return 1;
 		}
+		/* the devices follow the transport (after a comma in JSON) */
+		first = !stat_transport(mnt, json) || !json;
 		while ((de = readdir(dir))) {
 			if (de->d_name[0] == '.')
 				continue;

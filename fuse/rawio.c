@@ -5,19 +5,31 @@
  * the flags libfuse 3.14 cannot set (FUSE_DIRECT_IO_ALLOW_MMAP,
  * FOPEN_PARALLEL_DIRECT_WRITES), and WRITE data is received page-aligned.
  * Everything else passes through unchanged to libfuse's own handlers.
+ *
+ * The transport ([mount] transport) is chosen here too: with FUSE over
+ * io_uring (uring.c) the INIT reply accepts the kernel's offer, the ring's
+ * queues carry the requests, and /dev/fuse still carries INIT, FORGET,
+ * INTERRUPT and the daemon's notifications; every reply passes the writev
+ * hook, which gives the ring the replies to its requests.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../core/log.h"
 #include "bf.h"
+#include "fuse_uring_abi.h"
+#include "uring.h"
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
@@ -31,7 +43,28 @@
  */
 static uint64_t init_unique;	/* written by the reader of INIT, read by its replier */
 static bool init_allow_mmap;
+static bool init_uring_offered;	/* the kernel offers FUSE_OVER_IO_URING */
 static struct bf_daemon *io_daemon;
+static struct fuse_session *io_se;
+static uint64_t dev_requests;	/* requests read from /dev/fuse; atomic */
+
+/*
+ * The transport. io_ring exists from attach (before mounting) when the
+ * config and the kernel allow the ring; whether it carries requests is
+ * decided while INIT is answered. io_lock: ring_live, ring_dead, stopping,
+ * failed, and the why strings.
+ */
+#define RING_REGISTER_MS 10000	/* every queue registers within this, or no ring */
+static struct bf_ring *io_ring;
+static size_t io_max_write;	/* the session's max_write: the largest request */
+static pthread_t io_main;	/* runs the request loop: a SIGTERM ends it */
+static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool ring_live;		/* the ring carries the requests */
+static bool ring_dead;		/* a queue failed: the ring cannot carry them all */
+static bool stopping;		/* bf_rawio_stop() began */
+static bool failed;		/* the transport failed: the daemon exits 1 */
+static char dev_why[256];	/* why /dev/fuse carries the requests */
+static char dead_why[256];	/* why a queue failed */
 
 /*
  * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
@@ -160,7 +193,10 @@ const char *bf_rawio_write_data(const char *buf)
 
 char *bf_rawio_req_buf(void)
 {
-	return rx_thread_buf();
+	char *p = bf_ring_req_payload();
+
+	/* a ring request's reply built in its entry is committed without a copy */
+	return p ? p : rx_thread_buf();
 }
 
 bool bf_rawio_in_thread_buf(const char *data, size_t len)
@@ -171,6 +207,10 @@ bool bf_rawio_in_thread_buf(const char *data, size_t len)
 char *bf_rawio_keep(const char **data, size_t len)
 {
 	char *b = rx_buf;
+
+	/* a ring request's buffers are its entry's until its reply: nothing to keep */
+	if (bf_ring_in_request())
+		return NULL;
 
 	if (b && *data >= b && *data + len <= b + RX_LEN) {
 		/* the request takes the buffer; the next receive gets another */
@@ -236,9 +276,10 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 	ssize_t r = rx_read(fd, buf, len);
 
 	(void)userdata;
-	if (r >= (ssize_t)sizeof(struct fuse_in_header) &&
-	    ((const struct fuse_in_header *)buf)->opcode == FUSE_OPEN)
-		open_remember(((const struct fuse_in_header *)buf)->unique);
+	if (r > 0)
+		__atomic_add_fetch(&dev_requests, 1, __ATOMIC_RELAXED);
+	if (r >= (ssize_t)sizeof(struct fuse_in_header))
+		bf_rawio_rx_note(buf);
 	if (r >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) &&
 	    !__atomic_load_n(&init_unique, __ATOMIC_ACQUIRE)) {
 		const struct fuse_in_header *in = buf;
@@ -250,10 +291,145 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 					 __ATOMIC_RELAXED);
 			init_allow_mmap = (ii->flags & FUSE_INIT_EXT) &&
 					  ((uint64_t)ii->flags2 << 32 & FUSE_DIRECT_IO_ALLOW_MMAP);
+			init_uring_offered = (ii->flags & FUSE_INIT_EXT) &&
+					     ((uint64_t)ii->flags2 << 32 & FUSE_OVER_IO_URING);
 			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
 		}
 	}
 	return r < 0 ? -errno : r;
+}
+
+/* A request from /dev/fuse or the ring, before libfuse has it. */
+void bf_rawio_rx_note(const struct fuse_in_header *in)
+{
+	if (in->opcode == FUSE_OPEN)
+		open_remember(in->unique);
+}
+
+/*
+ * The ring's payload buffers must hold the largest request the kernel
+ * sends, as it computes it from the INIT reply (fs/fuse/dev_uring.c:
+ * max(FUSE_MIN_READ_BUFFER, max_write, max_pages pages)).
+ */
+static size_t ring_payload(const struct fuse_init_out *out)
+{
+	size_t pages = (out->flags & FUSE_MAX_PAGES) ? (out->max_pages ? out->max_pages : 1) : 32;
+	size_t n = FUSE_MIN_READ_BUFFER;
+
+	if (out->max_write > n)
+		n = out->max_write;
+	if (pages * 4096 > n)
+		n = pages * 4096;
+	return n;
+}
+
+static void set_dev_why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void set_dev_why(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(dev_why, sizeof(dev_why), fmt, ap);
+	va_end(ap);
+}
+
+/* The transport failed before the mount was usable: say why, end the session. */
+static void fail_mount(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail_mount(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("blkfs: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	pthread_mutex_lock(&io_lock);
+	failed = true;
+	pthread_mutex_unlock(&io_lock);
+	/* this is a request loop thread: the loop ends when it returns */
+	fuse_session_exit(io_se);
+}
+
+static const char *conf_name(void)
+{
+	return io_daemon && io_daemon->conf.file ? io_daemon->conf.file : "(config)";
+}
+
+static int transport_line(void)
+{
+	const struct conf_mount *m = &io_daemon->conf.mount;
+
+	return m->transport_line ? m->transport_line : m->line ? m->line : 1;
+}
+
+static bool want_ring_only(void)
+{
+	return io_daemon && io_daemon->conf.mount.transport == CONF_TRANSPORT_URING;
+}
+
+/*
+ * The INIT reply has gone to the kernel: start the ring if the reply
+ * accepted it, decide the transport, and tell the waiting parent that the
+ * mount is usable (or why not).
+ */
+static void init_answered(bool ring_offered_back)
+{
+	char why[256] = "";
+	int ret;
+
+	if (ring_offered_back) {
+		ret = bf_ring_start(io_ring, RING_REGISTER_MS, why, sizeof(why));
+		if (ret) {
+			if (want_ring_only()) {
+				fail_mount("%s:%d: transport: uring: FUSE over io_uring could not start: %s",
+					   conf_name(), transport_line(), why);
+				return;
+			}
+			set_dev_why("FUSE over io_uring could not start: %s", why);
+		} else {
+			bool dead;
+
+			pthread_mutex_lock(&io_lock);
+			dead = ring_dead;
+			ring_live = !dead;
+			pthread_mutex_unlock(&io_lock);
+			if (dead) {
+				fail_mount("%s", dead_why);
+				return;
+			}
+		}
+	} else if (want_ring_only()) {
+		fail_mount("%s:%d: transport: uring: %s", conf_name(), transport_line(),
+			   dev_why[0] ? dev_why :
+			   "the kernel did not offer FUSE over io_uring at INIT (was /sys/module/fuse/parameters/enable_uring turned off meanwhile?)");
+		return;
+	} else if (!dev_why[0]) {
+		set_dev_why("the kernel did not offer FUSE over io_uring");
+	}
+	bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
+	if (ring_live) {
+		char stat[512];
+		unsigned long long bytes = 0, queues = 0, depth = 0;
+		const char *p;
+
+		bf_ring_show(io_ring, stat, sizeof(stat));
+		p = strstr(stat, "queues ");
+		if (p)
+			queues = strtoull(p + 7, NULL, 10);
+		p = strstr(stat, "queue_depth ");
+		if (p)
+			depth = strtoull(p + 12, NULL, 10);
+		p = strstr(stat, "ring_bytes ");
+		if (p)
+			bytes = strtoull(p + 11, NULL, 10);
+		blk_log("transport: FUSE over io_uring, %llu queues (one per possible CPU) x %llu entries; ring buffers %.1f MiB, outside [cache] size, touched as used",
+			queues, depth, (double)bytes / (1 << 20));
+	} else {
+		blk_log("transport: /dev/fuse (%s)", dev_why);
+	}
 }
 
 static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
@@ -263,28 +439,48 @@ static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata
 	struct fuse_open_out oo;
 	struct fuse_init_out out;
 	bool is_init = unique && oh->unique == unique && !oh->error;
+	bool ring_back = false;
 	ssize_t r;
 
 	(void)userdata;
-	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4 &&
-	    init_allow_mmap) {
+	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4) {
+		uint32_t flags2 = 0;
+
+		memset(&out, 0, sizeof(out));
 		memcpy(&out, iov[1].iov_base, iov[1].iov_len < sizeof(out) ? iov[1].iov_len : sizeof(out));
-		out.flags |= FUSE_INIT_EXT;
-		out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
-		iov[1].iov_base = &out;
+		if (init_allow_mmap)
+			flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+		if (io_ring && init_uring_offered) {
+			char why[200];
+
+			/* buffers and fd before the reply: a failure here costs only the ring */
+			if (!bf_ring_arm(io_ring, fd, ring_payload(&out), why, sizeof(why))) {
+				flags2 |= (uint32_t)(FUSE_OVER_IO_URING >> 32);
+				ring_back = true;
+			} else {
+				set_dev_why("FUSE over io_uring could not be set up: %s", why);
+			}
+		}
+		if (flags2) {
+			out.flags |= FUSE_INIT_EXT;
+			out.flags2 |= flags2;
+			iov[1].iov_base = &out;
+		}
 	}
 	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && open_forget(oh->unique)) {
 		memcpy(&oo, iov[1].iov_base, sizeof(oo));
 		oo.open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
 		iov[1].iov_base = &oo;
 	}
+	if (io_ring && !is_init && bf_ring_reply(io_ring, iov, count, &r))
+		return r;
 	r = writev(fd, iov, count);
 	if (r < 0)
 		r = -errno;
 	if (is_init) {
 		__atomic_store_n(&init_unique, 0, __ATOMIC_RELEASE);
 		if (r >= 0 && io_daemon)
-			bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
+			init_answered(ring_back);
 	}
 	return r;
 }
@@ -294,25 +490,185 @@ static const struct fuse_custom_io bf_io = {
 	.writev = bf_io_writev,
 };
 
-int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se)
+/* Y, N, or missing (-ENOENT: the kernel has no FUSE over io_uring). */
+static int enable_uring_param(void)
+{
+	char c = 0;
+	int fd = open("/sys/module/fuse/parameters/enable_uring", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (read(fd, &c, 1) != 1)
+		c = 0;
+	close(fd);
+	return c == 'Y' || c == 'y' || c == '1';
+}
+
+/* Decide, before mounting, whether the ring may carry the requests. */
+static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err, size_t errlen)
+{
+	enum conf_transport t = d->conf.mount.transport;
+	char why[512];
+	size_t payload;
+	uint64_t mem;
+	unsigned nq, depth;
+	long pages;
+	int on;
+
+	if (t == CONF_TRANSPORT_DEV) {
+		set_dev_why("transport = dev");
+		return 0;
+	}
+	on = enable_uring_param();
+	if (on < 0)
+		snprintf(why, sizeof(why), "this kernel has no FUSE over io_uring (no /sys/module/fuse/parameters/enable_uring: it needs CONFIG_FUSE_IO_URING, kernel 6.14 or later)");
+	else if (!on)
+		snprintf(why, sizeof(why), "FUSE over io_uring is off in the kernel (/sys/module/fuse/parameters/enable_uring is N)");
+	if (on <= 0) {
+		if (t == CONF_TRANSPORT_URING) {
+			snprintf(err, errlen, "%s:%d: transport: uring: %s; to turn it on, as root: echo Y > /sys/module/fuse/parameters/enable_uring (or boot with fuse.enable_uring=1), or set transport = auto or dev in [mount]",
+				 d->conf.file, transport_line(), why);
+			return -EOPNOTSUPP;
+		}
+		set_dev_why("%s", why);
+		return 0;
+	}
+	/* libfuse sizes max_pages from max_write: the largest request is max_write */
+	payload = io_max_write > FUSE_MIN_READ_BUFFER ? io_max_write : FUSE_MIN_READ_BUFFER;
+	pages = sysconf(_SC_PHYS_PAGES);
+	mem = pages > 0 ? (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+	nq = bf_ring_possible_cpus();
+	depth = d->conf.mount.uring_queue_depth;
+	if (!d->conf.mount.uring_queue_depth_line && nq) {
+		/* the default on a machine with many CPUs and little memory: what fits */
+		uint64_t fit = mem / 4 / nq / bf_ring_entry_bytes(payload);
+
+		if (fit < depth && fit >= 1) {
+			blk_log("uring_queue_depth: the default %u lowered to %llu: %u possible CPUs x %llu entries of 1 MiB fit a quarter of this machine's memory",
+				depth, (unsigned long long)fit, nq, (unsigned long long)fit);
+			depth = (unsigned)fit;
+		}
+	}
+	/* a depth whose buffers would not fit is a config error whatever the transport */
+	if (depth == d->conf.mount.uring_queue_depth &&
+	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
+		return -EINVAL;
+	io_ring = bf_ring_create(se, depth, payload, why, sizeof(why));
+	if (io_ring)
+		return 0;
+	if (t == CONF_TRANSPORT_URING) {
+		snprintf(err, errlen, "%s:%d: transport: uring: %s", d->conf.file, transport_line(), why);
+		return -EINVAL;
+	}
+	set_dev_why("%s", why);
+	return 0;
+}
+
+int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se, size_t max_write,
+		    char *err, size_t errlen)
 {
 	/* fuse_session_mount() replaces this placeholder with the /dev/fuse fd */
-	int dummy = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int dummy;
 	int ret;
 
-	if (dummy < 0)
-		return -errno;
 	io_daemon = d;
+	io_se = se;
+	io_max_write = max_write;
+	io_main = pthread_self();
+	ret = ring_prepare(d, se, err, errlen);
+	if (ret) {
+		io_daemon = NULL;
+		return ret;
+	}
+	dummy = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (dummy < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "blkfs: cannot set up FUSE I/O: /dev/null: %s", strerror(-ret));
+		goto out_ring;
+	}
 	ret = fuse_session_custom_io(se, &bf_io, dummy);
 	if (ret) {
 		close(dummy);
-		io_daemon = NULL;
-		return ret < 0 ? ret : -EINVAL;
+		ret = ret < 0 ? ret : -EINVAL;
+		snprintf(err, errlen, "blkfs: cannot set up FUSE I/O: %s", strerror(-ret));
+		goto out_ring;
 	}
 	return dummy;
+
+out_ring:
+	bf_ring_stop(io_ring);
+	bf_ring_destroy(io_ring);
+	io_ring = NULL;
+	io_daemon = NULL;
+	return ret;
+}
+
+void bf_rawio_ring_failed(const char *why)
+{
+	bool kill_loop;
+
+	pthread_mutex_lock(&io_lock);
+	if (!ring_dead)
+		snprintf(dead_why, sizeof(dead_why), "%s", why);
+	ring_dead = true;
+	kill_loop = ring_live && !stopping && !failed;
+	if (ring_live)
+		failed = true;
+	pthread_mutex_unlock(&io_lock);
+	if (!kill_loop)
+		return;	/* before the ring was up: init_answered() reports it */
+	blk_log("%s; ending the session (the connection is aborted: callers get ENOTCONN)", why);
+	/* the request loop ends as on SIGTERM; its thread takes the signal */
+	pthread_kill(io_main, SIGTERM);
+}
+
+void bf_rawio_stop(void)
+{
+	pthread_mutex_lock(&io_lock);
+	stopping = true;
+	pthread_mutex_unlock(&io_lock);
+	bf_ring_stop(io_ring);
+}
+
+bool bf_rawio_failed(void)
+{
+	bool f;
+
+	pthread_mutex_lock(&io_lock);
+	f = failed;
+	pthread_mutex_unlock(&io_lock);
+	return f;
+}
+
+bool bf_rawio_ring_request(void)
+{
+	return bf_ring_in_request();
+}
+
+int bf_rawio_show(char *buf, size_t len)
+{
+	bool live;
+	int n;
+
+	pthread_mutex_lock(&io_lock);
+	live = ring_live;
+	pthread_mutex_unlock(&io_lock);
+	n = snprintf(buf, len, "transport %s\n", live ? "uring" : "dev");
+	if (live && n >= 0 && (size_t)n < len)
+		n += bf_ring_show(io_ring, buf + n, len - (size_t)n);
+	if (n >= 0 && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, "dev_requests %llu\n",
+			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED));
+	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 
 void bf_rawio_detach(void)
 {
+	bf_ring_stop(io_ring);
+	bf_ring_destroy(io_ring);
+	io_ring = NULL;
 	io_daemon = NULL;
+	io_se = NULL;
+	ring_live = ring_dead = stopping = failed = false;
+	dev_why[0] = dead_why[0] = 0;
 }

@@ -225,6 +225,15 @@ static int show_cache_block(struct bf_dev *bd, char *buf, size_t len)
 	return SHOW(buf, len, "%u\n", bd->cblk);
 }
 
+/* The mount's transport (.sys/.transport): a name no device can have. */
+static int show_transport(struct bf_dev *bd, char *buf, size_t len)
+{
+	(void)bd;
+	return bf_rawio_show(buf, len);
+}
+
+static const struct bf_dev_attr transport_attr = { ".transport", show_transport, NULL };
+
 static const struct bf_dev_attr dev_attrs[] = {
 	{ "size", show_size, NULL },
 	{ "stat", show_stat, NULL },
@@ -288,6 +297,10 @@ int bf_sys_build(struct bf_daemon *d)
 	if (!root)
 		return -ENOMEM;
 	root_ino = root->ino;
+	n = add_node(d, root_ino, transport_attr.name, false);
+	if (!n)
+		return -ENOMEM;
+	n->da = &transport_attr;
 	for (i = 0; i < d->nr_devs; i++) {
 		struct bf_dev *bd = &d->devs[i];
 

@@ -267,3 +267,36 @@ err_case cache_block_not_pow2 cache_block_size 'cache_block_size = 1000' <<CONF
 $DEV0
 cache_block_size = 1000
 CONF
+
+# says_too WHAT: blkfs check of $ERRFILE says WHAT as well
+says_too() {
+	"$BLKFS" check -c "$ERRFILE" 2>&1 | grep -qF -- "$1" ||
+		fail "$ERRFILE: blkfs check does not say '$1': $("$BLKFS" check -c "$ERRFILE" 2>&1)"
+}
+
+err_case bad_transport transport 'transport = fuse' <<CONF
+[mount]
+transport = fuse
+
+$DEV0
+CONF
+says_too "fuse is not a choice (allowed: auto, uring, dev)"
+mount_fails
+
+err_case uring_depth_zero uring_queue_depth 'uring_queue_depth = 0' <<CONF
+$DEV0
+
+[mount]
+uring_queue_depth = 0
+CONF
+says_too "0 is not a queue depth (allowed: 1 to 256 entries per CPU)"
+mount_fails
+
+err_case uring_depth_absurd uring_queue_depth 'uring_queue_depth = 100000' <<CONF
+[mount]
+transport = auto
+uring_queue_depth = 100000
+
+$DEV0
+CONF
+says_too "100000 is not a queue depth (allowed: 1 to 256 entries per CPU)"

@@ -21,6 +21,8 @@ size = 256M
 logical_block_size = 512
 physical_block_size = 4096"
 dev=$MNT/ram0
+MB=${BLKFS_FIO_VERIFY_MB:-24}
+case $MB in [1-9] | [12][0-9] | 3[0-2]) ;; *) fail "BLKFS_FIO_VERIFY_MB=$MB (allowed: 1 to 32)" ;; esac
 cd "$TDIR"
 
 # fio_run NAME ARGS...: run fio, show its summary, fail on a non-zero exit.
@@ -29,7 +31,7 @@ fio_run() {
 	shift
 	assert_live "$MNT"
 	fio --name="$name" --filename="$dev" --rw=randwrite --numjobs=4 \
-		--size=24M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
+		--size="${MB}M" --offset_increment=32M --verify=crc32c --verify_fatal=1 \
 		--do_verify=1 --fallocate=none --verify_state_save=0 --randrepeat=1 \
 		--group_reporting --output="$TDIR/$name.out" "$@" && rc=0 || rc=$?
 	grep -E 'err=|WRITE:|READ:|verify' "$TDIR/$name.out" | sed 's/^/    /' || true
@@ -40,10 +42,10 @@ fio_run() {
 	grep -q 'err= 0' "$TDIR/$name.out" || fail "fio $name: no 'err= 0' in its output"
 }
 
-info "psync, buffered, 4 jobs x 24 MiB, bs=4k"
+info "psync, buffered, 4 jobs x $MB MiB, bs=4k"
 fio_run psync --ioengine=psync --bs=4k --offset=0
 
-info "libaio, O_DIRECT, 4 jobs x 24 MiB, bs 4k-64k, iodepth 16"
+info "libaio, O_DIRECT, 4 jobs x $MB MiB, bs 4k-64k, iodepth 16"
 fio_run libaio --ioengine=libaio --direct=1 --iodepth=16 --bsrange=4k-64k \
 	--blockalign=4k --offset=128M
 

@@ -22,6 +22,12 @@
 #
 # With BLKFS_LIB_NOINIT=1 only the functions are defined (tests/integ/run
 # uses them to find and clean what a test left behind).
+#
+# BLKFS_TRANSPORT=uring|dev|auto: start_blkfs adds `transport = ...` to
+# [mount] of every config that names no transport (uring_suite.sh reruns
+# the data tests so, over FUSE over io_uring); with uring, each mount is
+# checked to really use the ring. BLKFS_URING_DEPTH likewise sets
+# uring_queue_depth.
 
 _LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 : "${BLKFS:=$_LIB_DIR/../../build/blkfs}"
@@ -309,6 +315,29 @@ cleanup_tree() {
 [ "${BLKFS_LIB_NOINIT:-0}" = 1 ] && return 0
 
 # ---------------------------------------------------------------------------
+# FUSE over io_uring: the kernel's global switch
+
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+
+# require_uring: skip (77) unless this test may turn FUSE over io_uring on
+# and off: root, and a kernel that has it (the parameter exists).
+require_uring() {
+	[ "$(id -u)" -eq 0 ] || skip "FUSE over io_uring: turning it on needs root"
+	[ -e "$URING_PARAM" ] ||
+		skip "FUSE over io_uring: this kernel has no $URING_PARAM (CONFIG_FUSE_IO_URING, 6.14+)"
+	[ -w "$URING_PARAM" ] || skip "FUSE over io_uring: $URING_PARAM is not writable here"
+}
+
+# uring_set Y|N: set the kernel's switch; the exit trap puts back the value
+# the test found.
+uring_set() {
+	[ -n "$_URING_PREV" ] || _URING_PREV=$(cat "$URING_PARAM") ||
+		fail "cannot read $URING_PARAM"
+	echo "$1" >"$URING_PARAM" || fail "cannot write $1 to $URING_PARAM"
+	[ "$(cat "$URING_PARAM")" = "$1" ] || fail "$URING_PARAM did not take $1"
+}
+
+# ---------------------------------------------------------------------------
 # Per-test set-up
 
 TEST_NAME=$(basename "$0" .sh)
@@ -324,6 +353,7 @@ _LOOPS=()		# loop devices this test attached
 _BGPIDS=()		# background processes to kill at exit
 _XDIRS=()		# directories outside $TDIR (odirect_dir), removed at exit
 _NLOOPF=0
+_URING_PREV=		# enable_uring as the test found it, once uring_set changed it
 declare -A _PID_OF=()	# mount point -> daemon pid
 declare -A _LOOP_FILE=()	# loop device -> the file it was attached over
 
@@ -369,6 +399,11 @@ _cleanup() {
 		cleanup_tree "$m"
 	done
 	cleanup_tree "$TDIR"
+	# the kernel's switch back as the test found it, once its mounts are gone
+	if [ -n "$_URING_PREV" ]; then
+		echo "$_URING_PREV" >"$URING_PARAM" 2>/dev/null ||
+			echo "lib.sh: could not restore $URING_PARAM to $_URING_PREV" >&2
+	fi
 	exit "$rc"
 }
 trap _cleanup EXIT
@@ -396,6 +431,22 @@ write_conf() {
 	else
 		CONF=$TDIR/blkfs$((_NMNT + 1)).conf
 		printf '%s\n' "$1" >"$CONF"
+	fi
+	_conf_mount_key transport "${BLKFS_TRANSPORT:-}"
+	_conf_mount_key uring_queue_depth "${BLKFS_URING_DEPTH:-}"
+}
+
+# _conf_mount_key KEY VALUE: add `KEY = VALUE` to [mount] of $CONF unless
+# VALUE is empty, the config sets KEY already, or $CONF is not this test's.
+_conf_mount_key() {
+	local key=$1 val=$2
+	[ -n "$val" ] || return 0
+	case $CONF in "$TDIR"/*) ;; *) return 0 ;; esac
+	grep -qE "^[[:space:]]*${key}[[:space:]]*=" "$CONF" && return 0
+	if grep -qE '^[[:space:]]*\[mount\][[:space:]]*$' "$CONF"; then
+		sed -i -E "/^[[:space:]]*\[mount\][[:space:]]*\$/a $key = $val" "$CONF"
+	else
+		printf '\n[mount]\n%s = %s\n' "$key" "$val" >>"$CONF"
 	fi
 }
 
@@ -446,7 +497,14 @@ _mount_blkfs() {
 	DAEMON_PID=$(cat "$PIDFILE")
 	pid_alive "$DAEMON_PID" || fail "daemon pid $DAEMON_PID from $PIDFILE is not running"
 	_PID_OF[$MNT]=$DAEMON_PID
-	info "mounted $MNT (daemon $DAEMON_PID)"
+	if grep -qE '^[[:space:]]*transport[[:space:]]*=[[:space:]]*uring' "$CONF"; then
+		# the config says uring: the mount must really be on the ring
+		grep -qx 'transport uring' <(timeout 10 cat "$MNT/.sys/.transport") ||
+			fail "$MNT: the config says transport = uring but .sys/.transport says: $(timeout 10 cat "$MNT/.sys/.transport" 2>&1 | head -n 1)"
+		info "mounted $MNT (daemon $DAEMON_PID, FUSE over io_uring)"
+	else
+		info "mounted $MNT (daemon $DAEMON_PID)"
+	fi
 }
 
 # kill9_blkfs [MNT]: a crash: SIGKILL the daemon of MNT (nothing is written

@@ -41,8 +41,11 @@ info "the tree"
 # shellcheck disable=SC2012
 assert_eq "ls -A $MNT" ram0 "$(ls -A "$MNT" | tr '\n' ' ' | sed 's/ $//')"
 [ -d "$MNT/.sys" ] || fail "no $MNT/.sys"
+# the devices, and the mount's transport (a name no device can have)
 # shellcheck disable=SC2012
-assert_eq "ls .sys" ram0 "$(ls -A "$MNT/.sys" | tr '\n' ' ' | sed 's/ $//')"
+assert_eq "ls .sys" ".transport ram0" "$(ls -A "$MNT/.sys" | tr '\n' ' ' | sed 's/ $//')"
+grep -qxE 'transport (dev|uring)' "$MNT/.sys/.transport" ||
+	fail ".sys/.transport does not start with the transport: $(head -n 1 "$MNT/.sys/.transport")"
 for f in size stat blkfs_stat queue/logical_block_size queue/physical_block_size \
 	queue/minimum_io_size queue/optimal_io_size queue/max_hw_sectors_kb \
 	queue/max_sectors_kb queue/read_ahead_kb queue/rotational; do

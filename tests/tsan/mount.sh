@@ -17,6 +17,13 @@ require_blkfs
 require_helper bdev_check
 require fio dd
 T=${TSAN_MOUNT_TIME:-20}
+if [ -w "$URING_PARAM" ]; then
+	uring_set Y
+	export BLKFS_TRANSPORT=uring BLKFS_URING_TEST=handoff=3
+	info "over FUSE over io_uring (every third reply from another thread)"
+else
+	info "no FUSE over io_uring here ($URING_PARAM): over /dev/fuse"
+fi
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1} log_path=$TDIR/tsan"
 
 # tsan_reports: the report files TSan wrote, if any.

@@ -1417,7 +1417,7 @@ Test(conf, mount_section)
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
 		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
-		   "max_pending)");
+		   "max_pending, transport, uring_queue_depth)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
@@ -1471,6 +1471,75 @@ Test(conf, mount_max_pending)
 		   F ":5: max_pending: 1k is not a number from 1 to 4096");
 	expect_err(RAM0 "[mount]\nmax_pending = 8\nmax_pending = 9\n",
 		   F ":6: max_pending: duplicate key (first given on line 5)");
+}
+
+Test(conf, mount_transport)
+{
+	static const struct { const char *val; enum conf_transport t; } ok[] = {
+		{ "auto", CONF_TRANSPORT_AUTO },
+		{ "uring", CONF_TRANSPORT_URING },
+		{ "dev", CONF_TRANSPORT_DEV },
+	};
+	char text[256];
+	size_t i;
+
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.transport, CONF_TRANSPORT_AUTO);
+	cr_assert_eq(c.mount.uring_queue_depth, CONF_DEF_URING_DEPTH);
+	conf_free(&c);
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(text, sizeof(text), RAM0 "[mount]\ntransport = %s\nuring_queue_depth = 3\n",
+			 ok[i].val);
+		cr_assert_eq(conf_parse_buf(text, strlen(text), "m.conf", &c, err, sizeof(err)), 0,
+			     "%s", err);
+		cr_assert_eq(c.mount.transport, ok[i].t);
+		cr_assert_eq(c.mount.transport_line, 5);
+		cr_assert_eq(c.mount.uring_queue_depth, 3);
+		cr_assert_eq(c.mount.uring_queue_depth_line, 6);
+		conf_free(&c);
+	}
+	snprintf(text, sizeof(text), RAM0 "[mount]\nuring_queue_depth = %u\n", CONF_MAX_URING_DEPTH);
+	cr_assert_eq(conf_parse_buf(text, strlen(text), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.uring_queue_depth, CONF_MAX_URING_DEPTH);
+	conf_free(&c);
+	expect_err(RAM0 "[mount]\ntransport = fuse\n",
+		   F ":5: transport: fuse is not a choice (allowed: auto, uring, dev)");
+	expect_err(RAM0 "[mount]\ntransport = uring\ntransport = dev\n",
+		   F ":6: transport: duplicate key (first given on line 5)");
+	expect_err(RAM0 "[mount]\nuring_queue_depth = 0\n",
+		   F ":5: uring_queue_depth: 0 is not a queue depth (allowed: 1 to 256 entries per CPU)");
+	expect_err(RAM0 "[mount]\nuring_queue_depth = 257\n",
+		   F ":5: uring_queue_depth: 257 is not a queue depth (allowed: 1 to 256 entries per CPU)");
+	expect_err(RAM0 "[mount]\nuring_queue_depth = 99999999999999999999999\n",
+		   F ":5: uring_queue_depth: 99999999999999999999999 is not a queue depth (allowed: 1 to 256 entries per CPU)");
+	expect_err(RAM0 "[mount]\nuring_queue_depth = 16K\n",
+		   F ":5: uring_queue_depth: 16K is not a queue depth (allowed: 1 to 256 entries per CPU)");
+}
+
+/* The rings' memory against the machine's: a quarter of it at most. */
+Test(conf, check_uring)
+{
+	const char *t = RAM0 "[mount]\ntransport = uring\nuring_queue_depth = 64\n";
+	uint64_t mib = 1u << 20, entry = mib + 8192;
+
+	cr_assert_eq(conf_parse_buf(t, strlen(t), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	/* 2 x 64 x (1M + 8K) = 129M: fits in a quarter of 1G, not of 512M */
+	cr_assert_eq(conf_check_uring(&c, 2, entry, 1024 * mib, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(err[0], 0);
+	cr_assert_eq(conf_check_uring(&c, 2, entry, 512 * mib, err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "m.conf:6: uring_queue_depth: 64 entries on each of 2 CPU queues need 129M "
+			 "of ring buffers (1032K each), more than a quarter of this machine's memory 512M "
+			 "(allowed: at most 63 entries here; the default is 64)");
+	/* no overflow with absurd CPU counts */
+	cr_assert_eq(conf_check_uring(&c, 1u << 31, UINT64_MAX / 2, UINT64_MAX, err, sizeof(err)),
+		     -EINVAL);
+	conf_free(&c);
+	/* the default depth, no [mount]: the message names line 1 */
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(conf_check_uring(&c, 4096, entry, 1024 * mib, err, sizeof(err)), -EINVAL);
+	cr_assert(!strncmp(err, "m.conf:1: uring_queue_depth: 64 entries on each of 4096 CPU queues",
+			   66), "%s", err);
+	conf_free(&c);
 }
 
 Test(conf, device_policies)

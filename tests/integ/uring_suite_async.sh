@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# uring_suite_async.sh: the third part of uring_suite.sh (async and
+# async_shutdown over FUSE over io_uring: parked requests whose replies come
+# from the completing threads); see there.
+exec bash "$(dirname "$0")/uring_suite.sh" async
