@@ -18,6 +18,15 @@
 
 struct bf_req;
 
+/*
+ * A device. Devices come and go while mounted (devs.c): each is allocated
+ * alone and published in a slot of d->devs; its memory lives until its last
+ * reference goes.
+ *
+ * Lock order: d->add_lock -> dev->ctl_lock -> d->dev_lock -> dev->req_lock;
+ * d->ref_lock is a leaf. d->dev_lock is held only to look up or to change
+ * the table (never across backend I/O, a FUSE reply or a notification).
+ */
 struct bf_dev {
 	struct bf_daemon *d;
 	struct blk_host host;		/* what the stack may call back: drop_volatile */
@@ -29,6 +38,22 @@ struct bf_dev {
 	uint64_t ino;
 	uid_t uid;			/* owner of the device file */
 	gid_t gid;
+
+	int ref;			/* atomic: the table's, each open's, each bf_dev_get()'s */
+	int opens;			/* atomic, raised under d->dev_lock: open device files */
+	bool removing;			/* d->dev_lock (write): no new open, no bf_dev_get() */
+	int slot;			/* in d->devs, -1 before publication */
+	/*
+	 * Commands that change the device (remove; resize, snapshot, reset):
+	 * one at a time. A handler that took it after bf_dev_get() checks
+	 * bf_dev_removed(): a remove may have gone first.
+	 */
+	pthread_mutex_t ctl_lock;
+	bool removed;			/* ctl_lock: unpublished by remove */
+	/* .sys/NAME/...: built before publication, fixed from then on */
+	struct bf_node *nodes;
+	size_t nr_nodes, cap_nodes;
+	struct conf own;		/* an added device's config (cd points into it) */
 
 	/* requests in flight: a pool of max_pending slots (daemon.c) */
 	pthread_mutex_t req_lock;
@@ -45,14 +70,15 @@ struct bf_dev {
 #define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 
 #define BF_ROOT_INO 1
-#define BF_SYS_INO (1u << 20)	/* .sys nodes: BF_SYS_INO + index in d->nodes */
+#define BF_DEV_INO 2		/* device files: from 2 up, never reused while mounted */
+#define BF_SYS_INO (1u << 20)	/* .sys nodes: from here up, never reused while mounted */
 
 /* A directory or attribute of the .sys tree. */
 struct bf_node {
 	uint64_t ino, parent;
 	const char *name;
 	bool dir;
-	struct bf_dev *dev;
+	struct bf_dev *dev;		/* a device's node: lives as long as the device */
 	const struct bf_dev_attr *da;	/* device attribute, or */
 	struct blk_backend *be;		/* a layer's blk_attr */
 	const struct blk_attr *ba;
@@ -63,13 +89,26 @@ struct bf_daemon {
 	struct conf conf;
 	const char *conf_path;
 	struct pc_cache *pc;
-	struct bf_dev *devs;
-	int nr_devs;
+	/*
+	 * The devices, in slots (readdir order); dev_lock. Readers (lookup,
+	 * getattr, open, readdir, .sys) hold it shared for a lookup and a copy;
+	 * add and remove hold it exclusive to publish or unpublish.
+	 */
+	pthread_rwlock_t dev_lock;
+	struct bf_dev *devs[PC_MAX_DEVS];
+	int nr_devs;			/* dev_lock: devices in the table */
+	uint64_t next_ino;		/* dev_lock (write): the next device file's */
+	uint64_t next_sys_ino;		/* atomic: the next .sys node's */
+	pthread_mutex_t add_lock;	/* add and remove: one at a time */
+	pthread_mutex_t ref_lock;	/* with ref_cond: remove waits for the last reference */
+	pthread_cond_t ref_cond;
+	bool locks_ready;
 	const char *mnt;		/* canonical mount point */
 	int ready_fd;			/* daemon mode: pipe to the waiting parent, else -1 */
 	int log_fd;			/* daemon mode: stderr after readiness */
 	bool foreground;
-	struct bf_node *nodes;		/* the .sys tree, built before mounting */
+	/* .sys, .sys/.transport, .sys/control: built before mounting, fixed */
+	struct bf_node *nodes;
 	void *se;			/* the fuse_session while serving, else NULL */
 	size_t nr_nodes, cap_nodes;
 	char fsname[PATH_MAX];		/* the mount's source: the config's absolute path */
@@ -200,20 +239,54 @@ void bf_dev_drop_caches(struct bf_dev *bd);
 /* devs.c: devices that come and go while mounted */
 /*
  * bf_dev_get - the device named @name with a reference (it cannot be freed
- * until bf_dev_put()), NULL if there is none.
+ * until bf_dev_put()), NULL if there is none or it is being removed.
  */
 struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name);
 void bf_dev_put(struct bf_dev *dev);
+/* A reference more on a device one holds (or under d->dev_lock). */
+void bf_dev_hold(struct bf_dev *dev);
+/* Under dev->ctl_lock: has a remove taken the device away? */
+bool bf_dev_removed(const struct bf_dev *dev);
+/* The device whose file is inode @ino; d->dev_lock held. */
+struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino);
+/*
+ * bf_dev_create - a device of the config @c (@cd one of its devices, or
+ * an added device's own): its stack opened, its geometry checked, its
+ * owner resolved; with a cache (d->pc), put behind it with its request
+ * slots and its .sys subtree built. Not published. Returns the device or
+ * ERR_PTR(-errno) with @err set ("FILE:LINE: KEY: message").
+ */
+struct bf_dev *bf_dev_create(struct bf_daemon *d, const struct conf *c, struct conf_device *cd,
+			     char *err, size_t errlen);
+/* Publish @bd in a free slot (0 or -ENOSPC). */
+int bf_dev_publish(struct bf_daemon *d, struct bf_dev *bd);
+/* Close and free a device that no request uses any more (an unpublished one, or at exit). */
+void bf_dev_destroy(struct bf_dev *bd);
+void bf_devs_locks_init(struct bf_daemon *d);
 /* The control file's `add` and `remove` (control.h's bf_cmd_fn). */
 int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+/* daemon.c: a simulated power cut of the device (blk_host.drop_volatile) */
+void bf_dev_drop_volatile(void *ctx);
+/* daemon.c: the kernel forgets a name: inval_entry (added) or delete (removed, @child) */
+void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name);
 
-/* sysfs.c */
+/* sysfs.c; the _locked functions with d->dev_lock held (shared is enough) */
+/* The fixed nodes: .sys, .sys/.transport, .sys/control. */
 int bf_sys_build(struct bf_daemon *d);
-struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino);
-struct bf_node *bf_sys_lookup(struct bf_daemon *d, uint64_t parent, const char *name);
-struct bf_node *bf_sys_child(struct bf_daemon *d, uint64_t parent, size_t idx);
+/* @bd's subtree .sys/NAME/..., before it is published. */
+int bf_sys_build_dev(struct bf_daemon *d, struct bf_dev *bd);
+uint64_t bf_sys_root_ino(const struct bf_daemon *d);
+struct bf_node *bf_sys_node_locked(struct bf_daemon *d, uint64_t ino);
+struct bf_node *bf_sys_lookup_locked(struct bf_daemon *d, uint64_t parent, const char *name);
+/*
+ * The child of directory @parent at position *@pos or the first after it
+ * (readdir order; positions stay where they are when devices come and
+ * go), *@pos set to its position; NULL at the end.
+ */
+struct bf_node *bf_sys_next_locked(struct bf_daemon *d, uint64_t parent, uint64_t *pos);
 bool bf_sys_writable(const struct bf_node *n);
+/* Show and store: the caller holds a reference on n->dev when there is one. */
 int bf_sys_show(struct bf_node *n, char *buf, size_t len);
 int bf_sys_store(struct bf_node *n, const char *buf, size_t len);
 

@@ -26,7 +26,15 @@
 #include "bf.h"
 #include "control.h"
 
-#define BF_TIMEOUT 86400.0	/* names and sizes never change while mounted */
+/*
+ * How long the kernel may keep an entry or attributes without asking.
+ * Names come and go (add, remove) and sizes change (resize): each change
+ * is notified (inval_entry, delete, inval_inode), and the timeout is what
+ * bounds a stale answer when a notification cannot help: a lookup's reply
+ * built before a remove and delivered after its notify_delete is cached
+ * as it is. A second of staleness at most, one getattr a second per file.
+ */
+#define BF_TIMEOUT 1.0
 #define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
@@ -38,7 +46,13 @@ struct bf_file {
 	struct bf_dev *dev;
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
-	struct bf_node *node;	/* .sys attribute: its snapshot at open */
+	/*
+	 * A .sys file: its content is a snapshot taken at open. Its node is
+	 * looked up again by number for a store: a device's nodes go with it.
+	 */
+	bool sys;
+	bool ctl;		/* .sys/control */
+	uint64_t sys_ino;
 	size_t len;		/* .sys/control: ctl_lock */
 	size_t rpos;		/* .sys/control: where the next read starts; ctl_lock */
 	char buf[];		/* .sys/control: the last command's message; ctl_lock */
@@ -97,11 +111,26 @@ static struct bf_daemon *bf_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* The device of inode @ino; d->dev_lock held. */
 static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
 {
-	if (ino < 2 || ino >= (fuse_ino_t)d->nr_devs + 2)
-		return NULL;
-	return &d->devs[ino - 2];
+	return bf_dev_of_ino_locked(d, ino);
+}
+
+void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name)
+{
+	struct fuse_session *se = d->se;
+	int ret;
+
+	if (!se)
+		return;
+	ret = child ? fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name)) :
+		      fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
+	/* ENOENT: the kernel had nothing cached under the name */
+	if (ret && ret != -ENOENT)
+		blk_warn("%s: cannot tell the kernel that %s %s: %s (it may see the old entry "
+			 "for up to %.0f s)", name, name, child ? "is gone" : "exists",
+			 strerror(-ret), BF_TIMEOUT);
 }
 
 /* ------------------------------------------------------------ devices */
@@ -112,7 +141,7 @@ static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
  * and the kernel's page cache of the file (kernel_cache = writeback, shared
  * mmap) is invalidated so readers see the device's post-crash state.
  */
-static void bf_drop_volatile(void *ctx)
+void bf_dev_drop_volatile(void *ctx)
 {
 	struct bf_dev *bd = ctx;
 	struct fuse_session *se = bd->d->se;
@@ -132,129 +161,50 @@ void bf_dev_drop_caches(struct bf_dev *bd)
 		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
 }
 
-/* uid/gid of a device file: a number or a name; the mounter's by default. */
-static int resolve_id(struct bf_daemon *d, struct conf_device *cd, const char *key,
-		      const char *val, bool user, unsigned *out, char *err, size_t errlen)
-{
-	char buf[4096], *end;
-	struct passwd pw, *pwp = NULL;
-	struct group gr, *grp = NULL;
-	unsigned long n;
-
-	if (!val) {
-		*out = user ? getuid() : getgid();
-		return 0;
-	}
-	n = strtoul(val, &end, 10);
-	if (!*end && end != val && n < 0xffffffffUL) {
-		*out = (unsigned)n;
-		return 0;
-	}
-	if (user ? getpwnam_r(val, &pw, buf, sizeof(buf), &pwp) || !pwp :
-		   getgrnam_r(val, &gr, buf, sizeof(buf), &grp) || !grp) {
-		snprintf(err, errlen, "%s:%d: %s: no %s named %s on this machine", d->conf.file,
-			 blk_param_line(&(struct blk_params){ .v = cd->params, .n = cd->nr_params,
-							      .line = cd->line }, key),
-			 key, user ? "user" : "group", val);
-		return -EINVAL;
-	}
-	*out = user ? pwp->pw_uid : grp->gr_gid;
-	return 0;
-}
-
-static int resolve_owner(struct bf_daemon *d, struct conf_device *cd, struct bf_dev *bd,
-			 char *err, size_t errlen)
-{
-	unsigned uid = 0, gid = 0;
-	int ret;
-
-	ret = resolve_id(d, cd, "uid", cd->owner, true, &uid, err, errlen);
-	if (!ret)
-		ret = resolve_id(d, cd, "gid", cd->group, false, &gid, err, errlen);
-	bd->uid = uid;
-	bd->gid = gid;
-	return ret;
-}
-
 int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
 {
 	struct pc_cache_params cp = { 0 };
 	int i, ret;
 
-	assert(!d->nr_devs);	/* counts devices opened below; close resets it */
-	d->devs = calloc((size_t)d->conf.nr_devs, sizeof(*d->devs));
-	if (!d->devs)
-		return -ENOMEM;
+	assert(!d->nr_devs);
+	bf_devs_locks_init(d);
 	for (i = 0; i < d->conf.nr_devs; i++) {
-		struct conf_device *cd = &d->conf.devs[i];
-		struct bf_dev *bd = &d->devs[i];
-		struct blk_backend *be;
-
-		bd->d = d;
-		bd->ino = (uint64_t)i + 2;
-		bd->host.ctx = bd;
-		bd->host.drop_volatile = bf_drop_volatile;
-		be = stack_open(&d->conf, cd, &bd->host, err, errlen);
-
-		if (IS_ERR(be)) {
-			ret = (int)PTR_ERR(be);
-			goto out_close;
+		if (!strcmp(d->conf.devs[i].name, "control")) {
+			snprintf(err, errlen, "%s:%d: [device control]: the name of .sys/control "
+				 "(choose another)", d->conf.file, d->conf.devs[i].line);
+			return -EINVAL;
 		}
-		bd->cd = cd;
-		bd->be = be;
-		bd->ino = (uint64_t)i + 2;
-		d->nr_devs = i + 1;
-		be->ops->geometry(be, &bd->geo);
-		ret = conf_check_geometry(&d->conf, cd, &bd->geo, err, errlen);
-		if (ret)
-			goto out_close;
-		ret = resolve_owner(d, cd, bd, err, errlen);
-		if (ret)
-			goto out_close;
-		bd->cblk = conf_cache_block(&bd->geo, cd->cache_block_size);
 	}
-	if (!create_cache)
-		return 0;
-
-	cp.size = d->conf.cache.size;
-	cp.folio_size = d->conf.cache.folio_size;
-	cp.dirty_background = d->conf.cache.dirty_background;
-	cp.dirty_limit = d->conf.cache.dirty_limit;
-	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
-	d->pc = pc_cache_create(&cp);
-	if (IS_ERR(d->pc)) {
-		ret = (int)PTR_ERR(d->pc);
-		d->pc = NULL;
-		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
-			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
-		goto out_close;
-	}
-	for (i = 0; i < d->nr_devs; i++) {
-		struct bf_dev *bd = &d->devs[i];
-
-		bd->pc = pc_dev_add(d->pc, bd->cd->name, bd->be, bd->cblk);
-		if (IS_ERR(bd->pc)) {
-			ret = (int)PTR_ERR(bd->pc);
-			bd->pc = NULL;
-			snprintf(err, errlen, "%s:%d: [device %s]: the cache cannot take this device: %s",
-				 d->conf.file, bd->cd->line, bd->cd->name, strerror(-ret));
-			goto out_close;
+	if (create_cache) {
+		cp.size = d->conf.cache.size;
+		cp.folio_size = d->conf.cache.folio_size;
+		cp.dirty_background = d->conf.cache.dirty_background;
+		cp.dirty_limit = d->conf.cache.dirty_limit;
+		cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
+		d->pc = pc_cache_create(&cp);
+		if (IS_ERR(d->pc)) {
+			ret = (int)PTR_ERR(d->pc);
+			d->pc = NULL;
+			snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
+				 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
+			return ret;
 		}
-		pc_dev_set_policy(bd->pc, bd->cd->rmw_device, bd->cd->on_error_drop);
-		pc_dev_set_write_through(bd->pc, bd->cd->write_through);
-		pc_dev_set_read_ahead(bd->pc, bd->cd->read_ahead);
-		ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
+		/* .sys first: each device's subtree hangs below it */
+		ret = bf_sys_build(d);
 		if (ret) {
-			snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
-				 "slots for %s", d->conf.file, d->conf.mount.max_pending,
-				 bd->cd->name);
+			snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
 			goto out_close;
 		}
 	}
-	ret = bf_sys_build(d);
-	if (ret) {
-		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
-		goto out_close;
+	for (i = 0; i < d->conf.nr_devs; i++) {
+		struct bf_dev *bd = bf_dev_create(d, &d->conf, &d->conf.devs[i], err, errlen);
+
+		if (IS_ERR(bd)) {
+			ret = (int)PTR_ERR(bd);
+			goto out_close;
+		}
+		ret = bf_dev_publish(d, bd);
+		assert(!ret);	/* the config holds at most CONF_MAX_DEVICES = PC_MAX_DEVS */
 	}
 	return 0;
 
@@ -270,22 +220,16 @@ void bf_close_devices(struct bf_daemon *d)
 	/* the flusher walks the device list: it stops before devices go */
 	if (d->pc)
 		pc_cache_stop(d->pc);
-	for (i = 0; i < d->nr_devs; i++) {
-		struct bf_dev *bd = &d->devs[i];
-
-		if (bd->pc)
-			pc_dev_remove(bd->pc);
-		bd->pc = NULL;
-		bf_dev_reqs_destroy(bd);
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (!d->devs[i])
+			continue;
+		bf_dev_destroy(d->devs[i]);
+		d->devs[i] = NULL;
 	}
+	d->nr_devs = 0;
 	if (d->pc)
 		pc_cache_destroy(d->pc);
 	d->pc = NULL;
-	for (i = 0; i < d->nr_devs; i++)
-		stack_close(d->devs[i].be);
-	free(d->devs);
-	d->devs = NULL;
-	d->nr_devs = 0;
 	free(d->nodes);
 	d->nodes = NULL;
 	d->nr_nodes = d->cap_nodes = 0;
@@ -293,10 +237,11 @@ void bf_close_devices(struct bf_daemon *d)
 
 /* ----------------------------------------------------------- attributes */
 
-static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
+/* Attributes of @ino; d->dev_lock held. Returns false when there is no such inode. */
+static bool fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 {
 	struct bf_dev *bd = dev_of_ino(d, ino);
-	struct bf_node *n = bf_sys_node(d, ino);
+	struct bf_node *n = bf_sys_node_locked(d, ino);
 
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
@@ -308,20 +253,20 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 		st->st_nlink = 1;
 		st->st_size = 0;
 		st->st_blksize = 4096;
-		return;
+		return true;
 	}
 	if (n) {
 		st->st_mode = n->dir ? S_IFDIR | 0555 : S_IFREG | (bf_sys_writable(n) ? 0644 : 0444);
 		st->st_nlink = n->dir ? 2 : 1;
 		st->st_size = n->dir ? 0 : 4096;	/* as sysfs: the content is made at open */
 		st->st_blksize = 4096;
-		return;
+		return true;
 	}
 	if (!bd) {
 		st->st_mode = S_IFDIR | 0755;
 		st->st_nlink = 2;
 		st->st_blksize = 4096;
-		return;
+		return ino == BF_ROOT_INO;
 	}
 	st->st_mode = S_IFREG | bd->cd->mode;
 	st->st_uid = bd->uid;
@@ -331,6 +276,7 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 	st->st_blocks = (blkcnt_t)(bd->geo.size / 512);
 	/* the block the cache tracks state in: writes of this size never read first */
 	st->st_blksize = bd->cblk;
+	return true;
 }
 
 /* --------------------------------------------------------------- session */
@@ -379,48 +325,49 @@ static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct bf_daemon *d = bf_of(req);
 	struct fuse_entry_param e;
 	struct bf_node *n;
-	int i;
+	int i, err = ENOENT;
 
-	n = bf_sys_lookup(d, parent, name);
+	memset(&e, 0, sizeof(e));
+	pthread_rwlock_rdlock(&d->dev_lock);
+	n = bf_sys_lookup_locked(d, parent, name);
 	if (n) {
-		memset(&e, 0, sizeof(e));
 		e.ino = n->ino;
+	} else if (parent != BF_ROOT_INO) {
+		err = bf_sys_node_locked(d, parent) ? ENOENT : ENOTDIR;
+	} else {
+		for (i = 0; i < PC_MAX_DEVS; i++) {
+			if (d->devs[i] && !strcmp(name, d->devs[i]->cd->name)) {
+				e.ino = d->devs[i]->ino;
+				break;
+			}
+		}
+	}
+	if (e.ino) {
 		e.attr_timeout = BF_TIMEOUT;
 		e.entry_timeout = BF_TIMEOUT;
 		fill_attr(d, e.ino, &e.attr);
+	}
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (e.ino)
 		fuse_reply_entry(req, &e);
-		return;
-	}
-	if (parent != BF_ROOT_INO) {
-		fuse_reply_err(req, bf_sys_node(d, parent) ? ENOENT : ENOTDIR);
-		return;
-	}
-	for (i = 0; i < d->nr_devs; i++) {
-		if (strcmp(name, d->devs[i].cd->name))
-			continue;
-		memset(&e, 0, sizeof(e));
-		e.ino = d->devs[i].ino;
-		e.attr_timeout = BF_TIMEOUT;
-		e.entry_timeout = BF_TIMEOUT;
-		fill_attr(d, e.ino, &e.attr);
-		fuse_reply_entry(req, &e);
-		return;
-	}
-	fuse_reply_err(req, ENOENT);
+	else
+		fuse_reply_err(req, err);
 }
 
 static void bf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
 	struct stat st;
+	bool ok;
 
 	(void)fi;
-	if (ino != BF_ROOT_INO && !dev_of_ino(d, ino) && !bf_sys_node(d, ino)) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	fill_attr(d, ino, &st);
-	fuse_reply_attr(req, &st, BF_TIMEOUT);
+	pthread_rwlock_rdlock(&d->dev_lock);
+	ok = fill_attr(d, ino, &st);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (!ok)
+		fuse_reply_err(req, ENOENT);	/* a removed device the kernel still knows */
+	else
+		fuse_reply_attr(req, &st, BF_TIMEOUT);
 }
 
 /*
@@ -432,26 +379,29 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		       struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
-	struct bf_dev *bd = dev_of_ino(d, ino);
+	int err = 0;
 
 	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		struct bf_node *n = bf_sys_node(d, ino);
+		struct bf_dev *bd;
+		struct bf_node *n;
 
-		if (n && !n->dir) {
-			/* `echo x > attr` without O_TRUNC reaching open: nothing to cut */
-			bf_getattr(req, ino, fi);
-			return;
+		pthread_rwlock_rdlock(&d->dev_lock);
+		bd = dev_of_ino(d, ino);
+		n = bf_sys_node_locked(d, ino);
+		/* `echo x > attr` without O_TRUNC reaching open: nothing to cut */
+		if (!(n && !n->dir)) {
+			if (!bd)
+				err = n || ino == BF_ROOT_INO ? EISDIR : ENOENT;
+			else if ((uint64_t)attr->st_size != bd->geo.size)
+				err = EINVAL;
 		}
-		if (!bd) {
-			fuse_reply_err(req, EISDIR);
-			return;
-		}
-		if ((uint64_t)attr->st_size != bd->geo.size) {
-			fuse_reply_err(req, EINVAL);
+		pthread_rwlock_unlock(&d->dev_lock);
+		if (err) {
+			fuse_reply_err(req, err);
 			return;
 		}
 	}
@@ -468,6 +418,13 @@ static bool ctl_writer_ok(fuse_req_t req)
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
 	return ctx && (ctx->uid == 0 || ctx->uid == getuid());
+}
+
+/* An open of the device file ends (or failed): bf_open's count and reference. */
+static void dev_close(struct bf_dev *bd)
+{
+	__atomic_sub_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
+	bf_dev_put(bd);
 }
 
 /* A .sys attribute: a snapshot of its value for readers, a store per write. */
@@ -494,7 +451,9 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	f->node = n;
+	f->sys = true;
+	f->ctl = n->ctl;
+	f->sys_ino = n->ino;
 	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
 		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
 		if (len < 0) {
@@ -513,16 +472,34 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
-	struct bf_dev *bd = dev_of_ino(d, ino);
-	struct bf_node *n = bf_sys_node(d, ino);
+	struct bf_dev *bd;
+	struct bf_node *n;
 	struct bf_file *f;
+	int err = 0;
 
+	pthread_rwlock_rdlock(&d->dev_lock);
+	n = bf_sys_node_locked(d, ino);
+	if (n && n->dev)
+		bf_dev_hold(n->dev);	/* its nodes live as long as it does */
+	bd = n ? NULL : dev_of_ino(d, ino);
+	if (bd && bd->removing) {
+		err = EBUSY;		/* remove is writing it back */
+	} else if (bd) {
+		/* under dev_lock: remove checks opens with it held exclusive */
+		bf_dev_hold(bd);
+		__atomic_add_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
+	} else if (!n) {
+		err = ino == BF_ROOT_INO ? EISDIR : ENOENT;
+	}
+	pthread_rwlock_unlock(&d->dev_lock);
 	if (n) {
 		sys_open(req, n, fi);
+		if (n->dev)
+			bf_dev_put(n->dev);
 		return;
 	}
-	if (!bd) {
-		fuse_reply_err(req, ino == BF_ROOT_INO ? EISDIR : ENOENT);
+	if (err) {
+		fuse_reply_err(req, err);
 		return;
 	}
 	/*
@@ -531,11 +508,13 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * too, so no handle that could write ever exists.
 	 */
 	if (d->conf.mount.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		dev_close(bd);
 		fuse_reply_err(req, EROFS);
 		return;
 	}
 	f = file_alloc(0);
 	if (!f) {
+		dev_close(bd);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -546,6 +525,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * it. Refused rather than ignored (README: kernel_cache).
 		 */
 		file_free(f);
+		dev_close(bd);
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -576,8 +556,13 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct bf_file *f = (struct bf_file *)(uintptr_t)fi->fh;
+	struct bf_dev *bd = f->dev;
+
 	(void)ino;
-	file_free((struct bf_file *)(uintptr_t)fi->fh);
+	file_free(f);
+	if (bd)
+		dev_close(bd);
 	fuse_reply_err(req, 0);
 }
 
@@ -733,10 +718,10 @@ void bf_drain(struct bf_daemon *d)
 {
 	int i;
 
-	for (i = 0; i < d->nr_devs; i++) {
-		struct bf_dev *bd = &d->devs[i];
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
 
-		if (!bd->reqs)
+		if (!bd || !bd->reqs)
 			continue;
 		pthread_mutex_lock(&bd->req_lock);
 		while (bd->req_in_use)
@@ -816,7 +801,7 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (f->node && f->node->ctl) {
+	if (f->ctl) {
 		size_t n;
 
 		/*
@@ -837,7 +822,7 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, buf, n);
 		return;
 	}
-	if (f->node) {
+	if (f->sys) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
 		size_t n = size < f->len - o ? size : f->len - o;
 
@@ -872,6 +857,28 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	r = req_get(f->dev, req, read_done);
 	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
 	req_returned(r, NULL, 0);
+}
+
+/*
+ * A store to the .sys attribute @ino: its device (when it has one) held
+ * while the store runs; ENODEV once the device is gone.
+ */
+static int sys_store(struct bf_daemon *d, uint64_t ino, const char *buf, size_t size)
+{
+	struct bf_node *n;
+	int err;
+
+	pthread_rwlock_rdlock(&d->dev_lock);
+	n = bf_sys_node_locked(d, ino);
+	if (n && n->dev)
+		bf_dev_hold(n->dev);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (!n)
+		return -ENODEV;
+	err = bf_sys_store(n, buf, size);
+	if (n->dev)
+		bf_dev_put(n->dev);
+	return err;
 }
 
 /*
@@ -917,12 +924,12 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (f->node && f->node->ctl) {
+	if (f->ctl) {
 		ctl_write(req, f, buf, size);
 		return;
 	}
-	if (f->node) {
-		int err = off ? -EINVAL : bf_sys_store(f->node, buf, size);
+	if (f->sys) {
+		int err = off ? -EINVAL : sys_store(bf_of(req), f->sys_ino, buf, size);
 
 		if (err)
 			fuse_reply_err(req, -err);
@@ -966,7 +973,7 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 	(void)ino;
 	(void)datasync;
-	if (f->node) {
+	if (f->sys) {
 		fuse_reply_err(req, 0);
 		return;
 	}
@@ -991,7 +998,7 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	struct bf_req *r;
 
 	(void)ino;
-	if (f->node) {
+	if (f->sys) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
@@ -1034,25 +1041,41 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct bf_node *n = bf_sys_node(bf_of(req), ino);
+	struct bf_daemon *d = bf_of(req);
+	struct bf_node *n;
+	bool dir;
 
-	if (ino != BF_ROOT_INO && !(n && n->dir)) {
+	pthread_rwlock_rdlock(&d->dev_lock);
+	n = bf_sys_node_locked(d, ino);
+	dir = ino == BF_ROOT_INO || (n && n->dir);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (!dir) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
 	fuse_reply_open(req, fi);
 }
 
+/*
+ * Offsets: 1 after ".", 2 after "..", then 3 + the position of the entry
+ * (a slot for a device, bf_sys_next_locked()'s position in .sys): an entry
+ * keeps its offset while others come and go, so a listing read in several
+ * calls neither repeats nor skips a device that stays.
+ */
 static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
 	size_t used = 0, cap = size < 65536 ? size : 65536;
+	struct bf_node *self = NULL;
+	uint64_t pos;
+	struct stat st;
+	size_t need;
 	char *buf;
 	off_t i;
 
 	(void)fi;
-	if (off < 0) {		/* the kernel sends back only offsets we gave (i + 1) */
+	if (off < 0) {		/* the kernel sends back only offsets we gave */
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
@@ -1061,43 +1084,50 @@ static void bf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	pthread_rwlock_rdlock(&d->dev_lock);
 	if (ino != BF_ROOT_INO) {
-		/* a .sys directory: ".", "..", then its children */
-		struct bf_node *self = bf_sys_node(d, ino);
-
-		for (i = off; self; i++) {
-			struct bf_node *c = i < 2 ? NULL : bf_sys_child(d, ino, (size_t)(i - 2));
-			struct stat st;
-			size_t need;
-
-			assert(i >= 0);	/* from off >= 0; no directory has 2^63 entries */
-			if (i >= 2 && !c)
-				break;
-			fill_attr(d, i == 0 ? ino : i == 1 ? self->parent : c->ino, &st);
-			need = fuse_add_direntry(req, buf + used, cap - used,
-						 i == 0 ? "." : i == 1 ? ".." : c->name, &st, i + 1);
-			if (need > cap - used)
-				break;
-			used += need;
-		}
-		fuse_reply_buf(req, buf, used);
-		free(buf);
-		return;
+		self = bf_sys_node_locked(d, ino);
+		if (!self || !self->dir)
+			goto out_unlock;	/* gone with its device: empty */
 	}
-	/* the root lists the devices; .sys is found by name only */
-	for (i = off; i < d->nr_devs + 2; i++) {
-		struct stat st;
-		const char *name = i == 0 ? "." : i == 1 ? ".." : d->devs[i - 2].cd->name;
-		fuse_ino_t child = i < 2 ? BF_ROOT_INO : d->devs[i - 2].ino;
-		size_t need;
+	for (i = off; i < 2; i++) {
+		fill_attr(d, i == 0 || !self ? ino : self->parent, &st);
+		need = fuse_add_direntry(req, buf + used, cap - used, i == 0 ? "." : "..", &st,
+					 i + 1);
+		if (need > cap - used)
+			goto out_unlock;
+		used += need;
+	}
+	pos = (uint64_t)(off > 2 ? off - 2 : 0);
+	for (;;) {
+		const char *name;
+		fuse_ino_t child;
 
+		if (self) {
+			struct bf_node *c = bf_sys_next_locked(d, ino, &pos);
+
+			if (!c)
+				break;
+			name = c->name;
+			child = c->ino;
+		} else {
+			/* the root lists the devices; .sys is found by name only */
+			while (pos < PC_MAX_DEVS && !d->devs[pos])
+				pos++;
+			if (pos >= PC_MAX_DEVS)
+				break;
+			name = d->devs[pos]->cd->name;
+			child = d->devs[pos]->ino;
+		}
 		fill_attr(d, child, &st);
-		need = fuse_add_direntry(req, buf + used, cap - used, name, &st, i + 1);
+		need = fuse_add_direntry(req, buf + used, cap - used, name, &st, (off_t)pos + 3);
 		if (need > cap - used)
 			break;
 		used += need;
+		pos++;
 	}
-	(void)ino;
+out_unlock:
+	pthread_rwlock_unlock(&d->dev_lock);
 	fuse_reply_buf(req, buf, used);
 	free(buf);
 }
@@ -1110,13 +1140,16 @@ static void bf_statfs(fuse_req_t req, fuse_ino_t ino)
 	int i;
 
 	(void)ino;
-	for (i = 0; i < d->nr_devs; i++)
-		total += d->devs[i].geo.size;
 	memset(&sv, 0, sizeof(sv));
+	pthread_rwlock_rdlock(&d->dev_lock);
+	for (i = 0; i < PC_MAX_DEVS; i++)
+		if (d->devs[i])
+			total += d->devs[i]->geo.size;
+	sv.f_files = (fsfilcnt_t)d->nr_devs + 1;
+	pthread_rwlock_unlock(&d->dev_lock);
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_blocks = total / 4096;
-	sv.f_files = (fsfilcnt_t)d->nr_devs + 1;
 	sv.f_namemax = CONF_NAME_MAX;
 	fuse_reply_statfs(req, &sv);
 }
@@ -1299,22 +1332,26 @@ out_stop:
 	bf_notify("STOPPING=1\nSTATUS=Writing back before exit");
 	bf_final_progress_start(d);
 	/* everything dirty goes to the backend before the mount disappears */
-	for (i = 0; i < d->nr_devs; i++) {
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
 		uint64_t lost = 0;
 		struct pc_stats st;
-		int err = pc_dev_sync_final(d->devs[i].pc, 5, &lost);
+		int err;
 
-		pc_dev_stats(d->devs[i].pc, &st);
+		if (!bd)
+			continue;
+		err = pc_dev_sync_final(bd->pc, 5, &lost);
+		pc_dev_stats(bd->pc, &st);
 		if (err || lost) {
 			code = 1;
-			blk_err("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
+			blk_err("%s: %llu bytes could not be written back: %s", bd->cd->name,
 				(unsigned long long)lost, strerror(err ? -err : EIO));
 			used += (size_t)snprintf(status + used, statuslen - used,
-						 "lost %s %llu %s\n", d->devs[i].cd->name,
+						 "lost %s %llu %s\n", bd->cd->name,
 						 (unsigned long long)lost, strerror(err ? -err : EIO));
 		} else {
 			used += (size_t)snprintf(status + used, statuslen - used,
-						 "ok %s %llu\n", d->devs[i].cd->name,
+						 "ok %s %llu\n", bd->cd->name,
 						 (unsigned long long)st.backend_write_bytes);
 		}
 		if (used >= statuslen)

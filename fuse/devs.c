@@ -1,39 +1,508 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuse/devs.c - devices that come and go while the mount serves others:
- * lookup by name with a reference, and the control file's add and remove.
+ * creation (for the config at mount, and for `add`), the table they are
+ * published in, references, and the control file's add and remove.
+ *
+ * Lifetime of a device:
+ *   created (stack open, behind the cache, .sys subtree built)
+ *   -> published in a slot of d->devs (lookup, open, .sys find it)
+ *   -> removing (remove has checked nothing holds it: no new open, no
+ *      bf_dev_get(); writeback runs; a failure takes it back to published)
+ *   -> unpublished (the kernel told: notify_delete), remove waits for the
+ *      last transient reference, then closes and frees it.
+ * References (dev->ref): the table's, each open device file's, each
+ * bf_dev_get()'s and each .sys access's while it runs. Requests in flight
+ * come from open files, so a device without opens has none; a device is
+ * never removed while open, so a request never sees its device go.
  */
+#include <assert.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../core/log.h"
+#include "../core/stack.h"
 #include "bf.h"
 
-struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name)
+void bf_devs_locks_init(struct bf_daemon *d)
 {
-	int i;
+	if (d->locks_ready)
+		return;
+	pthread_rwlock_init(&d->dev_lock, NULL);
+	pthread_mutex_init(&d->add_lock, NULL);
+	pthread_mutex_init(&d->ref_lock, NULL);
+	pthread_cond_init(&d->ref_cond, NULL);
+	d->next_ino = BF_DEV_INO;
+	d->locks_ready = true;
+}
 
-	for (i = 0; i < d->nr_devs; i++)
-		if (!strcmp(d->devs[i].cd->name, name))
-			return &d->devs[i];
-	return NULL;
+void bf_dev_hold(struct bf_dev *dev)
+{
+	__atomic_add_fetch(&dev->ref, 1, __ATOMIC_RELAXED);
 }
 
 void bf_dev_put(struct bf_dev *dev)
 {
-	(void)dev;
+	struct bf_daemon *d = dev->d;
+	int n = __atomic_sub_fetch(&dev->ref, 1, __ATOMIC_ACQ_REL);
+
+	assert(n >= 1);		/* the last one is remove's, which frees the device itself */
+	if (n == 1) {
+		/* remove may wait for this one (it checks under ref_lock) */
+		pthread_mutex_lock(&d->ref_lock);
+		pthread_cond_broadcast(&d->ref_cond);
+		pthread_mutex_unlock(&d->ref_lock);
+	}
+}
+
+bool bf_dev_removed(const struct bf_dev *dev)
+{
+	return dev->removed;
+}
+
+static struct bf_dev *find_locked(struct bf_daemon *d, const char *name)
+{
+	int i;
+
+	for (i = 0; i < PC_MAX_DEVS; i++)
+		if (d->devs[i] && !strcmp(d->devs[i]->cd->name, name))
+			return d->devs[i];
+	return NULL;
+}
+
+struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name)
+{
+	struct bf_dev *bd;
+
+	pthread_rwlock_rdlock(&d->dev_lock);
+	bd = find_locked(d, name);
+	if (bd && bd->removing)
+		bd = NULL;
+	if (bd)
+		bf_dev_hold(bd);
+	pthread_rwlock_unlock(&d->dev_lock);
+	return bd;
+}
+
+struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino)
+{
+	int i;
+
+	if (ino < BF_DEV_INO || ino >= BF_SYS_INO)
+		return NULL;
+	for (i = 0; i < PC_MAX_DEVS; i++)
+		if (d->devs[i] && d->devs[i]->ino == ino)
+			return d->devs[i];
+	return NULL;
+}
+
+/* ------------------------------------------------------------- creation */
+
+/* uid/gid of a device file: a number or a name; the mounter's by default. */
+static int resolve_id(const struct conf *c, struct conf_device *cd, const char *key,
+		      const char *val, bool user, unsigned *out, char *err, size_t errlen)
+{
+	char buf[4096], *end;
+	struct passwd pw, *pwp = NULL;
+	struct group gr, *grp = NULL;
+	unsigned long n;
+
+	if (!val) {
+		*out = user ? getuid() : getgid();
+		return 0;
+	}
+	n = strtoul(val, &end, 10);
+	if (!*end && end != val && n < 0xffffffffUL) {
+		*out = (unsigned)n;
+		return 0;
+	}
+	if (user ? getpwnam_r(val, &pw, buf, sizeof(buf), &pwp) || !pwp :
+		   getgrnam_r(val, &gr, buf, sizeof(buf), &grp) || !grp) {
+		snprintf(err, errlen, "%s:%d: %s: no %s named %s on this machine", c->file,
+			 blk_param_line(&(struct blk_params){ .v = cd->params, .n = cd->nr_params,
+							      .line = cd->line }, key),
+			 key, user ? "user" : "group", val);
+		return -EINVAL;
+	}
+	*out = user ? pwp->pw_uid : grp->gr_gid;
+	return 0;
+}
+
+static int resolve_owner(const struct conf *c, struct conf_device *cd, struct bf_dev *bd,
+			 char *err, size_t errlen)
+{
+	unsigned uid = 0, gid = 0;
+	int ret;
+
+	ret = resolve_id(c, cd, "uid", cd->owner, true, &uid, err, errlen);
+	if (!ret)
+		ret = resolve_id(c, cd, "gid", cd->group, false, &gid, err, errlen);
+	bd->uid = uid;
+	bd->gid = gid;
+	return ret;
+}
+
+void bf_dev_destroy(struct bf_dev *bd)
+{
+	if (bd->pc)
+		pc_dev_remove(bd->pc);
+	bd->pc = NULL;
+	bf_dev_reqs_destroy(bd);
+	if (bd->be && !IS_ERR(bd->be))
+		stack_close(bd->be);
+	bd->be = NULL;
+	free(bd->nodes);
+	conf_free(&bd->own);
+	pthread_mutex_destroy(&bd->ctl_lock);
+	free(bd);
+}
+
+/*
+ * bf_dev_create - see bf.h. @own: @c is an added device's own config,
+ * moved into the device (freed with it, also on failure); else @c is the
+ * mount's and outlives its devices.
+ */
+static struct bf_dev *dev_create(struct bf_daemon *d, struct conf *c, int idx, bool own,
+				 char *err, size_t errlen)
+{
+	struct bf_dev *bd = calloc(1, sizeof(*bd));
+	struct conf_device *cd;
+	struct blk_backend *be;
+	int ret;
+
+	if (!bd) {
+		snprintf(err, errlen, "%s:%d: [device %s]: out of memory", c->file,
+			 c->devs[idx].line, c->devs[idx].name);
+		if (own)
+			conf_free(c);
+		return ERR_PTR(-ENOMEM);
+	}
+	if (own) {
+		bd->own = *c;
+		memset(c, 0, sizeof(*c));
+		c = &bd->own;
+	}
+	cd = &c->devs[idx];
+	pthread_mutex_init(&bd->ctl_lock, NULL);
+	bd->d = d;
+	bd->ref = 1;
+	bd->slot = -1;
+	bd->cd = cd;
+	bd->host.ctx = bd;
+	bd->host.drop_volatile = bf_dev_drop_volatile;
+	be = stack_open(c, cd, &bd->host, err, errlen);
+	if (IS_ERR(be)) {
+		ret = (int)PTR_ERR(be);
+		goto out_free;
+	}
+	bd->be = be;
+	be->ops->geometry(be, &bd->geo);
+	ret = conf_check_geometry(c, cd, &bd->geo, err, errlen);
+	if (ret)
+		goto out_free;
+	ret = resolve_owner(c, cd, bd, err, errlen);
+	if (ret)
+		goto out_free;
+	bd->cblk = conf_cache_block(&bd->geo, cd->cache_block_size);
+	if (!d->pc)
+		return bd;	/* `blkfs check`: opened, nothing more */
+
+	bd->pc = pc_dev_add(d->pc, cd->name, be, bd->cblk);
+	if (IS_ERR(bd->pc)) {
+		ret = (int)PTR_ERR(bd->pc);
+		bd->pc = NULL;
+		snprintf(err, errlen, "%s:%d: [device %s]: the cache cannot take this device: %s%s",
+			 c->file, cd->line, cd->name, strerror(-ret),
+			 ret == -ENOSPC ? " (it serves as many devices as it can)" : "");
+		goto out_free;
+	}
+	pc_dev_set_policy(bd->pc, cd->rmw_device, cd->on_error_drop);
+	pc_dev_set_write_through(bd->pc, cd->write_through);
+	pc_dev_set_read_ahead(bd->pc, cd->read_ahead);
+	ret = bf_dev_reqs_init(bd, d->conf.mount.max_pending);
+	if (ret) {
+		snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
+			 "slots for %s", d->conf.file, d->conf.mount.max_pending, cd->name);
+		goto out_free;
+	}
+	ret = bf_sys_build_dev(d, bd);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot build .sys/%s: %s", c->file, cd->name,
+			 strerror(-ret));
+		goto out_free;
+	}
+	return bd;
+
+out_free:
+	bf_dev_destroy(bd);
+	return ERR_PTR(ret);
+}
+
+struct bf_dev *bf_dev_create(struct bf_daemon *d, const struct conf *c, struct conf_device *cd,
+			     char *err, size_t errlen)
+{
+	return dev_create(d, (struct conf *)c, (int)(cd - c->devs), false, err, errlen);
+}
+
+int bf_dev_publish(struct bf_daemon *d, struct bf_dev *bd)
+{
+	int i, ret = -ENOSPC;
+
+	pthread_rwlock_wrlock(&d->dev_lock);
+	if (d->next_ino >= BF_SYS_INO) {
+		ret = -EOVERFLOW;	/* a million adds: inode numbers are never reused */
+		goto out_unlock;
+	}
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (d->devs[i])
+			continue;
+		bd->slot = i;
+		bd->ino = d->next_ino++;
+		d->devs[i] = bd;
+		d->nr_devs++;
+		ret = 0;
+		break;
+	}
+out_unlock:
+	pthread_rwlock_unlock(&d->dev_lock);
+	return ret;
+}
+
+/* ------------------------------------------------------------------ add */
+
+static bool key_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '_' || c == '.' || c == '-';
+}
+
+/*
+ * The parser's "control:LINE: KEY: message" as the command's: line L of
+ * the text built from the command is its argument L (1 is NAME); the lines
+ * after the arguments are the mount's [cache], which the device must fit.
+ */
+static void cmd_msg(const char *err, int argc, char *msg, size_t len)
+{
+	static const char file[] = "control:";
+	const char *p = err;
+	char *end;
+	long line;
+
+	if (strncmp(p, file, sizeof(file) - 1)) {
+		snprintf(msg, len, "%s", err);
+		return;
+	}
+	p += sizeof(file) - 1;
+	line = strtol(p, &end, 10);
+	if (end == p || *end != ':') {
+		snprintf(msg, len, "%s", err);
+		return;
+	}
+	p = end + 1;
+	while (*p == ' ')
+		p++;
+	if (line >= 1 && line < argc)
+		snprintf(msg, len, "argument %ld: %s", line, p);
+	else
+		snprintf(msg, len, "the mount's [cache]: %s", p);
 }
 
 int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len)
 {
-	(void)d; (void)argc; (void)argv;
-	snprintf(msg, len, "add: not implemented yet");
-	return -EOPNOTSUPP;
+	char err[1024], *text;
+	const char *name;
+	struct conf own = { 0 };
+	struct bf_dev *bd;
+	size_t cap = 256, n = 0;
+	int i, ret;
+
+	if (argc < 2) {
+		snprintf(msg, len, "usage: add NAME KEY=VALUE... (the keys of a [device NAME] "
+			 "section of blkfs.conf)");
+		return -EINVAL;
+	}
+	name = argv[1];
+	if (!strcmp(name, "control")) {
+		snprintf(msg, len, "argument 1: %s: the name of .sys/control (choose another)", name);
+		return -EINVAL;
+	}
+	for (i = 1; i < argc; i++)
+		cap += strlen(argv[i]) + 8;
+	text = malloc(cap);
+	if (!text) {
+		snprintf(msg, len, "out of memory");
+		return -ENOMEM;
+	}
+	/* the section the same parser reads from a file: argument i on line i */
+	n += (size_t)snprintf(text + n, cap - n, "[device %s]\n", name);
+	for (i = 2; i < argc; i++) {
+		const char *a = argv[i], *eq = strchr(a, '='), *k, *v;
+
+		for (k = a; k < (eq ? eq : a + strlen(a)) && key_char(*k); k++)
+			;
+		if (!eq || eq == a || k != eq) {
+			snprintf(msg, len, "argument %d: '%s': expected KEY=VALUE (a key of [device] in "
+				 "blkfs.conf(5): backend=ram size=1G ...)", i, a);
+			ret = -EINVAL;
+			goto out_text;
+		}
+		/* the file would cut the value there: a comment */
+		for (v = eq + 1; *v; v++)
+			if ((*v == '#' || *v == ';') && (v == eq + 1 || v[-1] == ' ' || v[-1] == '\t')) {
+				snprintf(msg, len, "argument %d: %.*s: a value cannot hold '%c' at its "
+					 "start or after a blank (blkfs.conf reads a comment there)",
+					 i, (int)(eq - a), a, *v);
+				ret = -EINVAL;
+				goto out_text;
+			}
+		n += (size_t)snprintf(text + n, cap - n, "%.*s = %s\n", (int)(eq - a), a, eq + 1);
+	}
+	/* the cache the device joins: the parser checks the device fits it */
+	n += (size_t)snprintf(text + n, cap - n, "[cache]\nsize = %llu\nfolio_size = %u\n",
+			      (unsigned long long)d->conf.cache.size, d->conf.cache.folio_size);
+	assert(n < cap);
+	ret = conf_parse_buf(text, n, "control", &own, err, sizeof(err));
+	if (ret) {
+		cmd_msg(err, argc, msg, len);
+		goto out_text;
+	}
+	assert(own.nr_devs == 1);
+
+	pthread_mutex_lock(&d->add_lock);
+	pthread_rwlock_rdlock(&d->dev_lock);
+	bd = find_locked(d, name);
+	ret = bd ? -EEXIST : d->nr_devs == PC_MAX_DEVS ? -ENOSPC : 0;
+	if (bd)
+		snprintf(msg, len, "%s: a device of this name exists%s", name,
+			 bd->removing ? " (being removed)" : "");
+	else if (ret)
+		snprintf(msg, len, "%s: the mount serves %d devices, as many as it can", name,
+			 PC_MAX_DEVS);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (ret) {
+		conf_free(&own);
+		goto out_unlock;
+	}
+	/* the backend opens (a file, a connection) under add_lock only: requests go on */
+	bd = dev_create(d, &own, 0, true, err, sizeof(err));
+	if (IS_ERR(bd)) {
+		ret = (int)PTR_ERR(bd);
+		cmd_msg(err, argc, msg, len);
+		goto out_unlock;
+	}
+	ret = bf_dev_publish(d, bd);
+	if (ret) {
+		snprintf(msg, len, "%s: %s", name, ret == -ENOSPC ? "no free slot" :
+			 "inode numbers used up (remount)");
+		bf_dev_destroy(bd);
+		goto out_unlock;
+	}
+	/* the kernel may hold a negative entry for the name */
+	bf_notify_entry(d, BF_ROOT_INO, 0, name);
+	bf_notify_entry(d, bf_sys_root_ino(d), 0, name);
+	snprintf(msg, len, "added %s: %s, %llu bytes, logical block %u, physical %u (%s/%s)", name,
+		 bd->cd->ops->name, (unsigned long long)bd->geo.size, bd->geo.lbs, bd->geo.pbs,
+		 d->mnt ? d->mnt : "", name);
+out_unlock:
+	pthread_mutex_unlock(&d->add_lock);
+out_text:
+	free(text);
+	return ret;
 }
+
+/* --------------------------------------------------------------- remove */
 
 int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len)
 {
-	(void)d; (void)argc; (void)argv;
-	snprintf(msg, len, "remove: not implemented yet");
-	return -EOPNOTSUPP;
+	char path[PATH_MAX], loops[4][32];
+	const char *name;
+	struct bf_dev *bd;
+	uint64_t lost = 0, ino, dir_ino;
+	int ret = 0, opens, nloops;
+
+	if (argc != 2) {
+		snprintf(msg, len, "usage: remove NAME");
+		return -EINVAL;
+	}
+	name = argv[1];
+	pthread_mutex_lock(&d->add_lock);
+	pthread_rwlock_rdlock(&d->dev_lock);
+	bd = find_locked(d, name);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (!bd) {
+		snprintf(msg, len, "%s: no such device", name);
+		ret = -ENOENT;
+		goto out_unlock;
+	}
+	/* a loop device keeps the file open: named, with the way out */
+	snprintf(path, sizeof(path), "%s/%s", d->mnt ? d->mnt : "", name);
+	nloops = bf_loops_over(path, true, loops, 4, NULL);
+	if (nloops) {
+		snprintf(msg, len, "%s: loop device %s%s sits on %s (umount what is mounted on it, "
+			 "then blkfs detach %s)", name, loops[0], nloops > 1 ? " and others" : "",
+			 path, loops[0]);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	/*
+	 * Opens are counted under dev_lock shared and checked here under it
+	 * exclusive: an open either came first and is seen, or comes after
+	 * and finds the device removing.
+	 */
+	pthread_rwlock_wrlock(&d->dev_lock);
+	opens = __atomic_load_n(&bd->opens, __ATOMIC_RELAXED);
+	if (!opens) {
+		bd->removing = true;
+		bf_dev_hold(bd);
+	}
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (opens) {
+		snprintf(msg, len, "%s: %s is open (%d open file%s: see fuser -v %s)", name, path,
+			 opens, opens == 1 ? "" : "s", path);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+
+	pthread_mutex_lock(&bd->ctl_lock);
+	/* everything dirty to the backend, then its flush: nothing is ever dropped */
+	ret = pc_dev_sync_final(bd->pc, 3, &lost);
+	if (ret || lost) {
+		if (!ret)
+			ret = -EIO;
+		snprintf(msg, len, "%s: writeback failed, %llu bytes not written (%s): not removed, "
+			 "its data stays cached", name, (unsigned long long)lost, strerror(-ret));
+		pthread_rwlock_wrlock(&d->dev_lock);
+		bd->removing = false;
+		pthread_rwlock_unlock(&d->dev_lock);
+		pthread_mutex_unlock(&bd->ctl_lock);
+		bf_dev_put(bd);
+		goto out_unlock;
+	}
+	pthread_rwlock_wrlock(&d->dev_lock);
+	d->devs[bd->slot] = NULL;
+	d->nr_devs--;
+	pthread_rwlock_unlock(&d->dev_lock);
+	bd->removed = true;
+	pthread_mutex_unlock(&bd->ctl_lock);
+
+	ino = bd->ino;
+	dir_ino = bd->nodes[0].ino;
+	bf_notify_entry(d, BF_ROOT_INO, ino, name);
+	bf_notify_entry(d, bf_sys_root_ino(d), dir_ino, name);
+	/* the table's reference; then wait for the transient ones (a .sys read, a lookup) */
+	bf_dev_put(bd);
+	pthread_mutex_lock(&d->ref_lock);
+	while (__atomic_load_n(&bd->ref, __ATOMIC_ACQUIRE) > 1)
+		pthread_cond_wait(&d->ref_cond, &d->ref_lock);
+	pthread_mutex_unlock(&d->ref_lock);
+	snprintf(msg, len, "removed %s (written back and flushed)", name);
+	bf_dev_destroy(bd);
+out_unlock:
+	pthread_mutex_unlock(&d->add_lock);
+	return ret;
 }

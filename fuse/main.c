@@ -731,9 +731,11 @@ static int cmd_check(int argc, char **argv)
 	printf("%s: ok\n", d.conf_path);
 	printf("  cache: %llu bytes in folios of %u\n", (unsigned long long)d.conf.cache.size,
 	       d.conf.cache.folio_size);
-	for (i = 0; i < d.nr_devs; i++) {
-		struct bf_dev *bd = &d.devs[i];
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d.devs[i];
 
+		if (!bd)
+			continue;
 		printf("  %s: %s, %llu bytes, logical %u, physical %u, max_io %u, cache block %u\n",
 		       bd->cd->name, bd->cd->ops->name, (unsigned long long)bd->geo.size,
 		       bd->geo.lbs, bd->geo.pbs, bd->geo.max_io, bd->cblk);
@@ -906,7 +908,9 @@ static int cmd_stat(int argc, char **argv)
 		/* the devices follow the transport (after a comma in JSON) */
 		first = !stat_transport(mnt, json) || !json;
 		while ((de = readdir(dir))) {
-			if (de->d_name[0] == '.')
+			/* a device's directory; .transport and control are not */
+			if (de->d_name[0] == '.' || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) ||
+			    !strcmp(de->d_name, "control"))
 				continue;
 			ret |= stat_one(mnt, de->d_name, json, first);
 			first = false;

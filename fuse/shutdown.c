@@ -64,12 +64,12 @@ static uint64_t bytes_left(struct bf_daemon *d)
 	uint64_t left = 0;
 	int i;
 
-	for (i = 0; i < d->nr_devs; i++) {
+	for (i = 0; i < PC_MAX_DEVS; i++) {
 		struct pc_stats st;
 
-		if (!d->devs[i].pc)
+		if (!d->devs[i] || !d->devs[i]->pc)
 			continue;
-		pc_dev_stats(d->devs[i].pc, &st);
+		pc_dev_stats(d->devs[i]->pc, &st);
 		left += st.dirty_bytes + st.writeback_bytes;
 	}
 	return left;

@@ -260,121 +260,213 @@ static const struct bf_dev_attr queue_attrs[] = {
 
 /* ------------------------------------------------------------ the tree */
 
-static struct bf_node *add_node(struct bf_daemon *d, uint64_t parent, const char *name,
-				bool dir)
+/*
+ * Two kinds of node blocks: the daemon's (.sys, .transport, control), fixed
+ * before mounting, and each device's (.sys/NAME/...: nodes[0] is NAME),
+ * built before the device is published and fixed from then on. A block's
+ * inode numbers are consecutive from its first node's; numbers are never
+ * reused while mounted, so the kernel never mistakes one node for another.
+ */
+static struct bf_node *add_node(struct bf_node **nodes, size_t *nr, size_t *cap,
+				uint64_t parent, const char *name, bool dir)
 {
 	struct bf_node *n;
 
-	if (d->nr_nodes == d->cap_nodes) {
-		size_t cap = d->cap_nodes ? d->cap_nodes * 2 : 64;
-		struct bf_node *v = realloc(d->nodes, cap * sizeof(*v));
+	if (*nr == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		struct bf_node *v = realloc(*nodes, c * sizeof(*v));
 
 		if (!v)
 			return NULL;
-		d->nodes = v;
-		d->cap_nodes = cap;
+		*nodes = v;
+		*cap = c;
 	}
-	n = &d->nodes[d->nr_nodes];
+	n = &(*nodes)[*nr];
 	memset(n, 0, sizeof(*n));
-	n->ino = BF_SYS_INO + d->nr_nodes;
+	n->ino = 0;		/* numbered once the block is complete */
 	n->parent = parent;
 	n->name = name;
 	n->dir = dir;
-	d->nr_nodes++;
+	(*nr)++;
 	return n;
+}
+
+/* Number a complete block: its inodes, and parents given as block indexes. */
+static void number_block(struct bf_daemon *d, struct bf_node *nodes, size_t nr,
+			 uint64_t outside_parent)
+{
+	uint64_t base = __atomic_fetch_add(&d->next_sys_ino, nr, __ATOMIC_RELAXED);
+	size_t i;
+
+	for (i = 0; i < nr; i++) {
+		nodes[i].ino = base + i;
+		/* parents were recorded as index + 1 within the block, 0 = outside */
+		nodes[i].parent = nodes[i].parent ? base + nodes[i].parent - 1 : outside_parent;
+	}
 }
 
 int bf_sys_build(struct bf_daemon *d)
 {
-	struct bf_node *root, *dn, *qn, *fn, *n;
-	uint64_t root_ino, dev_ino, q_ino, f_ino;
-	const struct bf_dev_attr *a;
-	const struct blk_attr *ba;
-	struct blk_backend *be;
-	int i;
+	struct bf_node *n;
 
-	root = add_node(d, BF_ROOT_INO, ".sys", true);
-	if (!root)
+	if (!d->next_sys_ino)
+		d->next_sys_ino = BF_SYS_INO;
+	/* parents as block index + 1 until numbered; 0: the mount's root */
+	if (!add_node(&d->nodes, &d->nr_nodes, &d->cap_nodes, 0, ".sys", true))
 		return -ENOMEM;
-	root_ino = root->ino;
-	n = add_node(d, root_ino, transport_attr.name, false);
+	n = add_node(&d->nodes, &d->nr_nodes, &d->cap_nodes, 1, transport_attr.name, false);
 	if (!n)
 		return -ENOMEM;
 	n->da = &transport_attr;
-	n = add_node(d, root_ino, "control", false);
+	n = add_node(&d->nodes, &d->nr_nodes, &d->cap_nodes, 1, "control", false);
 	if (!n)
 		return -ENOMEM;
 	n->ctl = true;
-	for (i = 0; i < d->nr_devs; i++) {
-		struct bf_dev *bd = &d->devs[i];
-
-		dn = add_node(d, root_ino, bd->cd->name, true);
-		if (!dn)
-			return -ENOMEM;
-		dev_ino = dn->ino;
-		for (a = dev_attrs; a->name; a++) {
-			n = add_node(d, dev_ino, a->name, false);
-			if (!n)
-				return -ENOMEM;
-			n->dev = bd;
-			n->da = a;
-		}
-		qn = add_node(d, dev_ino, "queue", true);
-		if (!qn)
-			return -ENOMEM;
-		q_ino = qn->ino;
-		for (a = queue_attrs; a->name; a++) {
-			n = add_node(d, q_ino, a->name, false);
-			if (!n)
-				return -ENOMEM;
-			n->dev = bd;
-			n->da = a;
-		}
-		for (be = bd->be; be; be = be->next) {
-			if (!be->ops->attrs)
-				continue;
-			fn = add_node(d, dev_ino, be->ops->name, true);
-			if (!fn)
-				return -ENOMEM;
-			f_ino = fn->ino;
-			for (ba = be->ops->attrs; ba->name; ba++) {
-				n = add_node(d, f_ino, ba->name, false);
-				if (!n)
-					return -ENOMEM;
-				n->dev = bd;
-				n->be = be;
-				n->ba = ba;
-			}
-		}
-	}
+	number_block(d, d->nodes, d->nr_nodes, BF_ROOT_INO);
 	return 0;
 }
 
-struct bf_node *bf_sys_node(struct bf_daemon *d, uint64_t ino)
+uint64_t bf_sys_root_ino(const struct bf_daemon *d)
 {
-	if (ino < BF_SYS_INO || ino >= BF_SYS_INO + d->nr_nodes)
-		return NULL;
-	return &d->nodes[ino - BF_SYS_INO];
+	return d->nodes[0].ino;
 }
 
-struct bf_node *bf_sys_lookup(struct bf_daemon *d, uint64_t parent, const char *name)
+int bf_sys_build_dev(struct bf_daemon *d, struct bf_dev *bd)
 {
-	size_t i;
+	struct bf_node **v = &bd->nodes;
+	size_t *nr = &bd->nr_nodes, *cap = &bd->cap_nodes;
+	const struct bf_dev_attr *a;
+	const struct blk_attr *ba;
+	struct blk_backend *be;
+	struct bf_node *n;
+	uint64_t q, f;
 
-	for (i = 0; i < d->nr_nodes; i++)
-		if (d->nodes[i].parent == parent && !strcmp(d->nodes[i].name, name))
-			return &d->nodes[i];
+	if (!add_node(v, nr, cap, 0, bd->cd->name, true))
+		return -ENOMEM;
+	for (a = dev_attrs; a->name; a++) {
+		n = add_node(v, nr, cap, 1, a->name, false);
+		if (!n)
+			return -ENOMEM;
+		n->da = a;
+	}
+	if (!add_node(v, nr, cap, 1, "queue", true))
+		return -ENOMEM;
+	q = *nr;
+	for (a = queue_attrs; a->name; a++) {
+		n = add_node(v, nr, cap, q, a->name, false);
+		if (!n)
+			return -ENOMEM;
+		n->da = a;
+	}
+	for (be = bd->be; be; be = be->next) {
+		if (!be->ops->attrs)
+			continue;
+		if (!add_node(v, nr, cap, 1, be->ops->name, true))
+			return -ENOMEM;
+		f = *nr;
+		for (ba = be->ops->attrs; ba->name; ba++) {
+			n = add_node(v, nr, cap, f, ba->name, false);
+			if (!n)
+				return -ENOMEM;
+			n->be = be;
+			n->ba = ba;
+		}
+	}
+	for (size_t i = 0; i < *nr; i++)
+		(*v)[i].dev = bd;
+	number_block(d, *v, *nr, bf_sys_root_ino(d));
+	return 0;
+}
+
+static bool in_block(const struct bf_node *nodes, size_t nr, uint64_t ino)
+{
+	return nr && ino >= nodes[0].ino && ino < nodes[0].ino + nr;
+}
+
+struct bf_node *bf_sys_node_locked(struct bf_daemon *d, uint64_t ino)
+{
+	int i;
+
+	if (ino < BF_SYS_INO)
+		return NULL;
+	if (in_block(d->nodes, d->nr_nodes, ino))
+		return &d->nodes[ino - d->nodes[0].ino];
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
+
+		if (bd && in_block(bd->nodes, bd->nr_nodes, ino))
+			return &bd->nodes[ino - bd->nodes[0].ino];
+	}
 	return NULL;
 }
 
-/* The i-th child of @parent (readdir order), or NULL. */
-struct bf_node *bf_sys_child(struct bf_daemon *d, uint64_t parent, size_t idx)
+static struct bf_node *find_in(struct bf_node *nodes, size_t nr, uint64_t parent,
+			       const char *name)
 {
 	size_t i;
 
-	for (i = 0; i < d->nr_nodes; i++)
-		if (d->nodes[i].parent == parent && !idx--)
-			return &d->nodes[i];
+	for (i = 0; i < nr; i++)
+		if (nodes[i].parent == parent && !strcmp(nodes[i].name, name))
+			return &nodes[i];
+	return NULL;
+}
+
+struct bf_node *bf_sys_lookup_locked(struct bf_daemon *d, uint64_t parent, const char *name)
+{
+	struct bf_node *n = find_in(d->nodes, d->nr_nodes, parent, name);
+	int i;
+
+	if (n || parent < BF_SYS_INO)
+		return n;
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
+
+		if (!bd || !bd->nr_nodes)
+			continue;
+		/* .sys/NAME is the block's first node; the rest are below it */
+		if (parent == bf_sys_root_ino(d) ? !strcmp(bd->nodes[0].name, name) :
+		    in_block(bd->nodes, bd->nr_nodes, parent))
+			return find_in(bd->nodes, bd->nr_nodes, parent, name);
+	}
+	return NULL;
+}
+
+/*
+ * Positions: in .sys, the daemon's nodes by index, then device NAME at
+ * d->nr_nodes + slot; in a device's directory, the index in its block.
+ */
+struct bf_node *bf_sys_next_locked(struct bf_daemon *d, uint64_t parent, uint64_t *pos)
+{
+	uint64_t p = *pos;
+	int i;
+
+	if (parent == bf_sys_root_ino(d)) {
+		for (; p < d->nr_nodes; p++)
+			if (d->nodes[p].parent == parent) {
+				*pos = p;
+				return &d->nodes[p];
+			}
+		if (p - d->nr_nodes >= PC_MAX_DEVS)
+			return NULL;
+		for (i = (int)(p - d->nr_nodes); i < PC_MAX_DEVS; i++)
+			if (d->devs[i] && d->devs[i]->nr_nodes) {
+				*pos = d->nr_nodes + (uint64_t)i;
+				return &d->devs[i]->nodes[0];
+			}
+		return NULL;
+	}
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
+
+		if (!bd || !in_block(bd->nodes, bd->nr_nodes, parent))
+			continue;
+		for (; p < bd->nr_nodes; p++)
+			if (bd->nodes[p].parent == parent) {
+				*pos = p;
+				return &bd->nodes[p];
+			}
+		return NULL;
+	}
 	return NULL;
 }
 
