@@ -90,11 +90,16 @@ int bf_ctl_exec(struct bf_daemon *d, const char *line, size_t len, char *msg, si
 out:
 	one_line(msg, msglen);
 	{
+		char shown[513];
 		int ll = (int)(len && line[len - 1] == '\n' ? len - 1 : len);
 		int ml = (int)(msg[0] ? strlen(msg) - 1 : 0);	/* without its newline */
 
 		if (ll > 512)
 			ll = 512;	/* the log gets the start of a line too long to run */
+		/* one log line: a refused line's control characters shown as '?' */
+		for (int k = 0; k < ll; k++)
+			shown[k] = (unsigned char)line[k] < 0x20 || line[k] == 0x7f ? '?' : line[k];
+		line = shown;
 
 		if (ret)
 			blk_err("control: %.*s: %.*s", ll, line, ml, msg);

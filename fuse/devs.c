@@ -310,6 +310,15 @@ static void cmd_msg(const char *err, int argc, char *msg, size_t len)
 		snprintf(msg, len, "argument %ld: %s", line, p);
 	else
 		snprintf(msg, len, "the mount's [cache]: %s", p);
+	/* "(first given on line 3)": a line is an argument here */
+	{
+		char *at = strstr(msg, " on line ");
+
+		if (at && strlen(msg) + 4 < len) {
+			memmove(at + 13, at + 9, strlen(at + 9) + 1);
+			memcpy(at, " in argument ", 13);
+		}
+	}
 }
 
 int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len)
