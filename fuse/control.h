@@ -45,8 +45,8 @@ typedef int (*bf_cmd_fn)(struct bf_daemon *d, int argc, char **argv, char *msg, 
  * @err, @errlen: on failure "message" (what and at which byte)
  *
  * Returns: the number of tokens (at least 1), or -EINVAL (bad syntax, an
- * empty line), -E2BIG (longer than @storelen - 1 bytes, more than @maxargs
- * tokens).
+ * empty line, longer than @storelen - 1 bytes, more than @maxargs tokens:
+ * a bad line, as a bad value written to any .sys file).
  */
 int bf_ctl_parse(const char *line, size_t len, char *store, size_t storelen, char **argv,
 		 int maxargs, char *err, size_t errlen);

@@ -36,7 +36,7 @@ int bf_ctl_parse(const char *line, size_t len, char *store, size_t storelen, cha
 	if (len + 1 > storelen) {
 		snprintf(err, errlen, "command too long (%zu bytes, at most %zu)", len,
 			 storelen ? storelen - 1 : 0);
-		return -E2BIG;
+		return -EINVAL;
 	}
 	for (;;) {
 		size_t start;
@@ -48,7 +48,7 @@ int bf_ctl_parse(const char *line, size_t len, char *store, size_t storelen, cha
 			break;
 		if (argc == maxargs) {
 			snprintf(err, errlen, "too many arguments (at most %d)", maxargs);
-			return -E2BIG;
+			return -EINVAL;
 		}
 		argv[argc++] = store + o;
 		start = i;

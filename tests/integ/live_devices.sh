@@ -43,8 +43,10 @@ blkfs_err() {
 	[ "$rc" -eq 1 ] || fail "blkfs $*: exit $rc (want 1): $ERR"
 }
 
-# ls_names: the device files, one line.
+# ls_names: the device files as ls(1) lists them, one line (the test's
+# names hold no blanks).
 ls_names() {
+	# shellcheck disable=SC2012  # what ls shows is the point
 	ls "$MNT" | tr '\n' ' '
 }
 
@@ -76,7 +78,9 @@ blkfs_err add "$MNT" ram2 backend=ram size=8M logical_block_size=4096 size=8M
 case $ERR in *"argument 5: size: duplicate key (first given in argument 3)"*) ;; *) fail "duplicate key: stderr is: $ERR" ;; esac
 blkfs_err add "$MNT" ram2 backend=ram size=8M junk
 case $ERR in *"argument 4: 'junk': expected KEY=VALUE"*) ;; *) fail "junk: stderr is: $ERR" ;; esac
-[ ! -e "$MNT/ram2" ] && [ ! -e "$MNT/.sys/ram2" ] || fail "a refused add left ram2 behind"
+if [ -e "$MNT/ram2" ] || [ -e "$MNT/.sys/ram2" ]; then
+	fail "a refused add left ram2 behind"
+fi
 assert_eq "ls after refused adds" "ram0 ram1 " "$(ls_names)"
 
 info "values with blanks travel quoted"
@@ -162,7 +166,9 @@ for ((i = 0; i < 50; i++)); do
 done
 [ "$i" -lt 50 ] || fail "remove ram1 still refused 5 s after the loop was detached: $(cat "$TDIR/rm.err")"
 assert_eq "ls after remove" "ram0 " "$(ls_names)"
-[ ! -e "$MNT/ram1" ] && [ ! -e "$MNT/.sys/ram1" ] || fail "ram1 is still there after remove"
+if [ -e "$MNT/ram1" ] || [ -e "$MNT/.sys/ram1" ]; then
+	fail "ram1 is still there after remove"
+fi
 expect_errno ENOENT "$BLKFS" remove "$MNT" ram1
 
 info "added again: a new, empty device"

@@ -43,7 +43,7 @@ assert_eq "ls -A $MNT" ram0 "$(ls -A "$MNT" | tr '\n' ' ' | sed 's/ $//')"
 [ -d "$MNT/.sys" ] || fail "no $MNT/.sys"
 # the devices, and the mount's transport (a name no device can have)
 # shellcheck disable=SC2012
-assert_eq "ls .sys" ".transport ram0" "$(ls -A "$MNT/.sys" | tr '\n' ' ' | sed 's/ $//')"
+assert_eq "ls .sys" ".transport control ram0" "$(ls -A "$MNT/.sys" | tr '\n' ' ' | sed 's/ $//')"
 grep -qxE 'transport (dev|uring)' "$MNT/.sys/.transport" ||
 	fail ".sys/.transport does not start with the transport: $(head -n 1 "$MNT/.sys/.transport")"
 for f in size stat blkfs_stat queue/logical_block_size queue/physical_block_size \
