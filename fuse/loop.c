@@ -345,6 +345,15 @@ static int detach_one(const char *loop)
 	 * into a detach deferred to whenever that ends.
 	 */
 	fd = open(loop, O_RDONLY | O_EXCL | O_CLOEXEC);
+	/*
+	 * A filesystem unmounted a moment ago may hold its claim a little
+	 * longer (its last reference goes after umount(8) returns on a busy
+	 * machine): a detach right after it waits up to 2 s for that.
+	 */
+	for (int i = 0; fd < 0 && errno == EBUSY && i < 20; i++) {
+		usleep(100 * 1000);
+		fd = open(loop, O_RDONLY | O_EXCL | O_CLOEXEC);
+	}
 	if (fd < 0) {
 		if (errno == EBUSY)
 			fprintf(stderr, "blkfs: %s: busy: a filesystem on it is mounted, or it is "
