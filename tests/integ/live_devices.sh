@@ -29,8 +29,14 @@ require fio losetup setpriv cmp python3
 # anything: $TDIR and the runner's directory for this test (both made for it)
 chmod o+x "$TDIR"
 [ -z "${BLKFS_TEST_BASE:-}" ] || chmod o+x "$BLKFS_TEST_BASE"
+# the flusher stays out of the way: remove itself writes the slow device back
 start_blkfs "[mount]
 allow_other = yes
+
+[cache]
+dirty_background = 75%
+dirty_limit = 90%
+dirty_expire = 60s
 
 [device ram0]
 backend = ram
@@ -176,6 +182,14 @@ info "added again: a new, empty device"
 "$BLKFS" add "$MNT" ram1 backend=ram size=16M >/dev/null
 head -c 1M /dev/zero | cmp -n 1M - "$MNT/ram1" || fail "the new ram1 is not empty"
 
+info "the kernel forgets a removed name at once (notify_delete), not after its timeout"
+"$BLKFS" add "$MNT" quick backend=ram size=1M >/dev/null
+stat "$MNT/quick" "$MNT/.sys/quick/size" >/dev/null	# entries and attributes cached for 1 s
+"$BLKFS" remove "$MNT" quick >/dev/null
+if [ -e "$MNT/quick" ] || [ -e "$MNT/.sys/quick" ]; then
+	fail "quick still seen right after its remove: the kernel was not told"
+fi
+
 info "a failed writeback refuses the remove; nothing is dropped"
 "$BLKFS" add "$MNT" bad backend=ram size=4M filters=fault fault.ops=write fault.errno=EIO \
 	fault.probability=1 >/dev/null
@@ -191,7 +205,7 @@ echo no >"$MNT/.sys/bad/fault/enabled"
 "$BLKFS" remove "$MNT" bad >/dev/null || fail "remove bad failed once writes pass"
 
 info "remove writes dirty data back through a slow filter while ram0 serves"
-"$BLKFS" add "$MNT" slow backend=ram size=8M filters=delay delay.write=1s >/dev/null
+"$BLKFS" add "$MNT" slow backend=ram size=8M filters=delay delay.write=3s >/dev/null
 head -c 8M /dev/urandom >"$TDIR/slow"
 ddev if="$TDIR/slow" of="$MNT/slow" bs=1M
 dirty=$(awk '$1 == "dirty_bytes" { print $2 }' "$MNT/.sys/slow/blkfs_stat")
@@ -208,7 +222,7 @@ sleep 0.2
 a=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
 sleep 0.4
 b=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
-pid_alive "$rmpid" || fail "remove of slow ended within 0.6 s: the writeback did not go through the 1 s delay"
+pid_alive "$rmpid" || fail "remove of slow ended within 0.6 s: the writeback did not go through the 3 s delay"
 [ "$b" -gt "$a" ] || fail "ram0 served no write while slow was being removed ($a -> $b)"
 wait "$rmpid" || fail "remove slow failed"
 t1=$(date +%s%N)
