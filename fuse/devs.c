@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/log.h"
@@ -426,6 +427,25 @@ out_text:
 
 /* --------------------------------------------------------------- remove */
 
+/* Wait up to @ms for @bd's open count to reach 0 (bf_dev_put() signals ref_cond). */
+static void wait_opens_gone(struct bf_daemon *d, struct bf_dev *bd, unsigned ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&d->ref_lock);
+	while (__atomic_load_n(&bd->opens, __ATOMIC_RELAXED) &&
+	       pthread_cond_timedwait(&d->ref_cond, &d->ref_lock, &until) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&d->ref_lock);
+}
+
 int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len)
 {
 	char path[PATH_MAX], loops[4][32];
@@ -458,6 +478,12 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 		ret = -EBUSY;
 		goto out_unlock;
 	}
+	/*
+	 * The kernel sends RELEASE in the background after the last close: a
+	 * file closed a moment ago (`dd of=MNT/NAME; blkfs remove ...`) may
+	 * still count. Up to a second for those before calling it open.
+	 */
+	wait_opens_gone(d, bd, 1000);
 	/*
 	 * Opens are counted under dev_lock shared and checked here under it
 	 * exclusive: an open either came first and is seen, or comes after

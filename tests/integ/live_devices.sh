@@ -216,15 +216,18 @@ _BGPIDS+=($!)
 bgpid=$!
 sleep 0.5
 t0=$(date +%s%N)
-"$BLKFS" remove "$MNT" slow >/dev/null &
+"$BLKFS" remove "$MNT" slow >/dev/null 2>"$TDIR/rmslow.err" &
 rmpid=$!
 sleep 0.2
 a=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
 sleep 0.4
 b=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
-pid_alive "$rmpid" || fail "remove of slow ended within 0.6 s: the writeback did not go through the 3 s delay"
+if ! pid_alive "$rmpid"; then
+	wait "$rmpid" && rc=0 || rc=$?
+	fail "remove of slow ended within 0.6 s (exit $rc: $(cat "$TDIR/rmslow.err")): the writeback did not go through the 3 s delay"
+fi
 [ "$b" -gt "$a" ] || fail "ram0 served no write while slow was being removed ($a -> $b)"
-wait "$rmpid" || fail "remove slow failed"
+wait "$rmpid" || fail "remove slow failed: $(cat "$TDIR/rmslow.err")"
 t1=$(date +%s%N)
 kill "$bgpid" 2>/dev/null || true
 wait "$bgpid" 2>/dev/null || true
