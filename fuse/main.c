@@ -1047,6 +1047,40 @@ static int cmd_ctl(int argc, char **argv)
 	return code;
 }
 
+/* `blkfs COMMAND --help` for the commands that are not the control file's. */
+static const struct {
+	const char *cmd;
+	const char *help;
+} cmd_help[] = {
+	{ "mount", "Usage: blkfs mount MNT [-c CONFIG] [-f] [-o OPTIONS]\n\n"
+	  "Mount the devices of CONFIG (default ./blkfs.conf, else /etc/blkfs.conf) at\n"
+	  "directory MNT. Returns once the mount is usable; the daemon keeps running in\n"
+	  "the background (-f: in the foreground, messages on stderr). -o takes mount\n"
+	  "options (ro, sync, allow_other, [mount] keys...).\n"
+	  "Exit status: 0 mounted; 1 failed (the reason on stderr); 2 usage.\n" },
+	{ "umount", "Usage: blkfs umount MNT\n\n"
+	  "Unmount, wait until the daemon has written every dirty block to its backend\n"
+	  "and exited. Exit status: 0 all written back; 1 not a blkfs mount, busy, or\n"
+	  "data could not be written (how much, on which device); 2 usage.\n" },
+	{ "unmount", NULL },
+	{ "attach", "Usage: blkfs attach MNT DEV\n\n"
+	  "A loop device over MNT/DEV (sector size: its logical block); prints\n"
+	  "/dev/loopN, and on stderr the geometry the loop hides and the mkfs options\n"
+	  "that keep its alignment. Exit status: 0 attached; 1 failed; 2 usage.\n" },
+	{ "detach", "Usage: blkfs detach /dev/loopN | MNT DEV\n\n"
+	  "Remove a loop device over a blkfs device file. Exit status: 0 detached;\n"
+	  "1 not such a loop device, or busy; 2 usage.\n" },
+	{ "check", "Usage: blkfs check [-c CONFIG]\n\n"
+	  "Parse CONFIG and open its backends without mounting; print each device's\n"
+	  "geometry. Exit status: 0 valid; 1 a config error or a backend that would\n"
+	  "not open; 2 usage.\n" },
+	{ "stat", "Usage: blkfs stat MNT [DEV] [--json]\n\n"
+	  "Counters of every device of the mount (added ones included), or of DEV:\n"
+	  "user and backend bytes and I/Os, cache hits, dirty and cached bytes, errors,\n"
+	  "backend write sizes; --json for programs. Exit status: 0 printed; 1 not a\n"
+	  "blkfs mount or no such device; 2 usage.\n" },
+};
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -1060,6 +1094,14 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
 		printf("blkfs %s\n", BLKFS_VERSION);
 		return 0;
+	}
+	if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+		for (size_t c = 0; c < sizeof(cmd_help) / sizeof(cmd_help[0]); c++) {
+			if (strcmp(argv[1], cmd_help[c].cmd))
+				continue;
+			fputs(cmd_help[c].help ? cmd_help[c].help : cmd_help[c - 1].help, stdout);
+			return 0;
+		}
 	}
 	if (!strcmp(argv[1], "mount"))
 		return cmd_mount(argc - 1, argv + 1);

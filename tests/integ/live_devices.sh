@@ -15,7 +15,8 @@
 #    (a new, empty device); a failed writeback (fault filter) refuses the
 #    remove with the error and the device keeps its data;
 #  - fio --verify=crc32c on another device during a series of add/remove;
-#  - blkfs stat --json lists the added device and not the removed one.
+#  - blkfs stat --json lists the added device and not the removed one;
+#  - every command answers --help with its usage (exit 0).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -56,6 +57,12 @@ ls_names() {
 	# shellcheck disable=SC2012  # what ls shows is the point
 	ls "$MNT" | tr '\n' ' '
 }
+
+info "every command has --help"
+for c in mount umount attach detach check stat add remove resize snapshot reset save; do
+	out=$("$BLKFS" "$c" --help) || fail "blkfs $c --help: exit $?"
+	case $out in "Usage: blkfs $c "*) ;; *) fail "blkfs $c --help says: $out" ;; esac
+done
 
 info "add a ram device with a filter"
 out=$("$BLKFS" add "$MNT" ram1 backend=ram size=16M filters=delay delay.write=0) ||
