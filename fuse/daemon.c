@@ -333,7 +333,8 @@ static void bf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (n) {
 		e.ino = n->ino;
 	} else if (parent != BF_ROOT_INO) {
-		err = bf_sys_node_locked(d, parent) ? ENOENT : ENOTDIR;
+		/* a device file is no directory; a directory gone with its device has nothing */
+		err = dev_of_ino(d, parent) ? ENOTDIR : ENOENT;
 	} else {
 		for (i = 0; i < PC_MAX_DEVS; i++) {
 			if (d->devs[i] && !strcmp(name, d->devs[i]->cd->name)) {

@@ -248,6 +248,18 @@ fio --name=verify --filename="$MNT/ram0" --rw=randwrite --bs=4k --size=32M \
 	--output="$TDIR/fio.out" &
 fiopid=$!
 _BGPIDS+=("$fiopid")
+# readers of the names and .sys trees that come and go (a device's .sys
+# nodes must stay valid while a reader holds them; ASan sees it otherwise)
+(
+	while [ ! -e "$TDIR/stop_readers" ]; do
+		cat "$MNT"/.sys/t*/blkfs_stat "$MNT"/.sys/t*/delay/write >/dev/null 2>&1
+		ls -R "$MNT/.sys" >/dev/null 2>&1
+		stat "$MNT"/t* >/dev/null 2>&1
+		echo 1 2>/dev/null >"$MNT/.sys/t0/drop_caches"
+	done
+) &
+readpid=$!
+_BGPIDS+=("$readpid")
 n=0
 while pid_alive "$fiopid" || [ "$n" -eq 0 ]; do
 	name=t$((n % 3))
@@ -258,6 +270,8 @@ while pid_alive "$fiopid" || [ "$n" -eq 0 ]; do
 	n=$((n + 1))
 	[ "$n" -lt 200 ] || break
 done
+touch "$TDIR/stop_readers"
+wait "$readpid" || true
 wait "$fiopid" && rc=0 || rc=$?
 grep -E 'err=|WRITE:|READ:' "$TDIR/fio.out" | sed 's/^/    /' || true
 [ "$rc" -eq 0 ] || { cat "$TDIR/fio.out"; fail "fio exited $rc"; }
