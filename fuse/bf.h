@@ -253,11 +253,13 @@ struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino);
  * bf_dev_create - a device of the config @c (@cd one of its devices, or
  * an added device's own): its stack opened, its geometry checked, its
  * owner resolved; with a cache (d->pc), put behind it with its request
- * slots and its .sys subtree built. Not published. Returns the device or
+ * slots and its .sys subtree built (bf_dev_attach). Not published. Returns the device or
  * ERR_PTR(-errno) with @err set ("FILE:LINE: KEY: message").
  */
 struct bf_dev *bf_dev_create(struct bf_daemon *d, const struct conf *c, struct conf_device *cd,
 			     char *err, size_t errlen);
+/* Put a device created before the cache existed behind it (as bf_dev_create does after). */
+int bf_dev_attach(struct bf_daemon *d, struct bf_dev *bd, char *err, size_t errlen);
 /* Publish @bd in a free slot (0 or -ENOSPC). */
 int bf_dev_publish(struct bf_daemon *d, struct bf_dev *bd);
 /* Close and free a device that no request uses any more (an unpublished one, or at exit). */

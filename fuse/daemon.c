@@ -175,27 +175,7 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 			return -EINVAL;
 		}
 	}
-	if (create_cache) {
-		cp.size = d->conf.cache.size;
-		cp.folio_size = d->conf.cache.folio_size;
-		cp.dirty_background = d->conf.cache.dirty_background;
-		cp.dirty_limit = d->conf.cache.dirty_limit;
-		cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
-		d->pc = pc_cache_create(&cp);
-		if (IS_ERR(d->pc)) {
-			ret = (int)PTR_ERR(d->pc);
-			d->pc = NULL;
-			snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
-				 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
-			return ret;
-		}
-		/* .sys first: each device's subtree hangs below it */
-		ret = bf_sys_build(d);
-		if (ret) {
-			snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
-			goto out_close;
-		}
-	}
+	/* every backend opens before the cache's memory is taken */
 	for (i = 0; i < d->conf.nr_devs; i++) {
 		struct bf_dev *bd = bf_dev_create(d, &d->conf, &d->conf.devs[i], err, errlen);
 
@@ -205,6 +185,35 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 		}
 		ret = bf_dev_publish(d, bd);
 		assert(!ret);	/* the config holds at most CONF_MAX_DEVICES = PC_MAX_DEVS */
+	}
+	if (!create_cache)
+		return 0;
+
+	cp.size = d->conf.cache.size;
+	cp.folio_size = d->conf.cache.folio_size;
+	cp.dirty_background = d->conf.cache.dirty_background;
+	cp.dirty_limit = d->conf.cache.dirty_limit;
+	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
+	d->pc = pc_cache_create(&cp);
+	if (IS_ERR(d->pc)) {
+		ret = (int)PTR_ERR(d->pc);
+		d->pc = NULL;
+		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
+			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
+		goto out_close;
+	}
+	/* .sys first: each device's subtree hangs below it */
+	ret = bf_sys_build(d);
+	if (ret) {
+		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
+		goto out_close;
+	}
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (!d->devs[i])
+			continue;
+		ret = bf_dev_attach(d, d->devs[i], err, errlen);
+		if (ret)
+			goto out_close;
 	}
 	return 0;
 

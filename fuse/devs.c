@@ -30,6 +30,9 @@
 #include "../core/stack.h"
 #include "bf.h"
 
+/* a mount's config always fits the table */
+_Static_assert(CONF_MAX_DEVICES <= PC_MAX_DEVS, "the device table holds a config's devices");
+
 void bf_devs_locks_init(struct bf_daemon *d)
 {
 	if (d->locks_ready)
@@ -211,16 +214,31 @@ static struct bf_dev *dev_create(struct bf_daemon *d, struct conf *c, int idx, b
 		goto out_free;
 	bd->cblk = conf_cache_block(&bd->geo, cd->cache_block_size);
 	if (!d->pc)
-		return bd;	/* `blkfs check`: opened, nothing more */
+		return bd;	/* `blkfs check`, or a mount before its cache exists */
+	ret = bf_dev_attach(d, bd, err, errlen);
+	if (ret)
+		goto out_free;
+	return bd;
 
-	bd->pc = pc_dev_add(d->pc, cd->name, be, bd->cblk);
+out_free:
+	bf_dev_destroy(bd);
+	return ERR_PTR(ret);
+}
+
+int bf_dev_attach(struct bf_daemon *d, struct bf_dev *bd, char *err, size_t errlen)
+{
+	const struct conf_device *cd = bd->cd;
+	const char *file = bd->own.file ? bd->own.file : d->conf.file;
+	int ret;
+
+	bd->pc = pc_dev_add(d->pc, cd->name, bd->be, bd->cblk);
 	if (IS_ERR(bd->pc)) {
 		ret = (int)PTR_ERR(bd->pc);
 		bd->pc = NULL;
 		snprintf(err, errlen, "%s:%d: [device %s]: the cache cannot take this device: %s%s",
-			 c->file, cd->line, cd->name, strerror(-ret),
+			 file, cd->line, cd->name, strerror(-ret),
 			 ret == -ENOSPC ? " (it serves as many devices as it can)" : "");
-		goto out_free;
+		return ret;
 	}
 	pc_dev_set_policy(bd->pc, cd->rmw_device, cd->on_error_drop);
 	pc_dev_set_write_through(bd->pc, cd->write_through);
@@ -229,19 +247,13 @@ static struct bf_dev *dev_create(struct bf_daemon *d, struct conf *c, int idx, b
 	if (ret) {
 		snprintf(err, errlen, "%s: [mount] max_pending: cannot allocate %u request "
 			 "slots for %s", d->conf.file, d->conf.mount.max_pending, cd->name);
-		goto out_free;
+		return ret;
 	}
 	ret = bf_sys_build_dev(d, bd);
-	if (ret) {
-		snprintf(err, errlen, "%s: cannot build .sys/%s: %s", c->file, cd->name,
+	if (ret)
+		snprintf(err, errlen, "%s: cannot build .sys/%s: %s", file, cd->name,
 			 strerror(-ret));
-		goto out_free;
-	}
-	return bd;
-
-out_free:
-	bf_dev_destroy(bd);
-	return ERR_PTR(ret);
+	return ret;
 }
 
 struct bf_dev *bf_dev_create(struct bf_daemon *d, const struct conf *c, struct conf_device *cd,
