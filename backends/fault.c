@@ -333,7 +333,7 @@ static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			uint64_t c0 = b->pos > pos ? b->pos : pos;
 			uint64_t c1 = b_end < end ? b_end : end;
 
-			fprintf(stderr, "blkfs: fault: %s: bad blocks %llu+%llu cleared by %s%s\n",
+			blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
 				fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), why,
 				++fd->nr_said_clears == FAULT_SAY_CLEARS ?
 				" (further clears are only counted: fault_badblocks_cleared)" : "");
@@ -356,7 +356,7 @@ static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			b->len = pos - b->pos;
 			i++;
 		} else {
-			fprintf(stderr, "blkfs: fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too\n",
+			blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
 				fd->dev, FAULT_MAX_BAD, why, (unsigned long long)pos,
 				(unsigned long long)len, (unsigned long long)b->pos,
 				(unsigned long long)b->len);
@@ -887,30 +887,15 @@ static int fault_ops_store(struct blk_backend *be, const char *buf, size_t len)
 static int fault_errno_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char eb[16];
-	int e;
 
-	pthread_mutex_lock(&fd->lock);
-	e = fd->err;
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
+	return be_errno_show(&fd->lock, &fd->err, buf, len);
 }
 
 static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[32];
-	int e;
 
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	e = be_parse_errno(s);
-	if (e < 0)
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->err = e;
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
+	return be_errno_store(&fd->lock, &fd->err, buf, len);
 }
 
 static int fault_probability_show(struct blk_backend *be, char *buf, size_t len)
@@ -1099,32 +1084,16 @@ static int fault_release_store(struct blk_backend *be, const char *buf, size_t l
 static int fault_seed_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[24];
 
-	pthread_mutex_lock(&fd->lock);
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)fd->seed);
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, s);
+	return be_seed_show(&fd->lock, &fd->seed, buf, len);
 }
 
 /* A number, or auto; the stream restarts from it. */
 static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	bool is_auto;
-	uint64_t seed;
-	char s[32];
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
-		return -EINVAL;
-	if (is_auto)
-		seed = be_seed_from_clock();
-	pthread_mutex_lock(&fd->lock);
-	fd->seed = seed;
-	fd->rng = seed;
-	pthread_mutex_unlock(&fd->lock);
-	be_say_seed("fault", fd->dev, seed, "stored");
-	return 0;
+	return be_seed_store(&fd->lock, &fd->seed, &fd->rng, "fault", fd->dev, buf, len);
 }
 
 /* One `OFFSET LENGTH ERRNO` line per range, in the order added. */
