@@ -323,7 +323,8 @@ static void bf_init(void *userdata, struct fuse_conn_info *conn)
 	 * The kernel holds back asynchronous requests (libaio O_DIRECT, readahead)
 	 * past max_background for the whole mount: sized to every device's
 	 * slots together, so that requests parked on one slow device never
-	 * keep another's waiting in the kernel.
+	 * keep another's waiting in the kernel. Counted at INIT: devices added
+	 * later (blkfs add) share what the mount's config asked for.
 	 */
 	conn->max_background = bf_max_background(d);
 	conn->congestion_threshold = conn->max_background * 3 / 4;
