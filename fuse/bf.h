@@ -73,6 +73,11 @@ struct bf_daemon {
 	size_t nr_nodes, cap_nodes;
 	char fsname[PATH_MAX];		/* the mount's source: the config's absolute path */
 	char kopts[1024];		/* mount options for the kernel (bf_mount_options) */
+	/*
+	 * bf_serve gave up on a hung I/O: threads still wait on it, and what
+	 * it may reach (devices, cache, session) must never be freed: exit.
+	 */
+	bool abandoned;
 };
 
 /* daemon.c */
@@ -116,6 +121,21 @@ void bf_final_signals(void);
 /* Report the final writeback's progress (log, STATUS=) until _stop(). */
 void bf_final_progress_start(struct bf_daemon *d);
 void bf_final_progress_stop(void);
+/*
+ * The end of serving, bounded by [mount] shutdown_timeout: bf_final_begin
+ * starts, per device, a thread that waits for its requests in flight and
+ * then writes its cache back (NULL without memory: then the two calls
+ * below do it in this thread, unbounded). bf_final_wait_drained waits
+ * until every device's requests are answered or the device was given up
+ * on (no progress for the timeout); true when none was. bf_final_end
+ * waits for the writebacks likewise, writes the status lines ("ok DEV
+ * BYTES", "lost DEV BYTES REASON") to @status, sets d->abandoned when a
+ * device was given up on, and returns the exit code (0, or 1: data lost).
+ */
+struct bf_final;
+struct bf_final *bf_final_begin(struct bf_daemon *d);
+bool bf_final_wait_drained(struct bf_daemon *d, struct bf_final *f);
+int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t statuslen);
 
 /* rawio.c: the raw FUSE traffic between /dev/fuse and libfuse */
 struct fuse_session;
@@ -187,8 +207,9 @@ void bf_rawio_stats(uint64_t *kept, uint64_t *kept_total);
 /* The pool of @n request slots of @bd ([mount] max_pending); 0 or -ENOMEM. */
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
 void bf_dev_reqs_destroy(struct bf_dev *bd);
-/* Wait until every request of every device has been answered. */
+/* Wait until every request of every device (of @bd) has been answered. */
 void bf_drain(struct bf_daemon *d);
+void bf_drain_dev(struct bf_dev *bd);
 /* Requests of @bd in flight now and at most so far, requests that waited for a slot, the slots. */
 void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
 		      uint64_t *slots);
