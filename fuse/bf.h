@@ -207,9 +207,8 @@ void bf_rawio_stats(uint64_t *kept, uint64_t *kept_total);
 /* The pool of @n request slots of @bd ([mount] max_pending); 0 or -ENOMEM. */
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
 void bf_dev_reqs_destroy(struct bf_dev *bd);
-/* Wait until every request of every device (of @bd) has been answered. */
+/* Wait until every request of every device has been answered. */
 void bf_drain(struct bf_daemon *d);
-void bf_drain_dev(struct bf_dev *bd);
 /* Requests of @bd in flight now and at most so far, requests that waited for a slot, the slots. */
 void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
 		      uint64_t *slots);

@@ -696,23 +696,21 @@ static void req_finish(struct bf_req *r)
 		req_put(r);
 }
 
-/* Wait until every request of @bd has been answered (unmount, exit). */
-void bf_drain_dev(struct bf_dev *bd)
-{
-	if (!bd->reqs)
-		return;
-	pthread_mutex_lock(&bd->req_lock);
-	while (bd->req_in_use)
-		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
-	pthread_mutex_unlock(&bd->req_lock);
-}
-
+/* Wait until every request of every device has been answered (unmount, exit). */
 void bf_drain(struct bf_daemon *d)
 {
 	int i;
 
-	for (i = 0; i < d->nr_devs; i++)
-		bf_drain_dev(&d->devs[i]);
+	for (i = 0; i < d->nr_devs; i++) {
+		struct bf_dev *bd = &d->devs[i];
+
+		if (!bd->reqs)
+			continue;
+		pthread_mutex_lock(&bd->req_lock);
+		while (bd->req_in_use)
+			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
+		pthread_mutex_unlock(&bd->req_lock);
+	}
 }
 
 static struct bf_req *req_of(struct pc_aio *aio)

@@ -160,12 +160,17 @@ void bf_final_progress_stop(void)
  * The final writeback, bounded. Each device gets a thread that waits for
  * its requests in flight and then writes its cache back (pc_dev_sync_final):
  * a device that hangs holds up no other, and the daemon can stop waiting
- * for it. A device is given up on once it has made no progress (no request
- * answered, no backend I/O ended, no byte less to write) for [mount]
- * shutdown_timeout: a slow device that is still writing is waited for, a
- * hung one is not. Its thread is then left where it waits, and nothing
- * its I/O may still reach is ever freed: this state, the cache, the
- * devices, the session (the daemon exits).
+ * for it. Progress is a request answered, a backend I/O ended, a byte less
+ * to write: a slow device that is still writing is waited for, however
+ * long; one that makes none for [mount] shutdown_timeout is dealt with:
+ *  - waiting for its requests with a backend I/O in flight all that time
+ *    (a hung I/O, which its writeback would wait for too): given up on;
+ *  - waiting for its requests with none (they wait for something else):
+ *    its writeback starts anyway, with the timeout afresh;
+ *  - in its writeback: given up on.
+ * A device given up on has its thread left where it waits, and nothing its
+ * I/O may still reach is ever freed: this state, the cache, the devices,
+ * the session (the daemon exits).
  */
 enum { FIN_DRAIN, FIN_WRITEBACK, FIN_DONE };
 
@@ -180,6 +185,7 @@ struct fin_dev {
 	bool threaded;
 	int phase;			/* fin->lock */
 	bool abandoned;			/* fin->lock: given up on */
+	bool skip_drain;		/* fin->lock: start the writeback without the requests */
 	int err;			/* once FIN_DONE: pc_dev_sync_final's */
 	uint64_t lost;			/* once FIN_DONE, or when abandoned */
 	uint64_t unanswered;		/* requests in flight when abandoned */
@@ -200,6 +206,17 @@ struct bf_final {
 #define FIN_ATTEMPTS 5
 #define FIN_TICK_MS 100
 
+static void fin_timedwait(pthread_cond_t *cv, pthread_mutex_t *lock, long ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000l;
+	ts.tv_sec += ts.tv_nsec / 1000000000l;
+	ts.tv_nsec %= 1000000000l;
+	pthread_cond_timedwait(cv, lock, &ts);
+}
+
 static void fin_set_phase(struct fin_dev *fd, int phase)
 {
 	pthread_mutex_lock(&fd->fin->lock);
@@ -208,12 +225,40 @@ static void fin_set_phase(struct fin_dev *fd, int phase)
 	pthread_mutex_unlock(&fd->fin->lock);
 }
 
+/* Wait for @fd's requests in flight, or until the waiter says to go on. */
+static void fin_drain(struct fin_dev *fd)
+{
+	struct bf_dev *bd = fd->bd;
+	uint32_t left;
+
+	if (!bd->reqs)
+		return;
+	for (;;) {
+		bool skip;
+
+		pthread_mutex_lock(&bd->req_lock);
+		if (bd->req_in_use)
+			fin_timedwait(&bd->req_cond, &bd->req_lock, FIN_TICK_MS);
+		left = bd->req_in_use;
+		pthread_mutex_unlock(&bd->req_lock);
+		if (!left)
+			return;
+		pthread_mutex_lock(&fd->fin->lock);
+		skip = fd->skip_drain;
+		pthread_mutex_unlock(&fd->fin->lock);
+		if (skip)
+			break;
+	}
+	blk_warn("%s: %u request%s still unanswered after shutdown_timeout without progress; "
+		 "writing back what is cached", bd->cd->name, left, left == 1 ? "" : "s");
+}
+
 static void fin_run(struct fin_dev *fd)
 {
 	uint64_t lost = 0;
 	int err;
 
-	bf_drain_dev(fd->bd);
+	fin_drain(fd);
 	fin_set_phase(fd, FIN_WRITEBACK);
 	err = pc_dev_sync_final(fd->bd->pc, FIN_ATTEMPTS, &fd->deadline_ms, &lost);
 	pthread_mutex_lock(&fd->fin->lock);
@@ -313,11 +358,28 @@ static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin
 		"%llu bytes of dirty data not written back are lost, %llu request%s not answered, "
 		"%llu backend I/O%s still in flight",
 		fd->bd->cd->name, t,
-		fd->phase == FIN_DRAIN ? "while requests in flight were answered" :
-					 "in the final writeback",
+		fd->phase == FIN_DRAIN ? "waiting for its requests in flight" :
+					 "in its final writeback",
 		(unsigned long long)m->left, (unsigned long long)m->reqs,
 		m->reqs == 1 ? " was" : "s were",
 		(unsigned long long)m->in_flight, m->in_flight == 1 ? " is" : "s are");
+}
+
+/* @fd made no progress for the timeout: the rules at the top of this part. */
+static void fin_stalled(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m,
+			uint64_t now)
+{
+	bool drain;
+
+	pthread_mutex_lock(&f->lock);
+	drain = fd->phase == FIN_DRAIN && !fd->skip_drain;
+	if (drain && !m->in_flight) {
+		fd->skip_drain = true;
+		__atomic_store_n(&fd->deadline_ms, now + f->timeout_ms, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (!drain || m->in_flight)
+		fin_abandon(f, fd, m);
 }
 
 /*
@@ -330,7 +392,6 @@ static bool fin_wait(struct bf_final *f, int phase)
 	bool none_abandoned = true;
 
 	for (;;) {
-		struct timespec ts;
 		bool pending = false;
 		uint64_t now;
 		int i;
@@ -339,15 +400,8 @@ static bool fin_wait(struct bf_final *f, int phase)
 		for (i = 0; i < f->n; i++)
 			if (!f->dev[i].abandoned && f->dev[i].phase < phase)
 				pending = true;
-		if (pending) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += FIN_TICK_MS * 1000000l;
-			if (ts.tv_nsec >= 1000000000l) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000l;
-			}
-			pthread_cond_timedwait(&f->cv, &f->lock, &ts);
-		}
+		if (pending)
+			fin_timedwait(&f->cv, &f->lock, FIN_TICK_MS);
 		pthread_mutex_unlock(&f->lock);
 		if (!pending)
 			break;
@@ -368,7 +422,7 @@ static bool fin_wait(struct bf_final *f, int phase)
 				fd->mark = m;
 				__atomic_store_n(&fd->deadline_ms, now + f->timeout_ms, __ATOMIC_RELEASE);
 			} else if (now >= __atomic_load_n(&fd->deadline_ms, __ATOMIC_ACQUIRE)) {
-				fin_abandon(f, fd, &m);
+				fin_stalled(f, fd, &m, now);
 			}
 		}
 	}

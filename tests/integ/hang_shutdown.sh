@@ -59,7 +59,7 @@ wait_hung() {
 # conf IMG [CACHE_KEYS]: h0 (hangs writes when armed) and p0 (aio on IMG)
 conf() {
 	printf '%s\n' "[cache]
-size = 32M
+size = 64M
 ${2:-}
 
 [mount]
@@ -134,7 +134,8 @@ gone() {
 if want a || want c; then
 	info "(a) h0's write hangs at writeback; p0 serves meanwhile"
 	img=$TDIR/p0.img
-	start_blkfs "$(conf "$img")"
+	# p0's data left dirty for (c) stays so: below dirty_background (10%), young
+	start_blkfs "$(conf "$img" "dirty_expire = 1h")"
 	mnt_a=$MNT
 	hang_h0
 	exec 7<>"$MNT/h0"
