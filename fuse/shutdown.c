@@ -163,11 +163,13 @@ void bf_final_progress_stop(void)
  * for it. Progress is a request answered, a backend I/O ended, a byte less
  * to write: a slow device that is still writing is waited for, however
  * long; one that makes none for [mount] shutdown_timeout is dealt with:
- *  - waiting for its requests with a backend I/O in flight all that time
- *    (a hung I/O, which its writeback would wait for too): given up on;
- *  - waiting for its requests with none (they wait for something else):
- *    its writeback starts anyway, with the timeout afresh;
- *  - in its writeback: given up on.
+ *  - waiting for its requests with writeback in flight all that time (a
+ *    hung write, which its final writeback would wait for too): given up
+ *    on;
+ *  - waiting for its requests without (they wait for a hung read, say):
+ *    its final writeback starts anyway, with the timeout afresh, and the
+ *    requests are counted as not answered;
+ *  - in its final writeback: given up on.
  * A device given up on has its thread left where it waits, and nothing its
  * I/O may still reach is ever freed: this state, the cache, the devices,
  * the session (the daemon exits).
@@ -175,7 +177,7 @@ void bf_final_progress_stop(void)
 enum { FIN_DRAIN, FIN_WRITEBACK, FIN_DONE };
 
 struct fin_mark {
-	uint64_t ios, left, reqs, in_flight;
+	uint64_t ios, left, wb, reqs, in_flight;
 };
 
 struct fin_dev {
@@ -188,7 +190,7 @@ struct fin_dev {
 	bool skip_drain;		/* fin->lock: start the writeback without the requests */
 	int err;			/* once FIN_DONE: pc_dev_sync_final's */
 	uint64_t lost;			/* once FIN_DONE, or when abandoned */
-	uint64_t unanswered;		/* requests in flight when abandoned */
+	uint64_t unanswered;		/* fin->lock: requests in flight when given up on */
 	uint64_t deadline_ms;		/* atomic: given up on if no progress by then; 0: never */
 	struct fin_mark mark;		/* the waiter's: the last progress seen */
 };
@@ -249,6 +251,9 @@ static void fin_drain(struct fin_dev *fd)
 		if (skip)
 			break;
 	}
+	pthread_mutex_lock(&fd->fin->lock);
+	fd->unanswered = left;
+	pthread_mutex_unlock(&fd->fin->lock);
 	blk_warn("%s: %u request%s still unanswered after shutdown_timeout without progress; "
 		 "writing back what is cached", bd->cd->name, left, left == 1 ? "" : "s");
 }
@@ -284,6 +289,7 @@ static void fin_mark(struct fin_dev *fd, struct fin_mark *m)
 	m->ios = st.backend_read_ios + st.backend_write_ios + st.backend_flushes +
 		 st.backend_discards + st.writeback_errors + st.read_errors;
 	m->left = st.dirty_bytes + st.writeback_bytes;
+	m->wb = st.writeback_bytes;
 	m->in_flight = st.in_flight;
 	m->reqs = 0;
 	if (fd->bd->reqs)
@@ -373,19 +379,19 @@ static void fin_stalled(struct bf_final *f, struct fin_dev *fd, const struct fin
 
 	pthread_mutex_lock(&f->lock);
 	drain = fd->phase == FIN_DRAIN && !fd->skip_drain;
-	if (drain && !m->in_flight) {
+	if (drain && !m->wb) {
 		fd->skip_drain = true;
 		__atomic_store_n(&fd->deadline_ms, now + f->timeout_ms, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&f->lock);
-	if (!drain || m->in_flight)
+	if (!drain || m->wb)
 		fin_abandon(f, fd, m);
 }
 
 /*
- * Wait until every device not given up on has reached @phase; give up on
- * those that make no progress for the timeout. Returns true when none has
- * been given up on.
+ * Wait until every device not given up on has reached @phase; deal with
+ * those that make no progress for the timeout. Returns true when every
+ * device's requests were answered and none was given up on.
  */
 static bool fin_wait(struct bf_final *f, int phase)
 {
@@ -426,9 +432,11 @@ static bool fin_wait(struct bf_final *f, int phase)
 			}
 		}
 	}
+	pthread_mutex_lock(&f->lock);
 	for (int i = 0; i < f->n; i++)
-		if (f->dev[i].abandoned)
+		if (f->dev[i].abandoned || f->dev[i].skip_drain)
 			none_abandoned = false;
+	pthread_mutex_unlock(&f->lock);
 	return none_abandoned;
 }
 
@@ -474,6 +482,7 @@ int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t s
 		f->n = d->nr_devs;
 		fin_unbounded(d, f);
 	}
+	/* a request or thread given up on may still reach what exit would free */
 	d->abandoned = !fin_wait(f, FIN_DONE);
 	blk_format_duration(t, sizeof(t), f->timeout_ms * 1000000ull);
 	for (i = 0; i < f->n; i++) {
@@ -494,8 +503,17 @@ int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t s
 			code = 1;
 			blk_err("%s: %llu bytes could not be written back: %s", name,
 				(unsigned long long)fd->lost, strerror(fd->err ? -fd->err : EIO));
-			n = snprintf(status + used, statuslen - used, "lost %s %llu %s\n", name,
-				     (unsigned long long)fd->lost, strerror(fd->err ? -fd->err : EIO));
+			n = snprintf(status + used, statuslen - used, "lost %s %llu %s%s\n", name,
+				     (unsigned long long)fd->lost, strerror(fd->err ? -fd->err : EIO),
+				     fd->unanswered ? "; requests hung and were not answered" : "");
+		} else if (fd->unanswered) {
+			/* its data is written; what the hung requests carried is not */
+			code = 1;
+			n = snprintf(status + used, statuslen - used,
+				     "lost %s 0 %llu hung request%s not answered after %s without "
+				     "progress (shutdown_timeout); the cached data was written back\n",
+				     name, (unsigned long long)fd->unanswered,
+				     fd->unanswered == 1 ? " was" : "s were", t);
 		} else {
 			pc_dev_stats(fd->bd->pc, &st);
 			n = snprintf(status + used, statuslen - used, "ok %s %llu\n", name,

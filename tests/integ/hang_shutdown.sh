@@ -15,12 +15,16 @@
 #      plus a margin, exit status 1, names h0 and the bytes lost (those
 #      .sys showed dirty and under writeback), daemon and mount gone.
 #  (b2) A plain umount(8): the daemon ends the same way on its own.
+#  (e) SIGTERM with a read hung (an O_DIRECT reader blocked) and dirty data
+#      on the same device (aio on an image): its requests are waited for
+#      3 s, then its cache is written back anyway (the image holds the
+#      data), the unanswered request is reported, exit status 1.
 #  (d) kill -9 of a daemon with a hung I/O and a blocked fsync: the dead
 #      mount is cleaned (connection aborted, lazy unmount), the fsync ends
 #      with an error, nothing is left.
 # Without the bound the daemon waited forever in its final writeback: (c)
 # and (b) hang (the umount never returns) instead.
-# BLKFS_HANG_CASES="a c b b2 d" (the default) runs a subset; (c) runs on
+# BLKFS_HANG_CASES="a c b b2 e d" (the default) runs a subset; (c) runs on
 # (a)'s mount, so it runs (a)'s set-up too.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -37,7 +41,7 @@ MARGIN_MS=4000
 src=$TDIR/src
 mkdata "$src" $((8 * M))
 
-CASES=" ${BLKFS_HANG_CASES:-a c b b2 d} "
+CASES=" ${BLKFS_HANG_CASES:-a c b b2 e d} "
 want() { case $CASES in *" $1 "*) return 0 ;; esac; return 1; }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -241,6 +245,44 @@ if want b2; then
 	gone "$MNT"
 	daemon_gone_by "$pid" "$t0" "(b2) umount(8)"
 	status_says h0 "$lost"
+fi
+
+# ---------------------------------------------------------------------------
+if want e; then
+	info "(e) SIGTERM with a hung read and dirty data on the same device"
+	start_blkfs "[cache]
+size = 64M
+dirty_expire = 1h
+
+[mount]
+shutdown_timeout = 3s
+
+[device h0]
+backend = aio
+path = $TDIR/h0e.img
+create = yes
+size = 16M
+filters = fault
+fault.ops = read
+fault.hang = yes"
+	ddev if="$src" of="$MNT/h0" bs=1M count=2 conv=notrunc
+	[ "$(stat_of h0 dirty_bytes)" = $((2 * M)) ] || fail "(e) h0: $(stat_of h0 dirty_bytes) bytes dirty, want 2 MiB"
+	printf '0\n' >"$MNT/.sys/h0/fault/after"
+	bg dread_e dd if="$MNT/h0" of=/dev/null bs=4096 skip=2048 count=1 iflag=direct status=none
+	rpid=$BGPID
+	wait_hung 1
+	pid=$DAEMON_PID
+	t0=$(now_ms)
+	kill -TERM "$pid"
+	daemon_gone_by "$pid" "$t0" "(e) SIGTERM"
+	gone "$MNT"
+	info "(e) status: $(cat "$STATUS")"
+	grep -q "^lost h0 0 1 hung request was not answered after 3s without progress (shutdown_timeout); the cached data was written back" "$STATUS" ||
+		fail "(e) the status file does not report the unanswered request: $(cat "$STATUS")"
+	grep -q "exiting with status 1" "$LOG" || fail "(e) the daemon did not exit with status 1"
+	cmp -n $((2 * M)) "$src" "$TDIR/h0e.img" || fail "(e) h0's dirty data was not written back"
+	wait_gone 5 "$rpid" || fail "(e) the reader of the hung read still waits"
+	[ "$(cat "$TDIR/dread_e.rc")" != 0 ] || fail "(e) the hung read succeeded"
 fi
 
 # ---------------------------------------------------------------------------
