@@ -153,9 +153,11 @@ int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se, size_t max_wri
 		    char *err, size_t errlen);
 /*
  * bf_rawio_stop - after the request loop: the ring serves no new request,
- * commits the replies to those in hand, and lets go of /dev/fuse.
+ * commits the replies to those in hand, and lets go of /dev/fuse. When
+ * those in hand go @timeout_ms without one answered (0: wait forever) it
+ * gives up: false, and the ring stays allocated until exit.
  */
-void bf_rawio_stop(void);
+bool bf_rawio_stop(uint64_t timeout_ms);
 /* bf_rawio_failed - the transport failed (the mount never became usable, or a ring queue died). */
 bool bf_rawio_failed(void);
 void bf_rawio_detach(void);

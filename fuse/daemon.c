@@ -1187,7 +1187,8 @@ out_stop:
 	 * threads commit the replies to those in hand, then end: before the
 	 * handlers go, since a dying queue signals the loop.
 	 */
-	bf_rawio_stop();
+	if (!bf_rawio_stop(d->conf.mount.shutdown_timeout_ms))
+		d->abandoned = true;	/* requests in hand on a hung device: exit, free nothing */
 	/*
 	 * Requests still in flight get their replies (the kernel drops those
 	 * of a connection that is gone) before the final writeback, each

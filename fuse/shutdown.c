@@ -323,8 +323,14 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 		fd->bd = &d->devs[i];
 		fd->phase = FIN_DRAIN;
 		fin_mark(fd, &fd->mark);
+		/*
+		 * The ring already waited the timeout for requests in hand
+		 * (d->abandoned): a device's requests get a second only to
+		 * show progress, not the whole timeout again.
+		 */
 		if (f->timeout_ms)
-			fd->deadline_ms = f->start_ms + f->timeout_ms;
+			fd->deadline_ms = f->start_ms + (d->abandoned && f->timeout_ms > 1000 ?
+							 1000 : f->timeout_ms);
 		fd->threaded = !pthread_create(&fd->thread, NULL, fin_thread, fd);
 		if (fd->threaded) {
 			char name[16];
@@ -483,7 +489,8 @@ int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t s
 		fin_unbounded(d, f);
 	}
 	/* a request or thread given up on may still reach what exit would free */
-	d->abandoned = !fin_wait(f, FIN_DONE);
+	if (!fin_wait(f, FIN_DONE))
+		d->abandoned = true;
 	blk_format_duration(t, sizeof(t), f->timeout_ms * 1000000ull);
 	for (i = 0; i < f->n; i++) {
 		struct fin_dev *fd = &f->dev[i];
