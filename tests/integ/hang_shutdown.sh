@@ -19,12 +19,15 @@
 #      on the same device (aio on an image): its requests are waited for
 #      3 s, then its cache is written back anyway (the image holds the
 #      data), the unanswered request is reported, exit status 1.
+#  (f) A slow device that keeps making progress is not a hung one: 8 MiB
+#      through a 4 MiB/s throttle with shutdown_timeout = 1s: blkfs umount
+#      waits the 2 s and more it takes and exits 0, everything written.
 #  (d) kill -9 of a daemon with a hung I/O and a blocked fsync: the dead
 #      mount is cleaned (connection aborted, lazy unmount), the fsync ends
 #      with an error, nothing is left.
 # Without the bound the daemon waited forever in its final writeback: (c)
 # and (b) hang (the umount never returns) instead.
-# BLKFS_HANG_CASES="a c b b2 e d" (the default) runs a subset; (c) runs on
+# BLKFS_HANG_CASES="a c b b2 e f d" (the default) runs a subset; (c) runs on
 # (a)'s mount, so it runs (a)'s set-up too.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -41,7 +44,7 @@ MARGIN_MS=4000
 src=$TDIR/src
 mkdata "$src" $((8 * M))
 
-CASES=" ${BLKFS_HANG_CASES:-a c b b2 e d} "
+CASES=" ${BLKFS_HANG_CASES:-a c b b2 e f d} "
 want() { case $CASES in *" $1 "*) return 0 ;; esac; return 1; }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -283,6 +286,38 @@ fault.hang = yes"
 	cmp -n $((2 * M)) "$src" "$TDIR/h0e.img" || fail "(e) h0's dirty data was not written back"
 	wait_gone 5 "$rpid" || fail "(e) the reader of the hung read still waits"
 	[ "$(cat "$TDIR/dread_e.rc")" != 0 ] || fail "(e) the hung read succeeded"
+fi
+
+# ---------------------------------------------------------------------------
+if want f; then
+	info "(f) slow but not hung: a final writeback longer than shutdown_timeout completes"
+	start_blkfs "[cache]
+size = 64M
+dirty_expire = 1h
+dirty_background = 50%
+dirty_limit = 90%
+
+[mount]
+shutdown_timeout = 1s
+
+[device s0]
+backend = aio
+path = $TDIR/s0.img
+create = yes
+size = 16M
+filters = throttle
+throttle.write_mbps = 4"
+	ddev if="$src" of="$MNT/s0" bs=1M count=8 conv=notrunc
+	[ "$(stat_of s0 dirty_bytes)" = $((8 * M)) ] || fail "(f) s0: $(stat_of s0 dirty_bytes) bytes dirty, want 8 MiB"
+	t0=$(now_ms)
+	out=$("$BLKFS" umount "$MNT" 2>&1) && rc=0 || rc=$?
+	took=$(($(now_ms) - t0))
+	printf '%s\n' "$out" | sed 's/^/    /'
+	info "(f) blkfs umount returned $rc after $took ms"
+	assert_eq "(f) blkfs umount exit status" 0 "$rc"
+	[ "$took" -ge 1500 ] || fail "(f) the writeback took $took ms: not longer than the timeout, proves nothing"
+	gone "$MNT"
+	cmp -n $((8 * M)) "$src" "$TDIR/s0.img" || fail "(f) s0's data is not in its image"
 fi
 
 # ---------------------------------------------------------------------------
