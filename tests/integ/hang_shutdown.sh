@@ -14,7 +14,8 @@
 #  (b) `blkfs umount` with a hung writeback: returns within the timeout
 #      plus a margin, exit status 1, names h0 and the bytes lost (those
 #      .sys showed dirty and under writeback), daemon and mount gone.
-#  (b2) A plain umount(8): the daemon ends the same way on its own.
+#  (b2) A plain umount(8): the daemon ends the same way on its own (the
+#      timeout given as a mount option, -o shutdown_timeout=2s).
 #  (e) SIGTERM with a read hung (an O_DIRECT reader blocked) and dirty data
 #      on the same device (aio on an image): its requests are waited for
 #      3 s, then its cache is written back anyway (the image holds the
@@ -110,22 +111,23 @@ hang_h0() {
 	printf '0\n' >"$MNT/.sys/h0/fault/after"
 }
 
-# daemon_gone_by PID T0 WHAT: the daemon exits within the timeout + margin.
+# daemon_gone_by PID T0 WHAT [TIMEOUT_MS]: the daemon exits within the
+# timeout + margin, not before the timeout.
 daemon_gone_by() {
-	local pid=$1 t0=$2 what=$3 took
-	wait_gone $(((TIMEOUT_MS + MARGIN_MS) / 1000)) "$pid" ||
-		fail "$what: the daemon still runs $(((TIMEOUT_MS + MARGIN_MS) / 1000)) s later (hung in its final writeback)"
+	local pid=$1 t0=$2 what=$3 tmo=${4:-$TIMEOUT_MS} took
+	wait_gone $(((tmo + MARGIN_MS) / 1000)) "$pid" ||
+		fail "$what: the daemon still runs $(((tmo + MARGIN_MS) / 1000)) s later (hung in its final writeback)"
 	took=$(($(now_ms) - t0))
 	info "$what: the daemon exited after $took ms"
-	[ "$took" -ge $((TIMEOUT_MS - 200)) ] ||
+	[ "$took" -ge $((tmo - 200)) ] ||
 		fail "$what: the daemon gave up after $took ms, before shutdown_timeout"
 }
 
-# status_says DEV BYTES: the status file and the log name DEV, the bytes
-# lost and the abandoned hung I/O.
+# status_says DEV BYTES [TIMEOUT]: the status file and the log name DEV,
+# the bytes lost and the abandoned hung I/O.
 status_says() {
-	local dev=$1 bytes=$2
-	grep -q "^lost $dev $bytes a hung I/O was abandoned after 3s" "$STATUS" ||
+	local dev=$1 bytes=$2 tmo=${3:-3s}
+	grep -q "^lost $dev $bytes a hung I/O was abandoned after $tmo" "$STATUS" ||
 		fail "status file: no 'lost $dev $bytes a hung I/O was abandoned': $(cat "$STATUS")"
 	grep -q "$dev: a hung I/O was abandoned: .*$bytes bytes of dirty data not written back are lost" "$LOG" ||
 		fail "the daemon log does not say that a hung I/O on $dev was abandoned with $bytes bytes lost"
@@ -237,7 +239,8 @@ fi
 # ---------------------------------------------------------------------------
 if want b2; then
 	info "(b2) a plain umount(8) with a hung writeback: the daemon gives up and exits"
-	start_blkfs "$(conf "$TDIR/p0c.img" "dirty_expire = 100ms")"
+	info "(b2) shutdown_timeout = 2s as a mount option, over the config's 3s"
+	start_blkfs "$(conf "$TDIR/p0c.img" "dirty_expire = 100ms")" -o shutdown_timeout=2s
 	printf '0\n' >"$MNT/.sys/h0/fault/after"
 	ddev if="$src" of="$MNT/h0" bs=1M count=1 seek=2 conv=notrunc
 	wait_hung 1
@@ -246,8 +249,8 @@ if want b2; then
 	t0=$(now_ms)
 	umount "$MNT" || fail "(b2) umount $MNT failed"
 	gone "$MNT"
-	daemon_gone_by "$pid" "$t0" "(b2) umount(8)"
-	status_says h0 "$lost"
+	daemon_gone_by "$pid" "$t0" "(b2) umount(8)" 2000
+	status_says h0 "$lost" 2s
 fi
 
 # ---------------------------------------------------------------------------
