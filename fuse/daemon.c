@@ -892,24 +892,9 @@ static int sys_store(struct bf_daemon *d, uint64_t ino, const char *buf, size_t 
 	return err;
 }
 
-/*
- * One command per write, whatever the offset (a second write on the same
- * descriptor is the next command). It runs here, in the receiving thread:
- * a command may take a while (remove writes a device back), the other
- * threads serve the other requests meanwhile.
- */
-static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
+/* The command's message into the open file (read back there), then the reply. */
+static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
 {
-	char msg[BF_CTL_MSG_MAX];
-	int ret;
-
-	if (!ctl_writer_ok(req)) {
-		snprintf(msg, sizeof(msg), "only uid %u (who mounted) or root may run commands\n",
-			 (unsigned)getuid());
-		ret = -EACCES;
-	} else {
-		ret = bf_ctl_exec(bf_of(req), buf, size, msg, sizeof(msg));
-	}
 	pthread_mutex_lock(&ctl_lock);
 	f->len = strlen(msg);
 	if (f->len > BF_SYS_BUF)
@@ -921,6 +906,92 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, size);
+}
+
+/*
+ * A command runs in a thread of its own: it may take a while (remove
+ * writes a device back), and the thread that received it must go on
+ * serving. With FUSE over io_uring that thread is its CPU's only queue
+ * thread: every request from that CPU would wait behind the command.
+ */
+struct ctl_job {
+	fuse_req_t req;
+	struct bf_file *f;	/* the write holds the file open until its reply */
+	size_t size;
+	char line[];		/* a copy: /dev/fuse's buffer is the receiver's */
+};
+
+static pthread_mutex_t ctl_jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ctl_jobs_cond = PTHREAD_COND_INITIALIZER;
+static int ctl_jobs;		/* ctl_jobs_lock: commands running */
+
+static void ctl_run(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
+{
+	char msg[BF_CTL_MSG_MAX];
+	int ret = bf_ctl_exec(bf_of(req), buf, size, msg, sizeof(msg));
+
+	ctl_done(req, f, ret, msg, size);
+}
+
+static void *ctl_job_fn(void *arg)
+{
+	struct ctl_job *job = arg;
+
+	ctl_run(job->req, job->f, job->line, job->size);
+	free(job);
+	pthread_mutex_lock(&ctl_jobs_lock);
+	if (!--ctl_jobs)
+		pthread_cond_broadcast(&ctl_jobs_cond);
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	return NULL;
+}
+
+/* Wait for the commands still running (the loop has ended: none comes). */
+static void ctl_jobs_wait(void)
+{
+	pthread_mutex_lock(&ctl_jobs_lock);
+	while (ctl_jobs)
+		pthread_cond_wait(&ctl_jobs_cond, &ctl_jobs_lock);
+	pthread_mutex_unlock(&ctl_jobs_lock);
+}
+
+/* One command per write, whatever the offset (a second write on the same descriptor is the next). */
+static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
+{
+	pthread_attr_t attr;
+	struct ctl_job *job;
+	pthread_t t;
+	char msg[128];
+
+	if (!ctl_writer_ok(req)) {
+		snprintf(msg, sizeof(msg), "only uid %u (who mounted) or root may run commands\n",
+			 (unsigned)getuid());
+		ctl_done(req, f, -EACCES, msg, size);
+		return;
+	}
+	/* a line too long to run is refused at once, here */
+	job = size <= BF_CTL_MAX_LINE ? malloc(sizeof(*job) + size) : NULL;
+	if (!job) {
+		ctl_run(req, f, buf, size);
+		return;
+	}
+	job->req = req;
+	job->f = f;
+	job->size = size;
+	memcpy(job->line, buf, size);
+	pthread_mutex_lock(&ctl_jobs_lock);
+	ctl_jobs++;
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, ctl_job_fn, job)) {
+		pthread_mutex_lock(&ctl_jobs_lock);
+		ctl_jobs--;
+		pthread_mutex_unlock(&ctl_jobs_lock);
+		free(job);
+		ctl_run(req, f, buf, size);	/* no thread: here, as a last resort */
+	}
+	pthread_attr_destroy(&attr);
 }
 
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
@@ -1257,8 +1328,8 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct fuse_loop_config *lc;
 	struct fuse_session *se;
-	size_t used = 0;
-	int dummy, ret, i, code = 0;
+	struct bf_final *fin;
+	int dummy, ret, code = 0;
 
 	/*
 	 * The source is the config's absolute path, so `mount -a` and findmnt
@@ -1314,18 +1385,24 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 		blk_err("request loop ended: %s", strerror(-ret));
 
 out_stop:
+	/* a command's reply goes out while the transport still takes it */
+	ctl_jobs_wait();
 	/*
 	 * The ring serves no new request (as the ended loop does not) and its
 	 * threads commit the replies to those in hand, then end: before the
 	 * handlers go, since a dying queue signals the loop.
 	 */
-	bf_rawio_stop();
+	if (!bf_rawio_stop(d->conf.mount.shutdown_timeout_ms))
+		d->abandoned = true;	/* requests in hand on a hung device: exit, free nothing */
 	/*
 	 * Requests still in flight get their replies (the kernel drops those
-	 * of a connection that is gone) before the final writeback.
+	 * of a connection that is gone) before the final writeback, each
+	 * device in a thread of its own, and a device that makes no progress
+	 * for [mount] shutdown_timeout is given up on (fuse/shutdown.c).
 	 */
-	bf_drain(d);
-	files_free_all();
+	fin = bf_final_begin(d);
+	if (bf_final_wait_drained(d, fin))
+		files_free_all();	/* else a request given up on may still use its file */
 	if (bf_rawio_failed()) {
 		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
 		code = 1;
@@ -1343,37 +1420,20 @@ out_stop:
 	bf_notify("STOPPING=1\nSTATUS=Writing back before exit");
 	bf_final_progress_start(d);
 	/* everything dirty goes to the backend before the mount disappears */
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		struct bf_dev *bd = d->devs[i];
-		uint64_t lost = 0;
-		struct pc_stats st;
-		int err;
-
-		if (!bd)
-			continue;
-		err = pc_dev_sync_final(bd->pc, 5, &lost);
-		pc_dev_stats(bd->pc, &st);
-		if (err || lost) {
-			code = 1;
-			blk_err("%s: %llu bytes could not be written back: %s", bd->cd->name,
-				(unsigned long long)lost, strerror(err ? -err : EIO));
-			used += (size_t)snprintf(status + used, statuslen - used,
-						 "lost %s %llu %s\n", bd->cd->name,
-						 (unsigned long long)lost, strerror(err ? -err : EIO));
-		} else {
-			used += (size_t)snprintf(status + used, statuslen - used,
-						 "ok %s %llu\n", bd->cd->name,
-						 (unsigned long long)st.backend_write_bytes);
-		}
-		if (used >= statuslen)
-			used = statuslen - 1;
-	}
+	if (bf_final_end(d, fin, status, statuslen))
+		code = 1;
 	bf_final_progress_stop();
-	bf_notify("STATUS=%s", code ? "Data could not be written back (see the log)" :
-		  "All data written back");
+	bf_notify("STATUS=%s", d->abandoned ? "Gave up on a hung I/O: data lost (see the log)" :
+		  code ? "Data could not be written back (see the log)" : "All data written back");
 out_unmount:
 	d->se = NULL;
+	/* lazily, and the kernel ends what callers still wait for once we exit */
 	fuse_session_unmount(se);
+	if (d->abandoned) {
+		/* a hung request may still reply through the session: it stays */
+		fuse_opt_free_args(&args);
+		return code;
+	}
 out_destroy:
 	d->se = NULL;
 	fuse_session_destroy(se);

@@ -93,6 +93,17 @@ struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name)
 	return bd;
 }
 
+struct bf_dev *bf_dev_nth(struct bf_daemon *d, int n)
+{
+	int i;
+
+	for (i = 0; i < PC_MAX_DEVS; i++)
+		if (d->devs[i] && !n--)
+			return d->devs[i];
+	assert(0);	/* n < d->nr_devs */
+	return NULL;
+}
+
 struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino)
 {
 	int i;
@@ -517,7 +528,7 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 
 	pthread_mutex_lock(&bd->ctl_lock);
 	/* everything dirty to the backend, then its flush: nothing is ever dropped */
-	ret = pc_dev_sync_final(bd->pc, 3, &lost);
+	ret = pc_dev_sync_final(bd->pc, 3, NULL, &lost);
 	if (ret || lost) {
 		if (!ret)
 			ret = -EIO;
