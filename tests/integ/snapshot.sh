@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# snapshot.sh: snapshots of a ram device, from the consumer's side.
+#  - mkfs.ext4 on an attached loop device, `blkfs snapshot`, then 20 cycles
+#    of what a test suite does between cases: mount ext4, write files,
+#    umount, `blkfs reset`; after each reset e2fsck -fn is clean and the
+#    files are gone (they were there before it). The time per cycle is
+#    printed against mkfs.ext4's (print only).
+#  - A snapshot captures what was written to the device file and still sat
+#    dirty in blkfs's cache; a reset brings it back after overwrites.
+#  - .sys/DEV/snapshots lists each snapshot with the memory it holds alone;
+#    `blkfs snapshot -d` deletes one; bad names (EINVAL), a name taken
+#    (EEXIST), an unknown one (ENOENT), a backend without snapshots
+#    (EOPNOTSUPP) are refused.
+#  - `blkfs save` writes the device, or a snapshot, to a sparse image that a
+#    ram device with `image =` loads byte for byte.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require losetup mkfs.ext4 e2fsck debugfs mount umount cmp sha256sum stat
+[ -e /dev/loop-control ] || skip "no /dev/loop-control"
+
+M=$((1 << 20))
+CYCLES=${BLKFS_SNAPSHOT_CYCLES:-20}
+
+# ctl VERB [-d] DEV ARG...: the command through blkfs (the control file);
+# stderr has the daemon's message on failure.
+ctl() {
+	local verb=$1 del=()
+	shift
+	if [ "${1:-}" = -d ]; then
+		del=(-d)
+		shift
+	fi
+	if [ -e "$MNT/.sys/control" ]; then
+		"$BLKFS" "$verb" "${del[@]}" "$MNT" "$@"
+	else
+		local dev=$1
+		shift
+		printf '%s' "$verb ${del[*]} $*" >"$MNT/.sys/$dev/snapshots"
+	fi
+}
+
+now_ms() {
+	echo $(($(date +%s%N) / 1000000))
+}
+
+# files_in DEV: the names in the root directory of the ext4 on DEV.
+files_in() {
+	debugfs -R "ls -p /" "$1" 2>/dev/null | awk -F/ 'NF > 5 && $6 != "." && $6 != ".." { print $6 }' | sort | tr '\n' ' '
+}
+
+start_blkfs "[cache]
+size = 32M
+
+[device s]
+backend = ram
+size = 64M
+logical_block_size = 512
+physical_block_size = 4096
+
+[device n]
+backend = null
+size = 16M"
+
+info "refusals"
+[ ! -e "$MNT/.sys/n/snapshots" ] || fail "a null device shows .sys/n/snapshots"
+[ -e "$MNT/.sys/s/snapshots" ] || fail "no .sys/s/snapshots"
+if [ -e "$MNT/.sys/control" ]; then
+	expect_errno EOPNOTSUPP ctl snapshot n base
+	out=$(ctl snapshot n base 2>&1) && fail "snapshot of a null device succeeded"
+	case $out in *"keeps no snapshots"*) ;; *) fail "no reason for EOPNOTSUPP: $out" ;; esac
+fi
+expect_errno EINVAL ctl snapshot s ".hidden"
+expect_errno EINVAL ctl snapshot s "has/slash"
+expect_errno ENOENT ctl reset s nosuch
+
+info "a snapshot captures data still dirty in blkfs's cache"
+mkdata "$TDIR/d1" $((4 * M))
+mkdata "$TDIR/d2" $((4 * M))
+ddev if="$TDIR/d1" of="$MNT/s" bs=1M seek=40 conv=notrunc	# no fsync: dirty in the cache
+dirty=$(awk '$1 == "dirty_bytes" { print $2 }' "$MNT/.sys/s/blkfs_stat")
+[ "$dirty" -gt 0 ] || info "(the data was written back before the snapshot anyway)"
+ctl snapshot s early
+expect_errno EEXIST ctl snapshot s early
+ddev if="$TDIR/d2" of="$MNT/s" bs=1M seek=40 conv=notrunc,fsync
+cmp_range "$TDIR/d2" 0 "$MNT/s" $((40 * M)) $((4 * M))
+# the snapshot holds 4 MiB that only it references now
+own=$(awk '$1 == "early" { sub("own_bytes=", "", $4); print $4 }' "$MNT/.sys/s/snapshots")
+[ -n "$own" ] && [ "$own" -ge $((4 * M)) ] ||
+	fail "snapshot early owns '$own' bytes after 4 MiB were overwritten: $(cat "$MNT/.sys/s/snapshots")"
+ctl reset s early
+cmp_range "$TDIR/d1" 0 "$MNT/s" $((40 * M)) $((4 * M))
+ctl snapshot -d s early
+[ -z "$(cat "$MNT/.sys/s/snapshots")" ] || fail "early still listed: $(cat "$MNT/.sys/s/snapshots")"
+expect_errno ENOENT ctl reset s early
+# the device kept its contents through the delete
+cmp_range "$TDIR/d1" 0 "$MNT/s" $((40 * M)) $((4 * M))
+ddev if=/dev/zero of="$MNT/s" bs=1M seek=40 count=4 conv=notrunc,fsync
+
+info "mkfs.ext4 on an attached loop device, then a snapshot"
+out=$("$BLKFS" attach "$MNT" s 2>"$TDIR/attach.err") || fail "blkfs attach: $(cat "$TDIR/attach.err")"
+LOOP=$out
+_LOOPS+=("$LOOP")
+_LOOP_FILE[$LOOP]=$MNT/s
+mkfs_total=0
+for i in 1 2 3; do
+	t0=$(now_ms)
+	mkfs.ext4 -q -F -b 4096 -E nodiscard "$LOOP"
+	mkfs_total=$((mkfs_total + $(now_ms) - t0))
+done
+mkfs_ms=$((mkfs_total / 3))
+e2fsck -fn "$LOOP" >"$TDIR/fsck.out" 2>&1 || fail "e2fsck on the fresh filesystem: $(cat "$TDIR/fsck.out")"
+fresh=$(files_in "$LOOP")
+assert_eq "files of the fresh filesystem" "lost+found " "$fresh"
+ctl snapshot s base
+grep -q "^base created=[0-9]* data_bytes=[0-9]* own_bytes=[0-9]*\$" "$MNT/.sys/s/snapshots" ||
+	fail ".sys/s/snapshots: $(cat "$MNT/.sys/s/snapshots")"
+dd if="$MNT/s" of="$TDIR/base.img" bs=1M status=none	# the device as the snapshot has it
+
+info "$CYCLES cycles: mount, write, umount, reset, fsck"
+cycle_total=0
+reset_total=0
+for ((c = 1; c <= CYCLES; c++)); do
+	t0=$(now_ms)
+	mount_top "$LOOP" "$TDIR/fs"
+	mkdata "$TDIR/fs/big.$c" $((2 * M))
+	for ((k = 0; k < 20; k++)); do
+		echo "cycle $c file $k" >"$TDIR/fs/small.$c.$k"
+	done
+	mkdir "$TDIR/fs/dir.$c"
+	umount "$TDIR/fs"
+	# the files are on the device before the reset (the test would pass
+	# trivially if they never got there)
+	case $(files_in "$LOOP") in *"big.$c "*) ;; *) fail "cycle $c: big.$c is not on the device before the reset" ;; esac
+	t1=$(now_ms)
+	ctl reset s base
+	reset_total=$((reset_total + $(now_ms) - t1))
+	cycle_total=$((cycle_total + $(now_ms) - t0))
+	e2fsck -fn "$LOOP" >"$TDIR/fsck.out" 2>&1 || fail "cycle $c: e2fsck -fn after the reset: $(cat "$TDIR/fsck.out")"
+	assert_eq "cycle $c: files after the reset" "$fresh" "$(files_in "$LOOP")"
+done
+cmp "$TDIR/base.img" "$MNT/s" || fail "the device differs from the snapshot after $CYCLES resets"
+info "per cycle: $((cycle_total / CYCLES)) ms (mount, write, umount, reset); the reset $((reset_total / CYCLES)) ms; mkfs.ext4 $mkfs_ms ms"
+"$BLKFS" detach "$LOOP" || fail "blkfs detach $LOOP"
+
+info "save the device and the snapshot; image = loads them byte for byte"
+ddev if="$TDIR/d1" of="$MNT/s" bs=1M seek=50 conv=notrunc	# dirty: save writes back first
+ctl save s "$TDIR/dev.img"
+ctl save s "$TDIR/snap.img" base
+expect_errno ENOENT ctl save s "$TDIR/x.img" nosuch
+expect_errno EINVAL ctl save s "relative.img"
+assert_eq "saved image size" $((64 * M)) "$(stat -c %s "$TDIR/dev.img")"
+cmp "$MNT/s" "$TDIR/dev.img" || fail "the saved image differs from the device"
+cmp "$TDIR/base.img" "$TDIR/snap.img" || fail "the saved snapshot differs from the device at the snapshot"
+# sparse: far less on disk than the device's 64 MiB
+used=$(($(stat -c %b "$TDIR/snap.img") * $(stat -c %B "$TDIR/snap.img")))
+[ "$used" -lt $((32 * M)) ] || fail "the saved snapshot takes $used bytes on disk: not sparse"
+sum_dev=$(sha256sum <"$TDIR/dev.img")
+stop_blkfs
+
+start_blkfs "[device g]
+backend = ram
+image = $TDIR/dev.img
+
+[device b]
+backend = ram
+image = $TDIR/snap.img"
+assert_eq "g from the saved device" "$sum_dev" "$(sha256sum <"$MNT/g")"
+cmp "$TDIR/base.img" "$MNT/b" || fail "b differs from the saved snapshot"
+e2fsck -fn "$MNT/b" >"$TDIR/fsck.out" 2>&1 || fail "e2fsck on the loaded snapshot: $(cat "$TDIR/fsck.out")"
+stop_blkfs
