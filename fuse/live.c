@@ -43,13 +43,13 @@
 
 #define MSG(...) snprintf(msg, len, __VA_ARGS__)
 
-static uint64_t ms_since(const struct timespec *t0)
+/* Milliseconds since @t0, to the microsecond (the messages print "%.3f ms"). */
+static double ms_since(const struct timespec *t0)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)(t.tv_sec - t0->tv_sec) * 1000 +
-	       (uint64_t)((t.tv_nsec - t0->tv_nsec) / 1000000);
+	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
 static int freeze(struct bf_dev *bd, const char *what, char *msg, size_t len)
@@ -309,8 +309,8 @@ int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len)
 	else if (size < old)
 		tell_kernel(bd, (off_t)(size & ~(uint64_t)4095));
 	pthread_mutex_unlock(&bd->live_lock);
-	MSG("%s: %llu -> %llu bytes (%llu ms)", name, (unsigned long long)old,
-	    (unsigned long long)size, (unsigned long long)ms_since(&t0));
+	MSG("%s: %llu -> %llu bytes (%.3f ms)", name, (unsigned long long)old,
+	    (unsigned long long)size, ms_since(&t0));
 	blk_info("%s", msg);
 	return 0;
 
@@ -418,8 +418,8 @@ static int snap_create(struct bf_dev *bd, const char *snap, char *msg, size_t le
 	}
 	bf_dev_thaw(bd);
 	if (!ret) {
-		MSG("%s: snapshot %s taken (%llu ms)", bd->cd->name, snap,
-		    (unsigned long long)ms_since(&t0));
+		MSG("%s: snapshot %s taken (%.3f ms)", bd->cd->name, snap,
+		    ms_since(&t0));
 		blk_info("%s", msg);
 	}
 out_unlock:
@@ -496,7 +496,7 @@ static int snap_reset(struct bf_dev *bd, const char *snap, char *msg, size_t len
 		snap_errmsg(bd, "reset", snap, ret, msg, len);
 		goto out_unlock;
 	}
-	MSG("%s: reset to %s (%llu ms)", bd->cd->name, snap, (unsigned long long)ms_since(&t0));
+	MSG("%s: reset to %s (%.3f ms)", bd->cd->name, snap, ms_since(&t0));
 	blk_info("%s", msg);
 out_unlock:
 	pthread_mutex_unlock(&bd->live_lock);
@@ -535,8 +535,8 @@ static int dev_save(struct bf_dev *bd, const char *path, const char *snap, char 
 			    strerror(-ret));
 		goto out_unlock;
 	}
-	MSG("%s: %s saved to %s (%llu ms)", bd->cd->name, snap ? snap : "the device", path,
-	    (unsigned long long)ms_since(&t0));
+	MSG("%s: %s saved to %s (%.3f ms)", bd->cd->name, snap ? snap : "the device", path,
+	    ms_since(&t0));
 	blk_info("%s", msg);
 out_unlock:
 	pthread_mutex_unlock(&bd->live_lock);
