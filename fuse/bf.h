@@ -66,6 +66,7 @@ struct bf_node {
 	const struct bf_dev_attr *da;	/* device attribute, or */
 	struct blk_backend *be;		/* a layer's blk_attr */
 	const struct blk_attr *ba;
+	bool ctl;			/* .sys/control (control.h) */
 };
 
 struct bf_daemon {
@@ -246,6 +247,17 @@ int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 int bf_cmd_snapshot(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_reset(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+
+/* devs.c: devices that come and go while mounted */
+/*
+ * bf_dev_get - the device named @name with a reference (it cannot be freed
+ * until bf_dev_put()), NULL if there is none.
+ */
+struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name);
+void bf_dev_put(struct bf_dev *dev);
+/* The control file's `add` and `remove` (control.h's bf_cmd_fn). */
+int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 
 /* sysfs.c */
 int bf_sys_build(struct bf_daemon *d);

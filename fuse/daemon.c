@@ -24,6 +24,7 @@
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
+#include "control.h"
 
 /*
  * Entries and attributes are cached by the kernel this long: a change of
@@ -43,9 +44,16 @@ struct bf_file {
 	bool direct;		/* opened with O_DIRECT */
 	pc_errseq_t since;	/* writeback errors this opener has seen */
 	struct bf_node *node;	/* .sys attribute: its snapshot at open */
-	size_t len;
-	char buf[];
+	size_t len;		/* .sys/control: ctl_lock */
+	size_t rpos;		/* .sys/control: where the next read starts; ctl_lock */
+	char buf[];		/* .sys/control: the last command's message; ctl_lock */
 };
+
+/*
+ * The result of the last command written on an open .sys/control, which two
+ * threads may write and read at once on one descriptor: held only to copy.
+ */
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
 
@@ -299,6 +307,14 @@ static void fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 	st->st_ino = ino;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
+	if (n && n->ctl) {
+		/* the mounter's (root may always write it) */
+		st->st_mode = S_IFREG | 0600;
+		st->st_nlink = 1;
+		st->st_size = 0;
+		st->st_blksize = 4096;
+		return;
+	}
 	if (n) {
 		st->st_mode = n->dir ? S_IFDIR | 0555 : S_IFREG | (bf_sys_writable(n) ? 0644 : 0444);
 		st->st_nlink = n->dir ? 2 : 1;
@@ -447,6 +463,18 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	bf_getattr(req, ino, fi);
 }
 
+/*
+ * Only the user who mounted, or root, runs commands: the file's mode says
+ * so where the kernel checks it (allow_other brings default_permissions);
+ * the request's uid is checked too, at open and at each write.
+ */
+static bool ctl_writer_ok(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return ctx && (ctx->uid == 0 || ctx->uid == getuid());
+}
+
 /* A .sys attribute: a snapshot of its value for readers, a store per write. */
 static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 {
@@ -459,6 +487,10 @@ static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *f
 		return;
 	}
 	if (wr && !bf_sys_writable(n)) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	if (wr && n->ctl && !ctl_writer_ok(req)) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -828,6 +860,27 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (f->node && f->node->ctl) {
+		size_t n;
+
+		/*
+		 * The message of the last command written on this descriptor, from
+		 * where the last read stopped: the write moved the file offset past
+		 * the command, so the offset says nothing here.
+		 */
+		buf = bf_rawio_req_buf();
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		pthread_mutex_lock(&ctl_lock);
+		n = size < f->len - f->rpos ? size : f->len - f->rpos;
+		memcpy(buf, f->buf + f->rpos, n);
+		f->rpos += n;
+		pthread_mutex_unlock(&ctl_lock);
+		fuse_reply_buf(req, buf, n);
+		return;
+	}
 	if (f->node) {
 		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
 		size_t n = size < f->len - o ? size : f->len - o;
@@ -865,6 +918,37 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	req_returned(r, NULL, 0);
 }
 
+/*
+ * One command per write, whatever the offset (a second write on the same
+ * descriptor is the next command). It runs here, in the receiving thread:
+ * a command may take a while (remove writes a device back), the other
+ * threads serve the other requests meanwhile.
+ */
+static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
+{
+	char msg[BF_CTL_MSG_MAX];
+	int ret;
+
+	if (!ctl_writer_ok(req)) {
+		snprintf(msg, sizeof(msg), "only uid %u (who mounted) or root may run commands\n",
+			 (unsigned)getuid());
+		ret = -EACCES;
+	} else {
+		ret = bf_ctl_exec(bf_of(req), buf, size, msg, sizeof(msg));
+	}
+	pthread_mutex_lock(&ctl_lock);
+	f->len = strlen(msg);
+	if (f->len > BF_SYS_BUF)
+		f->len = BF_SYS_BUF;
+	memcpy(f->buf, msg, f->len);
+	f->rpos = 0;
+	pthread_mutex_unlock(&ctl_lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -875,6 +959,10 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	buf = bf_rawio_write_data(buf);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (f->node && f->node->ctl) {
+		ctl_write(req, f, buf, size);
 		return;
 	}
 	if (f->node) {

@@ -29,6 +29,7 @@
 #include "../backends/clock.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "control.h"
 
 #define CONF_MAX_BYTES (1u << 20)
 
@@ -41,6 +42,12 @@ static const char usage[] =
 "  blkfs detach /dev/loopN | MNT DEV\n"
 "  blkfs check [-c CONFIG]\n"
 "  blkfs stat MNT [DEV] [--json]\n"
+"  blkfs add MNT NAME KEY=VALUE...\n"
+"  blkfs remove MNT NAME\n"
+"  blkfs resize MNT NAME SIZE|auto\n"
+"  blkfs snapshot MNT NAME SNAP | blkfs snapshot -d MNT NAME SNAP\n"
+"  blkfs reset MNT NAME SNAP\n"
+"  blkfs save MNT NAME FILE\n"
 "  blkfs --help | --version\n"
 "\n"
 "blkfs presents block devices as files: `blkfs mount /mnt/blk` shows one file\n"
@@ -68,6 +75,9 @@ static const char usage[] =
 "               read-modify-write reads, splits, errors, backend write sizes.\n"
 "               --json for programs. The same lives in MNT/.sys/DEV/blkfs_stat,\n"
 "               next to a /sys/block/DEV-like tree (stat, queue/max_sectors_kb, ...).\n"
+"  add, remove, resize, snapshot, reset, save\n"
+"               Change a mounted blkfs: one command to the daemon through\n"
+"               MNT/.sys/control (the mounter or root). `blkfs COMMAND --help`.\n"
 "\n"
 "Options:\n"
 "  -c CONFIG    Config file (default: ./blkfs.conf, else /etc/blkfs.conf).\n"
@@ -908,6 +918,131 @@ static int cmd_stat(int argc, char **argv)
 	return ret;
 }
 
+/* ------------------------------------------------ commands to the daemon */
+
+/*
+ * `blkfs VERB MNT ARG...` sends `VERB ARG...` through MNT/.sys/control
+ * (bf_ctl_run). Options (-d) go with the arguments, wherever they stand;
+ * MNT is the first word that is not one.
+ */
+static const struct {
+	const char *verb;
+	int min_args, max_args;	/* after MNT */
+	const char *usage;
+	const char *help;
+} ctl_cmds[] = {
+	{ "add", 1, BF_CTL_MAX_ARGS - 2, "blkfs add MNT NAME KEY=VALUE...",
+	  "Add device NAME to the mount at MNT while it serves the others: the keys are\n"
+	  "those of a [device NAME] section of blkfs.conf(5) (backend=ram size=1G\n"
+	  "filters=delay delay.write=1ms ...; quote a value with blanks), checked with\n"
+	  "the same messages. Its file MNT/NAME and MNT/.sys/NAME/ appear at once.\n"
+	  "Relative paths (path=, image=, FILTER.path=) are taken from this directory.\n"
+	  "Exit status: 0 added; 1 refused (a bad key, EINVAL; the name taken, EEXIST;\n"
+	  "no room, ENOSPC; the backend cannot open), the reason on stderr; 2 usage, or\n"
+	  "MNT is not a blkfs mount.\n" },
+	{ "remove", 1, 1, "blkfs remove MNT NAME",
+	  "Remove device NAME from the mount at MNT: its dirty data is written back and\n"
+	  "flushed, its backend closed, its file gone. Refused (EBUSY, naming the\n"
+	  "holder) while the file is open or a loop device sits on it, and when the\n"
+	  "writeback fails (the error is given; nothing is dropped). There is no --force.\n"
+	  "Exit status: 0 removed; 1 refused; 2 usage, or MNT is not a blkfs mount.\n" },
+	{ "resize", 2, 2, "blkfs resize MNT NAME SIZE|auto",
+	  "Change the size of device NAME (ram grows and shrinks; aio grows an image\n"
+	  "file or, with auto, takes a block device's new size; nbd re-reads its\n"
+	  "export's). Exit status: 0 done; 1 refused; 2 usage.\n" },
+	{ "snapshot", 2, 2, "blkfs snapshot [-d] MNT NAME SNAP",
+	  "Take an instant copy-on-write snapshot SNAP of ram device NAME (its dirty\n"
+	  "cache written back first); -d deletes SNAP. Exit status: 0 done; 1 refused;\n"
+	  "2 usage.\n" },
+	{ "reset", 2, 2, "blkfs reset MNT NAME SNAP",
+	  "Return ram device NAME to snapshot SNAP. Exit status: 0 done; 1 refused;\n"
+	  "2 usage.\n" },
+	{ "save", 2, 2, "blkfs save MNT NAME FILE",
+	  "Write ram device NAME (or a snapshot) to the sparse image FILE. Exit status:\n"
+	  "0 done; 1 refused; 2 usage.\n" },
+};
+
+/* An argument the daemon takes as a path: made absolute, its cwd is not ours. */
+static bool path_key(const char *verb, int idx, int nargs, const char *arg, size_t *val_off)
+{
+	const char *eq, *dot, *key_end;
+
+	if (!strcmp(verb, "save")) {
+		*val_off = 0;
+		return idx == nargs - 1 && arg[0] != '/';
+	}
+	if (strcmp(verb, "add") || idx == 0)
+		return false;
+	eq = strchr(arg, '=');
+	if (!eq || eq[1] == '/' || !eq[1])
+		return false;
+	key_end = eq;
+	for (dot = eq; dot > arg && dot[-1] != '.'; dot--)
+		;
+	*val_off = (size_t)(eq + 1 - arg);
+	return (key_end - dot == 4 && !strncmp(dot, "path", 4)) ||
+	       (key_end - dot == 5 && !strncmp(dot, "image", 5));
+}
+
+static int cmd_ctl(int argc, char **argv)
+{
+	char *args[BF_CTL_MAX_ARGS + 1], *mnt = NULL, cwd[PATH_MAX];
+	char absbuf[BF_CTL_MAX_ARGS][PATH_MAX];
+	const char *verb = argv[0];
+	int i, n = 0, nargs, k = -1, code, opts = 0;
+	size_t c;
+
+	for (c = 0; c < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); c++)
+		if (!strcmp(ctl_cmds[c].verb, verb))
+			k = (int)c;
+	if (k < 0)
+		return 2;
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("Usage: %s\n\n%s\nThe command is one line written to MNT/.sys/control; "
+			       "see blkfs(1).\n", ctl_cmds[k].usage, ctl_cmds[k].help);
+			return 0;
+		}
+	}
+	args[n++] = (char *)verb;
+	for (i = 1; i < argc; i++) {
+		if (!mnt && argv[i][0] != '-') {
+			mnt = argv[i];
+			continue;
+		}
+		if (argv[i][0] == '-')
+			opts++;
+		if (n == BF_CTL_MAX_ARGS) {
+			fprintf(stderr, "blkfs %s: too many arguments (at most %d)\n", verb,
+				BF_CTL_MAX_ARGS - 1);
+			return 2;
+		}
+		args[n++] = argv[i];
+	}
+	nargs = n - 1 - opts;
+	if (!mnt || nargs < ctl_cmds[k].min_args || nargs > ctl_cmds[k].max_args) {
+		fprintf(stderr, "Usage: %s\n(blkfs %s --help)\n", ctl_cmds[k].usage, verb);
+		return 2;
+	}
+	if (!getcwd(cwd, sizeof(cwd)))
+		cwd[0] = 0;
+	for (i = 1; i < n; i++) {
+		size_t off;
+
+		if (!cwd[0] || !path_key(verb, i - 1, n - 1, args[i], &off))
+			continue;
+		if (snprintf(absbuf[i], sizeof(absbuf[i]), "%.*s%s/%s", (int)off, args[i], cwd,
+			     args[i] + off) >= (int)sizeof(absbuf[i])) {
+			fprintf(stderr, "blkfs %s: %s: path too long\n", verb, args[i]);
+			return 2;
+		}
+		args[i] = absbuf[i];
+	}
+	args[n] = NULL;
+	code = bf_ctl_run(mnt, n, args);
+	return code;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -934,6 +1069,9 @@ int main(int argc, char **argv)
 		return bf_cmd_attach(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "detach"))
 		return bf_cmd_detach(argc - 1, argv + 1);
+	for (size_t c = 0; c < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); c++)
+		if (!strcmp(argv[1], ctl_cmds[c].verb))
+			return cmd_ctl(argc - 1, argv + 1);
 	/*
 	 * `blkfs CONFIG MNT [-o OPTS]`: how mount.fuse3 runs blkfs for an fstab
 	 * line `CONFIG MNT fuse.blkfs OPTS 0 0` (or `mount -t fuse.blkfs CONFIG

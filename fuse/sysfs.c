@@ -374,6 +374,10 @@ int bf_sys_build(struct bf_daemon *d)
 	if (!n)
 		return -ENOMEM;
 	n->da = &transport_attr;
+	n = add_node(d, root_ino, "control", false);
+	if (!n)
+		return -ENOMEM;
+	n->ctl = true;
 	for (i = 0; i < d->nr_devs; i++) {
 		struct bf_dev *bd = &d->devs[i];
 
@@ -456,11 +460,15 @@ struct bf_node *bf_sys_child(struct bf_daemon *d, uint64_t parent, size_t idx)
 
 bool bf_sys_writable(const struct bf_node *n)
 {
+	if (n->ctl)
+		return true;
 	return n->da ? n->da->store != NULL : n->ba && n->ba->store != NULL;
 }
 
 int bf_sys_show(struct bf_node *n, char *buf, size_t len)
 {
+	if (n->ctl)
+		return 0;	/* a command's result, once one is written */
 	if (n->da)
 		return n->da->show(n->dev, buf, len);
 	if (n->ba && n->ba->show)

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/control.c - the control file MNT/.sys/control (control.h): the
+ * dispatch table of its verbs, the daemon side that runs a written line,
+ * and the client the `blkfs add|remove|...` commands are.
+ *
+ * The file itself (its node, the per-open result, the writer's uid check)
+ * is served by daemon.c: a write runs bf_ctl_exec() in the FUSE thread that
+ * received it and keeps the message in the open file, where read(2) on the
+ * same descriptor finds it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "bf.h"
+#include "control.h"
+
+/* One line per verb; argv[0] is the verb. */
+static const struct {
+	const char *verb;
+	bf_cmd_fn fn;
+} bf_cmds[] = {
+	{ "add", bf_cmd_add },
+	{ "remove", bf_cmd_remove },
+};
+
+#define NR_CMDS (sizeof(bf_cmds) / sizeof(bf_cmds[0]))
+
+void bf_ctl_verbs(char *buf, size_t len)
+{
+	size_t i, o = 0;
+
+	buf[0] = 0;
+	for (i = 0; i < NR_CMDS && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", bf_cmds[i].verb);
+}
+
+/* @msg as one line ending in "\n" (or empty): a handler's newlines become "; ". */
+static void one_line(char *msg, size_t len)
+{
+	size_t n, i;
+
+	for (i = 0; msg[i]; i++)
+		if (msg[i] == '\n' && msg[i + 1])
+			msg[i] = ';';
+	n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+		msg[--n] = 0;
+	if (!n)
+		return;
+	if (n + 2 > len)
+		n = len - 2;	/* cut: the newline ends it */
+	msg[n] = '\n';
+	msg[n + 1] = 0;
+}
+
+int bf_ctl_exec(struct bf_daemon *d, const char *line, size_t len, char *msg, size_t msglen)
+{
+	char store[BF_CTL_MAX_LINE + 1], verbs[256];
+	char *argv[BF_CTL_MAX_ARGS + 1];
+	int argc, ret;
+	size_t i;
+
+	msg[0] = 0;
+	argc = bf_ctl_parse(line, len, store, sizeof(store), argv, BF_CTL_MAX_ARGS, msg, msglen);
+	if (argc < 0) {
+		ret = argc;
+		goto out;
+	}
+	for (i = 0; i < NR_CMDS; i++)
+		if (!strcmp(argv[0], bf_cmds[i].verb))
+			break;
+	if (i == NR_CMDS) {
+		bf_ctl_verbs(verbs, sizeof(verbs));
+		snprintf(msg, msglen, "unknown command '%s' (commands: %s)", argv[0], verbs);
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = bf_cmds[i].fn(d, argc, argv, msg, msglen);
+	if (ret > 0 || ret < -4095)
+		ret = -EIO;	/* a handler's bug: never a success nor a made-up errno */
+	if (ret && !msg[0])
+		snprintf(msg, msglen, "%s", strerror(-ret));
+out:
+	one_line(msg, msglen);
+	{
+		int ll = (int)(len && line[len - 1] == '\n' ? len - 1 : len);
+		int ml = (int)(msg[0] ? strlen(msg) - 1 : 0);	/* without its newline */
+
+		if (ll > 512)
+			ll = 512;	/* the log gets the start of a line too long to run */
+
+		if (ret)
+			blk_err("control: %.*s: %.*s", ll, line, ml, msg);
+		else
+			blk_info("control: %.*s: done%s%.*s", ll, line, ml ? ": " : "", ml, msg);
+	}
+	return ret;
+}
+
+/* ---------------------------------------------------------------- client */
+
+int bf_ctl_run(const char *mnt, int argc, char **argv)
+{
+	char line[BF_CTL_MAX_LINE + 1], msg[BF_CTL_MSG_MAX + 1], path[PATH_MAX], cmnt[PATH_MAX];
+	const char *verb = argv[0];
+	size_t got = 0;
+	ssize_t n;
+	int len, fd, err, ret;
+
+	len = bf_ctl_format(argc, argv, line, sizeof(line));
+	if (len < 0) {
+		fprintf(stderr, "blkfs: %s: %s\n", verb, len == -EINVAL ?
+			"an argument holds a control character (a newline, ...)" :
+			"the command is too long");
+		return 2;
+	}
+	ret = bf_canon_mnt(mnt, cmnt, sizeof(cmnt));
+	if (ret) {
+		fprintf(stderr, "blkfs: %s: %s: %s\n", verb, mnt, strerror(-ret));
+		return 2;
+	}
+	if (snprintf(path, sizeof(path), "%s/.sys/control", cmnt) >= (int)sizeof(path)) {
+		fprintf(stderr, "blkfs: %s: %s: path too long\n", verb, mnt);
+		return 2;
+	}
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		char type[64];
+
+		err = errno;
+		bf_mount_type(cmnt, type, sizeof(type));
+		if (strcmp(type, "fuse.blkfs"))
+			fprintf(stderr, "blkfs: %s: %s: not a blkfs mount\n", verb, cmnt);
+		else if (err == ENOENT)
+			fprintf(stderr, "blkfs: %s: %s: this daemon has no control file "
+				"(an older blkfs: remount)\n", verb, cmnt);
+		else
+			fprintf(stderr, "blkfs: %s: %s: %s%s\n", verb, path, strerror(err),
+				err == EACCES ? " (only the user who mounted, or root, may "
+				"run commands)" : "");
+		return 2;
+	}
+	/* one write is one command; its result is read back on the same descriptor */
+	n = write(fd, line, (size_t)len);
+	err = n < 0 ? errno : 0;
+	for (;;) {
+		ssize_t r = read(fd, msg + got, sizeof(msg) - 1 - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+		if (got == sizeof(msg) - 1)
+			break;
+	}
+	msg[got] = 0;
+	close(fd);
+	if (n >= 0 && n != len) {
+		fprintf(stderr, "blkfs: %s: short write to %s (%zd of %d bytes)\n", verb, path, n,
+			len);
+		return 1;
+	}
+	if (err) {
+		if (got && msg[got - 1] == '\n')
+			msg[--got] = 0;
+		/* the daemon's message, then what errno the write failed with */
+		if (got)
+			fprintf(stderr, "blkfs: %s: %s (%s)\n", verb, msg, strerror(err));
+		else
+			fprintf(stderr, "blkfs: %s: %s\n", verb, strerror(err));
+		/* refused by the daemon; EACCES from the kernel before it is the same */
+		return 1;
+	}
+	if (got)
+		fputs(msg, stdout);
+	return 0;
+}
