@@ -545,30 +545,10 @@ out_unlock:
 
 /* ------------------------------------------------------ control verbs */
 
-/*
- * The device named @name, held until live_dev_put(). Until the control
- * file's lookup with references is merged: the devices are fixed for the
- * mount's life.
- */
-static struct bf_dev *live_dev_get(struct bf_daemon *d, const char *name)
-{
-	int i;
-
-	for (i = 0; i < d->nr_devs; i++)
-		if (!strcmp(d->devs[i].cd->name, name))
-			return &d->devs[i];
-	return NULL;
-}
-
-static void live_dev_put(struct bf_dev *bd)
-{
-	(void)bd;
-}
-
 static struct bf_dev *dev_arg(struct bf_daemon *d, const char *verb, const char *name,
 			      char *msg, size_t len)
 {
-	struct bf_dev *bd = live_dev_get(d, name);
+	struct bf_dev *bd = bf_dev_get(d, name);
 
 	if (!bd)
 		MSG("%s: no device named %s", verb, name);
@@ -588,7 +568,7 @@ int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 	if (!bd)
 		return -ENOENT;
 	ret = bf_dev_resize(bd, argv[2], msg, len);
-	live_dev_put(bd);
+	bf_dev_put(bd);
 	return ret;
 }
 
@@ -608,7 +588,7 @@ int bf_cmd_snapshot(struct bf_daemon *d, int argc, char **argv, char *msg, size_
 	ret = need_snapshots(bd, del ? "snapshot -d" : "snapshot", msg, len);
 	if (!ret)
 		ret = del ? snap_delete(bd, argv[3], msg, len) : snap_create(bd, argv[2], msg, len);
-	live_dev_put(bd);
+	bf_dev_put(bd);
 	return ret;
 }
 
@@ -627,7 +607,7 @@ int bf_cmd_reset(struct bf_daemon *d, int argc, char **argv, char *msg, size_t l
 	ret = need_snapshots(bd, "reset", msg, len);
 	if (!ret)
 		ret = snap_reset(bd, argv[2], msg, len);
-	live_dev_put(bd);
+	bf_dev_put(bd);
 	return ret;
 }
 
@@ -646,6 +626,6 @@ int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t le
 	ret = need_snapshots(bd, "save", msg, len);
 	if (!ret)
 		ret = dev_save(bd, argv[2], argc == 4 ? argv[3] : NULL, msg, len);
-	live_dev_put(bd);
+	bf_dev_put(bd);
 	return ret;
 }

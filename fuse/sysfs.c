@@ -86,40 +86,7 @@ static int show_snapshots(struct bf_dev *bd, char *buf, size_t len)
 	return bf_dev_snapshots_show(bd, buf, len);
 }
 
-/* TEMPORARY test hook until the control file is merged: "VERB [-d] ARG..." with DEV implied */
-static int store_snapshots(struct bf_dev *bd, const char *buf, size_t len)
-{
-	char line[1024], msg[1024], *tok[8], *argv[10], *save = NULL, *t;
-	int nt = 0, argc = 0, i = 0, ret;
-
-	if (len >= sizeof(line))
-		return -EINVAL;
-	memcpy(line, buf, len);
-	line[len] = 0;
-	for (t = strtok_r(line, " \n", &save); t && nt < 8; t = strtok_r(NULL, " \n", &save))
-		tok[nt++] = t;
-	if (!nt)
-		return -EINVAL;
-	argv[argc++] = tok[i++];
-	if (i < nt && !strcmp(tok[i], "-d"))
-		argv[argc++] = tok[i++];
-	argv[argc++] = (char *)bd->cd->name;
-	while (i < nt)
-		argv[argc++] = tok[i++];
-	argv[argc] = NULL;
-	if (!strcmp(argv[0], "snapshot"))
-		ret = bf_cmd_snapshot(bd->d, argc, argv, msg, sizeof(msg));
-	else if (!strcmp(argv[0], "reset"))
-		ret = bf_cmd_reset(bd->d, argc, argv, msg, sizeof(msg));
-	else if (!strcmp(argv[0], "save"))
-		ret = bf_cmd_save(bd->d, argc, argv, msg, sizeof(msg));
-	else
-		return -EINVAL;
-	blk_info("hook: %s: %s", ret ? "error" : "ok", msg);
-	return ret;
-}
-
-static const struct bf_dev_attr snapshots_attr = { "snapshots", show_snapshots, store_snapshots };
+static const struct bf_dev_attr snapshots_attr = { "snapshots", show_snapshots, NULL };
 
 /* The 17 fields of Documentation/block/stat.rst, for what reaches the backend. */
 static int show_stat(struct bf_dev *bd, char *buf, size_t len)
