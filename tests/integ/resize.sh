@@ -225,3 +225,32 @@ size = 8M"
 else
 	info "no directory takes O_DIRECT here: the aio part is skipped"
 fi
+
+if command -v nbdkit >/dev/null && command -v nbdinfo >/dev/null; then
+	info "nbd: resize auto reconnects and takes the export's new size"
+	nimg=$TDIR/nbd.img
+	truncate -s 16M "$nimg"
+	sock=$TDIR/nbd.sock
+	nbdkit --unix "$sock" --foreground --exit-with-parent file "$nimg" >>"$TDIR/nbdkit.log" 2>&1 &
+	_BGPIDS+=("$!")
+	for ((i = 0; i < 100; i++)); do
+		[ -S "$sock" ] && nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	start_blkfs "[device n]
+backend = nbd
+uri = nbd+unix:///?socket=$sock
+connections = 2"
+	assert_eq "n st_size" $((16 * M)) "$(size_of n)"
+	truncate -s 40M "$nimg"
+	expect_errno EOPNOTSUPP "$BLKFS" resize "$MNT" n 32M	# the export's size is the server's
+	resize n auto
+	assert_eq "n st_size after auto" $((40 * M)) "$(size_of n)"
+	mkdata "$TDIR/ndata" $((1 * M))
+	ddev if="$TDIR/ndata" of="$MNT/n" bs=1M seek=39 conv=notrunc,fsync
+	cmp_range "$TDIR/ndata" 0 "$nimg" $((39 * M)) $((1 * M))
+	cmp_range "$TDIR/ndata" 0 "$MNT/n" $((39 * M)) $((1 * M))
+	grep -q "the export is now 41943040 bytes (was 16777216)" "$LOG" ||
+		fail "the log does not record the reconnect for the new size"
+	stop_blkfs
+fi
