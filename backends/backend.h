@@ -366,7 +366,8 @@ static inline int blk_snap_save(struct blk_backend *be, const char *name, const 
  *
  * The backend makes the storage that size, or checks that it is: ram grows
  * and shrinks its arena (a shrink drops the data past the end; refused
- * while the device has snapshots); aio extends an image file, and takes a
+ * while the device has snapshots; a snapshot has no size of its own: after
+ * a grow it reads, saves and resets as its data followed by zeros); aio extends an image file, and takes a
  * block device's or a file's new size with 0; nbd connects again to learn
  * the export's size (0, or the size it has). Every filter passes the call
  * down and then takes the new size for itself (be_filter_resize() for one

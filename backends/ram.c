@@ -114,6 +114,13 @@
  *    on it: a snapshot's tree, or the save's own reference to the device's,
  *    is never written (1), and ctl_lock keeps it from being dropped.
  *
+ * Resize (ram_resize()): with ctl_lock and rd->lock exclusive, under a
+ * device the daemon quiesced. A grow that needs more levels puts every
+ * tree's root (the device's and each snapshot's) into slot 0 of a new root,
+ * so all trees keep the one height; a shrink (refused while snapshots
+ * exist, which would bring the data back) drops the pages past the end.
+ * Snapshots have no size of their own: they read as the device's size.
+ *
  * Lock order: rd->ctl_lock (snapshot calls, one at a time; the snapshot
  * list) -> rd->lock (shared for READ/WRITE, which only add to the tree and
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
