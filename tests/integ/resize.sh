@@ -9,6 +9,9 @@
 #    on the file with its old, larger size.
 #  - ram shrink then grow: the data before the new end stays, what lies past
 #    it reads as zeros after the grow (also from the middle of a page).
+#  - Dirty data that cannot be written back (a fault filter fails every
+#    write) makes a resize fail with EIO and change nothing; once writes
+#    work, the data is there and the resize goes through.
 #  - Bad sizes are refused with EINVAL and change nothing: not a multiple of
 #    the cache block, zero, garbage; `auto` on ram has no size to pick up.
 #  - With kernel_cache = writeback a grow is seen at once and a shrink is
@@ -42,6 +45,9 @@ size_of() {
 
 write_conf "[cache]
 size = 32M
+dirty_background = 50%
+dirty_limit = 75%
+dirty_expire = 1h
 
 [device r]
 backend = ram
@@ -52,8 +58,30 @@ physical_block_size = 4096
 [device z]
 backend = ram
 size = $((16 * M + 512))
-logical_block_size = 512"
+logical_block_size = 512
+
+[device f]
+backend = ram
+size = 16M
+filters = fault
+fault.ops = write
+fault.probability = 1
+fault.enabled = no"
 start_blkfs "$CONF"
+
+info "dirty data that cannot be written back: the resize is refused, nothing lost"
+mkdata "$TDIR/fdata" $((1 * M))
+ddev if="$TDIR/fdata" of="$MNT/f" bs=1M seek=12 conv=notrunc	# dirty in the cache
+sysw "$MNT/.sys/f/fault/enabled" 1
+expect_errno EIO "$BLKFS" resize "$MNT" f 8M
+assert_eq "f after the refused shrink" $((16 * M)) "$(size_of f)"
+grep -q "f: resize: the device's dirty data could not be written back" "$LOG" ||
+	fail "the log does not say why the resize of f was refused"
+sysw "$MNT/.sys/f/fault/enabled" 0
+cmp_range "$TDIR/fdata" 0 "$MNT/f" $((12 * M)) $((1 * M))
+resize f 14M	# written back now, then dropped past 14M as asked
+assert_eq "f after the shrink" $((14 * M)) "$(size_of f)"
+cmp_range "$TDIR/fdata" 0 "$MNT/f" $((12 * M)) $((1 * M))
 
 info "bad sizes: EINVAL, nothing changed"
 # 4096-byte cache block: 100001 sectors is not a multiple of it
