@@ -333,7 +333,7 @@ static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			uint64_t c0 = b->pos > pos ? b->pos : pos;
 			uint64_t c1 = b_end < end ? b_end : end;
 
-			fprintf(stderr, "blkfs: fault: %s: bad blocks %llu+%llu cleared by %s%s\n",
+			blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
 				fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), why,
 				++fd->nr_said_clears == FAULT_SAY_CLEARS ?
 				" (further clears are only counted: fault_badblocks_cleared)" : "");
@@ -356,7 +356,7 @@ static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			b->len = pos - b->pos;
 			i++;
 		} else {
-			fprintf(stderr, "blkfs: fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too\n",
+			blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
 				fd->dev, FAULT_MAX_BAD, why, (unsigned long long)pos,
 				(unsigned long long)len, (unsigned long long)b->pos,
 				(unsigned long long)b->len);

@@ -385,7 +385,7 @@ static void note_corruption(struct flakey_dev *fk, const struct blk_io *io, uint
 		 (unsigned long long)(io->pos + off), old, new);
 	if (fk->nr_said < FLAKEY_SAY) {
 		fk->nr_said++;
-		fprintf(stderr, "blkfs: flakey: %s: corrupted %s %llu+%llu at byte %llu: 0x%02x -> 0x%02x%s\n",
+		blk_warn("flakey: %s: corrupted %s %llu+%llu at byte %llu: 0x%02x -> 0x%02x%s",
 			fk->dev, blk_op_name(io->op), (unsigned long long)io->pos,
 			(unsigned long long)io->len, (unsigned long long)(io->pos + off), old, new,
 			fk->nr_said == FLAKEY_SAY ?

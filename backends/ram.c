@@ -1382,7 +1382,7 @@ static int ram_save_tree(struct ram_dev *rd, const struct ram_node *root, const 
 	sv = calloc(1, sizeof(*sv));
 	if (!sv || asprintf(&tmp, "%s.XXXXXX", path) < 0) {
 		free(sv);
-		fprintf(stderr, "blkfs: ram: %s: save %s to %s: out of memory\n", rd->dev, what, path);
+		blk_err("ram: %s: save %s to %s: out of memory", rd->dev, what, path);
 		return -ENOMEM;
 	}
 	sv->rd = rd;
@@ -1431,7 +1431,7 @@ out_unlink:
 		close(sv->fd);
 	unlink(tmp);
 out_err:
-	fprintf(stderr, "blkfs: ram: %s: save %s: cannot %s %s (temporary file %s): %s\n",
+	blk_err("ram: %s: save %s: cannot %s %s (temporary file %s): %s",
 		rd->dev, what, step, path, tmp, strerror(-ret));
 	free(tmp);
 	free(sv);

@@ -148,7 +148,7 @@ uint64_t be_seed_from_clock(void)
 
 void be_say_seed(const char *filter, const char *dev, uint64_t seed, const char *why)
 {
-	fprintf(stderr, "blkfs: %s: %s: seed %llu (%s; %s.seed = %llu replays it)\n", filter, dev,
+	blk_info("%s: %s: seed %llu (%s; %s.seed = %llu replays it)", filter, dev,
 		(unsigned long long)seed, why, filter, (unsigned long long)seed);
 }
 

@@ -503,26 +503,20 @@ static bool folio_sanity(const struct pc_dev *dev, const struct pc_folio *f)
 		used++;
 		if (p->blk >= n || bm_test(f->state, p->blk) ||
 		    p->start >= p->end || p->end > dev->cblk ||
-		    (p->start == 0 && p->end == dev->cblk)) {
-			fprintf(stderr, "SAN1 blk %u U %d s %u e %u\n", p->blk, p->blk < n ? bm_test(f->state, p->blk) : -1, p->start, p->end);
+		    (p->start == 0 && p->end == dev->cblk))
 			return false;	/* a record of an uptodate block, or a bad range */
-		}
-		if (!bm_test(f->state, n + p->blk) && !(p->flags & PART_WB)) {
-			fprintf(stderr, "SAN2\n");
+		if (!bm_test(f->state, n + p->blk) && !(p->flags & PART_WB))
 			return false;	/* neither partial nor in flight */
-		}
 		for (b = i + 1; b < PC_PART_SLOTS; b++)
 			if (f->part[b].blk == p->blk)
 				return false;	/* two records for one block */
 	}
-	if (used != f->nr_part) {
-		fprintf(stderr, "SAN3 %u %u\n", used, f->nr_part);
+	if (used != f->nr_part)
 		return false;
-	}
 	for (b = 0; b < n; b++) {
 		if (bm_test(f->state, n + b) && !bm_test(f->state, b) &&
 		    !folio_part_find_locked((struct pc_folio *)f, b))
-			{ fprintf(stderr, "SAN4 %u\n", b); return false;}	/* dirty, not uptodate, no record of what is valid */
+			return false;	/* dirty, not uptodate, no record of what is valid */
 	}
 	return bm_count(f->state, n, n) == f->nr_dirty;
 }

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,36 +138,46 @@ static unsigned long long sys_num(const char *mnt, const char *dev, const char *
  * a disk: ext4's RAID stride and stripe width in filesystem blocks, XFS's
  * sector size, stripe unit and width.
  */
+/* Append to the string in @buf (@len bytes), truncating. */
+static void __attribute__((format(printf, 3, 4)))
+addf(char *buf, size_t len, const char *fmt, ...)
+{
+	size_t n = strlen(buf);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, len - n, fmt, ap);
+	va_end(ap);
+}
+
 static void print_mkfs(const char *loop, unsigned lbs, unsigned pbs, unsigned io_min,
 		       unsigned io_opt)
 {
 	unsigned ebs = lbs > 4096 ? lbs : 4096;	/* ext4's default block, or the sector if larger */
 	char e[256] = "", x[256] = "";
-	size_t n = 0;
 
 	if (lbs > 4096)
-		n += (size_t)snprintf(e + n, sizeof(e) - n, " -b %u", ebs);
+		addf(e, sizeof(e), " -b %u", ebs);
 	if ((io_min > ebs && io_min % ebs == 0) || (io_opt > ebs && io_opt % ebs == 0)) {
-		n += (size_t)snprintf(e + n, sizeof(e) - n, " -E ");
+		addf(e, sizeof(e), " -E ");
 		if (io_min > ebs && io_min % ebs == 0)
-			n += (size_t)snprintf(e + n, sizeof(e) - n, "stride=%u%s", io_min / ebs,
-					      io_opt > ebs && io_opt % ebs == 0 ? "," : "");
+			addf(e, sizeof(e), "stride=%u%s", io_min / ebs,
+			     io_opt > ebs && io_opt % ebs == 0 ? "," : "");
 		if (io_opt > ebs && io_opt % ebs == 0)
-			n += (size_t)snprintf(e + n, sizeof(e) - n, "stripe_width=%u", io_opt / ebs);
+			addf(e, sizeof(e), "stripe_width=%u", io_opt / ebs);
 	}
-	n = 0;
 	if (lbs > 4096)
-		n += (size_t)snprintf(x + n, sizeof(x) - n, " -b size=%u", lbs);
+		addf(x, sizeof(x), " -b size=%u", lbs);
 	/*
 	 * XFS's sector (its log's write unit): the physical block when larger
 	 * than the logical one, but never above the filesystem block (mkfs.xfs
 	 * refuses that; on a real disk it falls back the same way).
 	 */
 	if ((pbs < ebs ? pbs : ebs) > lbs)
-		n += (size_t)snprintf(x + n, sizeof(x) - n, " -s size=%u", pbs < ebs ? pbs : ebs);
+		addf(x, sizeof(x), " -s size=%u", pbs < ebs ? pbs : ebs);
 	/* a stripe: su a multiple of the filesystem block, sw whole stripe units */
 	if (io_min >= ebs && io_min % ebs == 0 && io_opt > io_min && io_opt % io_min == 0)
-		n += (size_t)snprintf(x + n, sizeof(x) - n, " -d su=%u,sw=%u", io_min, io_opt / io_min);
+		addf(x, sizeof(x), " -d su=%u,sw=%u", io_min, io_opt / io_min);
 	fprintf(stderr, "blkfs: mkfs.ext4%s %s\n", e, loop);
 	fprintf(stderr, "blkfs: mkfs.xfs%s %s\n", x, loop);
 }
@@ -334,6 +345,15 @@ static int detach_one(const char *loop)
 	 * into a detach deferred to whenever that ends.
 	 */
 	fd = open(loop, O_RDONLY | O_EXCL | O_CLOEXEC);
+	/*
+	 * A filesystem unmounted a moment ago may hold its claim a little
+	 * longer (its last reference goes after umount(8) returns on a busy
+	 * machine): a detach right after it waits up to 2 s for that.
+	 */
+	for (int i = 0; fd < 0 && errno == EBUSY && i < 20; i++) {
+		usleep(100 * 1000);
+		fd = open(loop, O_RDONLY | O_EXCL | O_CLOEXEC);
+	}
 	if (fd < 0) {
 		if (errno == EBUSY)
 			fprintf(stderr, "blkfs: %s: busy: a filesystem on it is mounted, or it is "

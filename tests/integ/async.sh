@@ -7,7 +7,9 @@
 #    once than the daemon has threads (requests_in_flight_max: 16 threads
 #    serving requests to the end could never have more than 16);
 #  - a second device keeps serving while the first has 64 requests parked
-#    on a slow backend (100 ms per read): fio verify on it completes while
+#    on a slow backend (5 s per read: all 64 stay parked through a sample,
+#    where with 100 ms a sample every 0.1 s could meet the moment the
+#    whole batch completes at once, every time): fio verify on it completes while
 #    the first still shows its 64 in flight, and none of its requests had
 #    to wait for a slot.
 set -euo pipefail
@@ -89,7 +91,7 @@ backend = ram
 size = 64M
 logical_block_size = 4096
 filters = delay
-delay.read = 100ms
+delay.read = 5s
 [device fast]
 backend = ram
 size = 64M
@@ -99,12 +101,12 @@ fio --name=parked --filename="$MNT/slow" --ioengine=libaio --direct=1 --iodepth=
 	--rw=randread --bs=4k --size=64M --runtime=240 --time_based \
 	--output="$TDIR/parked.out" &
 slow_pid=$!
-for ((i = 0; i < 100; i++)); do
+for ((i = 0; i < 300; i++)); do
 	[ "$(stat_of "$MNT" slow requests_in_flight)" -ge 60 ] && break
 	sleep 0.1
 done
 [ "$(stat_of "$MNT" slow requests_in_flight)" -ge 60 ] ||
-	fail "the slow device never had 60 requests in flight"
+	fail "the slow device never had 60 requests in flight (30 s; now $(stat_of "$MNT" slow requests_in_flight))"
 info "slow: $(stat_of "$MNT" slow requests_in_flight) requests in flight; fio verify on fast"
 fio_verify fast "$MNT/fast" --ioengine=libaio --direct=1 --iodepth=16 --rw=randrw \
 	--bs=4k --size=32M

@@ -282,7 +282,7 @@ WRITER
 	cp "$TDIR/SUMS" "$fs/SUMS"
 	(cd "$fs" && sha256sum --quiet -c SUMS) || fail "$backend: files differ after the remount"
 	umount "$fs"
-	"$BLKFS" detach "$loop" 2>/dev/null || fail "$backend: detach failed"
+	out=$("$BLKFS" detach "$loop" 2>&1) || fail "$backend: detach failed: $out"
 	stop_blkfs "$MNT"
 	touch "$TDIR/watchdog.stop"
 	wait "$wd" 2>/dev/null || true
