@@ -17,7 +17,10 @@
 #  - With kernel_cache = writeback a grow is seen at once and a shrink is
 #    refused (EOPNOTSUPP).
 #  - aio: an image file (create = yes) grows with the device; `auto` takes
-#    the size of a file grown under it; a shrink is refused (EOPNOTSUPP).
+#    the size of a file grown under it, and of a block device grown under
+#    it (a loop device, `losetup -c`); a shrink is refused (EOPNOTSUPP), a
+#    size past the block device's end too (ENOSPC).
+#  - nbd: `auto` connects again and takes the export's new size.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -253,6 +256,22 @@ size = 8M"
 else
 	info "no directory takes O_DIRECT here: the aio part is skipped"
 fi
+
+info "aio on a block device: auto takes its new size (as after lvextend)"
+new_loop 8M
+start_blkfs "[device b]
+backend = aio
+path = $LOOP"
+assert_eq "b st_size" $((8 * M)) "$(size_of b)"
+expect_errno ENOSPC "$BLKFS" resize "$MNT" b 16M	# larger than the block device
+truncate -s 24M "$LOOP_FILE"
+losetup -c "$LOOP"
+resize b auto
+assert_eq "b st_size after auto" $((24 * M)) "$(size_of b)"
+mkdata "$TDIR/bdata" $((1 * M))
+ddev if="$TDIR/bdata" of="$MNT/b" bs=1M seek=23 conv=notrunc,fsync
+cmp_range "$TDIR/bdata" 0 "$LOOP" $((23 * M)) $((1 * M))
+stop_blkfs
 
 if command -v nbdkit >/dev/null && command -v nbdinfo >/dev/null; then
 	info "nbd: resize auto reconnects and takes the export's new size"
