@@ -459,6 +459,11 @@ static int snap_reset(struct bf_dev *bd, const char *snap, char *msg, size_t len
 		snap_errmsg(bd, "reset", snap, -EINVAL, msg, len);
 		return -EINVAL;
 	}
+	if (bd->d->conf.mount.read_only) {
+		MSG("%s: reset: the mount is read-only: the device's contents cannot change",
+		    bd->cd->name);
+		return -EROFS;
+	}
 	pthread_mutex_lock(&bd->live_lock);
 	/* refused before anything is dropped: the name must exist */
 	{
