@@ -7,6 +7,8 @@
 #    printed against mkfs.ext4's (print only).
 #  - A snapshot captures what was written to the device file and still sat
 #    dirty in blkfs's cache; a reset brings it back after overwrites.
+#  - Snapshots, deletes and grows while fio writes with crc32c verify on
+#    the device: every block verifies (requests are held, not lost).
 #  - .sys/DEV/snapshots lists each snapshot with the memory it holds alone;
 #    `blkfs snapshot -d` deletes one; bad names (EINVAL), a name taken
 #    (EEXIST), an unknown one (ENOENT), a backend without snapshots
@@ -19,7 +21,7 @@ set -euo pipefail
 require_root
 require_fuse
 require_blkfs
-require losetup mkfs.ext4 e2fsck debugfs mount umount cmp sha256sum stat
+require losetup mkfs.ext4 e2fsck debugfs mount umount cmp sha256sum stat fio
 [ -e /dev/loop-control ] || skip "no /dev/loop-control"
 
 M=$((1 << 20))
@@ -60,7 +62,11 @@ physical_block_size = 4096
 
 [device n]
 backend = null
-size = 16M"
+size = 16M
+
+[device v]
+backend = ram
+size = 32M"
 
 info "refusals"
 [ ! -e "$MNT/.sys/n/snapshots" ] || fail "a null device shows .sys/n/snapshots"
@@ -101,6 +107,24 @@ expect_errno ENOENT ctl reset s early
 # the device kept its contents through the delete
 cmp_range "$TDIR/d1" 0 "$MNT/s" $((40 * M)) $((4 * M))
 ddev if=/dev/zero of="$MNT/s" bs=1M seek=40 count=4 conv=notrunc,fsync
+
+info "snapshots, deletes and grows while fio writes and verifies on the device"
+fio --name=live --filename="$MNT/v" --rw=randwrite --bs=4k --size=16M --ioengine=libaio \
+	--direct=1 --iodepth=16 --verify=crc32c --do_verify=1 --verify_fatal=1 --loops=3 \
+	>"$TDIR/fio.out" 2>&1 &
+fio_pid=$!
+_BGPIDS+=("$fio_pid")
+k=0
+while kill -0 "$fio_pid" 2>/dev/null && [ "$k" -lt 40 ]; do
+	k=$((k + 1))
+	ctl snapshot v "s$k" >/dev/null
+	[ "$k" -lt 2 ] || ctl snapshot -d v "s$((k - 1))" >/dev/null
+	"$BLKFS" resize "$MNT" v $((32 + k))M >/dev/null || fail "resize of v to $((32 + k))M during fio"
+done
+wait "$fio_pid" || fail "fio verify failed while snapshots were taken: $(tail -n 20 "$TDIR/fio.out")"
+grep -q 'err= 0' "$TDIR/fio.out" || fail "fio: no 'err= 0': $(tail -n 20 "$TDIR/fio.out")"
+[ "$k" -ge 3 ] || fail "fio ended before the commands ran ($k rounds)"
+info "$k rounds of snapshot, delete and grow while fio verified"
 
 info "mkfs.ext4 on an attached loop device, then a snapshot"
 out=$("$BLKFS" attach "$MNT" s 2>"$TDIR/attach.err") || fail "blkfs attach: $(cat "$TDIR/attach.err")"
