@@ -141,6 +141,18 @@ static inline bool be_first_io(bool *said)
 uint64_t be_seed_from_clock(void);
 /* "auto" (*is_auto = true) or a decimal below 2^64; -EINVAL otherwise. */
 int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed);
+
+/*
+ * The .sys knobs every seeded or erring filter has, on fields under the
+ * filter's @lock: `seed` (a number, or auto: from the clock; storing one
+ * restarts the stream @rng from it and says so) and `errno` (a name or a
+ * number). Return what an attr's show/store returns.
+ */
+int be_seed_show(pthread_mutex_t *lock, const uint64_t *seed, char *buf, size_t len);
+int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const char *filter,
+		  const char *dev, const char *buf, size_t len);
+int be_errno_show(pthread_mutex_t *lock, const int *err, char *buf, size_t len);
+int be_errno_store(pthread_mutex_t *lock, int *err, const char *buf, size_t len);
 /*
  * A filter's `seed` key: the seed it starts from (from the clock when the
  * key is absent or `auto`). -EINVAL with p->err when malformed.

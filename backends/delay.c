@@ -690,32 +690,16 @@ static int delay_map_store(struct blk_backend *be, const char *buf, size_t len)
 static int delay_seed_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
-	char s[24];
 
-	pthread_mutex_lock(&dd->lock);
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)dd->seed);
-	pthread_mutex_unlock(&dd->lock);
-	return be_attr_out(buf, len, s);
+	return be_seed_show(&dd->lock, &dd->seed, buf, len);
 }
 
 /* A number, or auto; the stream restarts from it. */
 static int delay_seed_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
-	bool is_auto;
-	uint64_t seed;
-	char s[32];
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
-		return -EINVAL;
-	if (is_auto)
-		seed = be_seed_from_clock();
-	pthread_mutex_lock(&dd->lock);
-	dd->seed = seed;
-	dd->rng = seed;
-	pthread_mutex_unlock(&dd->lock);
-	be_say_seed("delay", dd->dev, seed, "stored");
-	return 0;
+	return be_seed_store(&dd->lock, &dd->seed, &dd->rng, "delay", dd->dev, buf, len);
 }
 
 static const struct blk_attr delay_attrs[] = {

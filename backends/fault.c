@@ -902,30 +902,15 @@ static int fault_ops_store(struct blk_backend *be, const char *buf, size_t len)
 static int fault_errno_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char eb[16];
-	int e;
 
-	pthread_mutex_lock(&fd->lock);
-	e = fd->err;
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
+	return be_errno_show(&fd->lock, &fd->err, buf, len);
 }
 
 static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[32];
-	int e;
 
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	e = be_parse_errno(s);
-	if (e < 0)
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->err = e;
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
+	return be_errno_store(&fd->lock, &fd->err, buf, len);
 }
 
 static int fault_probability_show(struct blk_backend *be, char *buf, size_t len)
@@ -1114,32 +1099,16 @@ static int fault_release_store(struct blk_backend *be, const char *buf, size_t l
 static int fault_seed_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[24];
 
-	pthread_mutex_lock(&fd->lock);
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)fd->seed);
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, s);
+	return be_seed_show(&fd->lock, &fd->seed, buf, len);
 }
 
 /* A number, or auto; the stream restarts from it. */
 static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	bool is_auto;
-	uint64_t seed;
-	char s[32];
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
-		return -EINVAL;
-	if (is_auto)
-		seed = be_seed_from_clock();
-	pthread_mutex_lock(&fd->lock);
-	fd->seed = seed;
-	fd->rng = seed;
-	pthread_mutex_unlock(&fd->lock);
-	be_say_seed("fault", fd->dev, seed, "stored");
-	return 0;
+	return be_seed_store(&fd->lock, &fd->seed, &fd->rng, "fault", fd->dev, buf, len);
 }
 
 /* One `OFFSET LENGTH ERRNO` line per range, in the order added. */

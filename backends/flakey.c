@@ -996,62 +996,36 @@ static int flakey_corrupt_ranges_store(struct blk_backend *be, const char *buf, 
 static int flakey_errno_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	char eb[16];
-	int e;
 
-	pthread_mutex_lock(&fk->lock);
-	e = fk->err;
-	pthread_mutex_unlock(&fk->lock);
-	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
+	return be_errno_show(&fk->lock, &fk->err, buf, len);
 }
 
 static int flakey_errno_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	char s[32];
-	int e;
 
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	e = be_parse_errno(s);
-	if (e < 0)
-		return -EINVAL;
-	pthread_mutex_lock(&fk->lock);
-	fk->err = e;
-	pthread_mutex_unlock(&fk->lock);
-	return 0;
+	return be_errno_store(&fk->lock, &fk->err, buf, len);
 }
 
 static int flakey_seed_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	char s[24];
 
-	pthread_mutex_lock(&fk->lock);
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)fk->seed);
-	pthread_mutex_unlock(&fk->lock);
-	return be_attr_out(buf, len, s);
+	return be_seed_show(&fk->lock, &fk->seed, buf, len);
 }
 
 /* A number, or auto; the stream restarts from it. */
 static int flakey_seed_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	bool is_auto;
-	uint64_t seed;
-	char s[32];
+	int ret = be_seed_store(&fk->lock, &fk->seed, &fk->rng, "flakey", fk->dev, buf, len);
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
-		return -EINVAL;
-	if (is_auto)
-		seed = be_seed_from_clock();
-	pthread_mutex_lock(&fk->lock);
-	fk->seed = seed;
-	fk->rng = seed;
-	fk->nr_said = 0;
-	pthread_mutex_unlock(&fk->lock);
-	be_say_seed("flakey", fk->dev, seed, "stored");
-	return 0;
+	if (!ret) {
+		pthread_mutex_lock(&fk->lock);
+		fk->nr_said = 0;	/* the new stream's corruptions are told again */
+		pthread_mutex_unlock(&fk->lock);
+	}
+	return ret;
 }
 
 static int flakey_state_show(struct blk_backend *be, char *buf, size_t len)

@@ -173,6 +173,62 @@ int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed)
 	return 0;
 }
 
+int be_seed_show(pthread_mutex_t *lock, const uint64_t *seed, char *buf, size_t len)
+{
+	char s[24];
+
+	pthread_mutex_lock(lock);
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)*seed);
+	pthread_mutex_unlock(lock);
+	return be_attr_out(buf, len, s);
+}
+
+int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const char *filter,
+		  const char *dev, const char *buf, size_t len)
+{
+	bool is_auto;
+	uint64_t v;
+	char s[32];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &v))
+		return -EINVAL;
+	if (is_auto)
+		v = be_seed_from_clock();
+	pthread_mutex_lock(lock);
+	*seed = v;
+	*rng = v;
+	pthread_mutex_unlock(lock);
+	be_say_seed(filter, dev, v, "stored");
+	return 0;
+}
+
+int be_errno_show(pthread_mutex_t *lock, const int *err, char *buf, size_t len)
+{
+	char eb[16];
+	int e;
+
+	pthread_mutex_lock(lock);
+	e = *err;
+	pthread_mutex_unlock(lock);
+	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
+}
+
+int be_errno_store(pthread_mutex_t *lock, int *err, const char *buf, size_t len)
+{
+	char s[32];
+	int e;
+
+	if (be_attr_text(buf, len, s, sizeof(s)))
+		return -EINVAL;
+	e = be_parse_errno(s);
+	if (e < 0)
+		return -EINVAL;
+	pthread_mutex_lock(lock);
+	*err = e;
+	pthread_mutex_unlock(lock);
+	return 0;
+}
+
 int be_param_seed(struct blk_params *p, uint64_t *seed)
 {
 	const char *s = blk_param_get(p, "seed");
