@@ -286,9 +286,14 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 	c->parent = io;
 	c->td = td;
 	c->timer.fire = throttle_fire;
+	pthread_mutex_lock(&td->lock);
+	/*
+	 * The clock is read under the lock: a submitter preempted between a
+	 * reading taken before it and the lock would find the bucket's time
+	 * ahead of its stale "now" and wait for tokens that are there.
+	 */
 	now = blk_now_ns();
 	due = now;
-	pthread_mutex_lock(&td->lock);
 	td->inflight++;
 	if (io->op == BLK_READ || io->op == BLK_WRITE) {
 		struct throttle_bucket *dir = io->op == BLK_READ ? &td->rd : &td->wr;

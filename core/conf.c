@@ -1020,7 +1020,8 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
  * file: conf_mount_set().
  */
 enum mount_key {
-	MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_TRANSPORT, MK_URING_QUEUE_DEPTH, MK_NR
+	MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_TRANSPORT, MK_URING_QUEUE_DEPTH,
+	MK_SHUTDOWN_TIMEOUT, MK_NR
 };
 
 static const char *const mount_keys[MK_NR] = {
@@ -1029,6 +1030,7 @@ static const char *const mount_keys[MK_NR] = {
 	[MK_MAX_PENDING] = "max_pending",
 	[MK_TRANSPORT] = "transport",
 	[MK_URING_QUEUE_DEPTH] = "uring_queue_depth",
+	[MK_SHUTDOWN_TIMEOUT] = "shutdown_timeout",
 };
 
 static int mount_key_find(const char *key)
@@ -1092,6 +1094,20 @@ static const char *mount_key_set(struct conf_mount *m, int k, const char *val, c
 		}
 		m->uring_queue_depth = (uint32_t)n;
 		return NULL;
+	case MK_SHUTDOWN_TIMEOUT:
+		/*
+		 * How long the end of a mount waits for requests in flight and
+		 * the final writeback before it gives up on a hung I/O. Whole
+		 * milliseconds: the waits are timed in them.
+		 */
+		if (blk_parse_duration(val, 0, &n) || n > CONF_MAX_SHUTDOWN_TIMEOUT_MS * NS_PER_MS ||
+		    n % NS_PER_MS) {
+			snprintf(why, len, "%s is not a duration from 0 (wait forever) to 24h in whole "
+				 "milliseconds (%s)", show(&v, val), BLK_DURATION_HELP);
+			return why;
+		}
+		m->shutdown_timeout_ms = n / NS_PER_MS;
+		return NULL;
 	}
 	snprintf(why, len, "%s is not a choice (allowed: %s)", show(&v, val),
 		 k == MK_KERNEL_CACHE ? "none, writeback" :
@@ -1108,13 +1124,15 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		[MK_MAX_PENDING] = &m->max_pending_line,
 		[MK_TRANSPORT] = &m->transport_line,
 		[MK_URING_QUEUE_DEPTH] = &m->uring_queue_depth_line,
+		[MK_SHUTDOWN_TIMEOUT] = &m->shutdown_timeout_line,
 	};
 	int k = mount_key_find(key);
-	char why[128];
+	char why[256];
 
 	if (k < 0)
 		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
-				"allow_other, max_pending, transport, uring_queue_depth)");
+				"allow_other, max_pending, transport, uring_queue_depth, "
+				"shutdown_timeout)");
 	if (*seen[k])
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
 	if (mount_key_set(m, k, val, why, sizeof(why)))
@@ -1126,7 +1144,7 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 int conf_mount_set(struct conf *c, const char *key, const char *val, char *err, size_t errlen)
 {
 	int k = mount_key_find(key);
-	char why[128];
+	char why[256];
 
 	if (k < 0)
 		return -ENOENT;
@@ -1350,6 +1368,7 @@ int conf_parse_buf(const char *buf, size_t len, const char *file, struct conf *c
 	p.send = p.sp + len + 1;
 
 	c->mount.max_pending = CONF_MAX_PENDING_DEFAULT;
+	c->mount.shutdown_timeout_ms = CONF_SHUTDOWN_TIMEOUT_DEFAULT_MS;
 	ret = parse(&p, buf, len);
 	if (ret)
 		goto out_free;

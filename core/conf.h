@@ -74,6 +74,13 @@ enum conf_transport {
  */
 #define CONF_MAX_PENDING_DEFAULT 128
 #define CONF_MAX_PENDING 4096
+/*
+ * [mount] shutdown_timeout: the end of a mount waits at most this long, in
+ * all, for requests in flight and the final writeback; then it gives up on
+ * what a hung I/O holds (counted as lost) and exits 1. 0: wait forever.
+ */
+#define CONF_SHUTDOWN_TIMEOUT_DEFAULT_MS 30000
+#define CONF_MAX_SHUTDOWN_TIMEOUT_MS (24ull * 3600 * 1000)
 
 struct conf_mount {
 	bool kernel_writeback;
@@ -86,6 +93,8 @@ struct conf_mount {
 	int uring_queue_depth_line;
 	uint32_t max_pending;		/* requests in flight per device */
 	int max_pending_line;
+	uint64_t shutdown_timeout_ms;	/* 0: wait forever */
+	int shutdown_timeout_line;
 	/*
 	 * The mount option `ro` (not a config key: a read-only mount is the
 	 * mounter's choice, as with any filesystem). Every device is read-only.

@@ -2529,16 +2529,27 @@ void pc_aio_run(struct pc_aio **v, int n)
 	}
 }
 
-int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost)
+int pc_dev_sync_final(struct pc_dev *dev, int attempts, const uint64_t *deadline_ms,
+		      uint64_t *lost)
 {
 	int err = 0, i;
 
 	for (i = 0; i < attempts; i++) {
+		useconds_t backoff = (useconds_t)(100000u << (i < 5 ? i : 5));
+		uint64_t dl;
+
 		err = wb_dev(dev, WB_ALL, true);
-		if (!err)
+		if (!err || i + 1 == attempts)
 			break;
-		if (i + 1 < attempts)
-			usleep((useconds_t)(100000u << (i < 5 ? i : 5)));
+		/*
+		 * A retry that could only start after the caller's deadline
+		 * is not made: the data is reported lost with the error it
+		 * got, rather than abandoned in the middle of a round.
+		 */
+		dl = deadline_ms ? __atomic_load_n(deadline_ms, __ATOMIC_ACQUIRE) : 0;
+		if (dl && blk_now_ms() + backoff / 1000 >= dl)
+			break;
+		usleep(backoff);
 	}
 	if (!err)
 		err = pc_submit_wait(dev, BLK_FLUSH, 0, 0, NULL, 0);

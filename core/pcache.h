@@ -422,11 +422,23 @@ int pc_fsync(struct pc_dev *dev, pc_errseq_t *since);
 
 /**
  * pc_dev_sync_final - write back everything before the device goes away:
- * up to @attempts rounds with backoff while writes fail, then a flush.
+ * up to @attempts rounds with backoff (100 ms, doubling) while writes
+ * fail, then a flush.
+ * @deadline_ms: NULL, or where the caller keeps its deadline (blk_now_ms()
+ *	time, 0: none; read atomically each round, so the caller may move it
+ *	while this runs): no retry starts whose backoff would end past it
  * @lost: receives the dirty bytes that could not be written
+ *
+ * A backend I/O that never completes (a hung device) blocks this call
+ * where it waits for writeback in flight or for the flush, and the I/O
+ * points into folio memory and this call's stack: a caller that must not
+ * wait forever runs it in a thread of its own, stops waiting for that
+ * thread, and never frees the cache or the device after that (the daemon
+ * exits: fuse/shutdown.c).
  *
  * Returns: 0, or the last error (then *@lost > 0 or the flush failed).
  */
-int pc_dev_sync_final(struct pc_dev *dev, int attempts, uint64_t *lost);
+int pc_dev_sync_final(struct pc_dev *dev, int attempts, const uint64_t *deadline_ms,
+		      uint64_t *lost);
 
 #endif

@@ -84,6 +84,11 @@ struct bf_daemon {
 	size_t nr_nodes, cap_nodes;
 	char fsname[PATH_MAX];		/* the mount's source: the config's absolute path */
 	char kopts[1024];		/* mount options for the kernel (bf_mount_options) */
+	/*
+	 * bf_serve gave up on a hung I/O: threads still wait on it, and what
+	 * it may reach (devices, cache, session) must never be freed: exit.
+	 */
+	bool abandoned;
 };
 
 /* daemon.c */
@@ -127,6 +132,21 @@ void bf_final_signals(void);
 /* Report the final writeback's progress (log, STATUS=) until _stop(). */
 void bf_final_progress_start(struct bf_daemon *d);
 void bf_final_progress_stop(void);
+/*
+ * The end of serving, bounded by [mount] shutdown_timeout: bf_final_begin
+ * starts, per device, a thread that waits for its requests in flight and
+ * then writes its cache back (NULL without memory: then the two calls
+ * below do it in this thread, unbounded). bf_final_wait_drained waits
+ * until every device's requests are answered or the device was given up
+ * on (no progress for the timeout); true when none was. bf_final_end
+ * waits for the writebacks likewise, writes the status lines ("ok DEV
+ * BYTES", "lost DEV BYTES REASON") to @status, sets d->abandoned when a
+ * device was given up on, and returns the exit code (0, or 1: data lost).
+ */
+struct bf_final;
+struct bf_final *bf_final_begin(struct bf_daemon *d);
+bool bf_final_wait_drained(struct bf_daemon *d, struct bf_final *f);
+int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t statuslen);
 
 /* rawio.c: the raw FUSE traffic between /dev/fuse and libfuse */
 struct fuse_session;
@@ -144,9 +164,11 @@ int bf_rawio_attach(struct bf_daemon *d, struct fuse_session *se, size_t max_wri
 		    char *err, size_t errlen);
 /*
  * bf_rawio_stop - after the request loop: the ring serves no new request,
- * commits the replies to those in hand, and lets go of /dev/fuse.
+ * commits the replies to those in hand, and lets go of /dev/fuse. When
+ * those in hand go @timeout_ms without one answered (0: wait forever) it
+ * gives up: false, and the ring stays allocated until exit.
  */
-void bf_rawio_stop(void);
+bool bf_rawio_stop(uint64_t timeout_ms);
 /* bf_rawio_failed - the transport failed (the mount never became usable, or a ring queue died). */
 bool bf_rawio_failed(void);
 void bf_rawio_detach(void);

@@ -1257,8 +1257,8 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct fuse_loop_config *lc;
 	struct fuse_session *se;
-	size_t used = 0;
-	int dummy, ret, i, code = 0;
+	struct bf_final *fin;
+	int dummy, ret, code = 0;
 
 	/*
 	 * The source is the config's absolute path, so `mount -a` and findmnt
@@ -1319,13 +1319,17 @@ out_stop:
 	 * threads commit the replies to those in hand, then end: before the
 	 * handlers go, since a dying queue signals the loop.
 	 */
-	bf_rawio_stop();
+	if (!bf_rawio_stop(d->conf.mount.shutdown_timeout_ms))
+		d->abandoned = true;	/* requests in hand on a hung device: exit, free nothing */
 	/*
 	 * Requests still in flight get their replies (the kernel drops those
-	 * of a connection that is gone) before the final writeback.
+	 * of a connection that is gone) before the final writeback, each
+	 * device in a thread of its own, and a device that makes no progress
+	 * for [mount] shutdown_timeout is given up on (fuse/shutdown.c).
 	 */
-	bf_drain(d);
-	files_free_all();
+	fin = bf_final_begin(d);
+	if (bf_final_wait_drained(d, fin))
+		files_free_all();	/* else a request given up on may still use its file */
 	if (bf_rawio_failed()) {
 		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
 		code = 1;
@@ -1343,33 +1347,20 @@ out_stop:
 	bf_notify("STOPPING=1\nSTATUS=Writing back before exit");
 	bf_final_progress_start(d);
 	/* everything dirty goes to the backend before the mount disappears */
-	for (i = 0; i < d->nr_devs; i++) {
-		uint64_t lost = 0;
-		struct pc_stats st;
-		int err = pc_dev_sync_final(d->devs[i].pc, 5, &lost);
-
-		pc_dev_stats(d->devs[i].pc, &st);
-		if (err || lost) {
-			code = 1;
-			blk_err("%s: %llu bytes could not be written back: %s", d->devs[i].cd->name,
-				(unsigned long long)lost, strerror(err ? -err : EIO));
-			used += (size_t)snprintf(status + used, statuslen - used,
-						 "lost %s %llu %s\n", d->devs[i].cd->name,
-						 (unsigned long long)lost, strerror(err ? -err : EIO));
-		} else {
-			used += (size_t)snprintf(status + used, statuslen - used,
-						 "ok %s %llu\n", d->devs[i].cd->name,
-						 (unsigned long long)st.backend_write_bytes);
-		}
-		if (used >= statuslen)
-			used = statuslen - 1;
-	}
+	if (bf_final_end(d, fin, status, statuslen))
+		code = 1;
 	bf_final_progress_stop();
-	bf_notify("STATUS=%s", code ? "Data could not be written back (see the log)" :
-		  "All data written back");
+	bf_notify("STATUS=%s", d->abandoned ? "Gave up on a hung I/O: data lost (see the log)" :
+		  code ? "Data could not be written back (see the log)" : "All data written back");
 out_unmount:
 	d->se = NULL;
+	/* lazily, and the kernel ends what callers still wait for once we exit */
 	fuse_session_unmount(se);
+	if (d->abandoned) {
+		/* a hung request may still reply through the session: it stays */
+		fuse_opt_free_args(&args);
+		return code;
+	}
 out_destroy:
 	d->se = NULL;
 	fuse_session_destroy(se);

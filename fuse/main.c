@@ -528,6 +528,16 @@ static int cmd_mount(int argc, char **argv)
 	write_file(path, *status ? status : (code ? "failed\n" : ""));
 	run_file(path, sizeof(path), mnt, "pid");
 	unlink(path);
+	if (d.abandoned) {
+		/*
+		 * A hung backend I/O still points into the cache and its
+		 * device, and threads wait for it: nothing is freed or closed
+		 * (a backend's close would wait for it too). The kernel ends
+		 * the connection, and with it what callers still wait for.
+		 */
+		fflush(NULL);
+		_exit(code);
+	}
 	bf_close_devices(&d);
 	conf_free(&d.conf);
 	return code;

@@ -622,12 +622,12 @@ void bf_rawio_ring_failed(const char *why)
 	pthread_kill(io_main, SIGTERM);
 }
 
-void bf_rawio_stop(void)
+bool bf_rawio_stop(uint64_t timeout_ms)
 {
 	pthread_mutex_lock(&io_lock);
 	stopping = true;
 	pthread_mutex_unlock(&io_lock);
-	bf_ring_stop(io_ring);
+	return bf_ring_stop_within(io_ring, timeout_ms);
 }
 
 bool bf_rawio_failed(void)

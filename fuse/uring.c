@@ -162,6 +162,7 @@ struct bf_ring {
 	int phase;			/* enum ring_phase, lock */
 	bool stopping;			/* atomic: no new request is served */
 	bool active;			/* atomic: replies may be ring replies */
+	bool abandoned;			/* bf_ring_stop_within() gave up: never freed */
 	struct io_uring ctl;		/* the armer's ring, for giving the ring up */
 	bool ctl_ok;
 	struct ring_stripe stripes[RING_STRIPES];
@@ -1414,14 +1415,23 @@ int bf_ring_start(struct bf_ring *r, unsigned limit_ms, char *why, size_t len)
 	return ret;
 }
 
-void bf_ring_stop(struct bf_ring *r)
+static unsigned ring_held(struct bf_ring *r)
 {
-	uint64_t start = blk_now_ms();
-	bool said = false;
-	unsigned i, held;
+	unsigned i, held = 0;
 
-	if (!r)
-		return;
+	for (i = 0; r->qs && i < r->nr_queues; i++)
+		held += __atomic_load_n(&r->qs[i].held, __ATOMIC_ACQUIRE);
+	return held;
+}
+
+bool bf_ring_stop_within(struct bf_ring *r, uint64_t timeout_ms)
+{
+	uint64_t start = blk_now_ms(), progress = start;
+	unsigned i, held, prev = UINT_MAX;
+	bool said = false;
+
+	if (!r || r->abandoned)
+		return !r;
 	__atomic_store_n(&r->stopping, true, __ATOMIC_RELEASE);
 	set_phase(r, PH_STOP);
 	for (i = 0; i < r->nr_queues; i++)
@@ -1435,9 +1445,12 @@ void bf_ring_stop(struct bf_ring *r)
 
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
-			if (!pthread_timedjoin_np(q->tid, NULL, &ts))
+			if (!pthread_timedjoin_np(q->tid, NULL, &ts)) {
 				q->thread = false;
-			else if (!said && blk_now_ms() - start > 5000) {
+				progress = blk_now_ms();
+				continue;
+			}
+			if (!said && blk_now_ms() - start > 5000) {
 				/* what it waits for: requests parked on a device, or their replies */
 				blk_log("FUSE ring: queue %u still has %u requests in hand%s",
 					i, __atomic_load_n(&q->held, __ATOMIC_ACQUIRE),
@@ -1445,6 +1458,12 @@ void bf_ring_stop(struct bf_ring *r)
 					" and replies to commit" : "");
 				said = true;
 			}
+			held = ring_held(r);
+			if (held < prev)
+				progress = blk_now_ms();
+			prev = held;
+			if (timeout_ms && blk_now_ms() - progress >= timeout_ms)
+				goto out_abandon;
 		}
 	}
 	/*
@@ -1452,11 +1471,14 @@ void bf_ring_stop(struct bf_ring *r)
 	 * handler holds: they go when the last of those replies.
 	 */
 	for (;;) {
-		held = 0;
-		for (i = 0; r->qs && i < r->nr_queues; i++)
-			held += __atomic_load_n(&r->qs[i].held, __ATOMIC_ACQUIRE);
+		held = ring_held(r);
 		if (!held)
 			break;
+		if (held < prev)
+			progress = blk_now_ms();
+		prev = held;
+		if (timeout_ms && blk_now_ms() - progress >= timeout_ms)
+			goto out_abandon;
 		if (!said && blk_now_ms() - start > 5000) {
 			blk_log("FUSE ring: waiting for %u requests in hand to be answered", held);
 			said = true;
@@ -1485,13 +1507,30 @@ void bf_ring_stop(struct bf_ring *r)
 	if (r->ctl_ok)
 		io_uring_queue_exit(&r->ctl);
 	r->ctl_ok = false;
+	return true;
+
+out_abandon:
+	/*
+	 * A request in hand waits on a hung device: its reply would go
+	 * through its entry, so the rings, buffers and threads stay as they
+	 * are for as long as the process lives (the daemon exits).
+	 */
+	blk_err("FUSE ring: gave up after %llu ms without progress: %u requests in hand are "
+		"not answered", (unsigned long long)timeout_ms, ring_held(r));
+	r->abandoned = true;
+	return false;
+}
+
+void bf_ring_stop(struct bf_ring *r)
+{
+	bf_ring_stop_within(r, 0);
 }
 
 void bf_ring_destroy(struct bf_ring *r)
 {
 	unsigned i;
 
-	if (!r)
+	if (!r || r->abandoned)
 		return;
 	for (i = 0; i < RING_STRIPES; i++)
 		pthread_mutex_destroy(&r->stripes[i].lock);

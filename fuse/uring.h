@@ -95,6 +95,13 @@ bool bf_ring_reply(struct bf_ring *r, const struct iovec *iov, int count, ssize_
  * the threads end and the rings and buffers are freed.
  */
 void bf_ring_stop(struct bf_ring *r);
+/*
+ * bf_ring_stop_within - bf_ring_stop(), but when the requests in hand go
+ * @timeout_ms without one answered (0: never), give up: false, and the
+ * ring is left as it is (threads, rings, buffers: a reply may still come;
+ * bf_ring_destroy() then frees nothing). True once stopped.
+ */
+bool bf_ring_stop_within(struct bf_ring *r, uint64_t timeout_ms);
 void bf_ring_destroy(struct bf_ring *r);
 
 /* "name value" lines for .sys/.transport: queues, depth, memory, counters */

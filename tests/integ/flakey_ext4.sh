@@ -15,6 +15,8 @@
 # halves, over an aio image file that keeps what reached it. A filesystem
 # makes no promise when writes vanish under it while it runs, so nothing
 # is read between the switch and the unmount.
+# The loop device comes from `blkfs attach` and goes with `blkfs detach`,
+# and mkfs takes the options attach gives, as a user does.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -39,7 +41,6 @@ flakey.up_interval = 0
 flakey.down_interval = 0
 flakey.drop_writes = yes"
 mnt0=$MNT
-dev=$MNT/d0
 sys=$MNT/.sys/d0/flakey
 [ -d "$sys" ] || fail "no $sys"
 assert_eq state up "$(cat "$sys/state")"
@@ -48,9 +49,10 @@ bstat() {
 	awk -v k="$1" '$1 == k { print $2; f = 1 } END { if (!f) print 0 }' "$mnt0/.sys/d0/blkfs_stat"
 }
 
-attach_loop "$dev"
+blkfs_attach "$mnt0" d0
 lp=$LOOP
-mkfs.ext4 -q -F -b 4096 "$lp" || fail "mkfs.ext4 failed"
+# shellcheck disable=SC2046  # the options attach printed, one word each
+mkfs.ext4 -q -F -b 4096 $(attach_mkfs_opts ext4) "$lp" || fail "mkfs.ext4 $(attach_mkfs_opts ext4) failed"
 fs=$TDIR/fs
 mount_top "$lp" "$fs"
 
@@ -80,7 +82,7 @@ sync "$fs/one/after.1"
 rm -f "$fs/big2"
 umount "$fs" || fail "umount $fs failed"
 _TOPMNTS=()
-detach_loop "$lp"
+"$BLKFS" detach "$lp" || fail "blkfs detach $lp failed"
 dropped=$(($(bstat flakey_dropped_writes) - dropped0))
 info "writes dropped since the switch: $dropped"
 [ "$dropped" -gt 0 ] || fail "nothing was dropped: the test would prove nothing"
@@ -94,7 +96,7 @@ remount_blkfs "$mnt0"
 assert_eq "state after remount" up "$(cat "$sys/state")"
 
 info "mount: journal replay; every file fsynced before the switch is intact"
-attach_loop "$dev"
+blkfs_attach "$mnt0" d0
 lp=$LOOP
 # the unmount's own writes were dropped: the journal still needs replaying
 dumpe2fs -h "$lp" 2>/dev/null | grep -q '^Filesystem features:.*needs_recovery' ||
@@ -108,5 +110,5 @@ _TOPMNTS=()
 
 info "fsck is clean"
 e2fsck -fn "$lp" >"$TDIR/fsck.out" 2>&1 || { cat "$TDIR/fsck.out"; fail "e2fsck -fn found errors"; }
-detach_loop "$lp"
+"$BLKFS" detach "$lp" || fail "blkfs detach $lp failed"
 stop_blkfs "$mnt0"

@@ -607,6 +607,27 @@ detach_loop() {
 	losetup -d "$1" || fail "losetup -d $1 failed"
 }
 
+# blkfs_attach MNT DEV: `blkfs attach MNT DEV`, as a user puts a filesystem
+# on a device; sets LOOP and ATTACH_ERR (what it said on stderr: the
+# geometry and the mkfs options). Detached at exit unless the test does it
+# (`blkfs detach $LOOP`).
+blkfs_attach() {
+	local out
+	out=$("$BLKFS" attach "$1" "$2" 2>"$TDIR/attach.err") ||
+		fail "blkfs attach $1 $2: $(cat "$TDIR/attach.err")"
+	ATTACH_ERR=$(cat "$TDIR/attach.err")
+	case $out in /dev/loop[0-9]*) ;; *) fail "blkfs attach printed '$out', not /dev/loopN" ;; esac
+	LOOP=$out
+	_LOOPS+=("$LOOP")
+	_LOOP_FILE[$LOOP]=$1/$2
+	info "blkfs attach: $LOOP -> $1/$2"
+}
+
+# attach_mkfs_opts FS: the options the last blkfs_attach gave for mkfs.FS.
+attach_mkfs_opts() {
+	sed -n "s|^blkfs: mkfs\\.$1\\(.*\\) $LOOP\$|\\1|p" <<<"$ATTACH_ERR"
+}
+
 # mount_top DEV DIR [MOUNT ARGS...]: mount a filesystem; unmounted at exit.
 mount_top() {
 	local dev=$1 dir=$2

@@ -1417,7 +1417,7 @@ Test(conf, mount_section)
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
 		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
-		   "max_pending, transport, uring_queue_depth)");
+		   "max_pending, transport, uring_queue_depth, shutdown_timeout)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
@@ -1451,6 +1451,34 @@ Test(conf, mount_options_override)
 	cr_assert_eq(conf_mount_set(&c, "allow_other", "maybe", err, sizeof(err)), -EINVAL);
 	cr_assert_str_eq(err, "mount option allow_other: maybe is not a choice (allowed: yes, no)");
 	conf_free(&c);
+}
+
+Test(conf, mount_shutdown_timeout)
+{
+	const char *m = RAM0 "[mount]\nshutdown_timeout = 3s\n";
+
+	cr_assert_eq(conf_parse_buf(m, strlen(m), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.shutdown_timeout_ms, 3000);
+	cr_assert_eq(conf_mount_set(&c, "shutdown_timeout", "0", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.shutdown_timeout_ms, 0, "0: wait forever");
+	cr_assert_eq(conf_mount_set(&c, "shutdown_timeout", "1500ms", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.shutdown_timeout_ms, 1500);
+	cr_assert_eq(conf_mount_set(&c, "shutdown_timeout", "5", err, sizeof(err)), -EINVAL);
+	cr_assert_str_eq(err, "mount option shutdown_timeout: 5 is not a duration from 0 (wait "
+			 "forever) to 24h in whole milliseconds (" BLK_DURATION_HELP ")");
+	cr_assert_eq(c.mount.shutdown_timeout_ms, 1500, "a bad value changes nothing");
+	conf_free(&c);
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.shutdown_timeout_ms, CONF_SHUTDOWN_TIMEOUT_DEFAULT_MS);
+	conf_free(&c);
+	expect_err(RAM0 "[mount]\nshutdown_timeout = 25h\n",
+		   F ":5: shutdown_timeout: 25h is not a duration from 0 (wait forever) to 24h in "
+		   "whole milliseconds (" BLK_DURATION_HELP ")");
+	expect_err(RAM0 "[mount]\nshutdown_timeout = 1500us\n",
+		   F ":5: shutdown_timeout: 1500us is not a duration from 0 (wait forever) to 24h in "
+		   "whole milliseconds (" BLK_DURATION_HELP ")");
+	expect_err(RAM0 "[mount]\nshutdown_timeout = 3s\nshutdown_timeout = 4s\n",
+		   F ":6: shutdown_timeout: duplicate key (first given on line 5)");
 }
 
 Test(conf, mount_max_pending)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../backends/clock.h"
 #include "../../core/pcache.h"
 #include "cache_fixture.h"
 #include "fake_backend.h"
@@ -1995,11 +1996,53 @@ TEST_FIX(errors, sync_final)
 	do_write(0, 12 * KiB, 2);
 	do_write(1 * MiB, 4 * KiB, 3);
 	fake_fault_set(fb, &ft);
-	ret = pc_dev_sync_final(dev, 2, &lost);
+	ret = pc_dev_sync_final(dev, 2, NULL, &lost);
 	cr_assert_eq(ret, -EIO);
 	cr_assert_eq(lost, 16 * KiB, "lost %llu", (unsigned long long)lost);
 	fake_fault_clear(fb);
-	ret = pc_dev_sync_final(dev, 2, &lost);
+	ret = pc_dev_sync_final(dev, 2, NULL, &lost);
+	cr_assert_eq(ret, 0);
+	cr_assert_eq(lost, 0);
+	verify_store(0, dev_size);
+}
+
+/*
+ * A deadline cuts the retries short, never the first round: with 5
+ * attempts the backoff alone is 1.5 s; a deadline 150 ms away allows the
+ * first retry (100 ms) and not the second (200 ms more). A deadline far
+ * away changes nothing.
+ */
+TEST_FIX(errors, sync_final_deadline)
+{
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
+	struct fake_fault ft = { .op_mask = W, .err = -EIO, .persistent = true };
+	uint64_t lost = 0, t0, took, deadline;
+	int ret;
+
+	setup(&g, 4 * MiB, 64 * KiB, 0);
+	do_write(0, 12 * KiB, 2);
+	fake_fault_set(fb, &ft);
+	t0 = blk_now_ms();
+	deadline = t0 + 150;
+	ret = pc_dev_sync_final(dev, 5, &deadline, &lost);
+	took = blk_now_ms() - t0;
+	cr_assert_eq(ret, -EIO);
+	cr_assert_eq(lost, 12 * KiB, "lost %llu", (unsigned long long)lost);
+	cr_assert(took >= 100 && took < 300, "took %llu ms", (unsigned long long)took);
+	cr_assert_eq(fake_fault_hits(fb), 2, "rounds: %u", fake_fault_hits(fb));
+
+	/* an expired deadline: one round, no backoff */
+	deadline = 1;
+	t0 = blk_now_ms();
+	ret = pc_dev_sync_final(dev, 5, &deadline, &lost);
+	cr_assert_eq(ret, -EIO);
+	cr_assert(blk_now_ms() - t0 < 100);
+	cr_assert_eq(fake_fault_hits(fb), 3);
+
+	/* far away: the retries as without one, and they succeed once the fault goes */
+	fake_fault_clear(fb);
+	deadline = blk_now_ms() + 60000;
+	ret = pc_dev_sync_final(dev, 5, &deadline, &lost);
 	cr_assert_eq(ret, 0);
 	cr_assert_eq(lost, 0);
 	verify_store(0, dev_size);
