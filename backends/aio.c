@@ -81,10 +81,12 @@ struct aio_req {
 
 struct aio_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* set at open, read-only after */
+	/* set at open; size changes only in aio_resize(), the device quiesced */
+	struct blk_geometry geo;
 	int fd;
 	int efd;			/* eventfd: completions and wakeups */
 	bool bdev;			/* a block device, else an image file */
+	bool read_only;			/* opened for reading (a read-only mount) */
 	unsigned int qd;
 	io_context_t ctx;
 	pthread_t reaper, worker;
@@ -1163,6 +1165,7 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 	ret = aio_open_path(ad, p, create, exclusive, &created);
 	if (ret)
 		goto out_free;
+	ad->read_only = p->read_only;
 	if (fstat(ad->fd, &st)) {
 		ret = -errno;
 		blk_param_error(p, "path", "%s: %s", ad->path, strerror(-ret));
@@ -1273,6 +1276,62 @@ static void aio_close(struct blk_backend *be)
 	free(ad);
 }
 
+/*
+ * blk_resize(): an image file grows to @size (extended with a hole: the new
+ * space reads as zeros); with 0, the device takes the size the file or the
+ * block device has now (after lvextend, or a file grown by someone else).
+ * A block device cannot be made larger than it is (-ENOSPC). Shrinking is
+ * refused (-EOPNOTSUPP): the storage's data past the end would stay there
+ * and come back with a later grow; a file is not truncated behind its
+ * owner's back.
+ */
+static int aio_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct aio_dev *ad = (struct aio_dev *)be;
+	uint64_t now, want = *size;
+	struct stat st;
+
+	if (fstat(ad->fd, &st)) {
+		int err = errno;
+
+		blk_err("aio: %s: cannot find its size: %s", ad->path, strerror(err));
+		return -err;
+	}
+	if (ad->bdev) {
+		if (ioctl(ad->fd, BLKGETSIZE64, &now)) {
+			int err = errno;
+
+			blk_err("aio: %s: cannot read the device's size: %s", ad->path, strerror(err));
+			return -err;
+		}
+	} else {
+		now = (uint64_t)st.st_size;
+	}
+	now = now / ad->geo.lbs * ad->geo.lbs;
+	if (!want)
+		want = now;
+	if (want % ad->geo.lbs)
+		return -EINVAL;
+	if (want < ad->geo.size)
+		return -EOPNOTSUPP;
+	if (want > now) {
+		if (ad->bdev)
+			return -ENOSPC;
+		if (ad->read_only)
+			return -EROFS;
+		if (ftruncate(ad->fd, (off_t)want)) {
+			int err = errno;
+
+			blk_err("aio: %s: cannot extend it to %llu bytes: %s", ad->path,
+				(unsigned long long)want, strerror(err));
+			return -err;
+		}
+	}
+	ad->geo.size = want;
+	*size = want;
+	return 0;
+}
+
 static void aio_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	*geo = ((struct aio_dev *)be)->geo;
@@ -1318,6 +1377,7 @@ const struct blk_backend_ops aio_backend_ops = {
 	.open = aio_open,
 	.close = aio_close,
 	.geometry = aio_geometry,
+	.resize = aio_resize,
 	.submit = aio_submit,
 	.stat = aio_stat,
 };

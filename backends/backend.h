@@ -219,6 +219,11 @@ struct blk_backend_ops {
 	const struct blk_attr *attrs;
 	/* Optional: snapshots (struct blk_snap_ops); NULL: none. */
 	const struct blk_snap_ops *snap;
+	/*
+	 * Optional: the device's size changes while it is open; NULL: the
+	 * size is fixed. Call it through blk_resize() on the top of the stack.
+	 */
+	int (*resize)(struct blk_backend *be, uint64_t *size);
 };
 
 struct blk_backend {
@@ -350,6 +355,41 @@ static inline int blk_snap_list(struct blk_backend *be, struct blk_snap_info *v,
 static inline int blk_snap_save(struct blk_backend *be, const char *name, const char *path)
 {
 	return be->ops->snap ? be->ops->snap->save(be, name, path) : -EOPNOTSUPP;
+}
+
+/**
+ * blk_resize - change the device's size, or pick up the storage's new size
+ * @be: the top of the device's stack
+ * @size: in: the new size in bytes (a multiple of the logical block size),
+ *	  or 0 for the size the storage has now ("auto": a block device after
+ *	  lvextend, an NBD export that was grown); out: the device's size now
+ *
+ * The backend makes the storage that size, or checks that it is: ram grows
+ * and shrinks its arena (a shrink drops the data past the end; refused
+ * while the device has snapshots; a snapshot has no size of its own: after
+ * a grow it reads, saves and resets as its data followed by zeros); aio extends an image file, and takes a
+ * block device's or a file's new size with 0; nbd connects again to learn
+ * the export's size (0, or the size it has). Every filter passes the call
+ * down and then takes the new size for itself (be_filter_resize() for one
+ * that keeps nothing of it). Afterwards ->geometry() reports the new size;
+ * the other fields never change.
+ *
+ * The caller quiesces the device first, as for blk_snap_reset(): no I/O in
+ * flight in any layer and none submitted until this returns. It has also
+ * written back and flushed what it caches (a shrink drops what lies past
+ * the end: that must not be data the device's users still expect there).
+ *
+ * Returns: 0 (also when the size did not change); -EINVAL (not a multiple
+ * of the logical block size, or 0 where the storage has no size of its
+ * own: ram); -EBUSY (ram: snapshots hold the data a shrink would drop);
+ * -EOPNOTSUPP (the backend cannot take that change: aio shrinks, an
+ * explicit size for nbd that is not the export's); -ENOSPC (aio: a block
+ * device smaller than @size); -ENOMEM, or the storage's -errno (logged by
+ * the backend); nothing changed on failure.
+ */
+static inline int blk_resize(struct blk_backend *be, uint64_t *size)
+{
+	return be->ops->resize ? be->ops->resize(be, size) : -EOPNOTSUPP;
 }
 
 /* backends/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */

@@ -250,6 +250,8 @@ void be_timerq_destroy(struct be_timerq *q);
 
 /* A filter's ->geometry: the layer below's, unchanged. */
 void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo);
+/* A filter's ->resize that keeps nothing of the size: the layer below's. */
+int be_filter_resize(struct blk_backend *be, uint64_t *size);
 
 /*
  * A filter's ->snap: every call goes to the layer below, unchanged (one line

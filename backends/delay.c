@@ -414,6 +414,21 @@ static int param_range(struct blk_params *p, const char *key, struct delay_range
 	return 0;
 }
 
+/*
+ * The device's size changed (blk_resize()): ranges given from now on are
+ * checked against the new end; those given before stay as they are (I/O
+ * never reaches a part of them past the end).
+ */
+static int delay_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct delay_dev *dd = (struct delay_dev *)be;
+	int ret = blk_resize(be->next, size);
+
+	if (!ret)
+		__atomic_store_n(&dd->size, *size, __ATOMIC_RELAXED);
+	return ret;
+}
+
 static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct blk_geometry geo;
@@ -711,6 +726,7 @@ const struct blk_backend_ops delay_filter_ops = {
 	.open = delay_open,
 	.close = delay_close,
 	.geometry = be_filter_geometry,
+	.resize = delay_resize,
 	.submit = delay_submit,
 	.stat = delay_stat,
 	.attrs = delay_attrs,

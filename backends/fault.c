@@ -667,6 +667,21 @@ static const char *const fault_keys[] = {
 	"enabled", "pool", NULL,
 };
 
+/*
+ * The device's size changed (blk_resize()): ranges given from now on are
+ * checked against the new end; those given before stay as they are (I/O
+ * never reaches a part of them past the end).
+ */
+static int fault_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct fault_dev *fd = (struct fault_dev *)be;
+	int ret = blk_resize(be->next, size);
+
+	if (!ret)
+		__atomic_store_n(&fd->size, *size, __ATOMIC_RELAXED);
+	return ret;
+}
+
 static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct blk_geometry geo;
@@ -1204,6 +1219,7 @@ const struct blk_backend_ops fault_filter_ops = {
 	.open = fault_open,
 	.close = fault_close,
 	.geometry = be_filter_geometry,
+	.resize = fault_resize,
 	.submit = fault_submit,
 	.stat = fault_stat,
 	.attrs = fault_attrs,

@@ -590,6 +590,21 @@ static int param_probability(struct blk_params *p, const char *key, double *out)
 	return 0;
 }
 
+/*
+ * The device's size changed (blk_resize()): ranges given from now on are
+ * checked against the new end; those given before stay as they are (I/O
+ * never reaches a part of them past the end).
+ */
+static int flakey_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	int ret = blk_resize(be->next, size);
+
+	if (!ret)
+		__atomic_store_n(&fk->size, *size, __ATOMIC_RELAXED);
+	return ret;
+}
+
 static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct blk_geometry geo;
@@ -1065,6 +1080,7 @@ const struct blk_backend_ops flakey_filter_ops = {
 	.open = flakey_open,
 	.close = flakey_close,
 	.geometry = be_filter_geometry,
+	.resize = flakey_resize,
 	.submit = flakey_submit,
 	.stat = flakey_stat,
 	.attrs = flakey_attrs,

@@ -359,6 +359,7 @@ const struct blk_backend_ops log_filter_ops = {
 	.open = log_open,
 	.close = log_close,
 	.geometry = be_filter_geometry,
+	.resize = be_filter_resize,
 	.submit = log_submit,
 	.stat = log_stat,
 	.attrs = log_attrs,

@@ -171,11 +171,13 @@ struct nbd_conn {
 	unsigned int backoff_ms;
 	bool ever_up;			/* a later UP is a reconnect */
 	bool quiet;			/* this outage's retries were logged */
+	bool resize_drop;		/* lock: reconnect to learn the export's new size */
 };
 
 struct nbd_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* set at open, read-only after */
+	/* set at open; size (and srv0.size) change only in nbd_resize(), quiesced */
+	struct blk_geometry geo;
 	struct nbd_srv srv0;		/* the server at open: reconnects must match */
 	char *uri;
 	char *name;			/* device name, for messages */
@@ -911,6 +913,15 @@ static void *conn_thread_fn(void *arg)
 		bool stop;
 
 		c->now = blk_now_ns();
+		if (c->resize_drop) {
+			/* nbd_resize(): nothing in flight; the handle knows the old size */
+			c->resize_drop = false;
+			if (c->state == CONN_UP)
+				conn_drop_locked(c, "the export's size changed");
+			else if (c->state == CONN_CONNECTING)
+				conn_retry_later_locked(c, "the export's size changed");
+			c->next_try = c->now;
+		}
 		if (c->state == CONN_DOWN && c->now >= c->next_try)
 			conn_connect_start_locked(c);
 		if (c->state == CONN_CONNECTING && c->now >= c->connect_deadline)
@@ -1569,6 +1580,83 @@ static void nbd_close_be(struct blk_backend *be)
 	nbd_free(nd);
 }
 
+/*
+ * blk_resize(): the export's size is the server's; the only way to learn a
+ * new one is a new handshake. A connection of our own asks the server
+ * (@size 0: take what it says; else it must say @size), checks that the
+ * export is otherwise the same one, and then every connection is made
+ * again so that libnbd, which checks each command against the size of its
+ * handshake, lets I/O reach the new end. Waits for them, at most the
+ * timeout (I/O submitted before they are up waits for them as after any
+ * reconnect).
+ */
+static int nbd_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct nbd_dev *nd = (struct nbd_dev *)be;
+	uint64_t old = nd->geo.size, old_srv = nd->srv0.size, end;
+	struct nbd_handle *h;
+	struct nbd_srv s;
+	char why[256];
+	const char *bad;
+	unsigned int i, up;
+
+	h = nbd_handle_new();
+	if (!h)
+		return -ENOMEM;
+	why[0] = '\0';
+	if (nbd_connect_sync(nd, h, why, sizeof(why)) || srv_read(h, &s)) {
+		if (!why[0])
+			snprintf(why, sizeof(why), "%s", nbd_get_error() ? nbd_get_error() : "?");
+		blk_err("nbd %s: %s: cannot connect to learn the export's size: %s", nd->name,
+			nd->uri, why);
+		nbd_close(h);
+		return -EIO;
+	}
+	nbd_close(h);
+	if (*size && s.size / nd->geo.lbs * nd->geo.lbs != *size)
+		return -EOPNOTSUPP;
+	nd->geo.size = s.size / nd->geo.lbs * nd->geo.lbs;
+	nd->srv0.size = s.size;
+	bad = srv_mismatch(nd, &s, why, sizeof(why));
+	if (bad || !nd->geo.size) {
+		blk_err("nbd %s: %s: the export changed more than its size: %s", nd->name,
+			nd->uri, bad ? bad : "it is now empty");
+		nd->geo.size = old;
+		nd->srv0.size = old_srv;
+		return -EIO;
+	}
+	*size = nd->geo.size;
+	if (nd->geo.size == old)
+		return 0;
+	blk_info("nbd %s: the export is now %llu bytes (was %llu): connecting again", nd->name,
+		 (unsigned long long)nd->geo.size, (unsigned long long)old);
+	for (i = 0; i < nd->nconn; i++) {
+		struct nbd_conn *c = &nd->conn[i];
+
+		pthread_mutex_lock(&c->lock);
+		c->resize_drop = true;
+		pthread_mutex_unlock(&c->lock);
+		conn_wake(c);
+	}
+	end = blk_now_ns() + nd->timeout_ns;
+	do {
+		for (i = 0, up = 0; i < nd->nconn; i++) {
+			struct nbd_conn *c = &nd->conn[i];
+
+			pthread_mutex_lock(&c->lock);
+			if (!c->resize_drop && c->state == CONN_UP && c->srv.size == s.size)
+				up++;
+			pthread_mutex_unlock(&c->lock);
+		}
+		if (up == nd->nconn)
+			return 0;
+		usleep(2000);
+	} while (blk_now_ns() < end);
+	blk_warn("nbd %s: %u of %u connections are up again after the resize; the rest keep trying",
+		 nd->name, up, nd->nconn);
+	return 0;
+}
+
 static void nbd_geometry_get(struct blk_backend *be, struct blk_geometry *geo)
 {
 	*geo = ((struct nbd_dev *)be)->geo;
@@ -1622,6 +1710,7 @@ const struct blk_backend_ops nbd_backend_ops = {
 	.open = nbd_open,
 	.close = nbd_close_be,
 	.geometry = nbd_geometry_get,
+	.resize = nbd_resize,
 	.submit = nbd_submit,
 	.stat = nbd_stat,
 };

@@ -14,7 +14,7 @@
 
 struct null_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* set at open, read-only after */
+	struct blk_geometry geo;	/* set at open; size changes in null_resize() */
 };
 
 static struct blk_backend *null_open(struct blk_params *p, struct blk_backend *next)
@@ -47,6 +47,19 @@ static void null_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	*geo = ((struct null_dev *)be)->geo;
 }
 
+/* blk_resize(): any size (0, "auto": no storage to ask, the size stays). */
+static int null_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct null_dev *nd = (struct null_dev *)be;
+
+	if (!*size)
+		*size = nd->geo.size;
+	if (*size % nd->geo.lbs)
+		return -EINVAL;
+	nd->geo.size = *size;
+	return 0;
+}
+
 static int null_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct null_dev *nd = (struct null_dev *)be;
@@ -70,5 +83,6 @@ const struct blk_backend_ops null_backend_ops = {
 	.open = null_open,
 	.close = null_close,
 	.geometry = null_geometry,
+	.resize = null_resize,
 	.submit = null_submit,
 };

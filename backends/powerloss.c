@@ -920,6 +920,36 @@ static int parse_seed(const char *s, bool *is_auto, uint64_t *seed)
 	return 0;
 }
 
+/*
+ * The device's size changes (blk_resize()). Refused during a cut or a reset,
+ * and for a shrink while the journal holds writes no flush has covered (a
+ * later cut would undo them past the new end); the daemon writes back and
+ * flushes before it resizes, which empties the journal.
+ */
+static int pl_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	int ret;
+
+	pthread_mutex_lock(&pd->lock);
+	if (pd->state != PL_RUNNING || pd->resetting ||
+	    (*size && *size < pd->geo.size && pd->nr)) {
+		pthread_mutex_unlock(&pd->lock);
+		return -EBUSY;
+	}
+	pd->resetting = true;	/* no cut starts meanwhile (pl_trigger() refuses) */
+	pthread_mutex_unlock(&pd->lock);
+
+	ret = blk_resize(be->next, size);
+
+	pthread_mutex_lock(&pd->lock);
+	pd->resetting = false;
+	if (!ret)
+		pd->geo.size = *size;
+	pthread_mutex_unlock(&pd->lock);
+	return ret;
+}
+
 static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct pl_dev *pd;
@@ -1151,6 +1181,7 @@ const struct blk_backend_ops powerloss_filter_ops = {
 	.open = pl_open,
 	.close = pl_close,
 	.geometry = be_filter_geometry,
+	.resize = pl_resize,
 	.submit = pl_submit,
 	.stat = pl_stat,
 	.attrs = pl_attrs,

@@ -114,6 +114,13 @@
  *    on it: a snapshot's tree, or the save's own reference to the device's,
  *    is never written (1), and ctl_lock keeps it from being dropped.
  *
+ * Resize (ram_resize()): with ctl_lock and rd->lock exclusive, under a
+ * device the daemon quiesced. A grow that needs more levels puts every
+ * tree's root (the device's and each snapshot's) into slot 0 of a new root,
+ * so all trees keep the one height; a shrink (refused while snapshots
+ * exist, which would bring the data back) drops the pages past the end.
+ * Snapshots have no size of their own: they read as the device's size.
+ *
  * Lock order: rd->ctl_lock (snapshot calls, one at a time; the snapshot
  * list) -> rd->lock (shared for READ/WRITE, which only add to the tree and
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
@@ -208,8 +215,10 @@ struct ram_snap {
 
 struct ram_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* set at open, read-only after */
-	unsigned int root_shift;	/* page-index bits below the root's slots */
+	/* set at open; size changes only in ram_resize(), with ctl_lock and rd->lock exclusive */
+	struct blk_geometry geo;
+	/* page-index bits below the root's slots: grows with the size (ram_resize()) */
+	unsigned int root_shift;
 	char dev[64];			/* device name, for messages */
 
 	/*
@@ -1639,6 +1648,108 @@ static const struct blk_snap_ops ram_snap_ops = {
 	.save = ram_snap_save,
 };
 
+/* ---- resize ---- */
+
+/*
+ * blk_resize(): the device grows or shrinks. A grow past what the root's
+ * slots cover adds levels on top of the device's tree and of every
+ * snapshot's (the old root becomes slot 0 of a new one, keeping its
+ * reference), so every tree keeps the one height, rd->root_shift. A shrink
+ * drops the pages past the new end and zeros the tail of the last one
+ * (reads of a later grow see zeros there, as on a fresh device); it is
+ * refused while snapshots exist (-EBUSY), whose trees hold data past the
+ * new end that a reset would bring back. The tree never loses levels.
+ * ctl_lock keeps snapshot calls and saves out; rd->lock exclusive, the
+ * I/O (none is in flight: the caller quiesced the device).
+ */
+static int ram_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct ram_dev *rd = (struct ram_dev *)be;
+	uint64_t new = *size, pages, old;
+	unsigned int shift, levels, nr_roots = 0, need, i, got = 0;
+	struct ram_node **fresh = NULL;
+	struct ram_snap *snap;
+	int ret = 0;
+
+	if (!new || new % rd->geo.lbs)
+		return -EINVAL;
+	pthread_mutex_lock(&rd->ctl_lock);
+	old = rd->geo.size;
+	if (new < old && rd->nr_named) {
+		ret = -EBUSY;
+		goto out_ctl;
+	}
+	pages = (new + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
+	shift = rd->root_shift;
+	while (shift + RAM_NODE_SHIFT < 64 && pages > 1ull << (shift + RAM_NODE_SHIFT))
+		shift += RAM_NODE_SHIFT;
+	levels = (shift - rd->root_shift) / RAM_NODE_SHIFT;
+	if (levels) {
+		nr_roots = rd->root ? 1 : 0;
+		for (snap = rd->snaps; snap; snap = snap->next)
+			nr_roots += snap->root != NULL;
+	}
+	need = levels * nr_roots;
+	if (need) {
+		fresh = calloc(need, sizeof(*fresh));
+		if (!fresh) {
+			ret = -ENOMEM;
+			goto out_ctl;
+		}
+	}
+	pthread_rwlock_wrlock(&rd->lock);
+	pthread_mutex_lock(&rd->alloc_lock);
+	for (got = 0; got < need; got++) {
+		bool zero;
+
+		fresh[got] = ram_page_take_locked(rd, &zero);
+		if (!fresh[got])
+			break;
+		if (!zero)
+			memset(fresh[got], 0, sizeof(*fresh[got]));
+	}
+	if (got < need) {
+		while (got)
+			ram_page_free_locked(rd, fresh[--got]);
+		pthread_mutex_unlock(&rd->alloc_lock);
+		ret = -ENOMEM;
+		goto out_lock;
+	}
+	/* Each root moves down into slot 0 of a new one, once per level added. */
+	for (i = 0; i < need; i++) {
+		void **rootp = NULL;
+		unsigned int r = i / levels, k = 0;
+
+		if (rd->root && r == k++)
+			rootp = &rd->root;
+		for (snap = rd->snaps; !rootp && snap; snap = snap->next)
+			if (snap->root && r == k++)
+				rootp = (void **)&snap->root;
+		assert(rootp && *rootp);
+		fresh[i]->slot[0] = *rootp;
+		__atomic_store_n(rootp, (void *)fresh[i], __ATOMIC_RELEASE);
+	}
+	__atomic_add_fetch(&rd->nr_nodes, need, __ATOMIC_RELAXED);
+	rd->root_shift = shift;
+	pthread_mutex_unlock(&rd->alloc_lock);
+	if (new < old) {
+		uint64_t end = (old + RAM_PAGE_SIZE - 1) & ~(uint64_t)RAM_PAGE_MASK;
+
+		/* No snapshot: nothing is shared, so nothing is copied and this cannot fail. */
+		ret = ram_zero_range_locked(rd, new, end - new);
+		assert(!ret);
+		if (ret)
+			goto out_lock;
+	}
+	rd->geo.size = new;
+out_lock:
+	pthread_rwlock_unlock(&rd->lock);
+out_ctl:
+	pthread_mutex_unlock(&rd->ctl_lock);
+	free(fresh);
+	return ret;
+}
+
 /* ---- open: an image to start from ---- */
 
 /* @path relative to the directory of the config file, as the aio backend's path is. */
@@ -1851,7 +1962,7 @@ static struct ram_dev *ram_dev_new(struct blk_params *p, const struct blk_geomet
 	rd->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
 	snprintf(rd->dev, sizeof(rd->dev), "%s", p->dev ? p->dev : "?");
 
-	/* Levels so that the root's slots cover every page index. */
+	/* Levels so that the root's slots cover every page index (ram_resize() adds more). */
 	dev_pages = (rd->geo.size + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
 	while (dev_pages > 1ull << (rd->root_shift + RAM_NODE_SHIFT))
 		rd->root_shift += RAM_NODE_SHIFT;
@@ -2007,4 +2118,5 @@ const struct blk_backend_ops ram_backend_ops = {
 	.submit = ram_submit,
 	.stat = ram_stat,
 	.snap = &ram_snap_ops,
+	.resize = ram_resize,
 };

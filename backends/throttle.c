@@ -590,6 +590,7 @@ const struct blk_backend_ops throttle_filter_ops = {
 	.open = throttle_open,
 	.close = throttle_close,
 	.geometry = be_filter_geometry,
+	.resize = be_filter_resize,
 	.submit = throttle_submit,
 	.stat = throttle_stat,
 	.attrs = throttle_attrs,

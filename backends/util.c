@@ -71,6 +71,11 @@ void be_filter_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	be->next->ops->geometry(be->next, geo);
 }
 
+int be_filter_resize(struct blk_backend *be, uint64_t *size)
+{
+	return blk_resize(be->next, size);
+}
+
 /* ---- errnos, probabilities, seeds ---- */
 
 int be_parse_errno(const char *s)

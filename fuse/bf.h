@@ -23,7 +23,8 @@ struct bf_req;
  * alone and published in a slot of d->devs; its memory lives until its last
  * reference goes.
  *
- * Lock order: d->add_lock -> dev->ctl_lock -> d->dev_lock -> dev->req_lock;
+ * Lock order: d->add_lock -> dev->ctl_lock -> dev->live_lock (live.c) -> d->dev_lock ->
+ * dev->req_lock;
  * d->ref_lock is a leaf. d->dev_lock is held only to look up or to change
  * the table (never across backend I/O, a FUSE reply or a notification).
  */
@@ -65,7 +66,17 @@ struct bf_dev {
 	uint32_t req_waiters;		/* req_lock */
 	uint64_t req_waits;		/* req_lock: requests that waited for a slot */
 	uint32_t req_slots;
+	bool req_frozen;		/* req_lock: bf_dev_freeze(): no slot is handed out */
+
+	/* resize, snapshot, reset, save: one at a time per device (live.c); before req_lock */
+	pthread_mutex_t live_lock;
 };
+
+/* The device's size now: changed live by bf_dev_resize(), read anywhere. */
+static inline uint64_t bf_dev_size(const struct bf_dev *bd)
+{
+	return __atomic_load_n(&bd->geo.size, __ATOMIC_RELAXED);
+}
 
 #define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 
@@ -257,6 +268,47 @@ void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, ui
 
 /* .sys/DEV/drop_caches: the device's clean cached data, blkfs's and the kernel's, goes. */
 void bf_dev_drop_caches(struct bf_dev *bd);
+/*
+ * bf_dev_freeze - hold @bd's new requests (they wait for a slot, as when all
+ * are taken) and wait until those in flight have been answered, at most
+ * @timeout_ms. The caller holds bd->live_lock. Returns 0 (frozen: call
+ * bf_dev_thaw()) or -ETIMEDOUT (not frozen).
+ */
+int bf_dev_freeze(struct bf_dev *bd, unsigned int timeout_ms);
+void bf_dev_thaw(struct bf_dev *bd);
+
+/* live.c: a mount that changes while it serves */
+/*
+ * bf_dev_resize - give @bd a new size, or the size its storage has now
+ * @spec: bytes, with an optional K/M/G/T suffix (binary), or "auto"
+ * @msg: receives the result ("ram0: 1073741824 -> 2147483648 bytes") or why not
+ *
+ * Holds the device's requests, writes back and flushes its dirty data,
+ * resizes the backend stack (blk_resize()) and the cache, then tells the
+ * kernel (every opener sees the new size at once). Refused, with nothing
+ * changed: a size not a multiple of the cache block (EINVAL); a shrink
+ * below a loop device that sits on the file (EBUSY); a shrink with
+ * kernel_cache = writeback, whose kernel keeps its own larger size
+ * (EOPNOTSUPP); dirty data that cannot be written back (EIO); what the
+ * backend refuses (blk_resize()). Returns 0 or -errno.
+ */
+int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len);
+/* .sys/DEV/snapshots: one line per snapshot, "NAME created=EPOCH data_bytes=N own_bytes=N". */
+int bf_dev_snapshots_show(struct bf_dev *bd, char *buf, size_t len);
+/* Does @bd's stack keep snapshots (the ram backend)? */
+bool bf_dev_has_snapshots(struct bf_dev *bd);
+/*
+ * The control file's verbs (fuse/control.c's table): argv[0] is the verb;
+ * 0 or -errno, @msg gets the result or the error.
+ *   resize DEV SIZE|auto
+ *   snapshot DEV SNAP          snapshot -d DEV SNAP (delete)
+ *   reset DEV SNAP
+ *   save DEV FILE [SNAP]       FILE: an absolute path
+ */
+int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_cmd_snapshot(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_cmd_reset(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 
 /* devs.c: devices that come and go while mounted */
 /*

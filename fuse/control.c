@@ -28,6 +28,10 @@ static const struct {
 } bf_cmds[] = {
 	{ "add", bf_cmd_add },
 	{ "remove", bf_cmd_remove },
+	{ "resize", bf_cmd_resize },
+	{ "snapshot", bf_cmd_snapshot },
+	{ "reset", bf_cmd_reset },
+	{ "save", bf_cmd_save },
 };
 
 #define NR_CMDS (sizeof(bf_cmds) / sizeof(bf_cmds[0]))

@@ -281,8 +281,8 @@ static bool fill_attr(struct bf_daemon *d, fuse_ino_t ino, struct stat *st)
 	st->st_uid = bd->uid;
 	st->st_gid = bd->gid;
 	st->st_nlink = 1;
-	st->st_size = (off_t)bd->geo.size;
-	st->st_blocks = (blkcnt_t)(bd->geo.size / 512);
+	st->st_size = (off_t)bf_dev_size(bd);
+	st->st_blocks = (blkcnt_t)(bf_dev_size(bd) / 512);
 	/* the block the cache tracks state in: writes of this size never read first */
 	st->st_blksize = bd->cblk;
 	return true;
@@ -407,7 +407,7 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if (!(n && !n->dir)) {
 			if (!bd)
 				err = n || ino == BF_ROOT_INO ? EISDIR : ENOENT;
-			else if ((uint64_t)attr->st_size != bd->geo.size)
+			else if ((uint64_t)attr->st_size != bf_dev_size(bd))
 				err = EINVAL;
 		}
 		pthread_rwlock_unlock(&d->dev_lock);
@@ -616,6 +616,7 @@ int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 		return -ENOMEM;
 	pthread_mutex_init(&bd->req_lock, NULL);
 	pthread_cond_init(&bd->req_cond, NULL);
+	pthread_mutex_init(&bd->live_lock, NULL);
 	for (i = 0; i < n; i++) {
 		bd->reqs[i].bd = bd;
 		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
@@ -632,6 +633,7 @@ void bf_dev_reqs_destroy(struct bf_dev *bd)
 	assert(!bd->req_in_use);
 	pthread_mutex_destroy(&bd->req_lock);
 	pthread_cond_destroy(&bd->req_cond);
+	pthread_mutex_destroy(&bd->live_lock);
 	free(bd->reqs);
 	bd->reqs = NULL;
 }
@@ -657,9 +659,9 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	struct bf_req *r;
 
 	pthread_mutex_lock(&bd->req_lock);
-	if (!bd->req_free)
+	if (!bd->req_free || bd->req_frozen)
 		bd->req_waits++;
-	while (!bd->req_free) {
+	while (!bd->req_free || bd->req_frozen) {
 		bd->req_waiters++;
 		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
 		bd->req_waiters--;
@@ -739,6 +741,43 @@ void bf_drain(struct bf_daemon *d)
 			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
 		pthread_mutex_unlock(&bd->req_lock);
 	}
+}
+
+int bf_dev_freeze(struct bf_dev *bd, unsigned int timeout_ms)
+{
+	struct timespec end;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += timeout_ms / 1000;
+	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (end.tv_nsec >= 1000000000) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&bd->req_lock);
+	assert(!bd->req_frozen);	/* live_lock makes freezes one at a time */
+	bd->req_frozen = true;
+	/* req_put() broadcasts when the last slot comes back */
+	while (bd->req_in_use && !ret)
+		ret = pthread_cond_timedwait(&bd->req_cond, &bd->req_lock, &end);
+	if (bd->req_in_use) {
+		bd->req_frozen = false;
+		pthread_cond_broadcast(&bd->req_cond);
+		ret = -ETIMEDOUT;
+	} else {
+		ret = 0;
+	}
+	pthread_mutex_unlock(&bd->req_lock);
+	return ret;
+}
+
+void bf_dev_thaw(struct bf_dev *bd)
+{
+	pthread_mutex_lock(&bd->req_lock);
+	bd->req_frozen = false;
+	pthread_cond_broadcast(&bd->req_cond);
+	pthread_mutex_unlock(&bd->req_lock);
 }
 
 static struct bf_req *req_of(struct pc_aio *aio)
@@ -1084,7 +1123,7 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	size = f->dev->geo.size;
+	size = bf_dev_size(f->dev);
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -1226,7 +1265,7 @@ static void bf_statfs(fuse_req_t req, fuse_ino_t ino)
 	pthread_rwlock_rdlock(&d->dev_lock);
 	for (i = 0; i < PC_MAX_DEVS; i++)
 		if (d->devs[i])
-			total += d->devs[i]->geo.size;
+			total += bf_dev_size(d->devs[i]);
 	sv.f_files = (fsfilcnt_t)d->nr_devs + 1;
 	pthread_rwlock_unlock(&d->dev_lock);
 	sv.f_bsize = 4096;

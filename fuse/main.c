@@ -47,7 +47,7 @@ static const char usage[] =
 "  blkfs resize MNT NAME SIZE|auto\n"
 "  blkfs snapshot MNT NAME SNAP | blkfs snapshot -d MNT NAME SNAP\n"
 "  blkfs reset MNT NAME SNAP\n"
-"  blkfs save MNT NAME FILE\n"
+"  blkfs save MNT NAME FILE [SNAP]\n"
 "  blkfs --help | --version\n"
 "\n"
 "blkfs presents block devices as files: `blkfs mount /mnt/blk` shows one file\n"
@@ -961,19 +961,33 @@ static const struct {
 	  "writeback fails (the error is given; nothing is dropped). There is no --force.\n"
 	  "Exit status: 0 removed; 1 refused; 2 usage, or MNT is not a blkfs mount.\n" },
 	{ "resize", 2, 2, "blkfs resize MNT NAME SIZE|auto",
-	  "Change the size of device NAME (ram grows and shrinks; aio grows an image\n"
-	  "file or, with auto, takes a block device's new size; nbd re-reads its\n"
-	  "export's). Exit status: 0 done; 1 refused; 2 usage.\n" },
+	  "Change the size of device NAME while it is mounted: SIZE in bytes with an\n"
+	  "optional K/M/G/T suffix, a multiple of its cache block; auto: the size its\n"
+	  "storage has now. ram grows and shrinks (a shrink drops the data past the\n"
+	  "end); aio grows an image file, or with auto takes a block device's or a\n"
+	  "file's new size, and never shrinks; nbd reconnects to read the export's\n"
+	  "size (auto). Requests are held for the moment, dirty data written back;\n"
+	  "every opener sees the new size at once (then losetup -c, resize2fs).\n"
+	  "Refused: a shrink below a loop device on the file, or with\n"
+	  "kernel_cache = writeback; a ram shrink while it has snapshots.\n"
+	  "Exit status: 0 done; 1 refused (the reason on stderr); 2 usage, or MNT is\n"
+	  "not a blkfs mount.\n" },
 	{ "snapshot", 2, 2, "blkfs snapshot [-d] MNT NAME SNAP",
-	  "Take an instant copy-on-write snapshot SNAP of ram device NAME (its dirty\n"
-	  "cache written back first); -d deletes SNAP. Exit status: 0 done; 1 refused;\n"
-	  "2 usage.\n" },
+	  "Take an instant copy-on-write snapshot SNAP of ram device NAME: its dirty\n"
+	  "cache is written back first while new writes wait, nothing is copied.\n"
+	  "-d deletes SNAP. MNT/.sys/NAME/snapshots lists them with the memory each\n"
+	  "holds alone. Exit status: 0 done; 1 refused (a bad or taken name, no such\n"
+	  "snapshot, a backend without snapshots: only ram has them); 2 usage.\n" },
 	{ "reset", 2, 2, "blkfs reset MNT NAME SNAP",
-	  "Return ram device NAME to snapshot SNAP. Exit status: 0 done; 1 refused;\n"
+	  "Return ram device NAME to snapshot SNAP in milliseconds: what was written\n"
+	  "since is gone, also from blkfs's and the kernel's caches (unmount a\n"
+	  "filesystem on it first). SNAP stays. Exit status: 0 done; 1 refused;\n"
 	  "2 usage.\n" },
-	{ "save", 2, 2, "blkfs save MNT NAME FILE",
-	  "Write ram device NAME (or a snapshot) to the sparse image FILE. Exit status:\n"
-	  "0 done; 1 refused; 2 usage.\n" },
+	{ "save", 2, 3, "blkfs save MNT NAME FILE [SNAP]",
+	  "Write ram device NAME (its dirty cache first), or its snapshot SNAP, to\n"
+	  "FILE as a sparse raw image, complete or not at all (written beside it and\n"
+	  "renamed). `image = FILE` in a [device] section loads it. Exit status:\n"
+	  "0 done; 1 refused or the image could not be written; 2 usage.\n" },
 };
 
 /* An argument the daemon takes as a path: made absolute, its cwd is not ours. */
@@ -982,8 +996,10 @@ static bool path_key(const char *verb, int idx, int nargs, const char *arg, size
 	const char *eq, *dot, *key_end;
 
 	if (!strcmp(verb, "save")) {
+		/* save NAME FILE [SNAP] */
 		*val_off = 0;
-		return idx == nargs - 1 && arg[0] != '/';
+		(void)nargs;
+		return idx == 1 && arg[0] != '/';
 	}
 	if (strcmp(verb, "add") || idx == 0)
 		return false;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/log.h"
 #include "bf.h"
 
 struct bf_dev_attr {
@@ -45,8 +46,47 @@ static int parse_u64(const char *buf, size_t len, uint64_t *out)
 
 static int show_size(struct bf_dev *bd, char *buf, size_t len)
 {
-	return SHOW(buf, len, "%llu\n", (unsigned long long)(bd->geo.size / 512));
+	return SHOW(buf, len, "%llu\n", (unsigned long long)(bf_dev_size(bd) / 512));
 }
+
+/*
+ * A new size (bf_dev_resize()): a bare number in 512-byte sectors, the unit
+ * it is shown in (so `cat size > size` changes nothing); a number with a
+ * K, M, G or T suffix in bytes; or "auto". A refusal is logged with why.
+ */
+static int store_size(struct bf_dev *bd, const char *buf, size_t len)
+{
+	char spec[64], msg[1024];
+	uint64_t sectors;
+	int ret;
+
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		len--;
+	if (!len || len >= sizeof(spec)) {
+		blk_err(".sys/%s/size: not a size", bd->cd->name);
+		return -EINVAL;
+	}
+	memcpy(spec, buf, len);
+	spec[len] = 0;
+	if (!parse_u64(spec, len, &sectors)) {
+		if (!sectors || sectors > UINT64_MAX / 512) {
+			blk_err(".sys/%s/size: %s sectors is not a size", bd->cd->name, spec);
+			return -EINVAL;
+		}
+		snprintf(spec, sizeof(spec), "%llu", (unsigned long long)(sectors * 512));
+	}
+	ret = bf_dev_resize(bd, spec, msg, sizeof(msg));
+	if (ret)
+		blk_err(".sys/%s/size: %s", bd->cd->name, msg);
+	return ret;
+}
+
+static int show_snapshots(struct bf_dev *bd, char *buf, size_t len)
+{
+	return bf_dev_snapshots_show(bd, buf, len);
+}
+
+static const struct bf_dev_attr snapshots_attr = { "snapshots", show_snapshots, NULL };
 
 /* The 17 fields of Documentation/block/stat.rst, for what reaches the backend. */
 static int show_stat(struct bf_dev *bd, char *buf, size_t len)
@@ -235,7 +275,7 @@ static int show_transport(struct bf_dev *bd, char *buf, size_t len)
 static const struct bf_dev_attr transport_attr = { ".transport", show_transport, NULL };
 
 static const struct bf_dev_attr dev_attrs[] = {
-	{ "size", show_size, NULL },
+	{ "size", show_size, store_size },
 	{ "stat", show_stat, NULL },
 	{ "blkfs_stat", show_blkfs_stat, NULL },
 	{ "ro", show_zero, NULL },
@@ -348,6 +388,12 @@ int bf_sys_build_dev(struct bf_daemon *d, struct bf_dev *bd)
 		if (!n)
 			return -ENOMEM;
 		n->da = a;
+	}
+	if (bf_dev_has_snapshots(bd)) {
+		n = add_node(v, nr, cap, 1, snapshots_attr.name, false);
+		if (!n)
+			return -ENOMEM;
+		n->da = &snapshots_attr;
 	}
 	if (!add_node(v, nr, cap, 1, "queue", true))
 		return -ENOMEM;

@@ -1537,6 +1537,144 @@ Test(snap, reset_with_io_in_flight_asserts)
 	be->ops->close(be);
 }
 
+/* [pos, pos + len) of the device reads as @ver says. */
+static void vm_check_range(struct blk_backend *be, const uint16_t *ver, uint64_t pos,
+			   uint64_t len, const char *what)
+{
+	unsigned char *got = malloc(len), *want = malloc(len);
+
+	uint64_t o;
+
+	cr_assert(got && want);
+	for (o = 0; o < len; o += VM_IO)
+		cr_assert_eq(do_rw(be, BLK_READ, pos + o, got + o, len - o < VM_IO ? len - o : VM_IO), 0);
+	vm_expect(ver, pos, len, want);
+	cr_assert(!memcmp(got, want, len), "%s: [%llu, +%llu) differs", what,
+		  (unsigned long long)pos, (unsigned long long)len);
+	free(got);
+	free(want);
+}
+
+static uint64_t geo_size(struct blk_backend *be)
+{
+	struct blk_geometry g;
+
+	be->ops->geometry(be, &g);
+	return g.size;
+}
+
+/*
+ * blk_resize() on ram: a grow past what the root covers adds levels to the
+ * device's tree and to the snapshot's (both still read right, the snapshot
+ * resets right); a shrink is refused while a snapshot exists, then drops the
+ * pages past the end and zeros the tail of the last one, so a grow after it
+ * reads zeros there; bad sizes change nothing.
+ */
+Test(ram, resize)
+{
+	const uint64_t big = 2 * GiB + 64 * KiB;	/* past the 1 GiB two levels cover */
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 4 * MiB, 512, 512, 256 * KiB);
+	uint64_t size;
+	struct vmodel m;
+	uint16_t *a;
+
+	vm_init(&m, big);
+	vm_write(be, &m, 0, 4 * MiB, 1);
+	cr_assert_eq(blk_snap_create(be, "a"), 0);
+	a = vm_copy(&m);
+
+	size = 1000;
+	cr_assert_eq(blk_resize(be, &size), -EINVAL);
+	size = 0;
+	cr_assert_eq(blk_resize(be, &size), -EINVAL, "auto: ram has no size of its own");
+	cr_assert_eq(geo_size(be), 4 * MiB);
+
+	size = big;
+	cr_assert_eq(blk_resize(be, &size), 0);
+	cr_assert_eq(size, big);
+	cr_assert_eq(geo_size(be), big);
+	vm_check_range(be, m.ver, 0, 4 * MiB, "the old data after the grow");
+	vm_write(be, &m, big - 1 * MiB, 1 * MiB, 2);
+	vm_write(be, &m, 1 * MiB, 64 * KiB, 3);
+	vm_check_range(be, m.ver, big - 1 * MiB, 1 * MiB, "written at the new end");
+	vm_check_range(be, m.ver, 1 * GiB - 64 * KiB, 128 * KiB, "never written");
+	vm_check_range(be, m.ver, 0, 4 * MiB, "the old data");
+
+	/* the snapshot's tree got the levels too: a reset reads it right */
+	cr_assert_eq(blk_snap_reset(be, "a"), 0);
+	memcpy(m.ver, a, big / 512 * sizeof(*a));
+	vm_check_range(be, m.ver, 0, 4 * MiB, "after the reset");
+	vm_check_range(be, m.ver, big - 1 * MiB, 1 * MiB, "the new end after the reset");
+
+	/* a shrink would drop what the snapshot may bring back */
+	size = 3 * MiB;
+	cr_assert_eq(blk_resize(be, &size), -EBUSY);
+	cr_assert_eq(geo_size(be), big);
+	cr_assert_eq(blk_snap_destroy(be, "a"), 0);
+
+	/* into the middle of a page */
+	size = 3 * MiB + 1536;
+	cr_assert_eq(blk_resize(be, &size), 0);
+	cr_assert_eq(geo_size(be), 3 * MiB + 1536);
+	vm_check_range(be, m.ver, 0, 3 * MiB + 1536, "below the new end");
+	cr_assert_leq(stat_get(be, "arena_bytes"), 3 * MiB + 4096);
+	size = 8 * MiB;
+	cr_assert_eq(blk_resize(be, &size), 0);
+	memset(&m.ver[(3 * MiB + 1536) / 512], 0, (big - 3 * MiB - 1536) / 512 * sizeof(*m.ver));
+	vm_check_range(be, m.ver, 0, 8 * MiB, "after the shrink and the grow");
+	free(a);
+	free(m.ver);
+	be->ops->close(be);
+}
+
+/*
+ * blk_resize() through a filter stack: each layer passes it down and takes
+ * the new size; a layer without it (none here) would refuse the whole call.
+ */
+Test(ram, resize_through_filters)
+{
+	const struct blk_backend_ops *ops[] = { blk_backend_find("delay"),
+						blk_backend_find("fault"), blk_backend_find("flakey"),
+						blk_backend_find("throttle"),
+						blk_backend_find("powerloss") };
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 4 * MiB, 4096, 4096, 256 * KiB), *top = be;
+	struct blk_params fp;
+	uint64_t size;
+	unsigned char buf[4096];
+	size_t i;
+
+	for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		struct blk_backend *f;
+		char prefix[32];
+
+		cr_assert_not_null(ops[i]);
+		fp = td.p;
+		fp.n = 0;
+		snprintf(prefix, sizeof(prefix), "%s.", ops[i]->name);
+		fp.prefix = prefix;
+		f = ops[i]->open(&fp, top);
+		cr_assert(!IS_ERR_OR_NULL(f), "open %s: %s", ops[i]->name, td.err);
+		f->next = top;
+		top = f;
+	}
+	size = 12 * MiB;
+	cr_assert_eq(blk_resize(top, &size), 0);
+	cr_assert_eq(geo_size(top), 12 * MiB);
+	memset(buf, 0x5a, sizeof(buf));
+	cr_assert_eq(do_rw(top, BLK_WRITE, 12 * MiB - 4096, buf, 4096), 0);
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(do_rw(top, BLK_READ, 12 * MiB - 4096, buf, 4096), 0);
+	cr_assert_eq(buf[100], 0x5a);
+	while (top) {
+		struct blk_backend *next = top->next;
+
+		top->ops->close(top);
+		top = next;
+	}
+}
+
 /* Filters pass the snapshot calls down: a stack of all four over ram. */
 Test(snap, through_filters)
 {
