@@ -190,8 +190,18 @@ for v in garbage -1 "" 65537 99999999999999999999999 "128 junk"; do
 	assert_eq "read_ahead_kb after writing '$v'" 256 "$(cat "$q/read_ahead_kb")"
 done
 
+info "size: writable (a resize; resize.sh has the cases), bad values EINVAL"
+before=$(cat "$sys/size")
+for v in abc 1 -8 ""; do
+	if out=$(put "$v" "$sys/size" 2>&1); then
+		fail "size took '$v'"
+	fi
+	case $out in *"$(errno_msg EINVAL)"*) ;; *) fail "size '$v': not EINVAL: $out" ;; esac
+done
+assert_eq "size after refused writes" "$before" "$(cat "$sys/size")"
+
 info "read-only attributes"
-for f in size stat blkfs_stat ro cache_block_size queue/logical_block_size \
+for f in stat blkfs_stat ro cache_block_size queue/logical_block_size \
 	queue/hw_sector_size queue/physical_block_size queue/minimum_io_size \
 	queue/optimal_io_size queue/max_hw_sectors_kb queue/rotational; do
 	before=$(cat "$sys/$f")
