@@ -80,7 +80,9 @@
 
 #include "../backends/copy.h"
 #ifdef __SANITIZE_THREAD__
-#include <sanitizer/tsan_interface.h>
+/* ThreadSanitizer's runtime has them; gcc 12's sanitizer headers do not declare them */
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
 #endif
 #include "conf.h"
 #include "log.h"
