@@ -62,7 +62,7 @@ static int store_size(struct bf_dev *bd, const char *buf, size_t len)
 
 	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
 		len--;
-	if (!len || len >= sizeof(spec)) {
+	if (!len || len >= sizeof(spec) || memchr(buf, 0, len)) {
 		blk_err(".sys/%s/size: not a size", bd->cd->name);
 		return -EINVAL;
 	}
