@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# integ-timeout: 600
 # nbd_suite.sh: the checks the ram and aio suites make, against the nbd
 # backend (issue 7) on NBD servers this test starts on Unix sockets in its
 # temp dir (killed at exit):
