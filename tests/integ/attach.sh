@@ -23,25 +23,6 @@ require_blkfs
 require losetup blockdev mkfs.ext4 dumpe2fs fsck.ext4 mount umount sha256sum
 [ -e /dev/loop-control ] || skip "no /dev/loop-control"
 
-# attach_dev MNT DEV: blkfs attach; sets LOOP and ATTACH_ERR (its stderr);
-# the exit trap detaches it if the test does not.
-attach_dev() {
-	local out
-	out=$("$BLKFS" attach "$1" "$2" 2>"$TDIR/attach.err") || fail "blkfs attach $1 $2: $(cat "$TDIR/attach.err")"
-	ATTACH_ERR=$(cat "$TDIR/attach.err")
-	[ "$(wc -l <<<"$out")" -eq 1 ] || fail "attach printed more than the device on stdout: $out"
-	case $out in /dev/loop[0-9]*) ;; *) fail "attach printed '$out', not /dev/loopN" ;; esac
-	LOOP=$out
-	_LOOPS+=("$LOOP")
-	_LOOP_FILE[$LOOP]=$1/$2
-	info "attached $LOOP -> $1/$2"
-}
-
-# mkfs_opts FS: the options attach printed for mkfs.FS (before the device).
-mkfs_opts() {
-	sed -n "s|^blkfs: mkfs\\.$1\\(.*\\) $LOOP\$|\\1|p" <<<"$ATTACH_ERR"
-}
-
 write_conf "[cache]
 size = 32M
 
@@ -70,14 +51,14 @@ start_blkfs "$CONF"
 # check_geometry DEV LBS PBS IO_MIN IO_OPT EXT4_OPTS XFS_OPTS
 check_geometry() {
 	local dev=$1 lbs=$2 pbs=$3 io_min=$4 io_opt=$5 ext=$6 xfs=$7 back
-	attach_dev "$MNT" "$dev"
+	blkfs_attach "$MNT" "$dev"
 	assert_eq "$dev: loop sector size" "$lbs" "$(blockdev --getss "$LOOP")"
 	back=$(losetup -n -O BACK-FILE,DIO "$LOOP" | awk '{ print $1, $2 }')
 	assert_eq "$dev: backing file and direct I/O" "$MNT/$dev 0" "$back"
 	grep -qF "physical block $pbs, io_min $io_min, io_opt $io_opt" <<<"$ATTACH_ERR" ||
 		fail "$dev: attach does not state the hidden geometry: $ATTACH_ERR"
-	assert_eq "$dev: mkfs.ext4 options" "$ext" "$(mkfs_opts ext4)"
-	assert_eq "$dev: mkfs.xfs options" "$xfs" "$(mkfs_opts xfs)"
+	assert_eq "$dev: mkfs.ext4 options" "$ext" "$(attach_mkfs_opts ext4)"
+	assert_eq "$dev: mkfs.xfs options" "$xfs" "$(attach_mkfs_opts xfs)"
 	info "$dev: $(grep 'mkfs' <<<"$ATTACH_ERR" | tr '\n' ';')"
 }
 
@@ -85,7 +66,7 @@ check_geometry a 512 4096 4096 $((1 << 20)) " -E stripe_width=256" " -s size=409
 loop_a=$LOOP
 # ext4 with the printed options: the stripe width mkfs would take from the disk
 # shellcheck disable=SC2046  # the options are words
-mkfs.ext4 -q -F $(mkfs_opts ext4) "$loop_a" || fail "a: mkfs.ext4 failed"
+mkfs.ext4 -q -F $(attach_mkfs_opts ext4) "$loop_a" || fail "a: mkfs.ext4 failed"
 assert_eq "a: ext4 RAID stripe width" 256 \
 	"$(dumpe2fs -h "$loop_a" 2>/dev/null | awk -F: '/^RAID stripe width/ { gsub(/ /, "", $2); print $2 }')"
 fs=$TDIR/fs
@@ -114,7 +95,7 @@ if command -v mkfs.xfs >/dev/null && command -v xfs_info >/dev/null; then
 	check_geometry b 512 16384 16384 $((256 << 10)) " -E stride=4,stripe_width=64" \
 		" -s size=4096 -d su=16384,sw=16"
 	# shellcheck disable=SC2046
-	mkfs.xfs -q -f $(mkfs_opts xfs) "$LOOP" || fail "b: mkfs.xfs failed"
+	mkfs.xfs -q -f $(attach_mkfs_opts xfs) "$LOOP" || fail "b: mkfs.xfs failed"
 	mount_top "$LOOP" "$fs"
 	info=$(xfs_info "$fs")
 	umount "$fs"

@@ -616,6 +616,7 @@ blkfs_attach() {
 	out=$("$BLKFS" attach "$1" "$2" 2>"$TDIR/attach.err") ||
 		fail "blkfs attach $1 $2: $(cat "$TDIR/attach.err")"
 	ATTACH_ERR=$(cat "$TDIR/attach.err")
+	[ "$(wc -l <<<"$out")" -eq 1 ] || fail "blkfs attach printed more than the device on stdout: $out"
 	case $out in /dev/loop[0-9]*) ;; *) fail "blkfs attach printed '$out', not /dev/loopN" ;; esac
 	LOOP=$out
 	_LOOPS+=("$LOOP")
