@@ -18,6 +18,13 @@ extern const struct blk_backend_ops ram_backend_ops;
 extern const struct blk_backend_ops null_backend_ops;
 extern const struct blk_backend_ops aio_backend_ops;
 extern const struct blk_backend_ops nbd_backend_ops;
+/*
+ * Test hook: when set, the ram arena thread calls it with the device after
+ * it has mapped and touched a reserve slab and before it takes alloc_lock
+ * again to push it, so a unit test can run a discard in that window. NULL
+ * outside tests.
+ */
+extern void (*ram_test_slab_mapped)(struct blk_backend *be);
 /* Filters (is_filter): the same list, in the order blk_filter_names() gives. */
 extern const struct blk_backend_ops log_filter_ops;
 extern const struct blk_backend_ops delay_filter_ops;

@@ -573,6 +573,8 @@ static void ram_slab_release_locked(struct ram_dev *rd, struct ram_slab *s)
 	pthread_cond_signal(&rd->thread_cv);
 }
 
+void (*ram_test_slab_mapped)(struct blk_backend *be);
+
 /*
  * The arena thread: unmaps the slabs released, and keeps rd->reserve slabs
  * mapped and touched, so that a write that needs a new slab finds one
@@ -609,6 +611,8 @@ static void *ram_thread_fn(void *arg)
 		}
 		pthread_mutex_unlock(&rd->alloc_lock);
 		s = ram_slab_map(true);
+		if (s && ram_test_slab_mapped)
+			ram_test_slab_mapped(&rd->be);
 		pthread_mutex_lock(&rd->alloc_lock);
 		if (!s) {
 			struct timespec ts;
@@ -623,6 +627,16 @@ static void *ram_thread_fn(void *arg)
 			continue;
 		}
 		__atomic_add_fetch(&rd->nr_slabs, 1, __ATOMIC_RELAXED);
+		/*
+		 * The reserve may have filled while the lock was dropped (a
+		 * discard's slabs go there first): a slab it has no room for
+		 * is released, so the reserve never holds more than its size.
+		 */
+		if (rd->nr_spare >= rd->reserve || rd->stopping) {
+			s->next = rd->release;
+			rd->release = s;
+			continue;
+		}
 		s->dirty = false;
 		spare_push_locked(rd, s);
 	}

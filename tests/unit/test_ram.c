@@ -27,6 +27,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
+#include "../../backends/backends_int.h"
 #include "helpers.h"
 
 #define TiB (1ull << 40)
@@ -383,15 +384,37 @@ Test(ram, write_zeroes_frees_and_zeroes)
 	check_zeroing_op(BLK_WRITE_ZEROES);
 }
 
-/* Slabs whose pages are all free go back to the system. */
-/* Poll @be's counter @name until it is at most @max; false after 5 s. */
-static bool stat_wait_leq(struct blk_backend *be, const char *name, uint64_t max)
+/*
+ * Poll @be's counter @name until it is at most @max. The arena thread
+ * unmaps and refills in the background, so this waits for it; the deadline
+ * (60 s) is only for a thread that never gets there, and giving up fails
+ * the test with the last value seen.
+ */
+static void stat_wait_leq(struct blk_backend *be, const char *name, uint64_t max)
 {
-	int i;
+	uint64_t v = stat_get(be, name), t0 = blk_now_ms();
 
-	for (i = 0; i < 500 && stat_get(be, name) > max; i++)
+	while (v > max && blk_now_ms() - t0 < 60000) {
 		usleep(10 * 1000);
-	return stat_get(be, name) <= max;
+		v = stat_get(be, name);
+	}
+	cr_assert_leq(v, max, "%s still %" PRIu64 " after %" PRIu64 " ms (want at most %" PRIu64
+		      "; slab_bytes %" PRIu64 ", slab_spare_bytes %" PRIu64 ")", name, v,
+		      blk_now_ms() - t0, max, stat_get(be, "slab_bytes"),
+		      stat_get(be, "slab_spare_bytes"));
+}
+
+/* The same until @name is at least @min. */
+static void stat_wait_geq(struct blk_backend *be, const char *name, uint64_t min)
+{
+	uint64_t v = stat_get(be, name), t0 = blk_now_ms();
+
+	while (v < min && blk_now_ms() - t0 < 60000) {
+		usleep(10 * 1000);
+		v = stat_get(be, name);
+	}
+	cr_assert_geq(v, min, "%s still %" PRIu64 " after %" PRIu64 " ms (want at least %" PRIu64
+		      ")", name, v, blk_now_ms() - t0, min);
 }
 
 /* Slabs whose pages are all free go back to the system (the reserve off). */
@@ -413,8 +436,7 @@ Test(ram, slabs_returned)
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
 	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
 	/* The arena thread unmaps them soon after (all but the current slab). */
-	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB), "slab_bytes %llu",
-		  (unsigned long long)stat_get(be, "slab_bytes"));
+	stat_wait_leq(be, "slab_bytes", 2 * MiB);
 	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 0);
 	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
 
@@ -670,8 +692,7 @@ Test(ram, concurrent_overlapping)
 	cr_assert_eq(stat_get(ctx.be, "arena_pages"), 0);
 	cr_assert_eq(stat_get(ctx.be, "node_bytes"), 0);
 	/* The current slab and the reserve's (8M) stay; the rest is unmapped soon. */
-	cr_assert(stat_wait_leq(ctx.be, "slab_bytes", 2 * MiB + 8 * MiB), "slab_bytes %llu",
-		  (unsigned long long)stat_get(ctx.be, "slab_bytes"));
+	stat_wait_leq(ctx.be, "slab_bytes", 2 * MiB + 8 * MiB);
 	ctx.be->ops->close(ctx.be);
 }
 
@@ -2016,8 +2037,7 @@ Test(reserve, filled_and_used)
 	usleep(50 * 1000);
 	cr_assert_eq(stat_get(be, "slab_bytes"), 0, "a device never written holds nothing");
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
-	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 8 * MiB; i++)
-		usleep(10 * 1000);
+	stat_wait_geq(be, "slab_spare_bytes", 8 * MiB);
 	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
 	/* 6 MiB more: 3 slabs, all from the reserve, whatever the thread does meanwhile. */
 	for (i = 0; i < 6; i++)
@@ -2025,9 +2045,104 @@ Test(reserve, filled_and_used)
 	cr_assert_eq(stat_get(be, "reserve_misses"), 0);
 	/* Everything discarded: up to 8M stay in the reserve, the rest goes. */
 	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
-	cr_assert(stat_wait_leq(be, "slab_bytes", 2 * MiB + 8 * MiB));
+	stat_wait_leq(be, "slab_bytes", 2 * MiB + 8 * MiB);
 	cr_assert_leq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
 
+	free(w);
+	be->ops->close(be);
+}
+
+/*
+ * The arena thread maps and touches a reserve slab with alloc_lock dropped;
+ * a discard meanwhile fills the reserve from the slabs it empties. The
+ * hook holds the thread in that window (after the map, before it takes the
+ * lock again) while the discard runs: the slab it then brings has no room
+ * and must be released, not pushed, or the reserve holds a slab more than
+ * its size each time the race is won.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct blk_backend *be;	/* the device whose thread is held */
+	bool armed, held, go;
+} race = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false };
+
+static void race_hook(struct blk_backend *be)
+{
+	pthread_mutex_lock(&race.lock);
+	if (race.armed && be == race.be) {
+		race.armed = false;
+		race.held = true;
+		pthread_cond_broadcast(&race.cv);
+		while (!race.go)
+			pthread_cond_wait(&race.cv, &race.lock);
+	}
+	pthread_mutex_unlock(&race.lock);
+}
+
+Test(reserve, refill_racing_a_discard)
+{
+	struct test_dev td;
+	struct blk_backend *be = open_ok(&td, "ram", 64 * MiB, 512, 4096, 1 * MiB);
+	unsigned char *w = malloc(1 * MiB);
+	uint64_t t0, spare, slabs;
+	int i;
+
+	cr_assert_not_null(w);
+	memset(w, 0x5a, 1 * MiB);
+	ram_test_slab_mapped = race_hook;
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
+	stat_wait_geq(be, "slab_spare_bytes", 8 * MiB);
+
+	/* The next refill is held between its map and its push. */
+	pthread_mutex_lock(&race.lock);
+	race.be = be;
+	race.armed = true;
+	pthread_mutex_unlock(&race.lock);
+	/* 16 MiB: the reserve's 4 slabs taken (which wakes the thread), 4 more mapped here. */
+	for (i = 0; i < 16; i++)
+		cr_assert_eq(do_rw(be, BLK_WRITE, (uint64_t)(i + 1) * MiB, w, 1 * MiB), 0);
+	pthread_mutex_lock(&race.lock);
+	t0 = blk_now_ms();
+	while (!race.held && blk_now_ms() - t0 < 60000) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&race.cv, &race.lock, &ts);
+	}
+	cr_assert(race.held, "the arena thread did not refill the reserve in 60 s (slab_spare_bytes "
+		  "%" PRIu64 ")", stat_get(be, "slab_spare_bytes"));
+	pthread_mutex_unlock(&race.lock);
+
+	/* The discard empties every slab: the reserve fills from them, the rest is released. */
+	cr_assert_eq(do_io(be, BLK_DISCARD, 0, 64 * MiB, NULL, 0), 0);
+	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
+
+	pthread_mutex_lock(&race.lock);
+	race.go = true;
+	pthread_cond_broadcast(&race.cv);
+	pthread_mutex_unlock(&race.lock);
+	/*
+	 * The thread now either pushes its slab (the reserve is over its size
+	 * at once) or releases it, and unmaps it with the discard's others:
+	 * wait for whichever comes first.
+	 */
+	t0 = blk_now_ms();
+	for (;;) {
+		spare = stat_get(be, "slab_spare_bytes");
+		slabs = stat_get(be, "slab_bytes");
+		if (spare > 8 * MiB || slabs <= 2 * MiB + 8 * MiB || blk_now_ms() - t0 > 60000)
+			break;
+		usleep(1000);
+	}
+	cr_assert_leq(spare, 8 * MiB, "the reserve of 8 MiB holds %" PRIu64 " bytes (slab_bytes %"
+		      PRIu64 ")", spare, slabs);
+	cr_assert_leq(slabs, 2 * MiB + 8 * MiB, "slab_bytes %" PRIu64 " after %" PRIu64 " ms "
+		      "(slab_spare_bytes %" PRIu64 ")", slabs, blk_now_ms() - t0, spare);
+	cr_assert_eq(stat_get(be, "arena_bytes"), 0);
+
+	ram_test_slab_mapped = NULL;
 	free(w);
 	be->ops->close(be);
 }
@@ -2067,8 +2182,7 @@ Test(reserve, reused_slabs_hold_old_data)
 	cr_assert_not_null(w);
 	memset(w, 0x5a, 1 * MiB);
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
-	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 8 * MiB; i++)
-		usleep(10 * 1000);
+	stat_wait_geq(be, "slab_spare_bytes", 8 * MiB);
 	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 8 * MiB);
 	/* From here on no new slab can be mapped (a slab needs 4 MiB to align). */
 	rl.rlim_cur = rl.rlim_max = vm_size() + 1 * MiB;
@@ -2117,8 +2231,7 @@ Test(reserve, config)
 	be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 0, odd);
 	cr_assert(!IS_ERR(be), "%s", td.err);
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
-	for (i = 0; i < 500 && stat_get(be, "slab_spare_bytes") < 4 * MiB; i++)
-		usleep(10 * 1000);
+	stat_wait_geq(be, "slab_spare_bytes", 4 * MiB);
 	usleep(20 * 1000);
 	cr_assert_eq(stat_get(be, "slab_spare_bytes"), 4 * MiB);
 	be->ops->close(be);
