@@ -10,8 +10,10 @@
 #    test's own) is gone, nothing is mounted below it, no process of it runs;
 #  - an unknown experiment or option is refused with exit 2 before anything
 #    is started;
-#  - `blkfs-ab BLKFS BLKFS --backend ram --runs 1 --seconds 1` prints its
-#    table (four fio rows of numbers) and leaves nothing behind either; nor
+#  - `blkfs-ab BLKFS BLKFS --backend ram --runs 1 --seconds 1 --load quiet
+#    --any-load` prints its table (a row of numbers per test asked for) and
+#    leaves nothing behind either; with `--load stress` the table is the
+#    loaded one and no stress-ng of it is left running; nor
 #    does an aio run stopped with SIGTERM while it is mounted (its loop
 #    device and /dev/shm image are gone too). (SIGTERM: a background job
 #    of a script starts with SIGINT ignored.)
@@ -21,7 +23,7 @@ set -euo pipefail
 require_root
 require_fuse
 require_blkfs
-require fio dd awk numfmt fusermount3 python3 losetup
+require fio dd awk numfmt fusermount3 python3 losetup stress-ng
 
 bench=$(realpath "$_LIB_DIR/../../tools/blkfs-bench")
 out=$TDIR/out
@@ -93,32 +95,62 @@ info "output well-formed, nothing left behind"
 # blkfs-ab: the same binary twice, the table's form only
 ab=$(realpath "$_LIB_DIR/../../tools/blkfs-ab")
 rc=0
-TMPDIR=$work timeout -k 10 120 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
-	>"$TDIR/ab.out" 2>"$TDIR/ab.err" || rc=$?
+# (--any-load: inside make test the machine is never quiet; the numbers are not judged)
+TMPDIR=$work timeout -k 10 180 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+	--load quiet --any-load --tests w1,r32,W32,R32,dd4k >"$TDIR/ab.out" 2>"$TDIR/ab.err" || rc=$?
 [ "$rc" -eq 0 ] || { cat "$TDIR/ab.err" >&2; fail "blkfs-ab exited $rc"; }
-grep -qx '| test | OLD | NEW | NEW/OLD |' "$TDIR/ab.out" || fail "blkfs-ab: no table header: $(cat "$TDIR/ab.out")"
-for t in "4k randwrite (IOPS)" "4k randread (IOPS)" "1M write (MiB/s)" "1M read (MiB/s)"; do
-	grep -qE "^\| $(sed 's/[()]/\\&/g' <<<"$t") \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+\.[0-9]+ \|$" \
-		"$TDIR/ab.out" || fail "blkfs-ab: no well-formed row '$t': $(cat "$TDIR/ab.out")"
-done
-grep -q 'run 1/1 new: 1M read' "$TDIR/ab.err" || fail "blkfs-ab: no progress on stderr"
+# ab_rows FILE ROW...: FILE has the table header and one well-formed row for each ROW
+ab_rows() {
+	local f=$1 t
+	shift
+	grep -qx '| test | OLD | NEW | NEW/OLD |' "$f" || fail "blkfs-ab: no table header: $(cat "$f")"
+	for t in "$@"; do
+		grep -qE "^\| $(sed 's/[()]/\\&/g' <<<"$t") \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+\.[0-9]+ \|$" \
+			"$f" || fail "blkfs-ab: no well-formed row '$t': $(cat "$f")"
+	done
+}
+ab_rows "$TDIR/ab.out" "4k randwrite psync QD1 (IOPS)" "4k randread QD32 (IOPS)" \
+	"1M write QD32 (MiB/s)" "1M read QD32 (MiB/s)" "dd bs=4K buffered (MB/s)"
+grep -q 'a quiet machine' "$TDIR/ab.out" || fail "blkfs-ab: the quiet table is not named: $(cat "$TDIR/ab.out")"
+grep -q 'stress-ng' "$TDIR/ab.out" && fail "blkfs-ab --load quiet printed a loaded table"
+grep -q 'quiet run 1/1 new: dd4k' "$TDIR/ab.err" || fail "blkfs-ab: no progress on stderr"
+[ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
+# under load: the loaded table, and its stress-ng gone after
+rc=0
+TMPDIR=$work timeout -k 10 120 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+	--load stress --tests w1 >"$TDIR/ab3.out" 2>"$TDIR/ab3.err" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$TDIR/ab3.err" >&2; fail "blkfs-ab --load stress exited $rc"; }
+ab_rows "$TDIR/ab3.out" "4k randwrite psync QD1 (IOPS)"
+grep -q 'stress-ng --cpu 2 beside it' "$TDIR/ab3.out" || fail "blkfs-ab: no loaded table: $(cat "$TDIR/ab3.out")"
+grep -q 'a quiet machine' "$TDIR/ab3.out" && fail "blkfs-ab --load stress printed a quiet table"
+# stress_left ERRFILE: the stress-ng process group blkfs-ab named, if any of it still runs
+stress_left() {
+	local g
+	g=$(sed -n 's/^blkfs-ab: stress-ng --cpu 2 started: process group \([0-9]*\)$/\1/p' "$1")
+	[ -n "$g" ] || fail "blkfs-ab named no stress-ng process group: $(cat "$1")"
+	pgrep -g "$g" || true
+}
+[ -z "$(stress_left "$TDIR/ab3.err")" ] || fail "blkfs-ab left its stress-ng running"
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
 [ -z "$(mounts_under "$work")" ] || fail "blkfs-ab: still mounted: $(mounts_under "$work")"
 [ -z "$(pids_matching "$work")" ] || fail "blkfs-ab: still running: $(pids_matching "$work")"
 
 # interrupted while mounted on its loop device
-TMPDIR=$work "$ab" "$BLKFS" "$BLKFS" --runs 1 --seconds 2 >/dev/null 2>"$TDIR/ab2.err" &
+TMPDIR=$work "$ab" "$BLKFS" "$BLKFS" --runs 1 --seconds 2 --load stress --tests w1,r1 \
+	>/dev/null 2>"$TDIR/ab2.err" &
 abpid=$!
 _BGPIDS+=("$abpid")
-for ((i = 0; i < 100; i++)); do
+# (generous: stress-ng starts first, and the machine may be at load 10)
+for ((i = 0; i < 600; i++)); do
 	[ -z "$(mounts_under "$work")" ] || break
 	sleep 0.1
 done
 [ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted"; }
 kill -TERM "$abpid"
-wait_gone 10 "$abpid" || fail "blkfs-ab did not stop 10 s after SIGTERM"
+wait_gone 60 "$abpid" || fail "blkfs-ab did not stop 60 s after SIGTERM"
 wait "$abpid" 2>/dev/null || true
-grep -q 'run 1/1 new: 1M read' "$TDIR/ab2.err" && fail "blkfs-ab ran to its end: the signal was not what stopped it"
+grep -q 'run 1/1 new: r1' "$TDIR/ab2.err" && fail "blkfs-ab ran to its end: the signal was not what stopped it"
+[ -z "$(stress_left "$TDIR/ab2.err")" ] || fail "interrupted blkfs-ab left its stress-ng running"
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "interrupted blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
 [ -z "$(pids_matching "$work")" ] || fail "interrupted blkfs-ab: still running: $(pids_matching "$work")"
 left=$(losetup -l -n -O NAME,BACK-FILE | awk '$2 ~ /^\/dev\/shm\/blkfs-ab\./')
