@@ -65,6 +65,9 @@ static bool stopping;		/* bf_rawio_stop() began */
 static bool failed;		/* the transport failed: the daemon exits 1 */
 static char dev_why[256];	/* why /dev/fuse carries the requests */
 static char dead_why[256];	/* why a queue failed */
+static uint64_t notifications;	/* atomic: notifications sent to the kernel */
+static uint64_t queue_notifications;	/* atomic: refused, from a ring queue thread */
+static uint64_t offqueue_requests;	/* atomic: handlers run by an off-queue thread */
 
 /*
  * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
@@ -432,6 +435,18 @@ static void init_answered(bool ring_offered_back)
 	}
 }
 
+static ssize_t notify_refused(int32_t code)
+{
+	static struct blk_ratelimit rl = BLK_RATELIMIT_INIT(60000, 3);
+
+	__atomic_add_fetch(&queue_notifications, 1, __ATOMIC_RELAXED);
+	if (blk_ratelimit(&rl, "FUSE ring: notifications refused"))
+		blk_err("FUSE ring: a notification (code %d) from a ring queue thread refused: "
+			"the kernel would wait for requests only that thread serves (a blkfs bug; "
+			"the kernel's cache of the file may be stale)", (int)code);
+	return -EDEADLK;
+}
+
 static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	const struct fuse_out_header *oh = iov[0].iov_base;
@@ -443,6 +458,11 @@ static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata
 	ssize_t r;
 
 	(void)userdata;
+	if (!oh->unique && oh->error > 0) {
+		if (bf_ring_queue_thread())
+			return notify_refused(oh->error);
+		__atomic_add_fetch(&notifications, 1, __ATOMIC_RELAXED);
+	}
 	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4) {
 		uint32_t flags2 = 0;
 
@@ -657,8 +677,13 @@ int bf_rawio_show(char *buf, size_t len)
 	if (live && n >= 0 && (size_t)n < len)
 		n += bf_ring_show(io_ring, buf + n, len - (size_t)n);
 	if (n >= 0 && (size_t)n < len)
-		n += snprintf(buf + n, len - (size_t)n, "dev_requests %llu\n",
-			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED));
+		n += snprintf(buf + n, len - (size_t)n,
+			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
+			      "offqueue_requests %llu\n",
+			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED));
 	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 

@@ -109,6 +109,7 @@ int bf_ring_show(struct bf_ring *r, char *buf, size_t len);
 
 /* True in the handler of a request that came on the ring (its thread). */
 bool bf_ring_in_request(void);
+bool bf_ring_queue_thread(void);
 /*
  * In such a handler: the entry's payload buffer (page-aligned, the largest
  * request's size), valid until the reply; a reply whose data is there is
