@@ -8,6 +8,9 @@
 # a store to drop_caches, to size, to the powerloss filter's trigger and
 # restart, and the commands (resize, snapshot).
 #
+# 0. Over /dev/fuse: a grow whose new last page is the mapped, dirty old
+#    last page keeps its dirty bytes (the store of the new last page used
+#    to overwrite them in the kernel's page, which then went back).
 # 1. The check (deterministic, safe on any code): every path runs with
 #    nothing dirty in the kernel (mapped pages msync'ed, buffered writes
 #    fsynced), so no notification can wait even where a queue thread sends
@@ -22,9 +25,8 @@
 #    dirty in a mapping, through .sys/DEV/size and `blkfs resize`), each
 #    step under a watchdog that aborts the connection and fails the test if
 #    it hangs. What the mapping or the page cache held dirty is on the
-#    device after the step (read with O_DIRECT), and a grow keeps the dirty
-#    bytes of the old last page (the store of the new last page used to
-#    overwrite them in the kernel's page, and then write that back).
+#    device after the step (read with O_DIRECT), a grow's too.
+# Part 0 and 1 try every path before the verdict (each failure is named).
 # The kernel's switch (enable_uring) is turned on and put back as found.
 # integ-timeout: 600
 set -euo pipefail
@@ -143,6 +145,25 @@ size = $((16 * M + 512))
 logical_block_size = 512"
 
 # ---------------------------------------------------------------------------
+info "0. over /dev/fuse: a grow keeps the dirty bytes of a mapped last page"
+start_blkfs "[mount]
+transport = dev
+
+$DEVS"
+hold "$MNT/z" $((16 * M)) 512 5 dirty
+watchdog "$WD" "$MNT" "grow z over /dev/fuse" sysw "$MNT/.sys/z/size" $(((16 * M + 1024) / 512))
+if cmp -s <(dd if="$MNT/z" iflag=direct,skip_bytes,count_bytes skip=$((16 * M)) count=512 \
+	status=none) <("$mh" --pattern 5 $((16 * M)) 512); then
+	unhold check
+	info "  the grow kept them"
+else
+	BAD+=("a grow over /dev/fuse lost the dirty bytes of the mapped old last page")
+	echo "FAIL: ${BAD[-1]}" >&2
+	unhold quit
+fi
+stop_blkfs
+
+# ---------------------------------------------------------------------------
 info "1. nothing dirty in the kernel: no notification from a ring queue thread"
 start_blkfs "[mount]
 transport = uring
@@ -177,7 +198,7 @@ step "kernel_cache = writeback: snapshot" "$BLKFS" snapshot "$MNT" r s1
 stop_blkfs
 
 [ "${#BAD[@]}" -eq 0 ] ||
-	fail "${#BAD[@]} path(s) notify from a ring queue thread; the dirty runs are not tried"
+	fail "${#BAD[@]} check(s) failed (above); the dirty runs over the ring are not tried"
 
 # ---------------------------------------------------------------------------
 info "2. end to end, dirty pages in the kernel"
