@@ -165,6 +165,21 @@ int bf_mount_options(struct bf_daemon *d, const char *opts, char *err, size_t er
  * or -errno (warned about once).
  */
 int bf_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * Notifications to the kernel about a device file (inode @ino), the one
+ * way fuse/ sends them: bf_notify_inval_inode() drops what the kernel
+ * caches of it (attributes; with @off >= 0 also its pages in [@off,
+ * @off + @len), @len 0: to the end, which first writes the dirty ones
+ * back through this daemon); bf_notify_store() puts @len bytes at @off
+ * into its page cache, moving its size up to cover them. They wait in the
+ * kernel for requests of the file (its write-back, a READ holding a
+ * folio): never called from a ring queue thread (bf_rawio_offqueue()), and
+ * refused there (-EDEADLK; rawio.c). Nothing is sent while no session
+ * serves (0). Returns 0 or -errno (-ENOENT: the kernel has no inode
+ * cached).
+ */
+int bf_notify_inval_inode(struct bf_daemon *d, uint64_t ino, off_t off, off_t len);
+int bf_notify_store(struct bf_daemon *d, uint64_t ino, off_t off, const void *buf, size_t len);
 
 /* shutdown.c */
 /* Once serving has ended: SIGTERM, SIGINT and SIGHUP are noted, never fatal. */
@@ -220,6 +235,30 @@ void bf_rawio_detach(void);
  * receiving thread's buffer until that thread's next receive.
  */
 bool bf_rawio_ring_request(void);
+/*
+ * bf_rawio_queue_thread - is this a ring queue's thread? Such a thread
+ * must never wait for a notification (bf_notify_inval_inode() and the
+ * like): the kernel may first send requests to its own queue and wait.
+ */
+bool bf_rawio_queue_thread(void);
+/*
+ * A request's handler that may send such a notification, to be run off the
+ * ring's queues: embedded in the caller's job, @fn gets it back.
+ */
+struct bf_offq {
+	struct bf_offq *next;		/* rawio.c's list */
+	void (*fn)(struct bf_offq *w);	/* runs the handler, replies, may free @w */
+};
+/*
+ * bf_rawio_offqueue - in the handler of a ring request on a queue's thread
+ * (bf_rawio_queue_thread()): run @w->fn in a thread that serves no queue.
+ * The handler then returns at once without a reply: the request stays
+ * parked, its buffers (WRITE data too) valid until @w->fn replies, and the
+ * queue's thread serves its queue meanwhile (the write-back the
+ * notification makes, for one). Returns 0, or -EAGAIN when no thread could
+ * take it (the caller replies the error).
+ */
+int bf_rawio_offqueue(struct bf_offq *w);
 /* bf_rawio_show - "name value" lines of .sys/.transport: transport, ring memory, counters */
 int bf_rawio_show(char *buf, size_t len);
 /*

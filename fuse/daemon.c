@@ -139,26 +139,23 @@ void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const
  * A simulated power cut (the powerloss filter): what is volatile above the
  * device dies. blkfs's cache for the device is dropped without writeback,
  * and the kernel's page cache of the file (kernel_cache = writeback, shared
- * mmap) is invalidated so readers see the device's post-crash state.
+ * mmap) is invalidated so readers see the device's post-crash state. Called
+ * from the filter's trigger and restart, .sys stores: over the ring in an
+ * off-queue thread (sys_write()), as the invalidation needs.
  */
 void bf_dev_drop_volatile(void *ctx)
 {
 	struct bf_dev *bd = ctx;
-	struct fuse_session *se = bd->d->se;
 
 	if (bd->pc)
 		pc_dev_drop_all(bd->pc);
-	if (se)
-		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
 }
 
 void bf_dev_drop_caches(struct bf_dev *bd)
 {
-	struct fuse_session *se = bd->d->se;
-
 	pc_dev_drop_clean(bd->pc);
-	if (se)
-		fuse_lowlevel_notify_inval_inode(se, bd->ino, 0, 0);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
 }
 
 int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
@@ -931,6 +928,63 @@ static int sys_store(struct bf_daemon *d, uint64_t ino, const char *buf, size_t 
 	return err;
 }
 
+static void sys_write_here(fuse_req_t req, uint64_t ino, const char *buf, size_t size, off_t off)
+{
+	int err = off ? -EINVAL : sys_store(bf_of(req), ino, buf, size);
+
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* A .sys store parked off the ring's queues: what it needs until its reply. */
+struct sys_job {
+	struct bf_offq w;
+	fuse_req_t req;
+	uint64_t ino;
+	const char *buf;	/* the ring entry's: valid until the reply */
+	size_t size;
+	off_t off;
+};
+
+static void sys_job_fn(struct bf_offq *w)
+{
+	struct sys_job *job = (struct sys_job *)w;
+
+	sys_write_here(job->req, job->ino, job->buf, job->size, job->off);
+	free(job);
+}
+
+/*
+ * A write to a .sys attribute: one store. A store may notify the kernel
+ * (drop_caches, size, a filter's power cut: bf_notify_inval_inode()), and
+ * the kernel may then send requests and wait for them: on a ring queue's
+ * thread, which would be the one to serve them, it runs off the queue
+ * (bf_rawio_offqueue()), the request parked meanwhile. Every store goes
+ * that way, whichever notifies: they are rare, and a filter's may.
+ */
+static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off)
+{
+	struct sys_job *job;
+
+	if (!bf_rawio_queue_thread()) {
+		sys_write_here(req, f->sys_ino, buf, size, off);
+		return;
+	}
+	job = malloc(sizeof(*job));
+	if (!job) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = f->sys_ino, .buf = buf,
+				 .size = size, .off = off };
+	if (bf_rawio_offqueue(&job->w)) {
+		free(job);
+		fuse_reply_err(req, EAGAIN);
+	}
+}
+
 /* The command's message into the open file (read back there), then the reply. */
 static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
 {
@@ -1010,6 +1064,11 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	}
 	/* a line too long to run is refused at once, here */
 	job = size <= BF_CTL_MAX_LINE ? malloc(sizeof(*job) + size) : NULL;
+	if (!job && size <= BF_CTL_MAX_LINE && bf_rawio_queue_thread()) {
+		/* not here: a command may notify the kernel (bf_rawio_offqueue()) */
+		ctl_done(req, f, -ENOMEM, "no memory to run the command\n", size);
+		return;
+	}
 	if (!job) {
 		ctl_run(req, f, buf, size);
 		return;
@@ -1028,7 +1087,10 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 		ctl_jobs--;
 		pthread_mutex_unlock(&ctl_jobs_lock);
 		free(job);
-		ctl_run(req, f, buf, size);	/* no thread: here, as a last resort */
+		if (bf_rawio_queue_thread())	/* it may notify the kernel: not from there */
+			ctl_done(req, f, -EAGAIN, "no thread to run the command\n", size);
+		else
+			ctl_run(req, f, buf, size);	/* no thread: here, as a last resort */
 	}
 	pthread_attr_destroy(&attr);
 }
@@ -1050,12 +1112,7 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return;
 	}
 	if (f->sys) {
-		int err = off ? -EINVAL : sys_store(bf_of(req), f->sys_ino, buf, size);
-
-		if (err)
-			fuse_reply_err(req, -err);
-		else
-			fuse_reply_write(req, size);
+		sys_write(req, f, buf, size, off);
 		return;
 	}
 	r = req_get(f->dev, req, write_done);

@@ -21,13 +21,14 @@
  *    contents at one instant); save writes back first, so what the users
  *    wrote before the command is in the image.
  * A command runs in a thread of its own (control.c), a store to
- * .sys/DEV/size in the request thread that received it: the waits are for
- * other threads' work (the answers to requests in flight, writeback I/O),
- * never for a request of the waiting thread's.
+ * .sys/DEV/size in the request thread that received it over /dev/fuse and
+ * in an off-queue thread over the ring (bf_rawio_offqueue()): the waits
+ * are for other threads' work (the answers to requests in flight,
+ * writeback I/O, the requests the kernel sends while it is told), never
+ * for a request of the waiting thread's.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <fuse_lowlevel.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -116,12 +117,8 @@ static int writeback(struct bf_dev *bd, const char *what, char *msg, size_t len)
 /* The kernel's cached attributes of the file (and its pages in [@off, end), @off >= 0). */
 static void tell_kernel(struct bf_dev *bd, off_t off)
 {
-	struct fuse_session *se = bd->d->se;
-	int ret;
+	int ret = bf_notify_inval_inode(bd->d, bd->ino, off, 0);
 
-	if (!se)
-		return;
-	ret = fuse_lowlevel_notify_inval_inode(se, bd->ino, off, 0);
 	/* -ENOENT: the kernel has no inode for the file cached; nothing to tell */
 	if (ret && ret != -ENOENT)
 		blk_warn("%s: cannot tell the kernel that the file changed: %s", bd->cd->name,
@@ -131,13 +128,12 @@ static void tell_kernel(struct bf_dev *bd, off_t off)
 /*
  * With kernel_cache = writeback the kernel holds dirty pages of the file
  * that blkfs has not seen: invalidating its page cache makes it write them
- * through this daemon first. Not from a ring's queue thread: the kernel
- * would send those writes to this very thread's queue, which waits for
- * them (README: with the ring, fsync the file before the command).
+ * through this daemon first. Over the ring too: the commands that call
+ * this run in a thread of their own, never a queue's (bf_rawio_offqueue()).
  */
 static void kernel_writeback_pages(struct bf_dev *bd)
 {
-	if (bd->d->conf.mount.kernel_writeback && !bf_rawio_ring_request())
+	if (bd->d->conf.mount.kernel_writeback)
 		tell_kernel(bd, 0);
 }
 
@@ -145,37 +141,42 @@ static void kernel_writeback_pages(struct bf_dev *bd)
  * The kernel learns a larger size at once from a store of the file's last
  * page (its true contents), which moves its i_size up in the same write;
  * that also holds with kernel_cache = writeback, where the kernel takes no
- * size from GETATTR. The page is then invalidated again, so the page
- * cache keeps nothing this daemon does not see written.
+ * size from GETATTR. The page is invalidated first, so that a dirty copy
+ * of it in the kernel (a shared mapping of the old last page, when the old
+ * size ends inside it) is written back before its contents are read here,
+ * not overwritten by the store; and again after, so the page cache keeps
+ * nothing this daemon does not see written.
  */
 static void tell_kernel_grow(struct bf_dev *bd, uint64_t size)
 {
-	struct fuse_session *se = bd->d->se;
 	uint64_t pos = (size - 1) & ~(uint64_t)4095;
 	size_t n = (size_t)(size - pos);
-	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
 	char *buf;
 	ssize_t r;
 	int ret;
 
-	if (!se)
+	if (!bd->d->se)
 		return;
 	buf = malloc(n);
 	if (!buf)
 		goto out_attr;
+	ret = bf_notify_inval_inode(bd->d, bd->ino, (off_t)pos, (off_t)n);
+	if (ret && ret != -ENOENT) {
+		free(buf);
+		goto out_attr;
+	}
 	r = pc_read(bd->pc, buf, n, pos);
 	if (r != (ssize_t)n) {
 		free(buf);
 		goto out_attr;
 	}
-	bv.buf[0].mem = buf;
-	ret = fuse_lowlevel_notify_store(se, bd->ino, (off_t)pos, &bv, 0);
+	ret = bf_notify_store(bd->d, bd->ino, (off_t)pos, buf, n);
 	free(buf);
 	if (ret && ret != -ENOENT)
 		blk_warn("%s: cannot tell the kernel the new size: %s", bd->cd->name,
 			 strerror(-ret));
 	if (!ret)
-		fuse_lowlevel_notify_inval_inode(se, bd->ino, (off_t)pos, (off_t)n);
+		bf_notify_inval_inode(bd->d, bd->ino, (off_t)pos, (off_t)n);
 out_attr:
 	tell_kernel(bd, -1);
 }

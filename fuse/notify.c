@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuse/notify.c - telling a service manager how the daemon is doing: the
+ * fuse/notify.c - telling others what changed. The kernel: what it caches
+ * of a device file (bf_notify_inval_inode, bf_notify_store: every inode
+ * notification of fuse/ goes through these). A service manager: how the
+ * daemon is doing (bf_notify), the
  * sd_notify protocol (one datagram of "KEY=VALUE" lines to the AF_UNIX
  * socket named by $NOTIFY_SOCKET: READY=1 once the mount is usable,
  * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...).
@@ -12,6 +15,7 @@
  * Without $NOTIFY_SOCKET every call does nothing.
  */
 #include <errno.h>
+#include <fuse_lowlevel.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -73,4 +77,30 @@ int bf_notify(const char *fmt, ...)
 	}
 	close(fd);
 	return 0;
+}
+
+/*
+ * The kernel's side of these waits for requests of the file: a ring queue
+ * thread must not be the one that waits (the top of rawio.c). Callers make
+ * sure of it (bf_rawio_offqueue()); rawio.c's writev hook, which every
+ * notification passes, refuses and counts one from such a thread.
+ */
+int bf_notify_inval_inode(struct bf_daemon *d, uint64_t ino, off_t off, off_t len)
+{
+	struct fuse_session *se = d->se;
+
+	if (!se)
+		return 0;
+	return fuse_lowlevel_notify_inval_inode(se, ino, off, len);
+}
+
+int bf_notify_store(struct bf_daemon *d, uint64_t ino, off_t off, const void *buf, size_t len)
+{
+	struct fuse_session *se = d->se;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+
+	if (!se)
+		return 0;
+	bv.buf[0].mem = (void *)buf;
+	return fuse_lowlevel_notify_store(se, ino, off, &bv, 0);
 }

@@ -11,7 +11,28 @@
  * queues carry the requests, and /dev/fuse still carries INIT, FORGET,
  * INTERRUPT and the daemon's notifications; every reply passes the writev
  * hook, which gives the ring the replies to its requests.
+ *
+ * Notifications and the ring. A notification that touches the kernel's
+ * page cache (inval_inode, store) or its dentries waits inside the kernel
+ * for what the file has in flight: it writes the dirty pages back first
+ * (a dirty shared mapping, kernel_cache = writeback), waits for folios
+ * locked by a READ, for a directory's lookup. Over the ring those requests
+ * go to the queue of the CPU that sent the notification, and if that is a
+ * queue's own thread, nothing serves them: the thread, the mount and every
+ * later stat of it hang for good (an unkillable daemon; aborting the
+ * connection frees nothing). So no queue thread ever sends one:
+ *  - a request whose handler may notify (a .sys store, a command) asks
+ *    bf_rawio_offqueue() first: on a queue thread its handler is run by a
+ *    thread that serves no queue, and the queue's thread returns to its
+ *    queue at once, the request parked (its entry stays held) until that
+ *    handler replies;
+ *  - every notification passes bf_io_writev() on its way to /dev/fuse,
+ *    which refuses one from a queue thread before the kernel sees it
+ *    (-EDEADLK, logged, counted in .sys/.transport's
+ *    queue_thread_notifications): a path that forgot the first rule fails
+ *    that notification instead of wedging the machine.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -65,6 +86,9 @@ static bool stopping;		/* bf_rawio_stop() began */
 static bool failed;		/* the transport failed: the daemon exits 1 */
 static char dev_why[256];	/* why /dev/fuse carries the requests */
 static char dead_why[256];	/* why a queue failed */
+static uint64_t notifications;	/* atomic: notifications sent to the kernel */
+static uint64_t queue_notifications;	/* atomic: refused, from a ring queue thread */
+static uint64_t offqueue_requests;	/* atomic: handlers run by an off-queue thread */
 
 /*
  * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
@@ -432,6 +456,23 @@ static void init_answered(bool ring_offered_back)
 	}
 }
 
+/*
+ * A notification from a ring queue thread: not sent (see the top of this
+ * file). A blkfs bug when it happens: the path that sent it must run off
+ * the queue (bf_rawio_offqueue()).
+ */
+static ssize_t notify_refused(int32_t code)
+{
+	static struct blk_ratelimit rl = BLK_RATELIMIT_INIT(60000, 3);
+
+	__atomic_add_fetch(&queue_notifications, 1, __ATOMIC_RELAXED);
+	if (blk_ratelimit(&rl, "FUSE ring: notifications refused"))
+		blk_err("FUSE ring: a notification (code %d) from a ring queue thread refused: "
+			"the kernel would wait for requests only that thread serves (a blkfs bug; "
+			"the kernel's cache of the file may be stale)", (int)code);
+	return -EDEADLK;
+}
+
 static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	const struct fuse_out_header *oh = iov[0].iov_base;
@@ -443,6 +484,12 @@ static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata
 	ssize_t r;
 
 	(void)userdata;
+	if (!oh->unique && oh->error > 0) {
+		/* a notification (its code in error): never from a queue thread */
+		if (bf_ring_queue_thread())
+			return notify_refused(oh->error);
+		__atomic_add_fetch(&notifications, 1, __ATOMIC_RELAXED);
+	}
 	if (is_init && count == 2 && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + 4) {
 		uint32_t flags2 = 0;
 
@@ -645,6 +692,87 @@ bool bf_rawio_ring_request(void)
 	return bf_ring_in_request();
 }
 
+bool bf_rawio_queue_thread(void)
+{
+	return bf_ring_queue_thread();
+}
+
+/*
+ * Off-queue threads: each runs parked handlers (bf_rawio_offqueue) until
+ * none is left, then ends; a new one starts for each handler while fewer
+ * than OQ_THREADS_MAX run (a resize writing back does not hold up another
+ * device's drop_caches), past that handlers wait their turn. They take no
+ * signals (as the queue threads). After a handler's reply they touch only
+ * what is here: the ring's stop waits for the reply, not for them.
+ */
+#define OQ_THREADS_MAX 8
+static pthread_mutex_t oq_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct bf_offq *oq_head;			/* oq_lock */
+static struct bf_offq **oq_tail = &oq_head;	/* oq_lock */
+static unsigned oq_threads;			/* oq_lock: running */
+
+static void *oq_main(void *arg)
+{
+	struct bf_offq *w;
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "blkfs-offq");
+	pthread_mutex_lock(&oq_lock);
+	while ((w = oq_head)) {
+		oq_head = w->next;
+		if (!oq_head)
+			oq_tail = &oq_head;
+		pthread_mutex_unlock(&oq_lock);
+		__atomic_add_fetch(&offqueue_requests, 1, __ATOMIC_RELAXED);
+		w->fn(w);	/* replies, and may free w */
+		pthread_mutex_lock(&oq_lock);
+	}
+	oq_threads--;
+	pthread_mutex_unlock(&oq_lock);
+	return NULL;
+}
+
+int bf_rawio_offqueue(struct bf_offq *w)
+{
+	pthread_attr_t attr;
+	sigset_t all, old;
+	struct bf_offq **pp;
+	pthread_t t;
+	int ret = 0;
+
+	/* the request's buffers then stay where they are until its reply */
+	assert(bf_ring_in_request());
+	w->next = NULL;
+	pthread_mutex_lock(&oq_lock);
+	*oq_tail = w;
+	oq_tail = &w->next;
+	if (oq_threads < OQ_THREADS_MAX) {
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		ret = pthread_create(&t, &attr, oq_main, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+		if (!ret)
+			oq_threads++;
+	}
+	if (ret && !oq_threads) {
+		/* no thread to run it, and none will come: take it back */
+		for (pp = &oq_head; *pp != w; pp = &(*pp)->next)
+			;
+		*pp = NULL;
+		oq_tail = pp;
+		ret = -EAGAIN;
+	} else {
+		ret = 0;	/* a running thread takes it after its own */
+	}
+	pthread_mutex_unlock(&oq_lock);
+	if (ret)
+		blk_warn("FUSE ring: no thread to run a request off its queue (it fails with EAGAIN)");
+	return ret;
+}
+
 int bf_rawio_show(char *buf, size_t len)
 {
 	bool live;
@@ -657,8 +785,13 @@ int bf_rawio_show(char *buf, size_t len)
 	if (live && n >= 0 && (size_t)n < len)
 		n += bf_ring_show(io_ring, buf + n, len - (size_t)n);
 	if (n >= 0 && (size_t)n < len)
-		n += snprintf(buf + n, len - (size_t)n, "dev_requests %llu\n",
-			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED));
+		n += snprintf(buf + n, len - (size_t)n,
+			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
+			      "offqueue_requests %llu\n",
+			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
+			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED));
 	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 

@@ -185,6 +185,11 @@ bool bf_ring_in_request(void)
 	return tl_ent != NULL;
 }
 
+bool bf_ring_queue_thread(void)
+{
+	return tl_queue != NULL;
+}
+
 char *bf_ring_req_payload(void)
 {
 	return tl_ent ? tl_ent->payload : NULL;

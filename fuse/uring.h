@@ -110,6 +110,12 @@ int bf_ring_show(struct bf_ring *r, char *buf, size_t len);
 /* True in the handler of a request that came on the ring (its thread). */
 bool bf_ring_in_request(void);
 /*
+ * True in a queue's thread (whatever it runs: its own requests, or those
+ * another queue handed it). Such a thread must never wait for what only a
+ * queue's thread can serve: see bf_rawio_offqueue() in bf.h.
+ */
+bool bf_ring_queue_thread(void);
+/*
  * In such a handler: the entry's payload buffer (page-aligned, the largest
  * request's size), valid until the reply; a reply whose data is there is
  * committed without a copy. The request's own payload (a WRITE's data) is

@@ -729,3 +729,40 @@ assert_zero() {
 vmrss_kb() {
 	awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
 }
+
+# watchdog SECS MNT WHAT CMD...: run CMD (a step that could hang on MNT:
+# one waiting on an unanswered FUSE request, whom `timeout` cannot kill)
+# and return its status; see watchdog_wait.
+watchdog() {
+	local secs=$1 mnt=$2 what=$3
+	shift 3
+	"$@" &
+	watchdog_wait "$secs" "$mnt" "$what" $!
+}
+
+# watchdog_wait SECS MNT WHAT PID: wait for PID, a child of this shell, and
+# return its status; when it has not ended within SECS, print the threads
+# of MNT's daemon (state, where each sleeps), abort MNT's FUSE connection
+# and fail the test. SECS bounds a hang, it is no verdict on speed: make it
+# generous (a machine at load 10).
+watchdog_wait() {
+	local secs=$1 mnt=$2 what=$3 pid=$4 i rc t d
+	for ((i = 0; i < secs * 10; i++)); do
+		pid_alive "$pid" || break
+		sleep 0.1
+	done
+	if pid_alive "$pid"; then
+		d=${_PID_OF[$mnt]:-}
+		echo "watchdog: $what: not done after $secs s; the daemon's threads:" >&2
+		if [ -n "$d" ]; then
+			for t in /proc/"$d"/task/*; do
+				echo "  $(cat "$t/comm" 2>/dev/null) $(awk '/^State:/ { print $2 }' \
+					"$t/status" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)" >&2
+			done
+		fi
+		abort_fuse "$mnt"
+		fail "$what: hung for $secs s (the FUSE connection of $mnt is aborted)"
+	fi
+	wait "$pid" && rc=0 || rc=$?
+	return "$rc"
+}
