@@ -187,6 +187,7 @@ int bf_ctl_run(const char *mnt, int argc, char **argv)
 		return 2;
 	}
 	/* one write is one command; its result is read back on the same descriptor */
+	msg[0] = 0;
 	n = write(fd, line, (size_t)len);
 	err = n < 0 ? errno : 0;
 	if (err == ESHUTDOWN || err == ENOTCONN || err == ECONNABORTED) {
@@ -199,12 +200,18 @@ int bf_ctl_run(const char *mnt, int argc, char **argv)
 
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && !err && !got && (errno == ENOTCONN || errno == ECONNABORTED))
+			/* done, then the mount went away (an unmount waited for it) */
+			snprintf(msg, sizeof(msg), "%s: done; the mount went away before its message "
+				 "could be read\n", verb);
 		if (r <= 0)
 			break;
 		got += (size_t)r;
 		if (got == sizeof(msg) - 1)
 			break;
 	}
+	if (!got)
+		got = strlen(msg);
 	msg[got] = 0;
 	close(fd);
 	if (n >= 0 && n != len) {
