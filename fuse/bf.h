@@ -129,6 +129,13 @@ struct bf_daemon {
 	 * it may reach (devices, cache, session) must never be freed: exit.
 	 */
 	bool abandoned;
+	/*
+	 * dev_lock (write), read atomically: at unmount, the control commands
+	 * still running made no progress for shutdown_timeout and were given
+	 * up on (daemon.c): the table changes no more, and what they hold is
+	 * never freed.
+	 */
+	bool ctl_given_up;
 };
 
 /* daemon.c */
@@ -199,6 +206,15 @@ void bf_final_progress_stop(void);
  * device was given up on, and returns the exit code (0, or 1: data lost).
  */
 struct bf_final;
+/*
+ * bf_final_wait_busy - before those: wait while @busy(@arg) (called with
+ * @lock held; @cv is signalled when it may have changed) as long as the
+ * devices make progress by the final writeback's measure, any device's.
+ * Returns true once @busy is false; false after shutdown_timeout without
+ * progress (never with shutdown_timeout = 0).
+ */
+bool bf_final_wait_busy(struct bf_daemon *d, bool (*busy)(void *), void *arg,
+			pthread_mutex_t *lock, pthread_cond_t *cv);
 struct bf_final *bf_final_begin(struct bf_daemon *d);
 bool bf_final_wait_drained(struct bf_daemon *d, struct bf_final *f);
 int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t statuslen);
@@ -360,6 +376,10 @@ void bf_dev_put(struct bf_dev *dev);
 void bf_dev_hold(struct bf_dev *dev);
 /* Under dev->ctl_lock: has a remove taken the device away? */
 bool bf_dev_removed(const struct bf_dev *dev);
+/* Does a command hold @dev's ctl_lock now? (never waits for it) */
+bool bf_dev_ctl_held(struct bf_dev *dev);
+/* At unmount: the commands still running are given up on (d->ctl_given_up). */
+void bf_devs_give_up(struct bf_daemon *d);
 /*
  * The @n-th device of the table (0 <= @n < d->nr_devs), in slot order: for
  * the final writeback, when no device comes or goes any more.

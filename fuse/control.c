@@ -115,6 +115,36 @@ out:
 
 /* ---------------------------------------------------------------- client */
 
+/*
+ * The mount went away while the command ran: ESHUTDOWN is the daemon's
+ * answer when its unmount gave up on the command (no progress for
+ * shutdown_timeout: a hung backend), ENOTCONN or ECONNABORTED the
+ * kernel's when the daemon exited (or was killed) without an answer.
+ */
+static int gone_msg(const char *verb, int argc, char **argv, const char *mnt, int err)
+{
+	static const char *const dev_verbs[] = { "remove", "resize", "snapshot", "reset", "save" };
+	const char *dev = NULL;
+	char what[256] = "";
+	size_t i;
+
+	for (i = 0; argc > 1 && i < sizeof(dev_verbs) / sizeof(dev_verbs[0]); i++)
+		if (!strcmp(verb, dev_verbs[i]))
+			dev = argv[1];
+	if (dev)
+		snprintf(what, sizeof(what), ": what %s had not written back %s", dev,
+			 err == ESHUTDOWN ? "is lost (not written to its backend)" : "may be lost");
+	if (err == ESHUTDOWN)
+		fprintf(stderr, "blkfs: %s: the mount %s went away before the command finished: "
+			"its device made no progress for [mount] shutdown_timeout (a hung backend?) "
+			"and the daemon gave up on it%s; see the daemon's log and the report of "
+			"blkfs umount\n", verb, mnt, what);
+	else
+		fprintf(stderr, "blkfs: %s: the mount %s went away before the command finished "
+			"(its daemon exited: %s)%s\n", verb, mnt, strerror(err), what);
+	return 1;
+}
+
 int bf_ctl_run(const char *mnt, int argc, char **argv)
 {
 	char line[BF_CTL_MAX_LINE + 1], msg[BF_CTL_MSG_MAX + 1], path[PATH_MAX], cmnt[PATH_MAX];
@@ -157,19 +187,31 @@ int bf_ctl_run(const char *mnt, int argc, char **argv)
 		return 2;
 	}
 	/* one write is one command; its result is read back on the same descriptor */
+	msg[0] = 0;
 	n = write(fd, line, (size_t)len);
 	err = n < 0 ? errno : 0;
+	if (err == ESHUTDOWN || err == ENOTCONN || err == ECONNABORTED) {
+		/* no daemon serves the read of the message any more */
+		close(fd);
+		return gone_msg(verb, argc, argv, cmnt, err);
+	}
 	for (;;) {
 		ssize_t r = read(fd, msg + got, sizeof(msg) - 1 - got);
 
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && !err && !got && (errno == ENOTCONN || errno == ECONNABORTED))
+			/* done, then the mount went away (an unmount waited for it) */
+			snprintf(msg, sizeof(msg), "%s: done; the mount went away before its message "
+				 "could be read\n", verb);
 		if (r <= 0)
 			break;
 		got += (size_t)r;
 		if (got == sizeof(msg) - 1)
 			break;
 	}
+	if (!got)
+		got = strlen(msg);
 	msg[got] = 0;
 	close(fd);
 	if (n >= 0 && n != len) {

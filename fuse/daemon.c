@@ -1008,15 +1008,18 @@ static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg
  * thread: every request from that CPU would wait behind the command.
  */
 struct ctl_job {
+	struct ctl_job *next;	/* ctl_jobs_lock: in ctl_running */
 	fuse_req_t req;
 	struct bf_file *f;	/* the write holds the file open until its reply */
+	bool replying;		/* ctl_jobs_lock: its thread answers it */
+	bool given_up;		/* ctl_jobs_lock: the unmount answered it (ctl_jobs_give_up) */
 	size_t size;
 	char line[];		/* a copy: /dev/fuse's buffer is the receiver's */
 };
 
 static pthread_mutex_t ctl_jobs_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ctl_jobs_cond = PTHREAD_COND_INITIALIZER;
-static int ctl_jobs;		/* ctl_jobs_lock: commands running */
+static struct ctl_job *ctl_running;	/* ctl_jobs_lock: commands running */
 
 static void ctl_run(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
 {
@@ -1028,24 +1031,102 @@ static void ctl_run(fuse_req_t req, struct bf_file *f, const char *buf, size_t s
 
 static void *ctl_job_fn(void *arg)
 {
-	struct ctl_job *job = arg;
+	struct ctl_job *job = arg, **p;
+	char msg[BF_CTL_MSG_MAX];
+	bool reply;
+	int ret;
 
-	ctl_run(job->req, job->f, job->line, job->size);
-	free(job);
+	ret = bf_ctl_exec(bf_of(job->req), job->line, job->size, msg, sizeof(msg));
+	/* answered once: by this thread, or by an unmount that gave up on it */
 	pthread_mutex_lock(&ctl_jobs_lock);
-	if (!--ctl_jobs)
-		pthread_cond_broadcast(&ctl_jobs_cond);
+	reply = !job->given_up;
+	job->replying = reply;
 	pthread_mutex_unlock(&ctl_jobs_lock);
+	if (reply)
+		ctl_done(job->req, job->f, ret, msg, job->size);
+	pthread_mutex_lock(&ctl_jobs_lock);
+	for (p = &ctl_running; *p != job; p = &(*p)->next)
+		;
+	*p = job->next;
+	pthread_cond_broadcast(&ctl_jobs_cond);
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	free(job);
 	return NULL;
 }
 
-/* Wait for the commands still running (the loop has ended: none comes). */
-static void ctl_jobs_wait(void)
+/* ctl_jobs_lock held: a command neither finished nor given up on? */
+static bool ctl_jobs_busy(void *arg)
 {
+	struct ctl_job *job;
+
+	(void)arg;
+	for (job = ctl_running; job; job = job->next)
+		if (!job->given_up)
+			return true;
+	return false;
+}
+
+/*
+ * Answer the commands still running with ESHUTDOWN (the client says the
+ * mount went away with the device's data unwritten) and leave their
+ * threads where they wait: on a hung backend, holding their locks. The
+ * final writeback gives their devices up (shutdown.c) and waits for none
+ * of those locks; nothing they may reach is freed (d->abandoned).
+ */
+static void ctl_jobs_give_up(struct bf_daemon *d)
+{
+	struct ctl_job *job;
+	char t[32], msg[256];
+
+	bf_devs_give_up(d);
+	blk_format_duration(t, sizeof(t), d->conf.mount.shutdown_timeout_ms * 1000000ull);
+	snprintf(msg, sizeof(msg), "the mount went away: the command made no progress for %s "
+		 "(shutdown_timeout) and was given up on; what its device had not written back "
+		 "is lost\n", t);
+	for (;;) {
+		fuse_req_t req = NULL;
+		struct bf_file *f = NULL;
+		size_t size = 0;
+		int ll = 0;
+		char line[128];
+
+		pthread_mutex_lock(&ctl_jobs_lock);
+		for (job = ctl_running; job; job = job->next) {
+			if (job->given_up || job->replying)
+				continue;
+			job->given_up = true;
+			req = job->req;
+			f = job->f;
+			size = job->size;
+			ll = (int)(size && job->line[size - 1] == '\n' ? size - 1 : size);
+			snprintf(line, sizeof(line), "%.*s", ll, job->line);
+			break;
+		}
+		pthread_mutex_unlock(&ctl_jobs_lock);
+		if (!req)
+			break;
+		blk_err("control: %s: given up at unmount: no progress for %s (shutdown_timeout); "
+			"its thread is left waiting on the hung I/O", line, t);
+		ctl_done(req, f, -ESHUTDOWN, msg, size);
+	}
+}
+
+/*
+ * Wait for the commands still running (the loop has ended: none comes),
+ * as long as the devices make progress; false when they were given up on.
+ */
+static bool ctl_jobs_wait(struct bf_daemon *d)
+{
+	bool done = bf_final_wait_busy(d, ctl_jobs_busy, NULL, &ctl_jobs_lock, &ctl_jobs_cond);
+
+	if (!done)
+		ctl_jobs_give_up(d);
+	/* those answering by themselves are done in a moment */
 	pthread_mutex_lock(&ctl_jobs_lock);
-	while (ctl_jobs)
+	while (ctl_jobs_busy(NULL))
 		pthread_cond_wait(&ctl_jobs_cond, &ctl_jobs_lock);
 	pthread_mutex_unlock(&ctl_jobs_lock);
+	return done;
 }
 
 /* One command per write, whatever the offset (a second write on the same descriptor is the next). */
@@ -1075,16 +1156,23 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	}
 	job->req = req;
 	job->f = f;
+	job->replying = false;
+	job->given_up = false;
 	job->size = size;
 	memcpy(job->line, buf, size);
 	pthread_mutex_lock(&ctl_jobs_lock);
-	ctl_jobs++;
+	job->next = ctl_running;
+	ctl_running = job;
 	pthread_mutex_unlock(&ctl_jobs_lock);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &attr, ctl_job_fn, job)) {
+		struct ctl_job **p;
+
 		pthread_mutex_lock(&ctl_jobs_lock);
-		ctl_jobs--;
+		for (p = &ctl_running; *p != job; p = &(*p)->next)
+			;
+		*p = job->next;
 		pthread_mutex_unlock(&ctl_jobs_lock);
 		free(job);
 		if (bf_rawio_queue_thread())	/* it may notify the kernel: not from there */
@@ -1425,6 +1513,7 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	struct fuse_loop_config *lc;
 	struct fuse_session *se;
 	struct bf_final *fin;
+	bool cmds_done;
 	int dummy, ret, code = 0;
 
 	/*
@@ -1481,8 +1570,13 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 		blk_err("request loop ended: %s", strerror(-ret));
 
 out_stop:
-	/* a command's reply goes out while the transport still takes it */
-	ctl_jobs_wait();
+	/*
+	 * A command's reply goes out while the transport still takes it. One
+	 * that makes no progress for shutdown_timeout (a remove whose
+	 * writeback hangs) is answered with an error and left running: its
+	 * device is given up on with it, and nothing is freed.
+	 */
+	cmds_done = ctl_jobs_wait(d);
 	/*
 	 * The ring serves no new request (as the ended loop does not) and its
 	 * threads commit the replies to those in hand, then end: before the
@@ -1497,7 +1591,9 @@ out_stop:
 	 * for [mount] shutdown_timeout is given up on (fuse/shutdown.c).
 	 */
 	fin = bf_final_begin(d);
-	if (bf_final_wait_drained(d, fin))
+	if (!cmds_done)
+		d->abandoned = true;	/* a command's thread still uses its file, its device */
+	if (bf_final_wait_drained(d, fin) && !d->abandoned)
 		files_free_all();	/* else a request given up on may still use its file */
 	if (bf_rawio_failed()) {
 		/* callers waiting on the ring get ENOTCONN now, not after the writeback */

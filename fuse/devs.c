@@ -69,6 +69,26 @@ bool bf_dev_removed(const struct bf_dev *dev)
 	return dev->removed;
 }
 
+bool bf_dev_ctl_held(struct bf_dev *dev)
+{
+	if (pthread_mutex_trylock(&dev->ctl_lock))
+		return true;
+	pthread_mutex_unlock(&dev->ctl_lock);
+	return false;
+}
+
+void bf_devs_give_up(struct bf_daemon *d)
+{
+	pthread_rwlock_wrlock(&d->dev_lock);
+	__atomic_store_n(&d->ctl_given_up, true, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&d->dev_lock);
+}
+
+static bool given_up(struct bf_daemon *d)
+{
+	return __atomic_load_n(&d->ctl_given_up, __ATOMIC_ACQUIRE);
+}
+
 static struct bf_dev *find_locked(struct bf_daemon *d, const char *name)
 {
 	int i;
@@ -278,6 +298,10 @@ int bf_dev_publish(struct bf_daemon *d, struct bf_dev *bd)
 	int i, ret = -ENOSPC;
 
 	pthread_rwlock_wrlock(&d->dev_lock);
+	if (given_up(d)) {
+		ret = -ESHUTDOWN;	/* an add that hung past the unmount: the table is final */
+		goto out_unlock;
+	}
 	if (d->next_ino >= BF_SYS_INO) {
 		ret = -EOVERFLOW;	/* a million adds: inode numbers are never reused */
 		goto out_unlock;
@@ -431,6 +455,7 @@ int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len
 	ret = bf_dev_publish(d, bd);
 	if (ret) {
 		snprintf(msg, len, "%s: %s", name, ret == -ENOSPC ? "no free slot" :
+			 ret == -ESHUTDOWN ? "the mount is going away" :
 			 "inode numbers used up (remount)");
 		bf_dev_destroy(bd);
 		goto out_unlock;
@@ -542,6 +567,18 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 		goto out_unlock;
 	}
 	pthread_rwlock_wrlock(&d->dev_lock);
+	if (given_up(d)) {
+		/*
+		 * Its writeback ended after the unmount gave up on it: the
+		 * final writeback has the device as abandoned, the table stays
+		 * as it is and nothing is freed (the daemon is exiting).
+		 */
+		pthread_rwlock_unlock(&d->dev_lock);
+		pthread_mutex_unlock(&bd->ctl_lock);
+		snprintf(msg, len, "%s: the mount went away during the remove", name);
+		ret = -ESHUTDOWN;
+		goto out_unlock;
+	}
 	d->devs[bd->slot] = NULL;
 	d->nr_devs--;
 	pthread_rwlock_unlock(&d->dev_lock);
@@ -559,7 +596,9 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 		pthread_cond_wait(&d->ref_cond, &d->ref_lock);
 	pthread_mutex_unlock(&d->ref_lock);
 	snprintf(msg, len, "removed %s (written back and flushed)", name);
-	bf_dev_destroy(bd);
+	/* given up on meanwhile (a transient reference hung): the exiting daemon frees nothing */
+	if (!given_up(d))
+		bf_dev_destroy(bd);
 out_unlock:
 	pthread_mutex_unlock(&d->add_lock);
 	return ret;

@@ -280,21 +280,101 @@ static void *fin_thread(void *arg)
 	return NULL;
 }
 
-static void fin_mark(struct fin_dev *fd, struct fin_mark *m)
+/* @bd's progress now: a change in any field from the last look is progress. */
+static void dev_mark(struct bf_dev *bd, struct fin_mark *m)
 {
 	uint64_t peak, waits, slots;
 	struct pc_stats st;
 
-	pc_dev_stats(fd->bd->pc, &st);
+	pc_dev_stats(bd->pc, &st);
 	m->ios = st.backend_read_ios + st.backend_write_ios + st.backend_flushes +
 		 st.backend_discards + st.writeback_errors + st.read_errors;
 	m->left = st.dirty_bytes + st.writeback_bytes;
 	m->wb = st.writeback_bytes;
 	m->in_flight = st.in_flight;
 	m->reqs = 0;
-	if (fd->bd->reqs)
-		bf_dev_req_stats(fd->bd, &m->reqs, &peak, &waits, &slots);
+	if (bd->reqs)
+		bf_dev_req_stats(bd, &m->reqs, &peak, &waits, &slots);
 }
+
+static void fin_mark(struct fin_dev *fd, struct fin_mark *m)
+{
+	dev_mark(fd->bd, m);
+}
+
+/*
+ * Control commands still running when the loop ends (a remove writes its
+ * device back, a resize or snapshot too): waited for like a device's final
+ * writeback, by the same measure. The marks of every device in the table
+ * (the commands' devices among them: which one a command works on is its
+ * own business) are taken each tick; any change is progress and gives the
+ * whole timeout again. A device that comes or goes is a change too.
+ */
+struct cmd_marks {
+	uint64_t ino[PC_MAX_DEVS];
+	struct fin_mark m[PC_MAX_DEVS];
+};
+
+static void cmd_marks(struct bf_daemon *d, struct cmd_marks *cm)
+{
+	int i;
+
+	memset(cm, 0, sizeof(*cm));
+	/* shared: a remove unpublishes under it exclusive, and frees only after */
+	pthread_rwlock_rdlock(&d->dev_lock);
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (!d->devs[i] || !d->devs[i]->pc)
+			continue;
+		cm->ino[i] = d->devs[i]->ino;
+		dev_mark(d->devs[i], &cm->m[i]);
+	}
+	pthread_rwlock_unlock(&d->dev_lock);
+}
+
+bool bf_final_wait_busy(struct bf_daemon *d, bool (*busy)(void *), void *arg,
+			pthread_mutex_t *lock, pthread_cond_t *cv)
+{
+	uint64_t timeout_ms = d->conf.mount.shutdown_timeout_ms, deadline;
+	struct cmd_marks *prev, *now;
+	bool ret = false;
+
+	prev = malloc(2 * sizeof(*prev));
+	now = prev ? prev + 1 : NULL;
+	if (prev)
+		cmd_marks(d, prev);
+	else
+		blk_warn("no memory to measure the control commands' progress: waiting for them unbounded");
+	deadline = blk_now_ms() + timeout_ms;
+	for (;;) {
+		bool b;
+		uint64_t t;
+
+		pthread_mutex_lock(lock);
+		if (busy(arg))
+			fin_timedwait(cv, lock, FIN_TICK_MS);
+		b = busy(arg);
+		pthread_mutex_unlock(lock);
+		if (!b) {
+			ret = true;
+			break;
+		}
+		if (!timeout_ms || !prev)
+			continue;
+		t = blk_now_ms();
+		cmd_marks(d, now);
+		if (memcmp(now, prev, sizeof(*now))) {
+			*prev = *now;
+			deadline = t + timeout_ms;
+		} else if (t >= deadline) {
+			break;
+		}
+	}
+	free(prev);
+	return ret;
+}
+
+static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m,
+			const char *where);
 
 struct bf_final *bf_final_begin(struct bf_daemon *d)
 {
@@ -324,6 +404,17 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 		fd->phase = FIN_DRAIN;
 		fin_mark(fd, &fd->mark);
 		/*
+		 * A command given up on (bf_final_wait_busy) still holds its
+		 * device's ctl_lock and waits on its hung I/O: the device is
+		 * given up on with it, at once (the timeout has passed), and
+		 * nothing here waits for that lock.
+		 */
+		if (d->ctl_given_up && bf_dev_ctl_held(fd->bd)) {
+			fin_abandon(f, fd, &fd->mark, "in a control command (remove, resize, "
+				    "snapshot...) still running at unmount");
+			continue;
+		}
+		/*
 		 * The ring already waited the timeout for requests in hand
 		 * (d->abandoned): a device's requests get a second only to
 		 * show progress, not the whole timeout again.
@@ -345,13 +436,17 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	/* a device without a thread runs in this one, with no bound */
 	for (i = 0; i < f->n; i++)
-		if (!f->dev[i].threaded)
+		if (!f->dev[i].threaded && !f->dev[i].abandoned)
 			fin_run(&f->dev[i]);
 	return f;
 }
 
-/* Give up on @fd: what it had not written and the requests it had not answered. */
-static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m)
+/*
+ * Give up on @fd: what it had not written and the requests it had not
+ * answered. @where: what it was doing (NULL: its phase says).
+ */
+static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m,
+			const char *where)
 {
 	char t[32];
 
@@ -369,7 +464,7 @@ static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin
 	blk_err("%s: a hung I/O was abandoned: no progress for %s (shutdown_timeout) %s; "
 		"%llu bytes of dirty data not written back are lost, %llu request%s not answered, "
 		"%llu backend I/O%s still in flight",
-		fd->bd->cd->name, t,
+		fd->bd->cd->name, t, where ? where :
 		fd->phase == FIN_DRAIN ? "waiting for its requests in flight" :
 					 "in its final writeback",
 		(unsigned long long)m->left, (unsigned long long)m->reqs,
@@ -391,7 +486,7 @@ static void fin_stalled(struct bf_final *f, struct fin_dev *fd, const struct fin
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (!drain || m->wb)
-		fin_abandon(f, fd, m);
+		fin_abandon(f, fd, m, NULL);
 }
 
 /*
