@@ -2219,7 +2219,6 @@ Test(reserve, config)
 	struct test_dev td;
 	struct blk_backend *be;
 	unsigned char w[4096] = { 1 };
-	int i;
 
 	be = open_geo_kv(&td, "ram", 64 * MiB, 512, 4096, 0, big);
 	cr_assert(IS_ERR(be));
