@@ -224,6 +224,22 @@ static void unescape(char *s)
 	*d = 0;
 }
 
+/*
+ * Split a line of /proc/self/mountinfo into at most @max fields, the mount
+ * point (field 4) decoded. Returns how many; fewer than 5: not a mount line.
+ */
+static int mountinfo_fields(char *line, char **fields, int max)
+{
+	char *save, *tok;
+	int n = 0;
+
+	for (tok = strtok_r(line, " \n", &save); tok && n < max; tok = strtok_r(NULL, " \n", &save))
+		fields[n++] = tok;
+	if (n >= 5)
+		unescape(fields[4]);
+	return n;
+}
+
 /* The filesystem type mounted at @mnt ("fuse.blkfs", ...), "" if none. */
 void bf_mount_type(const char *mnt, char *type, size_t len)
 {
@@ -234,16 +250,10 @@ void bf_mount_type(const char *mnt, char *type, size_t len)
 	if (!f)
 		return;
 	while (fgets(line, sizeof(line), f)) {
-		char *save, *tok, *fields[12];
-		int n = 0;
-		char *sep;
+		char *fields[12], *sep;
+		int n = mountinfo_fields(line, fields, 12);
 
-		for (tok = strtok_r(line, " \n", &save); tok && n < 12; tok = strtok_r(NULL, " \n", &save))
-			fields[n++] = tok;
-		if (n < 7)
-			continue;
-		unescape(fields[4]);
-		if (strcmp(fields[4], mnt))
+		if (n < 7 || strcmp(fields[4], mnt))
 			continue;
 		/* optional fields end with "-", then the type */
 		sep = NULL;
@@ -606,16 +616,11 @@ static int mount_ids(const char *mnt, int *mnt_id, unsigned *conn)
 	if (!f)
 		return -errno;
 	while (fgets(line, sizeof(line), f)) {
-		char *save, *tok, *fields[5];
+		char *fields[5];
 		unsigned maj, min;
-		int n = 0;
 
-		for (tok = strtok_r(line, " \n", &save); tok && n < 5; tok = strtok_r(NULL, " \n", &save))
-			fields[n++] = tok;
-		if (n < 5)
-			continue;
-		unescape(fields[4]);
-		if (strcmp(fields[4], mnt) || sscanf(fields[2], "%u:%u", &maj, &min) != 2)
+		if (mountinfo_fields(line, fields, 5) < 5 || strcmp(fields[4], mnt) ||
+		    sscanf(fields[2], "%u:%u", &maj, &min) != 2)
 			continue;
 		/* the last one listed is on top */
 		*mnt_id = atoi(fields[0]);
@@ -860,14 +865,10 @@ static int busy_with_commands(const char *mnt, int mnt_id)
 	if (!f)
 		return 0;
 	while (!other && fgets(line, sizeof(line), f)) {
-		char *save, *tok, *fields[5];
-		int n = 0;
+		char *fields[5];
 
-		for (tok = strtok_r(line, " \n", &save); tok && n < 5; tok = strtok_r(NULL, " \n", &save))
-			fields[n++] = tok;
-		if (n < 5)
+		if (mountinfo_fields(line, fields, 5) < 5)
 			continue;
-		unescape(fields[4]);
 		if (under(fields[4], mnt) && strcmp(fields[4], mnt))
 			other = true;	/* a mount below it */
 	}
