@@ -1962,22 +1962,28 @@ struct inval_arg {
 	uint64_t pos, len;
 };
 
-static void folio_invalidate(struct pc_dev *dev, struct pc_folio *f, void *arg)
+/* The clearing itself: f->lock held, and nobody else holds @f (excl or shared). */
+static void folio_invalidate_locked(struct pc_dev *dev, struct pc_folio *f,
+				    const struct inval_arg *a)
 {
-	const struct inval_arg *a = arg;
 	uint32_t b0, b1, b;
 	size_t gone = 0;
 
 	folio_block_span(dev, f, a->pos, a->len, &b0, &b1);
-	pthread_mutex_lock(&f->lock);
-	folio_excl_begin_locked(f);
 	for (b = b0; b <= b1; b++) {
 		if (bm_test(f->state, b) && !bm_test(f->state, dev->nr_blks + b))
 			gone += bm_clear_range(f->state, b, 1);
 	}
+	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
+}
+
+static void folio_invalidate(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	pthread_mutex_lock(&f->lock);
+	folio_excl_begin_locked(f);
+	folio_invalidate_locked(dev, f, arg);
 	folio_excl_end_locked(f);
 	pthread_mutex_unlock(&f->lock);
-	__atomic_sub_fetch(&dev->uptodate_blks, gone, __ATOMIC_RELAXED);
 }
 
 /*
@@ -1992,6 +1998,43 @@ static void pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	struct inval_arg a = { pos, len };
 
 	pc_for_each_folio(dev, pos, len, folio_invalidate, &a);
+}
+
+#define INVAL_NOWAIT_FOLIOS 16	/* a longer range is a worker's */
+
+/*
+ * pc_invalidate_range() without waiting, for a completion (rule R1): each
+ * folio of the range that nobody holds is invalidated under its lock alone
+ * (a holder needs that lock to begin). False when a folio is held or the
+ * range is long: the caller punts the whole range to a worker (invalidating
+ * a block twice is harmless).
+ */
+static bool pc_invalidate_range_nowait(struct pc_dev *dev, uint64_t pos, uint64_t len)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	struct inval_arg a = { pos, len };
+	struct pc_folio *f;
+	bool ok = true;
+
+	if (last - first >= INVAL_NOWAIT_FOLIOS)
+		return false;
+	for (i = first; i <= last && ok; i++) {
+		pthread_mutex_lock(&pc->lock);
+		f = folio_find_locked(dev, i);
+		if (f)
+			folio_get(f);
+		pthread_mutex_unlock(&pc->lock);
+		if (!f)
+			continue;
+		pthread_mutex_lock(&f->lock);
+		ok = !f->excl && !f->users;
+		if (ok)
+			folio_invalidate_locked(dev, f, &a);
+		pthread_mutex_unlock(&f->lock);
+		folio_put(f);
+	}
+	return ok;
 }
 
 static int check_direct(const struct pc_dev *dev, uint64_t pos, size_t len)
@@ -2160,7 +2203,13 @@ static void dwrite_end(struct pc_batch *b)
 	uint64_t ok = err ? pc_batch_ok_bytes(b, aio->pos) : aio->len;
 
 	aio->res = ok ? (ssize_t)ok : err;
-	if (range_cached(aio->dev, aio->pos, aio->len, &dirty) ||
+	/*
+	 * A clean cached copy nobody holds is dropped here, so a direct write
+	 * over cached data is still answered by the thread the device
+	 * completed it in (for ram: the one that received it).
+	 */
+	if ((range_cached(aio->dev, aio->pos, aio->len, &dirty) &&
+	     !pc_invalidate_range_nowait(aio->dev, aio->pos, aio->len)) ||
 	    (aio->res > 0 && aio_sync_write(aio))) {
 		aio->op = PC_AIO_INVAL;
 		pc_punt(aio);

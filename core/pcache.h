@@ -52,6 +52,8 @@
  *      backend's thread and invalidates the cached range; the invalidation
  *      waits for a folio's exclusive hold, held by a read whose completion
  *      needs that same backend thread (the cycle BENCHMARKS.md warned of).
+ *      So the completion tries first (no folio of the range held: done
+ *      there, under the folio's lock alone) and punts only what is held.
  *      Also: a completion submitting into a backend whose queue is freed
  *      only by completions on that thread.
  *  R2. A punted request holds no folio reference and no exclusive hold

@@ -65,6 +65,8 @@ struct bf_dev {
 	uint32_t req_peak;		/* req_lock: the most ever in use at once */
 	uint32_t req_waiters;		/* req_lock */
 	uint64_t req_waits;		/* req_lock: requests that waited for a slot */
+	uint64_t req_inline;		/* atomic: answered by the thread that received them */
+	uint64_t req_parked;		/* atomic: answered later, from another thread */
 	uint32_t req_slots;
 	bool req_frozen;		/* req_lock: bf_dev_freeze(): no slot is handed out */
 

@@ -593,6 +593,13 @@ static struct bf_file *file_of(struct fuse_file_info *fi)
  */
 enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
 
+/*
+ * The request whose handler this thread is running: its completion, when
+ * it runs here before the handler returns, was inline (the device
+ * finished at once: no hand-off); anywhere else, the request was parked.
+ */
+static __thread const struct bf_req *req_here;
+
 struct bf_req {
 	struct pc_aio aio;	/* first: the completion finds the slot from it */
 	struct bf_dev *bd;
@@ -675,12 +682,16 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	r->aio.done = done;
 	r->aio.waited = false;
 	r->aio.fua = false;
+	req_here = r;
 	return r;
 }
 
 static void req_put(struct bf_req *r)
 {
 	struct bf_dev *bd = r->bd;
+
+	if (req_here == r)	/* a handler that gave up on @r before starting it */
+		req_here = NULL;
 
 	if (r->kept)
 		bf_rawio_release(r->kept);
@@ -703,6 +714,7 @@ static void req_put(struct bf_req *r)
  */
 static void req_returned(struct bf_req *r, const char *data, size_t len)
 {
+	req_here = NULL;
 	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
 		req_put(r);
 		return;
@@ -719,6 +731,8 @@ static void req_returned(struct bf_req *r, const char *data, size_t len)
 /* The completion has replied. */
 static void req_finish(struct bf_req *r)
 {
+	__atomic_add_fetch(req_here == r ? &r->bd->req_inline : &r->bd->req_parked, 1,
+			   __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
 		req_put(r);
 }

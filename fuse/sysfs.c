@@ -153,11 +153,14 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 				      "requests_in_flight %llu\nrequests_in_flight_max %llu\n"
 				      "request_slots %llu\n"
 				      "request_slot_waits %llu\nreceive_buffers_kept %llu\n"
-				      "receive_buffers_kept_total %llu\n",
+				      "receive_buffers_kept_total %llu\n"
+				      "inline_replies %llu\nparked_replies %llu\n",
 				      (unsigned long long)in_flight, (unsigned long long)peak,
 				      (unsigned long long)slots,
 				      (unsigned long long)waits, (unsigned long long)kept,
-				      (unsigned long long)kept_total);
+				      (unsigned long long)kept_total,
+				      (unsigned long long)__atomic_load_n(&bd->req_inline, __ATOMIC_RELAXED),
+				      (unsigned long long)__atomic_load_n(&bd->req_parked, __ATOMIC_RELAXED));
 		if (n >= len)
 			return (int)len;
 	}

@@ -186,6 +186,47 @@ TEST_FIX(async, direct_io_returns_before_the_device)
 	cr_assert_eq(punted(), 0);
 }
 
+/*
+ * A direct write over blocks the cache holds clean: the completion drops
+ * the stale copies itself when no folio of the range is held (no worker,
+ * the reply from the completing thread), and punts only when one is held
+ * (rule R1: it never waits for the hold).
+ */
+TEST_FIX(async, direct_write_over_clean_cache_completes_in_place)
+{
+	struct areq *w = areq_new(), *w2 = areq_new(), *r = areq_new();
+	uint8_t *wb = talloc(8192);
+
+	setup_4k(8 * MiB, 64 * KiB);
+	verify_cache(64 * KiB, 16 * KiB);	/* a part of folio 1 cached, clean */
+	verify_cache(0, 64 * KiB);		/* folio 0 cached, clean */
+	fake_set_mode(fb, FAKE_MANUAL);
+	fill(wb, 8192, 4096, 2);
+	pc_direct_write_async(dev, &w->aio, wb, 8192, 4096);
+	cr_assert_eq(calls(w), 0);
+	cr_assert(fake_complete_op(fb, W));	/* the completion runs here */
+	cr_assert_eq(calls(w), 1, "the direct write's done did not run in its completion");
+	cr_assert_eq(w->res, 8192);
+	cr_assert_eq(punted(), 0, "a direct write over a clean, unheld folio went to a worker");
+	model_fill_gen(4096, 8192, 2);
+
+	/* a read miss of folio 1's uncached blocks holds it while the device fills them */
+	read_async(r, 4096, 64 * KiB + 32 * KiB);	/* an uncached block of folio 1: held */
+	cr_assert_eq(fake_pending_ops(fb, R), 1);
+	fill(wb, 8192, 64 * KiB, 3);
+	pc_direct_write_async(dev, &w2->aio, wb, 8192, 64 * KiB);
+	cr_assert(fake_complete_op(fb, W));
+	cr_assert(punted_reaches(1, 5000), "a direct write over a held folio was not punted");
+	cr_assert(fake_complete_op(fb, R));
+	cr_assert(done_within(r, 5000) && done_within(w2, 5000));
+	cr_assert_eq(w2->res, 8192);
+	model_fill_gen(64 * KiB, 8192, 3);
+
+	fake_set_mode(fb, FAKE_INLINE);
+	verify_cache(0, 128 * KiB);		/* no stale copy served */
+	verify_store(0, dev_size);
+}
+
 TEST_FIX(async, fsync_of_a_clean_device_is_one_flush)
 {
 	struct areq *a = areq_new();
