@@ -29,7 +29,7 @@ work=$TDIR/tmp
 mkdir -p "$work"
 
 rc=0
-TMPDIR=$work BLKFS=$BLKFS timeout -k 10 120 "$bench" split --quick --out "$out" \
+TMPDIR=$work BLKFS=$BLKFS timeout -k 10 240 "$bench" split --quick --out "$out" \
 	>"$TDIR/stdout" 2>"$TDIR/stderr" || rc=$?
 if [ "$rc" -ne 0 ]; then
 	cat "$TDIR/stderr" >&2
@@ -93,7 +93,7 @@ info "output well-formed, nothing left behind"
 # blkfs-ab: the same binary twice, the table's form only
 ab=$(realpath "$_LIB_DIR/../../tools/blkfs-ab")
 rc=0
-TMPDIR=$work timeout -k 10 120 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+TMPDIR=$work timeout -k 10 240 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
 	>"$TDIR/ab.out" 2>"$TDIR/ab.err" || rc=$?
 [ "$rc" -eq 0 ] || { cat "$TDIR/ab.err" >&2; fail "blkfs-ab exited $rc"; }
 grep -qx '| test | OLD | NEW | NEW/OLD |' "$TDIR/ab.out" || fail "blkfs-ab: no table header: $(cat "$TDIR/ab.out")"
@@ -110,13 +110,13 @@ grep -q 'run 1/1 new: 1M read' "$TDIR/ab.err" || fail "blkfs-ab: no progress on 
 TMPDIR=$work "$ab" "$BLKFS" "$BLKFS" --runs 1 --seconds 2 >/dev/null 2>"$TDIR/ab2.err" &
 abpid=$!
 _BGPIDS+=("$abpid")
-for ((i = 0; i < 100; i++)); do
+for ((i = 0; i < 600; i++)); do
 	[ -z "$(mounts_under "$work")" ] || break
 	sleep 0.1
 done
-[ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted"; }
+[ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted in 60 s"; }
 kill -TERM "$abpid"
-wait_gone 10 "$abpid" || fail "blkfs-ab did not stop 10 s after SIGTERM"
+wait_gone 60 "$abpid" || fail "blkfs-ab did not stop 60 s after SIGTERM"
 wait "$abpid" 2>/dev/null || true
 grep -q 'run 1/1 new: 1M read' "$TDIR/ab2.err" && fail "blkfs-ab ran to its end: the signal was not what stopped it"
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "interrupted blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
