@@ -48,11 +48,11 @@ park() {
 		--rw=randread --bs=4k --size=32M --runtime=60 --time_based \
 		--output="$TDIR/parked.out" >/dev/null 2>&1 &
 	FIO_PID=$!
-	for ((i = 0; i < 100; i++)); do
+	for ((i = 0; i < 600; i++)); do
 		[ "$(stat_of requests_in_flight)" -ge 60 ] && return 0
 		sleep 0.1
 	done
-	fail "never 60 requests in flight ($(stat_of requests_in_flight))"
+	fail "never 60 requests in flight in 60 s ($(stat_of requests_in_flight))"
 }
 
 # gone WHAT [dead]: the daemon has exited (within 30 s), the mount is gone
@@ -65,7 +65,7 @@ gone() {
 	fi
 	! is_mounted "$MNT" || fail "$MNT still mounted after $1"
 	unset "_PID_OF[$MNT]"
-	timeout 30 tail --pid="$FIO_PID" -f /dev/null || fail "fio still hangs after $1"
+	timeout 60 tail --pid="$FIO_PID" -f /dev/null || fail "fio still hangs 60 s after $1"
 	wait "$FIO_PID" || true
 	cmp "$ref" "$img" || fail "the image differs from what was written after $1"
 	info "$1: daemon gone, fio ended, image intact"

@@ -31,7 +31,7 @@ work=$TDIR/tmp
 mkdir -p "$work"
 
 rc=0
-TMPDIR=$work BLKFS=$BLKFS timeout -k 10 120 "$bench" split --quick --out "$out" \
+TMPDIR=$work BLKFS=$BLKFS timeout -k 10 240 "$bench" split --quick --out "$out" \
 	>"$TDIR/stdout" 2>"$TDIR/stderr" || rc=$?
 if [ "$rc" -ne 0 ]; then
 	cat "$TDIR/stderr" >&2
@@ -96,7 +96,7 @@ info "output well-formed, nothing left behind"
 ab=$(realpath "$_LIB_DIR/../../tools/blkfs-ab")
 rc=0
 # (--any-load: inside make test the machine is never quiet; the numbers are not judged)
-TMPDIR=$work timeout -k 10 180 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+TMPDIR=$work timeout -k 10 240 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
 	--load quiet --any-load --tests w1,r32,W32,R32,dd4k >"$TDIR/ab.out" 2>"$TDIR/ab.err" || rc=$?
 [ "$rc" -eq 0 ] || { cat "$TDIR/ab.err" >&2; fail "blkfs-ab exited $rc"; }
 # ab_rows FILE ROW...: FILE has the table header and one well-formed row for each ROW
@@ -117,7 +117,7 @@ grep -q 'quiet run 1/1 new: dd4k' "$TDIR/ab.err" || fail "blkfs-ab: no progress 
 [ -z "$(find "$work" -mindepth 1 -maxdepth 1)" ] || fail "blkfs-ab left $(find "$work" -mindepth 1 -maxdepth 1)"
 # under load: the loaded table, and its stress-ng gone after
 rc=0
-TMPDIR=$work timeout -k 10 120 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
+TMPDIR=$work timeout -k 10 240 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --seconds 1 \
 	--load stress --tests w1 >"$TDIR/ab3.out" 2>"$TDIR/ab3.err" || rc=$?
 [ "$rc" -eq 0 ] || { cat "$TDIR/ab3.err" >&2; fail "blkfs-ab --load stress exited $rc"; }
 ab_rows "$TDIR/ab3.out" "4k randwrite psync QD1 (IOPS)"
@@ -145,7 +145,7 @@ for ((i = 0; i < 600; i++)); do
 	[ -z "$(mounts_under "$work")" ] || break
 	sleep 0.1
 done
-[ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted"; }
+[ -n "$(mounts_under "$work")" ] || { cat "$TDIR/ab2.err" >&2; fail "blkfs-ab (aio) never mounted in 60 s"; }
 kill -TERM "$abpid"
 wait_gone 60 "$abpid" || fail "blkfs-ab did not stop 60 s after SIGTERM"
 wait "$abpid" 2>/dev/null || true

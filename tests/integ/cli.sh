@@ -134,12 +134,12 @@ _MNTS+=("$MNT")
 "$BLKFS" mount "$MNT" -c "$TDIR/ok.conf" -f >"$TDIR/fg.out" 2>&1 &
 fg=$!
 _BGPIDS+=("$fg")
-for ((i = 0; i < 100; i++)); do
+for ((i = 0; i < 600; i++)); do
 	is_mounted "$MNT" && break
 	pid_alive "$fg" || break
 	sleep 0.1
 done
-is_mounted "$MNT" || { cat "$TDIR/fg.out"; fail "blkfs mount -f did not mount within 10s"; }
+is_mounted "$MNT" || { cat "$TDIR/fg.out"; fail "blkfs mount -f did not mount within 60 s"; }
 pid_alive "$fg" || fail "blkfs mount -f returned while mounted"
 ddev if="$data" of="$MNT/ram0" bs=1M conv=notrunc
 cmp -n $((4 << 20)) "$data" "$MNT/ram0" || fail "-f mount: data differs"

@@ -62,14 +62,16 @@ reader() {
 	RPID=$!
 }
 
-# wait_hung N: within 5 s the filter holds N I/Os.
+# hung_is N: the filter holds N I/Os; else says how many.
+hung_is() {
+	local h
+	h=$(cat "$sys/hung")
+	[ "$h" = "$1" ] || { echo "hung $h"; return 1; }
+}
+
+# wait_hung N: the filter holds N I/Os (within a minute, for a busy machine).
 wait_hung() {
-	local i
-	for ((i = 0; i < 50; i++)); do
-		[ "$(cat "$sys/hung")" = "$1" ] && return 0
-		sleep 0.1
-	done
-	fail "hung is $(cat "$sys/hung"), want $1"
+	wait_until 60 "the filter to hold $1 I/Os" hung_is "$1"
 }
 
 # same_block OUT BLOCK: OUT holds block BLOCK of the data written
@@ -85,7 +87,9 @@ t0=$(now_ms)
 reader 100 "$TDIR/r1"
 wait_hung 1
 sleep 1
-[ ! -e "$TDIR/r1.rc" ] || fail "the reader finished 1 s into a 3 s hang"
+# (a busy machine may have held this shell past the timeout: then it is late, not early)
+[ ! -e "$TDIR/r1.rc" ] || [ $(($(cat "$TDIR/r1.t") - t0)) -ge 3000 ] ||
+	fail "the reader finished $(($(cat "$TDIR/r1.t") - t0)) ms into a 3 s hang"
 # the daemon still answers: .sys, and a read of a block the cache holds
 assert_eq "fault_hung_ios during the hang" 1 "$(bstat fault_hung_ios)"
 dd if="$dev" of=/dev/null bs=4096 skip=5 count=1 status=none || fail "a read of a cached block failed during the hang"
@@ -94,7 +98,8 @@ assert_eq "reader's exit status" 0 "$(cat "$TDIR/r1.rc")"
 took=$(($(cat "$TDIR/r1.t") - t0))
 info "the reader was blocked for $took ms"
 [ "$took" -ge 3000 ] || fail "the hung read returned after $took ms, before the 3 s timeout"
-[ "$took" -lt 6000 ] || fail "the hung read returned after $took ms, long after the 3 s timeout"
+# late only as a busy machine is late (that the timeout ended it, the stat says)
+[ "$took" -lt 33000 ] || fail "the hung read returned after $took ms, long after the 3 s timeout"
 same_block "$TDIR/r1" 100
 assert_eq hung 0 "$(cat "$sys/hung")"
 assert_eq fault_hangs_timed_out 1 "$(bstat fault_hangs_timed_out)"
@@ -112,7 +117,7 @@ printf '1\n' >"$sys/release"
 wait "$RPID"
 took=$(($(cat "$TDIR/r2.t") - t0))
 assert_eq "reader's exit status after release" 0 "$(cat "$TDIR/r2.rc")"
-[ "$took" -lt 2000 ] || fail "the reader took $took ms to finish after the release"
+[ "$took" -lt 30000 ] || fail "the reader took $took ms to finish after the release"
 same_block "$TDIR/r2" 200
 assert_eq fault_hangs_released 1 "$(bstat fault_hangs_released)"
 

@@ -44,11 +44,13 @@ assert_eq state up "$(cat "$sys/state")"
 assert_eq seed "$SEED" "$(cat "$sys/seed")"
 
 # fio_run OUT ARGS...: fio over $dev, 4k, one job, QD1, O_DIRECT; its output in OUT.
+# A failed verify saves no state file (fio's default would write one into the
+# current directory).
 fio_run() {
 	local out=$1
 	shift
 	fio --name=v --filename="$dev" --bs=4k --size=16M --direct=1 --ioengine=psync \
-		--verify=crc32c --verify_fatal=1 "$@" >"$out" 2>&1
+		--verify=crc32c --verify_fatal=1 --verify_state_save=0 "$@" >"$out" 2>&1
 }
 
 # failed_offset OUT: the offset fio's verify failure names.
@@ -116,7 +118,7 @@ printf '1\n' >"$sys/random_write_corrupt"
 printf '1\n' >"$sys/down_interval"
 # buffered this time: the cache takes the data, writeback corrupts the copy it sends
 fio --name=w --filename="$dev" --bs=4k --size=16M --rw=write --verify=crc32c --do_verify=0 \
-	--end_fsync=1 >"$TDIR/w2.out" 2>&1 || { cat "$TDIR/w2.out"; fail "fio write (down) failed"; }
+	--verify_state_save=0 --end_fsync=1 >"$TDIR/w2.out" 2>&1 || { cat "$TDIR/w2.out"; fail "fio write (down) failed"; }
 printf '0\n' >"$sys/down_interval"
 last=$(cat "$sys/last_corruption")
 read -r op byte _ _ <<<"$last"
@@ -124,7 +126,7 @@ assert_eq "last corruption op" write "$op"
 [ "$byte" -ge "$wblk" ] && [ "$byte" -lt $((wblk + 4096)) ] || fail "write corrupted at $byte, outside $wblk+4096"
 # the cache's copy is intact: buffered reads that hit it verify
 fio --name=w --filename="$dev" --bs=4k --size=16M --rw=write --verify=crc32c --verify_only \
-	--verify_fatal=1 >"$TDIR/v5.out" 2>&1 || { cat "$TDIR/v5.out"; fail "the cache's copy was corrupted"; }
+	--verify_fatal=1 --verify_state_save=0 >"$TDIR/v5.out" 2>&1 || { cat "$TDIR/v5.out"; fail "the cache's copy was corrupted"; }
 # the device's copy is not: O_DIRECT reads fail at that block, and only there
 if fio_run "$TDIR/v6.out" --rw=write --verify_only; then
 	cat "$TDIR/v6.out"

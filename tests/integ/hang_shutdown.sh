@@ -41,7 +41,9 @@ require_helper fsync_fd
 
 M=$((1 << 20))
 TIMEOUT_MS=3000
-MARGIN_MS=4000
+# how late past shutdown_timeout a daemon may exit: late only as a busy
+# machine is late (one hung in its final writeback never exits)
+MARGIN_MS=30000
 src=$TDIR/src
 mkdata "$src" $((8 * M))
 
@@ -54,14 +56,16 @@ stat_of() {	# stat_of DEV NAME
 	awk -v k="$2" '$1 == k { print $2; f = 1 } END { if (!f) print 0 }' "$MNT/.sys/$1/blkfs_stat"
 }
 
-# wait_hung N: within 10 s h0's fault filter holds N I/Os.
+# hung_is N: h0's fault filter holds N I/Os; else says how many.
+hung_is() {
+	local h
+	h=$(cat "$MNT/.sys/h0/fault/hung")
+	[ "$h" = "$1" ] || { echo "h0: hung $h"; return 1; }
+}
+
+# wait_hung N: h0's fault filter holds N I/Os (within a minute, for a busy machine).
 wait_hung() {
-	local i
-	for ((i = 0; i < 100; i++)); do
-		[ "$(cat "$MNT/.sys/h0/fault/hung")" = "$1" ] && return 0
-		sleep 0.1
-	done
-	fail "h0: hung is $(cat "$MNT/.sys/h0/fault/hung"), want $1"
+	wait_until 60 "h0's fault filter to hold $1 I/Os" hung_is "$1"
 }
 
 # conf IMG [CACHE_KEYS]: h0 (hangs writes when armed) and p0 (aio on IMG)
@@ -172,7 +176,7 @@ if want a || want c; then
 	if ! want c; then
 		# released: the blocked callers finish with the right data
 		printf '1\n' >"$MNT/.sys/h0/fault/release"
-		wait_gone 5 "$fsync_pid" "$dread_pid" || fail "(a) released, but the callers still wait"
+		wait_gone 30 "$fsync_pid" "$dread_pid" || fail "(a) released, but the callers still wait"
 		assert_eq "(a) fsync after the release" OK "$(cat "$TDIR/fsync.out")"
 		cmp "$TDIR/dread.data" <(dd if="$src" bs=4096 count=16 status=none) ||
 			fail "(a) the O_DIRECT read after the release returned other data"
@@ -201,7 +205,7 @@ if want c; then
 	cmp -i $((8 * M)):0 -n $((4 * M)) "$img" "$TDIR/p0.tail" ||
 		fail "(c) p0's image: the 4 MiB left dirty at SIGTERM are not there"
 	# the callers blocked on the hang got an error, not a hang
-	wait_gone 5 "$fsync_pid" "$dread_pid" || fail "(c) the blocked fsync or reader still waits"
+	wait_gone 30 "$fsync_pid" "$dread_pid" || fail "(c) the blocked fsync or reader still waits"
 	[ "$(cat "$TDIR/fsync.out")" != OK ] || fail "(c) the fsync of the abandoned write succeeded"
 	[ "$(cat "$TDIR/dread.rc")" != 0 ] || fail "(c) the O_DIRECT read behind the abandoned write succeeded"
 	info "(c) fsync: $(cat "$TDIR/fsync.out"); reader: $(head -n 1 "$TDIR/dread.err")"
@@ -287,7 +291,7 @@ fault.hang = yes"
 		fail "(e) the status file does not report the unanswered request: $(cat "$STATUS")"
 	grep -q "exiting with status 1" "$LOG" || fail "(e) the daemon did not exit with status 1"
 	cmp -n $((2 * M)) "$src" "$TDIR/h0e.img" || fail "(e) h0's dirty data was not written back"
-	wait_gone 5 "$rpid" || fail "(e) the reader of the hung read still waits"
+	wait_gone 30 "$rpid" || fail "(e) the reader of the hung read still waits"
 	[ "$(cat "$TDIR/dread_e.rc")" != 0 ] || fail "(e) the hung read succeeded"
 fi
 
@@ -338,7 +342,7 @@ if want d; then
 	pid=$DAEMON_PID
 	kill9_blkfs "$MNT"
 	! pid_alive "$pid" || fail "(d) the daemon survived SIGKILL"
-	wait_gone 5 "$fsync_pid" || fail "(d) the fsync still waits on the dead mount"
+	wait_gone 30 "$fsync_pid" || fail "(d) the fsync still waits on the dead mount"
 	[ "$(cat "$TDIR/fsync_d.out")" != OK ] || fail "(d) the fsync on the killed daemon succeeded"
 	gone "$MNT"
 	[ -z "$(pids_matching "$TDIR/blkfs")" ] || fail "(d) processes left: $(pids_matching "$TDIR/blkfs")"

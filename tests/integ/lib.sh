@@ -194,17 +194,48 @@ pid_alive() {
 	[ -n "$st" ] && [ "$st" != Z ]
 }
 
-# wait_gone SECONDS PID...: 0 once none of PID is alive.
-wait_gone() {
-	local t=$1 p alive i
+# _wait_gone SECONDS PID...: 0 once none of PID is alive, 1 after SECONDS.
+_wait_gone() {
+	local end=$((SECONDS + $1)) p alive
 	shift
-	for ((i = 0; i <= t * 10; i++)); do
+	while :; do
 		alive=0
 		for p in "$@"; do pid_alive "$p" && alive=1; done
 		[ "$alive" -eq 0 ] && return 0
+		[ "$SECONDS" -lt "$end" ] || return 1
 		sleep 0.1
 	done
+}
+
+# wait_gone SECONDS PID...: 0 once none of PID is alive; else 1, and on
+# stderr which are still there and in what state (the last seen).
+wait_gone() {
+	local t=$1 p
+	shift
+	_wait_gone "$t" "$@" && return 0
+	for p in "$@"; do
+		pid_alive "$p" || continue
+		printf 'wait_gone: after %s s, %s (%s) is still there: %s, waiting in %s\n' "$t" "$p" \
+			"$(cat "/proc/$p/comm" 2>/dev/null)" \
+			"$(awk '/^State:/ { print $2, $3 }' "/proc/$p/status" 2>/dev/null)" \
+			"$(cat "/proc/$p/wchan" 2>/dev/null)" >&2
+	done
 	return 1
+}
+
+# wait_until SECONDS WHAT CMD...: poll CMD (every 0.1 s) until it succeeds.
+# A wait for an event the test cannot be told of otherwise, so SECONDS is
+# generous (a machine at load 10); on giving up it fails the test with WHAT
+# and what CMD printed the last time (the value it saw).
+wait_until() {
+	local secs=$1 what=$2 end=$((SECONDS + $1)) out
+	shift 2
+	while :; do
+		out=$("$@" 2>&1) && return 0
+		[ "$SECONDS" -lt "$end" ] || break
+		sleep 0.1
+	done
+	fail "waited $secs s for $what; last seen: ${out:-(nothing printed)}"
 }
 
 # kill_pids PID...: SIGTERM, then SIGKILL after a few seconds.
@@ -216,9 +247,9 @@ kill_pids() {
 	done
 	[ "${#live[@]}" -gt 0 ] || return 0
 	kill -TERM "${live[@]}" 2>/dev/null || true
-	wait_gone 5 "${live[@]}" && return 0
+	_wait_gone 5 "${live[@]}" && return 0
 	kill -KILL "${live[@]}" 2>/dev/null || true
-	wait_gone 5 "${live[@]}" || true
+	wait_gone 10 "${live[@]}" || true
 }
 
 # pids_matching STRING: processes whose command line contains STRING
@@ -231,6 +262,14 @@ pids_matching() {
 		cmd=$({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null) || continue
 		case $cmd in *"$1"*) echo "$p" ;; esac
 	done
+}
+
+# no_pids_matching STRING: no process's command line contains STRING; else
+# prints them (for wait_until).
+no_pids_matching() {
+	local p
+	p=$(pids_matching "$1")
+	[ -z "$p" ] || { echo "processes $p"; return 1; }
 }
 
 # ---------------------------------------------------------------------------
@@ -335,6 +374,7 @@ uring_set() {
 		fail "cannot read $URING_PARAM"
 	echo "$1" >"$URING_PARAM" || fail "cannot write $1 to $URING_PARAM"
 	[ "$(cat "$URING_PARAM")" = "$1" ] || fail "$URING_PARAM did not take $1"
+	_URING_SET=$1
 }
 
 # ---------------------------------------------------------------------------
@@ -354,6 +394,7 @@ _BGPIDS=()		# background processes to kill at exit
 _XDIRS=()		# directories outside $TDIR (odirect_dir), removed at exit
 _NLOOPF=0
 _URING_PREV=		# enable_uring as the test found it, once uring_set changed it
+_URING_SET=		# what uring_set wrote last
 declare -A _PID_OF=()	# mount point -> daemon pid
 declare -A _LOOP_FILE=()	# loop device -> the file it was attached over
 
@@ -371,6 +412,10 @@ _cleanup() {
 	fi
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
 		show_logs
+		# the switch is global: a test run beside this one may have flipped it
+		if [ -n "$_URING_SET" ] && [ "$(cat "$URING_PARAM" 2>/dev/null)" != "$_URING_SET" ]; then
+			echo "lib.sh: $URING_PARAM is $(cat "$URING_PARAM" 2>/dev/null), not the $_URING_SET this test set: something else changed the kernel's switch meanwhile" >&2
+		fi
 	fi
 	for m in "${_MNTS[@]}"; do
 		is_mounted "$m" && abort_fuse "$m"
@@ -476,7 +521,7 @@ remount_blkfs() {
 
 # _mount_blkfs [MOUNT ARGS...]: blkfs mount $MNT -c $CONF and the checks.
 _mount_blkfs() {
-	local out rc i
+	local out rc
 	out=$("$BLKFS" mount "$MNT" -c "$CONF" "$@" 2>&1) && rc=0 || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		printf '%s\n' "$out" >&2
@@ -489,11 +534,7 @@ _mount_blkfs() {
 	esac
 	[ "$(mounts_at "$MNT" | wc -l)" -eq 1 ] ||
 		fail "$MNT: mounted more than once: $(mounts_at "$MNT" | tr '\n' ' ')"
-	for ((i = 0; i < 50; i++)); do
-		[ -s "$PIDFILE" ] && break
-		sleep 0.1
-	done
-	[ -s "$PIDFILE" ] || fail "blkfs mount returned 0 but wrote no $PIDFILE"
+	wait_until 60 "the pid file $PIDFILE after blkfs mount returned 0" test -s "$PIDFILE"
 	DAEMON_PID=$(cat "$PIDFILE")
 	pid_alive "$DAEMON_PID" || fail "daemon pid $DAEMON_PID from $PIDFILE is not running"
 	_PID_OF[$MNT]=$DAEMON_PID

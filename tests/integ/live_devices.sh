@@ -179,13 +179,13 @@ blkfs_err remove "$MNT" ram1
 case $ERR in *"loop device $LOOP sits on $MNT/ram1"*) ;; *) fail "remove under $LOOP: $ERR" ;; esac
 cmp -n 1M "$TDIR/data" "$LOOP" || fail "$LOOP reads other data"
 detach_loop "$LOOP"
-# the loop lets go of the file asynchronously
-for ((i = 0; i < 50; i++)); do
+# the loop lets go of the file asynchronously (within a minute, on a busy machine)
+for ((i = 0; i < 600; i++)); do
 	"$BLKFS" remove "$MNT" ram1 >/dev/null 2>"$TDIR/rm.err" && break
 	grep -q 'Device or resource busy' "$TDIR/rm.err" || fail "remove ram1: $(cat "$TDIR/rm.err")"
 	sleep 0.1
 done
-[ "$i" -lt 50 ] || fail "remove ram1 still refused 5 s after the loop was detached: $(cat "$TDIR/rm.err")"
+[ "$i" -lt 600 ] || fail "remove ram1 still refused 60 s after the loop was detached: $(cat "$TDIR/rm.err")"
 assert_eq "ls after remove" "ram0 " "$(ls_names)"
 if [ -e "$MNT/ram1" ] || [ -e "$MNT/.sys/ram1" ]; then
 	fail "ram1 is still there after remove"
@@ -236,13 +236,18 @@ sleep 0.2
 a=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
 sleep 0.4
 b=$(awk '$1 == "user_writes" { print $2 }' "$MNT/.sys/ram0/blkfs_stat")
-if ! pid_alive "$rmpid"; then
+# (a busy machine may hold this shell past the 3 s: then the remove may be
+# over, which says nothing; one over in less than 3 s skipped the delay)
+tc=$(date +%s%N)
+if ! pid_alive "$rmpid" && [ $(((tc - t0) / 1000000)) -lt 3000 ]; then
 	wait "$rmpid" && rc=0 || rc=$?
-	fail "remove of slow ended within 0.6 s (exit $rc: $(cat "$TDIR/rmslow.err")): the writeback did not go through the 3 s delay"
+	fail "remove of slow ended within $(((tc - t0) / 1000000)) ms (exit $rc: $(cat "$TDIR/rmslow.err")): the writeback did not go through the 3 s delay"
 fi
 [ "$b" -gt "$a" ] || fail "ram0 served no write while slow was being removed ($a -> $b)"
 wait "$rmpid" || fail "remove slow failed: $(cat "$TDIR/rmslow.err")"
 t1=$(date +%s%N)
+[ $(((t1 - t0) / 1000000)) -ge 3000 ] ||
+	fail "remove of slow took $(((t1 - t0) / 1000000)) ms: the writeback did not go through the 3 s delay"
 kill "$bgpid" 2>/dev/null || true
 wait "$bgpid" 2>/dev/null || true
 info "remove of slow took $(((t1 - t0) / 1000000)) ms; ram0 took $((b - a)) writes in 0.4 s of it"

@@ -16,7 +16,7 @@
 #    with BLKFS_NO_IO_FLUSHER=1;
 #  - a writer in the cgroup writes MEMCG_WRITE_MB (default 4x the limit) of
 #    files on ext4, fsync after each, deleting old ones (the device is
-#    written over); it must finish within MEMCG_DEADLINE s (default 60)
+#    written over); it must finish within MEMCG_DEADLINE s (default 120)
 #    and the cgroup must have reached its limit;
 #  - fsck.ext4 -fn is clean and the files left verify after a remount.
 # A hang is reported with the kernel stacks of the daemon's threads and the
@@ -39,7 +39,7 @@ require losetup mkfs.ext4 fsck.ext4 mount umount sha256sum timeout
 odirect_dir || skip "no filesystem here takes O_DIRECT (needed for the aio image)"
 
 CASES=${MEMCG_CASES:-aio:96:16 ram:256:16}
-DEADLINE=${MEMCG_DEADLINE:-60}
+DEADLINE=${MEMCG_DEADLINE:-120}
 WATCHDOG=${MEMCG_WATCHDOG:-200}
 CACHE=${MEMCG_CACHE:-16M}
 DEV_MB=${MEMCG_DEV_MB:-160}

@@ -102,10 +102,7 @@ if command -v nbdkit >/dev/null 2>&1 && command -v nbdinfo >/dev/null 2>&1; then
 	sock=$TDIR/nbd.sock
 	nbdkit --unix "$sock" --foreground --exit-with-parent -r memory 16M >"$TDIR/nbdkit.log" 2>&1 &
 	_BGPIDS+=("$!")
-	for ((i = 0; i < 100; i++)); do
-		nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	wait_until 60 "nbdkit answering on $sock" nbdinfo --size "nbd+unix:///?socket=$sock"
 	write_conf "$SMALL
 [device n]
 backend = nbd

@@ -67,13 +67,13 @@ start_server() {
 	"$@" >"$TDIR/$name.log" 2>&1 &
 	SRV_PID=$!
 	_BGPIDS+=("$SRV_PID")
-	for ((i = 0; i < 100; i++)); do
+	for ((i = 0; i < 600; i++)); do
 		[ -S "$SOCK" ] && nbdinfo --size "nbd+unix:///$NBD_EXPORT?socket=$SOCK" \
 			>/dev/null 2>&1 && return 0
 		pid_alive "$SRV_PID" || { cat "$TDIR/$name.log" >&2; fail "$name exited at start"; }
 		sleep 0.1
 	done
-	fail "$name does not answer on $SOCK"
+	fail "$name does not answer on $SOCK after 60 s"
 }
 
 stop_server() {
@@ -209,7 +209,7 @@ free_port() {
 run_recipe() {
 	local name=$1 want=$2 img=$TDIR/remote.img
 	info "=== README recipe: $name"
-	for ((i = 0; i < 100; i++)); do
+	for ((i = 0; i < 600; i++)); do
 		nbdinfo --size "nbd://127.0.0.1:$port/disk" >/dev/null 2>&1 && break
 		pid_alive "$SRV_PID" || { cat "$TDIR/$name.log" >&2; fail "$name exited at start"; }
 		sleep 0.1

@@ -78,13 +78,14 @@ exec 7>&-
 info "blkfs umount: bounded retries, non-zero, names the loss"
 pid=${_PID_OF[$MNT]}
 t0=$(date +%s)
-out=$(timeout -k 5 60 "$BLKFS" umount "$MNT" 2>&1) && rc=0 || rc=$?
+out=$(timeout -k 5 120 "$BLKFS" umount "$MNT" 2>&1) && rc=0 || rc=$?
 t=$(($(date +%s) - t0))
 printf '%s\n' "$out"
 info "blkfs umount: exit $rc after ${t}s"
 { [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; } || fail "blkfs umount hung"
 [ "$rc" -ne 0 ] || fail "blkfs umount exited 0 though every write failed"
-[ "$t" -le 30 ] || fail "blkfs umount took ${t}s"
+# bounded: a couple of seconds quiet; late only as a busy machine is late
+[ "$t" -le 90 ] || fail "blkfs umount took ${t}s"
 case $out in
 *"of r0 could not be written"*"Input/output error"*) ;;
 *) fail "blkfs umount did not name the device and the error: $out" ;;
@@ -93,7 +94,7 @@ lost=$(printf '%s\n' "$out" | awk '/could not be written/ { for (i = 1; i < NF; 
 { [ -n "$lost" ] && [ "$lost" -gt 0 ]; } || fail "blkfs umount did not say how many bytes were lost: $out"
 info "lost: $lost bytes"
 ! is_mounted "$MNT" || fail "$MNT still mounted after blkfs umount"
-wait_gone 10 "$pid" || fail "daemon $pid still running after blkfs umount"
+wait_gone 30 "$pid" || fail "daemon $pid still running after blkfs umount"
 unset "_PID_OF[$MNT]"
 grep -q "could not be written back" "$LOG" || fail "the daemon log does not say what was lost"
 [ -z "$(log_problems)" ] || fail "the daemon log reports problems: $(log_problems)"

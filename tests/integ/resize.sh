@@ -280,10 +280,7 @@ if command -v nbdkit >/dev/null && command -v nbdinfo >/dev/null; then
 	sock=$TDIR/nbd.sock
 	nbdkit --unix "$sock" --foreground --exit-with-parent file "$nimg" >>"$TDIR/nbdkit.log" 2>&1 &
 	_BGPIDS+=("$!")
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$sock" ] && nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	wait_until 60 "nbdkit answering on $sock" nbdinfo --size "nbd+unix:///?socket=$sock"
 	start_blkfs "[device n]
 backend = nbd
 uri = nbd+unix:///?socket=$sock

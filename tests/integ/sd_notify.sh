@@ -59,16 +59,15 @@ msgs=$TDIR/msgs
 "$BLKFS_TESTBIN/notify_listen" "$sock" "$MNT" d0 >"$msgs" 2>&1 &
 lpid=$!
 _BGPIDS+=("$lpid")
-for ((i = 0; i < 50; i++)); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || fail "the listener made no socket"
+wait_until 60 "the listener's socket $sock" test -S "$sock"
 
 # The journal's stream is identified by device and inode, as systemd does.
 NOTIFY_SOCKET=$sock JOURNAL_STREAM=$(stat -c '%d:%i' "$journal") \
 	"$BLKFS" mount -f "$MNT" -c "$CONF" 2>>"$journal" &
 dpid=$!
 _PID_OF[$MNT]=$dpid
-for ((i = 0; i < 100; i++)); do grep -q '^CHECK ready' "$msgs" && break; sleep 0.1; done
-grep -q '^CHECK ready' "$msgs" || fail "no READY=1 within 10 s: $(cat "$msgs")"
+for ((i = 0; i < 600; i++)); do grep -q '^CHECK ready' "$msgs" && break; sleep 0.1; done
+grep -q '^CHECK ready' "$msgs" || fail "no READY=1 within 60 s: $(cat "$msgs")"
 check=$(grep '^CHECK ready' "$msgs")
 info "on READY=1: $check"
 case $check in
@@ -88,7 +87,8 @@ fi
 info "blkfs umount (the unit's ExecStop), one SIGTERM during the final writeback"
 "$BLKFS" umount "$MNT" >"$TDIR/umount.out" 2>&1 &
 upid=$!
-for ((i = 0; i < 50; i++)); do grep -q 'STATUS=Writing back: ' "$msgs" && break; sleep 0.1; done
+for ((i = 0; i < 600; i++)); do grep -q 'STATUS=Writing back: ' "$msgs" && break; sleep 0.1; done
+grep -q 'STATUS=Writing back: ' "$msgs" || fail "no STATUS=Writing back within 60 s of blkfs umount: $(cat "$msgs")"
 kill -TERM "$dpid" 2>/dev/null || fail "the daemon is gone before its final writeback ended"
 wait "$upid" || fail "blkfs umount failed: $(cat "$TDIR/umount.out")"
 wait "$dpid" && rc=0 || rc=$?

@@ -213,7 +213,7 @@ time.sleep(60)
 writer=$!
 _BGPIDS+=("$writer")
 i=0
-while [ ! -e "$TDIR/written" ] && [ "$i" -lt 100 ]; do
+while [ ! -e "$TDIR/written" ] && [ "$i" -lt 600 ]; do
 	sleep 0.1
 	i=$((i + 1))
 done

@@ -11,7 +11,8 @@
 #    + 64 MiB + 16 MiB throughout (the 16: a parked O_DIRECT write keeps the
 #    1 MiB receive buffer its data came in, and the two direct jobs park at
 #    most 2 x 8);
-#  - no write took over 1 s (fio's clat max for writes);
+#  - no write took over 10 s (fio's clat max for writes): a stall of the
+#    cache, not a busy machine's late reply;
 #  - `blkfs umount` writes everything back and the daemon log is clean.
 # Prints a summary: IOPS, max latencies, peak RSS.
 # With BLKFS_SAN=1 (make san: ASan+UBSan build, shorter run) memory and
@@ -32,7 +33,7 @@ MiB=$((1 << 20))
 CACHE=$((64 * MiB))
 PARKED=$((2 * 8 * MiB))		# the direct jobs' parked writes, one receive buffer each
 LIMIT=$((CACHE + 64 * MiB + PARKED))	# resident memory minus the arena, at most
-STALL_US=1000000		# a write slower than this is a stall
+STALL_US=10000000		# a write slower than this is a stall (no busy machine is that late)
 
 start_blkfs "[cache]
 size = 64M
@@ -162,6 +163,6 @@ else
 	[ "$n" -ge $((T / 2)) ] || fail "only $n memory samples in ${T}s"
 	[ "$peak_over" -le "$LIMIT" ] ||
 		fail "resident memory minus arena_bytes reached $((peak_over / MiB)) MiB, over the cache size + 64 MiB + parked writes ($((LIMIT / MiB)) MiB)"
-	[ "$w_max" -le "$STALL_US" ] || fail "a write took $((w_max / 1000)) ms (a stall over 1 s)"
+	[ "$w_max" -le "$STALL_US" ] || fail "a write took $((w_max / 1000)) ms (a stall over $((STALL_US / 1000000)) s)"
 fi
 stop_blkfs

@@ -68,8 +68,16 @@ mount_must_fail() {
 		fail "$what: mounted; output: $OUT"
 	fi
 	[ "$rc" -eq 1 ] || fail "$what: blkfs mount exited $rc, want 1; output: $OUT"
-	sleep 0.2
-	[ -z "$(pids_matching "$MNT")" ] || fail "$what: a process is left: $(pids_matching "$MNT")"
+	# the daemon may still be on its way out
+	wait_until 30 "$what: no process left" no_pids_matching "$MNT"
+}
+
+# stat_at_least MNT DEV NAME MIN: DEV's counter NAME (blkfs_stat) is at least MIN; else prints it.
+stat_at_least() {
+	local n
+	n=$(awk -v k="$3" '$1 == k { print $2; f = 1 } END { if (!f) print 0 }' \
+		"$1/.sys/$2/blkfs_stat")
+	[ "$n" -ge "$4" ] || { echo "$3 $n"; return 1; }
 }
 
 # ---------------------------------------------------------------------------
@@ -213,15 +221,25 @@ for bs in 16M 4M; do
 	cmp <(dd if="$MNT/r" bs=$bs count=$(((48 << 20) / $(numfmt --from=iec $bs))) iflag=direct status=none) "$TDIR/src48" ||
 		fail "bs=$bs, O_DIRECT read: data differs"
 done
-# 1 MiB requests 16 at a time from one CPU: some go to the idle other CPU
-taskset -c 0 fio --name=big --filename="$MNT/r" --rw=randrw --bs=1M --ioengine=libaio \
-	--iodepth=16 --direct=1 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 \
-	--verify_state_save=0 --fallocate=none --output="$TDIR/fio.out" ||
-	{ cat "$TDIR/fio.out"; fail "1 MiB QD16: fio failed"; }
-if [ "$NQ" -gt 1 ]; then
+# 1 MiB requests 16 at a time from one CPU: some go to the idle other CPU.
+# A request moves only when its queue's thread takes two or more large ones
+# in one wait while the other queue's thread waits idle: how the scheduler
+# lines them up. On a busy machine one run may meet no such moment, so fio
+# runs again (each run verified) until ring_moved_requests moves, ten runs
+# at most; a quiet machine moves some in the first.
+moved=0
+for ((try = 1; try <= 10; try++)); do
+	taskset -c 0 fio --name=big --filename="$MNT/r" --rw=randrw --bs=1M --ioengine=libaio \
+		--iodepth=16 --direct=1 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+		--verify_state_save=0 --fallocate=none --output="$TDIR/fio.out" ||
+		{ cat "$TDIR/fio.out"; fail "1 MiB QD16: fio failed"; }
+	[ "$NQ" -gt 1 ] || break
 	moved=$(tfield "$MNT" ring_moved_requests)
-	[ "$moved" -gt 0 ] || fail "no request of 1 MiB went to another queue's thread"
-	info "  $moved requests of 1 MiB served on another queue's thread"
+	[ "$moved" -eq 0 ] || break
+done
+if [ "$NQ" -gt 1 ]; then
+	[ "$moved" -gt 0 ] || fail "no request of 1 MiB went to another queue's thread in 10 runs of fio"
+	info "  $moved requests of 1 MiB served on another queue's thread (fio run $try)"
 fi
 stop_blkfs
 
@@ -235,7 +253,8 @@ $DEV"
 new_mountpoint
 t0=$SECONDS
 mount_must_fail "a queue never registers" BLKFS_URING_TEST=noregister=$noq,limit=2000
-[ $((SECONDS - t0)) -le 15 ] || fail "the failed mount took $((SECONDS - t0)) s"
+# in time: the registration limit is 2 s; late only as a busy machine is late
+[ $((SECONDS - t0)) -le 45 ] || fail "the failed mount took $((SECONDS - t0)) s"
 grep -qF "transport: uring: FUSE over io_uring could not start: queue $noq" <<<"$OUT" ||
 	fail "no reason given: $OUT"
 grep -qF "did not register in time" <<<"$OUT" || fail "no reason given: $OUT"
@@ -270,7 +289,7 @@ timeout 30 taskset -c 0 dd if=/dev/zero of="$MNT/r" bs=4K count=4000 oflag=direc
 [ "$rc" -ne 124 ] || fail "a writer on CPU 0 hung after its queue died"
 [ "$rc" -ne 0 ] || fail "4000 writes on CPU 0 succeeded though queue 0 died after 200 requests"
 info "  the writer on CPU 0: $(tail -n 1 "$TDIR/dd.err")"
-wait_gone 20 "$pid" || fail "the daemon still runs 20 s after its queue died"
+wait_gone 60 "$pid" || fail "the daemon still runs 60 s after its queue died"
 grep -q 'FUSE ring queue 0 (CPU 0) stopped: made to fail by BLKFS_URING_TEST after 200 requests; ending the session' "$LOG" ||
 	fail "the log does not say why: $(tail -n 5 "$LOG")"
 grep -q 'exiting with status 1' "$LOG" || fail "the daemon did not exit 1: $(tail -n 3 "$LOG")"
@@ -296,11 +315,12 @@ pid=$DAEMON_PID
 dd if=/dev/zero of="$MNT/slow" bs=4K count=1 oflag=direct conv=notrunc,nocreat 2>"$TDIR/dd.err" &
 ddpid=$!
 _BGPIDS+=("$ddpid")
-sleep 1
+# the write inside its handler (3 s of delay): the daemon counts it
+wait_until 60 "the write in flight on slow" stat_at_least "$MNT" slow requests_in_flight 1
 kill -KILL "$pid"
-wait_gone 10 "$pid" || fail "daemon $pid still there 10 s after SIGKILL"
+wait_gone 30 "$pid" || fail "daemon $pid still there 30 s after SIGKILL"
 # no abort, no unmount yet: the kernel alone must end the request
-wait_gone 10 "$ddpid" || fail "the writer still waits 10 s after the daemon died"
+wait_gone 30 "$ddpid" || fail "the writer still waits 30 s after the daemon died"
 rc=0
 wait "$ddpid" || rc=$?
 [ "$rc" -ne 0 ] || fail "the write the daemon never answered succeeded"
@@ -333,13 +353,14 @@ physical_block_size = 4096"
 	"$BLKFS_TESTBIN/crash_writer" write "$dev" 4242 "$SIZE" "$TDIR/w.log" 2>"$TDIR/w.err" &
 	wpid=$!
 	_BGPIDS+=("$wpid")
-	sleep 1.5
+	# SIGTERM once the writer has an fsync acknowledged (else the check proves nothing)
+	wait_until 60 "an fsync acknowledged to the writer" grep -q '^synced' "$TDIR/w.log"
 	pid_alive "$wpid" || { cat "$TDIR/w.err"; fail "the writer stopped before SIGTERM"; }
 	pid=$DAEMON_PID
 	kill -TERM "$pid"
 	wait_gone 30 "$pid" ||
 		fail "the daemon still runs 30 s after SIGTERM: $(threads "$pid"); log: $(tail -n 5 "$LOG")"
-	wait_gone 10 "$wpid" || fail "the writer hangs after the daemon exited"
+	wait_gone 30 "$wpid" || fail "the writer hangs after the daemon exited"
 	wait "$wpid" || fail "the writer exited $?"
 	grep -q 'exiting with status 0' "$LOG" || fail "SIGTERM: the daemon did not exit 0: $(tail -n 3 "$LOG")"
 	grep -q '^ok d ' "$STATUS" || fail "SIGTERM: status: $(cat "$STATUS")"
@@ -369,11 +390,12 @@ pid=$DAEMON_PID
 exec {hold}<"$MNT/r"
 fio --name=lazy --filename="/proc/$BASHPID/fd/$hold" --rw=randwrite --ioengine=libaio \
 	--iodepth=16 --direct=1 --bsrange=4k-64k --blockalign=4k --size=48M --time_based \
-	--runtime=2 --verify=crc32c --verify_fatal=1 --verify_state_save=0 --fallocate=none \
+	--runtime=4 --verify=crc32c --verify_fatal=1 --verify_state_save=0 --fallocate=none \
 	--output="$TDIR/lazy.out" &
 fpid=$!
 _BGPIDS+=("$fpid")
-sleep 0.5
+# unmount once fio writes
+wait_until 60 "fio's first writes on r" stat_at_least "$MNT" r direct_write_bytes 1
 pid_alive "$fpid" || { cat "$TDIR/lazy.out"; fail "fio ended before the unmount"; }
 umount -l "$MNT" || fail "umount -l failed"
 ! is_mounted "$MNT" || fail "$MNT still mounted after umount -l"
@@ -382,7 +404,7 @@ grep -q 'err= 0' "$TDIR/lazy.out" || fail "fio: $(grep err= "$TDIR/lazy.out")"
 grep -qE 'READ: bw=[1-9]' "$TDIR/lazy.out" || fail "fio verified nothing: $(grep -E 'READ|WRITE' "$TDIR/lazy.out")"
 pid_alive "$pid" || fail "the daemon ended while a file of its detached mount was open"
 exec {hold}<&-
-wait_gone 20 "$pid" || fail "the daemon still runs 20 s after its last file closed"
+wait_gone 60 "$pid" || fail "the daemon still runs 60 s after its last file closed"
 grep -q 'exiting with status 0' "$LOG" || fail "lazy unmount: exit: $(tail -n 3 "$LOG")"
 grep -q '^ok r ' "$STATUS" || fail "lazy unmount: status: $(cat "$STATUS")"
 unset "_PID_OF[$MNT]"

@@ -11,10 +11,11 @@
 #include <criterion/criterion.h>
 
 #include "async_backend.h"
+#include "helpers.h"
 
 /* ---- completions ---- */
 
-int waiter_timeout_s = 20;
+int waiter_timeout_s = WAIT_MS / 1000;
 
 void waiter_init(struct waiter *w)
 {

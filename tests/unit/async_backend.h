@@ -34,7 +34,7 @@ struct test_io {
 	struct iovec iov[8];
 };
 
-/* How long waiter_wait() waits before it fails the test (a hang); 20 s. */
+/* How long waiter_wait() waits before it fails the test (a hang); WAIT_MS. */
 extern int waiter_timeout_s;
 
 void waiter_init(struct waiter *w);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -579,6 +580,9 @@ bool fake_wait_pending(struct fake_be *fb, size_t n, unsigned int timeout_ms)
 			break;
 	}
 	ok = fb->nr_pend >= n;
+	if (!ok)
+		fprintf(stderr, "fake_wait_pending: %zu of %zu I/Os pending after %u ms\n",
+			fb->nr_pend, n, timeout_ms);
 	pthread_mutex_unlock(&fb->lock);
 	return ok;
 }

@@ -71,11 +71,15 @@ int tio_calls(struct tio *t)
 
 bool tio_wait(struct tio *t, unsigned int ms)
 {
-	unsigned int i;
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000;
 
-	for (i = 0; i < ms * 10 && !tio_calls(t); i++)
+	while (!tio_calls(t) && blk_now_ns() < end)
 		usleep(100);
-	return tio_calls(t) != 0;
+	if (tio_calls(t))
+		return true;
+	cr_log_error("tio_wait: %s at %llu+%llu not completed after %u ms", blk_op_name(t->io.op),
+		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ms);
+	return false;
 }
 
 void tio_done_reset(void)
@@ -92,9 +96,15 @@ bool tio_done_wait(unsigned long n, unsigned int ms)
 {
 	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000;
 
+	unsigned long done;
+
 	while (tio_done() < n && blk_now_ns() < end)
 		usleep(1000);
-	return tio_done() >= n;
+	done = tio_done();
+	if (done >= n)
+		return true;
+	cr_log_error("tio_done_wait: %lu of %lu completions after %u ms", done, n, ms);
+	return false;
 }
 
 int tio_do(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
@@ -106,7 +116,7 @@ int tio_do(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
 	tio_init(&t, op, pos, len, data, fill);
 	ret = tio_submit(be, &t);
 	if (!ret) {
-		cr_assert(tio_wait(&t, 10000), "%s at %llu never completed", blk_op_name(op),
+		cr_assert(tio_wait(&t, WAIT_MS), "%s at %llu never completed", blk_op_name(op),
 			  (unsigned long long)pos);
 		cr_assert_eq(tio_calls(&t), 1, "%s at %llu: %d completions", blk_op_name(op),
 			     (unsigned long long)pos, tio_calls(&t));

@@ -20,6 +20,16 @@
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
+/*
+ * How long a wait for something that must happen (a completion, an I/O
+ * reaching the layer below) gives up after and fails the test: long enough
+ * for a machine at load 10, since a wait that ends early costs nothing. A
+ * test never waits this long to show that something does not happen.
+ * Criterion's .timeout of a test (which ends it without a word of what it
+ * waited for) is 180 s, well above it.
+ */
+#define WAIT_MS 60000u
+
 /* CLOCK_MONOTONIC in seconds (blk_now_ns() in nanoseconds). */
 double now_s(void);
 
@@ -48,9 +58,12 @@ void tio_free(struct tio *t);
 /* blk_submit(), noting the time in submit_ns. */
 int tio_submit(struct blk_backend *be, struct tio *t);
 int tio_calls(struct tio *t);
-/* Wait up to @ms for the first completion; false if none came. */
+/* Wait up to @ms for the first completion; false if none came (and says so). */
 bool tio_wait(struct tio *t, unsigned int ms);
-/* Completions of every tio since tio_done_reset(); wait until there are @n. */
+/*
+ * Completions of every tio since tio_done_reset(); wait up to @ms until
+ * there are @n, false (saying how many came) if not.
+ */
 void tio_done_reset(void);
 unsigned long tio_done(void);
 bool tio_done_wait(unsigned long n, unsigned int ms);

@@ -45,7 +45,6 @@ static void tdir_setup(void)
 	static const char *const bases[] = { "/var/tmp", "build", "/tmp" };
 	size_t i;
 
-	waiter_timeout_s = 10;	/* local storage: an I/O that takes this long hangs */
 	for (i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
 		char probe[PATH_MAX + 16];
 		void *buf;
@@ -159,7 +158,7 @@ static struct blk_backend *open_image(struct test_dev *td, uint64_t size, unsign
 	return td_open_ok(td);
 }
 
-TestSuite(aio, .init = tdir_setup, .fini = tdir_teardown, .timeout = 30);
+TestSuite(aio, .init = tdir_setup, .fini = tdir_teardown, .timeout = 180);
 
 /* ---- open, config, geometry ---- */
 

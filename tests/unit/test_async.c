@@ -95,22 +95,34 @@ static void read_async(struct areq *a, size_t len, uint64_t pos)
 	pc_read_async(dev, &a->aio, &a->rd, len, pos);
 }
 
-/* Wait up to @ms for @a's completion. */
-static bool done_within(struct areq *a, int ms)
+/* Wait up to @ms for @a's completion; false (and says so) if it did not come. */
+static bool done_within(struct areq *a, unsigned int ms)
 {
-	for (int i = 0; i < ms && !calls(a); i++)
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000;
+
+	while (!calls(a) && blk_now_ns() < end)
 		usleep(1000);
-	return calls(a) > 0;
+	if (calls(a))
+		return true;
+	cr_log_error("done_within: no completion after %u ms; %zu I/Os pending below", ms,
+		     fake_pending(fb));
+	return false;
 }
 
-/* Complete whatever is pending until @a is done; false after @ms. */
-static bool drive(struct areq *a, int ms)
+/* Complete whatever is pending until @a is done; false (and says so) after @ms. */
+static bool drive(struct areq *a, unsigned int ms)
 {
-	for (int i = 0; i < ms / 2 && !calls(a); i++) {
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000;
+
+	while (!calls(a) && blk_now_ns() < end) {
 		fake_complete_all(fb, false);
 		usleep(2000);
 	}
-	return calls(a) > 0;
+	if (calls(a))
+		return true;
+	cr_log_error("drive: no completion after %u ms; %zu I/Os pending below", ms,
+		     fake_pending(fb));
+	return false;
 }
 
 static uint64_t punted(void)
@@ -121,12 +133,18 @@ static uint64_t punted(void)
 	return st.punted_requests;
 }
 
-/* Wait until @n requests have been handed to the workers. */
-static bool punted_reaches(uint64_t n, int ms)
+/* Wait until @n requests have been handed to the workers; false (saying how many) after @ms. */
+static bool punted_reaches(uint64_t n, unsigned int ms)
 {
-	for (int i = 0; i < ms && punted() < n; i++)
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000;
+
+	while (punted() < n && blk_now_ns() < end)
 		usleep(1000);
-	return punted() >= n;
+	if (punted() >= n)
+		return true;
+	cr_log_error("punted_reaches: %llu of %llu punted after %u ms",
+		     (unsigned long long)punted(), (unsigned long long)n, ms);
+	return false;
 }
 
 static void setup_4k(uint64_t cache, uint32_t folio)
@@ -152,7 +170,7 @@ TEST_FIX(async, read_miss_returns_before_the_device)
 	cr_assert_eq(calls(a), 0, "done ran before the device answered");
 	cr_assert_eq(fake_pending_ops(fb, R), 1);
 	cr_assert(fake_complete_op(fb, R));
-	cr_assert(done_within(a, 1000));
+	cr_assert(done_within(a, WAIT_MS));
 	cr_assert_eq(calls(a), 1);
 	cr_assert_eq(a->res, 8192);
 	expect_same(a->copy, model + 3 * 4096, 8192, 3 * 4096, "async read");
@@ -177,7 +195,7 @@ TEST_FIX(async, direct_io_returns_before_the_device)
 	cr_assert_eq(calls(w) + calls(r), 0);
 	cr_assert_eq(fake_pending_ops(fb, R | W), 2);
 	fake_complete_all(fb, true);
-	cr_assert(done_within(w, 1000) && done_within(r, 1000));
+	cr_assert(done_within(w, WAIT_MS) && done_within(r, WAIT_MS));
 	cr_assert_eq(w->res, 64 * KiB);
 	cr_assert_eq(r->res, 64 * KiB);
 	model_fill_gen(1 * MiB, 64 * KiB, 2);
@@ -238,7 +256,7 @@ TEST_FIX(async, fsync_of_a_clean_device_is_one_flush)
 	cr_assert_eq(calls(a), 0);
 	cr_assert_eq(fake_pending_ops(fb, F), 1);
 	cr_assert(fake_complete_op(fb, F));
-	cr_assert(done_within(a, 1000));
+	cr_assert(done_within(a, WAIT_MS));
 	cr_assert_eq(a->res, 0);
 	cr_assert_eq(punted(), 0);
 }
@@ -253,7 +271,7 @@ TEST_FIX(async, fsync_with_dirty_data_goes_to_a_worker)
 	fake_set_mode(fb, FAKE_MANUAL);
 	pc_fsync_async(dev, &a->aio, &since);
 	cr_assert_eq(calls(a), 0, "fsync with dirty data ended in the call");
-	cr_assert(drive(a, 5000), "fsync never ended");
+	cr_assert(drive(a, WAIT_MS), "fsync never ended");
 	cr_assert_eq(a->res, 0);
 	cr_assert_eq(punted(), 1);
 	verify_store(0, dev_size);
@@ -280,7 +298,7 @@ TEST_FIX(async, throttled_writes_go_to_a_worker)
 	}
 	cr_assert_gt(punted(), 0, "2 MiB through a 512 KiB dirty limit, and nothing waited");
 	for (i = 0; i < 32; i++) {
-		cr_assert(drive(a[i], 10000), "write %d never ended", i);
+		cr_assert(drive(a[i], WAIT_MS), "write %d never ended", i);
 		cr_assert_eq(a[i]->res, 64 * KiB, "write %d: %zd", i, a[i]->res);
 	}
 	model_fill_gen(0, 2 * MiB, 2);
@@ -300,7 +318,7 @@ static ssize_t with_fault(unsigned int op_mask, void (*start)(struct areq *))
 
 	fake_fault_set(fb, &ft);
 	start(a);
-	cr_assert(done_within(a, 5000));
+	cr_assert(done_within(a, WAIT_MS));
 	fake_fault_clear(fb);
 	cr_assert_eq(calls(a), 1);
 	return a->res;
@@ -362,17 +380,17 @@ TEST_FIX_SLOW(async, many_parked_over_one_folio)
 		fill(buf + i * 100, 100, 64 * KiB + (uint64_t)i * 4096 + 1000, 2);
 		pc_write_async(dev, &w[i]->aio, buf + i * 100, 100, 64 * KiB + (uint64_t)i * 4096 + 1000);
 	}
-	cr_assert(punted_reaches(63 + 16, 5000), "punted %llu", (unsigned long long)punted());
+	cr_assert(punted_reaches(63 + 16, WAIT_MS), "punted %llu", (unsigned long long)punted());
 	cr_assert_eq(fake_wait_quiet(fb, 100, 5000), 1, "more than the one fill reached the device");
 	for (i = 0; i < 64; i++)
 		cr_assert_eq(calls(r[i]), 0);
 	cr_assert(fake_complete_op(fb, R));
 	for (i = 0; i < 64; i++) {
-		cr_assert(drive(r[i], 10000), "read %d never ended", i);
+		cr_assert(drive(r[i], WAIT_MS), "read %d never ended", i);
 		cr_assert_eq(r[i]->res, 4096);
 	}
 	for (i = 0; i < 16; i++) {
-		cr_assert(drive(w[i], 10000), "write %d never ended", i);
+		cr_assert(drive(w[i], WAIT_MS), "write %d never ended", i);
 		cr_assert_eq(w[i]->res, 100);
 	}
 	/* each read saw the block before or after the write into it, never a mix */
@@ -412,7 +430,7 @@ TEST_FIX_SLOW(async, completion_starts_the_next_request)
 		a[i]->chain_pos = (uint64_t)(i + 1) * 64 * KiB % dev_size;
 	}
 	pc_read_async(dev, &a[0]->aio, &a[0]->rd, 4096, 0);
-	cr_assert(done_within(a[N - 1], 20000), "the chain stopped");
+	cr_assert(done_within(a[N - 1], WAIT_MS), "the chain stopped");
 	for (i = 0; i < N; i++) {
 		uint64_t pos = (uint64_t)i * 64 * KiB % dev_size;
 
@@ -448,7 +466,7 @@ TEST_FIX(rules, r1_completion_does_not_wait_for_a_fill)
 	cr_assert(fake_complete_op(fb, W));		/* must return */
 	cr_assert_eq(calls(dw), 0, "the stale copy is dropped only after the fill");
 	cr_assert(fake_complete_op(fb, R));
-	cr_assert(done_within(rd, 5000) && done_within(dw, 5000));
+	cr_assert(done_within(rd, WAIT_MS) && done_within(dw, WAIT_MS));
 	cr_assert_eq(rd->res, 4096);
 	cr_assert_eq(dw->res, 4096);
 	model_fill_gen(0, 4096, 2);
@@ -476,7 +494,7 @@ TEST_FIX(rules, r2_punted_request_holds_no_folio)
 		blk[i] = areq_new();
 		pc_discard_async(dev, &blk[i]->aio, 8 * MiB + (uint64_t)i * 4096, 4096);
 	}
-	cr_assert(fake_wait_pending(fb, 4, 5000));
+	cr_assert(fake_wait_pending(fb, 4, WAIT_MS));
 	for (i = 0; i < 7; i++) {
 		pin[i] = areq_new();
 		read_async(pin[i], 4096, (uint64_t)i * 4096);
@@ -488,10 +506,10 @@ TEST_FIX(rules, r2_punted_request_holds_no_folio)
 	cr_assert_eq(punted(), 5, "the next read had to wait: the punted read kept a folio");
 	cr_assert_eq(fake_pending_ops(fb, R), 8);
 	for (i = 0; i < 7; i++)
-		cr_assert(drive(pin[i], 5000));
-	cr_assert(drive(next, 5000) && drive(two, 5000));
+		cr_assert(drive(pin[i], WAIT_MS));
+	cr_assert(drive(next, WAIT_MS) && drive(two, WAIT_MS));
 	for (i = 0; i < 4; i++)
-		cr_assert(drive(blk[i], 5000));
+		cr_assert(drive(blk[i], WAIT_MS));
 	expect_same(two->copy, model + 100 * 4096, 8192, 100 * 4096, "the punted read");
 }
 
@@ -517,7 +535,7 @@ TEST_FIX(rules, r3_caller_never_waits_for_a_hold)
 	read_async(rr, 4096, 64 * KiB + 9 * 4096);
 	cr_assert_eq(calls(pw) + calls(ww) + calls(rr), 0);
 	cr_assert(fake_complete_op(fb, R));
-	cr_assert(drive(fillr, 5000) && drive(pw, 5000) && drive(ww, 5000) && drive(rr, 5000));
+	cr_assert(drive(fillr, WAIT_MS) && drive(pw, WAIT_MS) && drive(ww, WAIT_MS) && drive(rr, WAIT_MS));
 	cr_assert_eq(pw->res, 100);
 	cr_assert_eq(ww->res, 4096);
 	model_fill_gen(64 * KiB + 7 * 4096 + 10, 100, 2);
@@ -539,6 +557,7 @@ TEST_FIX(rules, r4_fsync_does_not_wait_for_the_queue)
 	struct areq *blk[3], *fs = areq_new(), *dw = areq_new();
 	uint8_t *wb = talloc(4096);
 	pc_errseq_t since = 0;
+	uint64_t end;
 	int i;
 
 	setup_4k(8 * MiB, 64 * KiB);
@@ -548,12 +567,12 @@ TEST_FIX(rules, r4_fsync_does_not_wait_for_the_queue)
 		blk[i] = areq_new();
 		pc_discard_async(dev, &blk[i]->aio, 8 * MiB + (uint64_t)i * 4096, 4096);
 	}
-	cr_assert(fake_wait_pending(fb, 3, 5000));
+	cr_assert(fake_wait_pending(fb, 3, WAIT_MS));
 	pc_fsync_async(dev, &fs->aio, &since);
 	fill(wb, 4096, 1 * MiB, 3);
 	pc_direct_write_async(dev, &dw->aio, wb, 4096, 1 * MiB);
-	cr_assert(punted_reaches(5, 5000));
-	for (i = 0; i < 5000 && !calls(fs); i++) {
+	cr_assert(punted_reaches(5, WAIT_MS));
+	for (end = blk_now_ns() + WAIT_MS * 1000000ull; !calls(fs) && blk_now_ns() < end;) {
 		fake_complete_op(fb, W | F);
 		usleep(1000);
 	}
@@ -561,8 +580,8 @@ TEST_FIX(rules, r4_fsync_does_not_wait_for_the_queue)
 	cr_assert_eq(fs->res, 0);
 	cr_assert_eq(fake_pending_ops(fb, D), 3, "the discards were not completed");
 	for (i = 0; i < 3; i++)
-		cr_assert(drive(blk[i], 5000));
-	cr_assert(drive(dw, 5000));
+		cr_assert(drive(blk[i], WAIT_MS));
+	cr_assert(drive(dw, WAIT_MS));
 	cr_assert_eq(dw->res, 4096);
 	model_fill_gen(1 * MiB, 64 * KiB, 2);
 	model_fill_gen(1 * MiB, 4096, 3);
@@ -593,14 +612,14 @@ static void fua_case(bool device_mode, bool direct)
 		pc_direct_write_async(dev, &a->aio, buf, 8192, 1 * MiB);
 	else
 		pc_write_async(dev, &a->aio, buf, 8192, 1 * MiB);
-	cr_assert(fake_wait_pending(fb, 1, 5000));
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 	cr_assert_eq(fake_pending_ops(fb, F), 0, "the flush went out before the write ended");
 	cr_assert(fake_complete_op(fb, W));
-	cr_assert(fake_wait_pending(fb, 1, 5000), "no flush after the write");
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS), "no flush after the write");
 	cr_assert_eq(fake_pending_ops(fb, F), 1);
 	cr_assert_eq(calls(a), 0, "done before the flush");
 	cr_assert(fake_complete_op(fb, F));
-	cr_assert(done_within(a, 5000));
+	cr_assert(done_within(a, WAIT_MS));
 	cr_assert_eq(a->res, 8192);
 	model_fill_gen(1 * MiB, 8192, 2);
 	verify_store(0, dev_size);
@@ -616,7 +635,7 @@ static void fua_case(bool device_mode, bool direct)
 			pc_direct_write_async(dev, &b->aio, buf, 8192, 2 * MiB);
 		else
 			pc_write_async(dev, &b->aio, buf, 8192, 2 * MiB);
-		cr_assert(done_within(b, 5000));
+		cr_assert(done_within(b, WAIT_MS));
 		cr_assert_eq(b->res, -EIO);
 	}
 }

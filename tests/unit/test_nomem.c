@@ -86,7 +86,7 @@ static void expect_cache_is_device(uint64_t pos, size_t len, const char *what, i
  * write used to allocate, and its -ENOMEM was ignored: the old, clean copy
  * kept being served.)
  */
-Test(nomem, direct_write_leaves_no_stale_copy, .fini = teardown, .timeout = 60)
+Test(nomem, direct_write_leaves_no_stale_copy, .fini = teardown, .timeout = 180)
 {
 	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
 	uint8_t *buf, *old = malloc(64 * KiB);
@@ -124,7 +124,7 @@ Test(nomem, direct_write_leaves_no_stale_copy, .fini = teardown, .timeout = 60)
  * both ends: whatever it returns, the cache agrees with the device once the
  * dirty data is written, and when it succeeded the range reads as zeros.
  */
-Test(nomem, discard_leaves_cache_and_device_agreeing, .fini = teardown, .timeout = 60)
+Test(nomem, discard_leaves_cache_and_device_agreeing, .fini = teardown, .timeout = 180)
 {
 	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
 	uint8_t *z = calloc(1, 40 * KiB), *got = malloc(40 * KiB);

@@ -582,12 +582,12 @@ Test(powerloss, flush_in_flight_at_the_cut_fails)
 	fake_set_mode(fb, FAKE_MANUAL);
 	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0xee);
 	cr_assert_eq(blk_submit(be, &fl.io), 0);
-	cr_assert(fake_wait_pending(fb, 1, 2000));
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 	fake_set_mode(fb, FAKE_INLINE);
 	trigger_seed(be, 9);
 	cr_assert_eq(fl.calls, 0);
 	cr_assert_eq(fake_complete_all(fb, false), 1);
-	cr_assert(tio_wait(&fl, 2000));
+	cr_assert(tio_wait(&fl, WAIT_MS));
 	cr_assert_eq(fl.res, -EIO);
 	cr_assert_eq(stat_get(be, "powerloss_kept_writes") + stat_get(be, "powerloss_dropped_writes"), 1);
 	be->ops->close(be);
@@ -617,6 +617,22 @@ static void *trigger_main(void *p)
 	return NULL;
 }
 
+/* Wait until the filter's state reads @want; fails with the last state seen. */
+static void wait_state(struct blk_backend *be, const char *want)
+{
+	uint64_t end = blk_now_ns() + WAIT_MS * 1000000ull;
+	char last[64];
+
+	for (;;) {
+		snprintf(last, sizeof(last), "%s", attr_show(be, "state"));
+		if (!strcmp(last, want))
+			return;
+		cr_assert(blk_now_ns() < end, "state stayed '%.*s' for %u ms, not '%.*s'",
+			  (int)strcspn(last, "\n"), last, WAIT_MS, (int)strcspn(want, "\n"), want);
+		usleep(1000);
+	}
+}
+
 Test(powerloss, write_in_flight_at_the_cut_is_waited_for_and_decided)
 {
 	uint8_t a[8192];
@@ -638,10 +654,10 @@ Test(powerloss, write_in_flight_at_the_cut_is_waited_for_and_decided)
 		ws = (struct submitter){ .be = be, .t = &w };
 		cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
 		/* the filter reads the old contents first */
-		cr_assert(fake_wait_pending(fb, 1, 2000));
+		cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 		cr_assert(fake_complete_one(fb, 0));
 		/* then the write goes down and stays there */
-		cr_assert(fake_wait_pending(fb, 1, 2000));
+		cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 		pthread_join(wt, NULL);
 		cr_assert_eq(ws.ret, 0);
 		fake_set_mode(fb, FAKE_INLINE);
@@ -649,14 +665,13 @@ Test(powerloss, write_in_flight_at_the_cut_is_waited_for_and_decided)
 		cr_assert_eq(attr_store(be, "seed", seed % 2 ? "1" : "2"), 0);
 		ts = (struct submitter){ .be = be };
 		cr_assert_eq(pthread_create(&tt, NULL, trigger_main, &ts), 0);
-		usleep(20000);
-		/* the cut waits for the write; already dark meanwhile */
-		cr_assert_str_eq(attr_show(be, "state"), "dark\n");
+		/* the cut waits for the write; already dark meanwhile (once the thread ran) */
+		wait_state(be, "dark\n");
 		cr_assert_eq(w.calls, 0);
 		cr_assert_eq(fake_complete_all(fb, false), 1);
 		pthread_join(tt, NULL);
 		cr_assert_eq(ts.ret, 0);
-		cr_assert(tio_wait(&w, 2000));
+		cr_assert(tio_wait(&w, WAIT_MS));
 		cr_assert_eq(w.res, 0);
 		kept = fake_store(fb)[4096] == 0x55;
 		cr_assert(kept || fake_store(fb)[4096] == 0);
@@ -683,14 +698,14 @@ Test(powerloss, flush_does_not_cover_a_write_in_flight)
 	tio_init(&w, BLK_WRITE, 8192, 4096, a, 0xee);
 	ws = (struct submitter){ .be = be, .t = &w };
 	cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
-	cr_assert(fake_wait_pending(fb, 1, 2000));
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 	cr_assert(fake_complete_one(fb, 0));		/* the old-data read */
-	cr_assert(fake_wait_pending(fb, 1, 2000));	/* the write, in flight */
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));	/* the write, in flight */
 	pthread_join(wt, NULL);
 	fake_set_mode(fb, FAKE_INLINE);
 	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, NULL), 0);
 	cr_assert_eq(fake_complete_all(fb, false), 1);
-	cr_assert(tio_wait(&w, 2000));
+	cr_assert(tio_wait(&w, WAIT_MS));
 	cr_assert_str_eq(attr_show(be, "unflushed_bytes"), "4096\n");
 	cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, NULL), 0);
 	cr_assert_str_eq(attr_show(be, "unflushed_bytes"), "0\n");
@@ -700,18 +715,18 @@ Test(powerloss, flush_does_not_cover_a_write_in_flight)
 	fake_set_mode(fb, FAKE_MANUAL);
 	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0xee);
 	cr_assert_eq(blk_submit(be, &fl.io), 0);
-	cr_assert(fake_wait_pending(fb, 1, 2000));
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 	tio_init(&w, BLK_WRITE, 8192, 4096, a, 0xee);
 	ws = (struct submitter){ .be = be, .t = &w };
 	cr_assert_eq(pthread_create(&wt, NULL, submit_main, &ws), 0);
-	cr_assert(fake_wait_pending(fb, 2, 2000));
+	cr_assert(fake_wait_pending(fb, 2, WAIT_MS));
 	cr_assert(fake_complete_one(fb, 1));		/* the old-data read */
-	cr_assert(fake_wait_pending(fb, 2, 2000));
+	cr_assert(fake_wait_pending(fb, 2, WAIT_MS));
 	pthread_join(wt, NULL);
 	cr_assert(fake_complete_one(fb, 1));		/* the write */
-	cr_assert(tio_wait(&w, 2000));
+	cr_assert(tio_wait(&w, WAIT_MS));
 	cr_assert(fake_complete_one(fb, 0));		/* then the flush */
-	cr_assert(tio_wait(&fl, 2000));
+	cr_assert(tio_wait(&fl, WAIT_MS));
 	cr_assert_eq(fl.res, 0);
 	fake_set_mode(fb, FAKE_INLINE);
 	cr_assert_str_eq(attr_show(be, "unflushed_bytes"), "4096\n");
@@ -734,9 +749,9 @@ Test(powerloss, overlapping_writes_are_serialized)
 	tio_init(&w1, BLK_WRITE, 0, 8192, a, 0xee);
 	s1 = (struct submitter){ .be = be, .t = &w1 };
 	cr_assert_eq(pthread_create(&t1, NULL, submit_main, &s1), 0);
-	cr_assert(fake_wait_pending(fb, 1, 2000));
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
 	cr_assert(fake_complete_one(fb, 0));		/* w1's old-data read */
-	cr_assert(fake_wait_pending(fb, 1, 2000));	/* w1 itself */
+	cr_assert(fake_wait_pending(fb, 1, WAIT_MS));	/* w1 itself */
 	pthread_join(t1, NULL);
 
 	tio_init(&w2, BLK_WRITE, 4096, 4096, b, 0xee);
@@ -749,8 +764,8 @@ Test(powerloss, overlapping_writes_are_serialized)
 	fake_set_mode(fb, FAKE_INLINE);
 	cr_assert(fake_complete_one(fb, 0));		/* w1 done: w2 goes on, inline */
 	pthread_join(t2, NULL);
-	cr_assert(tio_wait(&w1, 2000));
-	cr_assert(tio_wait(&w2, 2000));
+	cr_assert(tio_wait(&w1, WAIT_MS));
+	cr_assert(tio_wait(&w2, WAIT_MS));
 	cr_assert_eq(w1.res, 0);
 	cr_assert_eq(w2.res, 0);
 	cr_assert_eq(fake_overlaps(fb), 0);
