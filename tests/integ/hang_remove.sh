@@ -36,21 +36,6 @@ stat_of() {	# stat_of DEV NAME
 	awk -v k="$2" '$1 == k { print $2; f = 1 } END { if (!f) print 0 }' "$MNT/.sys/$1/blkfs_stat"
 }
 
-# bg NAME CMD...: CMD in the background; exit status to $TDIR/NAME.rc,
-# output to $TDIR/NAME.out and .err; sets BGPID.
-bg() {
-	local name=$1
-	shift
-	rm -f "$TDIR/$name.rc"
-	(
-		rc=0
-		"$@" >"$TDIR/$name.out" 2>"$TDIR/$name.err" || rc=$?
-		echo "$rc" >"$TDIR/$name.rc"
-	) &
-	BGPID=$!
-	_BGPIDS+=("$BGPID")
-}
-
 # wait_file FILE SECONDS WHAT: FILE appears within SECONDS.
 wait_file() {
 	local i

@@ -93,21 +93,6 @@ create = yes
 size = 16M"
 }
 
-# bg NAME CMD...: run CMD in the background; its exit status goes to
-# $TDIR/NAME.rc, its output to $TDIR/NAME.out and .err; sets BGPID.
-bg() {
-	local name=$1
-	shift
-	rm -f "$TDIR/$name.rc"
-	(
-		rc=0
-		"$@" >"$TDIR/$name.out" 2>"$TDIR/$name.err" || rc=$?
-		echo "$rc" >"$TDIR/$name.rc"
-	) &
-	BGPID=$!
-	_BGPIDS+=("$BGPID")
-}
-
 # hang_h0: write 1 MiB at 4 MiB of h0 and arm the fault: the next write
 # that reaches its backend (that one's writeback) hangs.
 hang_h0() {

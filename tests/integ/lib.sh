@@ -807,3 +807,19 @@ watchdog_wait() {
 	wait "$pid" && rc=0 || rc=$?
 	return "$rc"
 }
+
+# bg NAME CMD...: run CMD in the background; its exit status goes to
+# $TDIR/NAME.rc, its output to $TDIR/NAME.out and .err; sets BGPID (killed
+# at exit if still running).
+bg() {
+	local name=$1
+	shift
+	rm -f "$TDIR/$name.rc"
+	(
+		rc=0
+		"$@" >"$TDIR/$name.out" 2>"$TDIR/$name.err" || rc=$?
+		echo "$rc" >"$TDIR/$name.rc"
+	) &
+	BGPID=$!
+	_BGPIDS+=("$BGPID")
+}
