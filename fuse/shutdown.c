@@ -373,8 +373,8 @@ bool bf_final_wait_busy(struct bf_daemon *d, bool (*busy)(void *), void *arg,
 	return ret;
 }
 
-static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m,
-			const char *where);
+static void fin_report_abandoned(struct bf_final *f, struct fin_dev *fd,
+				 const struct fin_mark *m, const char *where);
 
 struct bf_final *bf_final_begin(struct bf_daemon *d)
 {
@@ -410,8 +410,12 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 		 * nothing here waits for that lock.
 		 */
 		if (d->ctl_given_up && bf_dev_ctl_held(fd->bd)) {
-			fin_abandon(f, fd, &fd->mark, "in a control command (remove, resize, "
-				    "snapshot...) still running at unmount");
+			/* no thread runs for @fd and nobody waits yet: no lock needed */
+			fd->abandoned = true;
+			fd->lost = fd->mark.left;
+			fd->unanswered = fd->mark.reqs;
+			fin_report_abandoned(f, fd, &fd->mark, "in a control command (remove, "
+					     "resize, snapshot...) still running at unmount");
 			continue;
 		}
 		/*
@@ -448,8 +452,6 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin_mark *m,
 			const char *where)
 {
-	char t[32];
-
 	pthread_mutex_lock(&f->lock);
 	if (fd->phase == FIN_DONE) {
 		/* it finished after all, as the waiter looked */
@@ -460,6 +462,15 @@ static void fin_abandon(struct bf_final *f, struct fin_dev *fd, const struct fin
 	fd->lost = m->left;
 	fd->unanswered = m->reqs;
 	pthread_mutex_unlock(&f->lock);
+	fin_report_abandoned(f, fd, m, where);
+}
+
+/* The log line of a device given up on. */
+static void fin_report_abandoned(struct bf_final *f, struct fin_dev *fd,
+				 const struct fin_mark *m, const char *where)
+{
+	char t[32];
+
 	blk_format_duration(t, sizeof(t), f->timeout_ms * 1000000ull);
 	blk_err("%s: a hung I/O was abandoned: no progress for %s (shutdown_timeout) %s; "
 		"%llu bytes of dirty data not written back are lost, %llu request%s not answered, "
