@@ -19,6 +19,17 @@
  *    that thread with preadv/pwritev when a slot is free and the sq is
  *    empty; it counts in flight like an iocb, and end_io runs before
  *    submit() returns. Writeback never waits per I/O: it takes the queue.
+ *  - Any other READ/WRITE that finds the device idle (nothing in flight,
+ *    nothing queued) on a device whose recent I/Os completed within
+ *    AIO_FAST_NS is submitted by its caller without the eventfd signal,
+ *    and the caller waits in io_getevents() for it, at most AIO_WAIT_NS,
+ *    ending whatever it reaps (its own and others') in its thread: at
+ *    queue depth 1 on a fast device the reply leaves from the thread that
+ *    received the request, with no wake-up of the reaper and back. If it
+ *    gives up, the iocb is an orphan (nr_orphans) that signals nothing:
+ *    the reaper then waits in io_getevents() itself, a tick at a time,
+ *    until no orphan is left. A caller never waits this way from inside
+ *    an end_io that it runs so (aio_waiting).
  *  - The reaper thread sleeps on an eventfd that every iocb signals
  *    (IOCB_FLAG_RESFD) and that the others write to wake it. It reaps
  *    events, resubmits the rest of short transfers, retries after EAGAIN,
@@ -64,6 +75,14 @@
 #define AIO_ZERO_BUF	(1u << 20)	/* the write-zeroes fallback's buffer */
 #define AIO_RETRY_MS	1		/* after io_submit() said EAGAIN */
 #define AIO_MIN_ALIGN	512u
+/*
+ * The caller's own wait for an I/O on an idle, fast device: at most
+ * AIO_WAIT_NS, and only while the device's I/Os take AIO_FAST_NS or less on
+ * average (lat_ns): a disk's milliseconds are the reaper's to wait for.
+ */
+#define AIO_WAIT_NS	100000ull
+#define AIO_FAST_NS	50000ull
+#define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while orphans exist */
 
 #ifndef IOV_MAX
 #define IOV_MAX		1024		/* the kernel's UIO_MAXIOV */
@@ -77,6 +96,14 @@ struct aio_req {
 	uint64_t cur;		/* bytes in the iocb now submitted */
 	struct iovec *vec;	/* the rest of io->iov when it must be copied */
 	int res;		/* on the done list: what end_io gets */
+	uint64_t t_submit;	/* blk_now_ns() at io_submit(): lat_ns */
+	/*
+	 * lock: submitted without the eventfd signal (aio_submit_wait());
+	 * @waiter is its caller's flag while it waits, NULL once it gave up
+	 * (the request then counts in nr_orphans until its event is seen).
+	 */
+	bool quiet;
+	bool *waiter;
 };
 
 struct aio_dev {
@@ -107,6 +134,8 @@ struct aio_dev {
 	bool stopping;			/* lock: close() has begun */
 	bool worker_stop;		/* lock */
 	bool no_fdsync;			/* lock: the kernel refused IOCB_CMD_FDSYNC */
+	unsigned int nr_orphans;	/* lock: quiet iocbs nobody waits for: the reaper polls */
+	uint64_t lat_ns;		/* atomic: moving average of READ/WRITE completion time */
 	/*
 	 * Bumped (release) before each io_submit(), read (acquire) after each
 	 * io_getevents(). The syscalls already order a request's fields
@@ -130,6 +159,8 @@ struct aio_dev {
 	uint64_t nr_eagain;		/* io_submit() said EAGAIN */
 	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
+	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
+	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 };
 
@@ -249,11 +280,13 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		LIST_HEAD(back);
 		int n = 0, i = 0, calls = 0, submitted = 0, nr_back, nr_worker = 0;
 		bool eagain = false, fdsync_refused = false;
+		uint64_t now = blk_now_ns();
 
 		while (n < AIO_BATCH && !list_empty(&ad->sq) && ad->inflight < ad->qd) {
 			struct aio_req *req = list_first_entry(&ad->sq, struct aio_req, node);
 
 			list_del_init(&req->node);
+			req->t_submit = now;
 			batch[n++] = &req->iocb;
 			ad->nr_sq--;
 			ad->inflight++;
@@ -415,6 +448,91 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	return true;
 }
 
+static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
+			     struct timespec *timeout);
+static void aio_end(struct aio_dev *ad, struct list_head *ends);
+
+uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
+
+/* This thread is waiting in aio_submit_wait(): an end_io it runs does not wait again. */
+static __thread bool aio_waiting;
+
+/*
+ * A READ/WRITE (@req built) on an idle, fast device: submit it here without
+ * the eventfd signal and wait for it, at most AIO_WAIT_NS, ending in this
+ * thread whatever is reaped meanwhile. false: nothing done (the device is
+ * busy, slow or stopping, or the kernel did not take it), take the queue.
+ */
+static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
+{
+	struct iocb *cb = &req->iocb;
+	uint64_t deadline;
+	bool mine = false, wake = false;
+	int ret;
+
+	if (aio_waiting || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns)
+		return false;
+	pthread_mutex_lock(&ad->lock);
+	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight) {
+		pthread_mutex_unlock(&ad->lock);
+		return false;
+	}
+	ad->inflight++;
+	ad->nr_pending++;
+	req->quiet = true;
+	req->waiter = &mine;
+	pthread_mutex_unlock(&ad->lock);
+
+	cb->u.c.flags &= ~(1u << 0);	/* IOCB_FLAG_RESFD: io_set_eventfd()'s bit */
+	req->t_submit = blk_now_ns();
+	deadline = req->t_submit + aio_wait_ns;
+	__atomic_fetch_add(&ad->kernel_seq, 1, __ATOMIC_RELEASE);
+	do
+		ret = io_submit(ad->ctx, 1, &cb);
+	while (ret == -EINTR);
+	if (ret != 1) {
+		/* EAGAIN, or refused: the queue's path retries or reports it */
+		pthread_mutex_lock(&ad->lock);
+		ad->inflight--;
+		ad->nr_pending--;
+		req->quiet = false;
+		req->waiter = NULL;
+		pthread_mutex_unlock(&ad->lock);
+		io_set_eventfd(cb, ad->efd);
+		return false;
+	}
+
+	aio_waiting = true;
+	while (!__atomic_load_n(&mine, __ATOMIC_ACQUIRE)) {
+		LIST_HEAD(ends);
+		uint64_t now = blk_now_ns();
+		struct timespec left;
+
+		if (now >= deadline)
+			break;
+		left.tv_sec = (time_t)((deadline - now) / 1000000000u);
+		left.tv_nsec = (long)((deadline - now) % 1000000000u);
+		if (aio_reap(ad, &ends, 1, &left))
+			aio_drain(ad, false);
+		aio_end(ad, &ends);	/* may end @req's io, and free it */
+	}
+	aio_waiting = false;
+
+	pthread_mutex_lock(&ad->lock);
+	ad->nr_waited++;
+	if (!__atomic_load_n(&mine, __ATOMIC_ACQUIRE)) {
+		/* Not yet: the reaper must look for its event, which signals nothing. */
+		req->waiter = NULL;
+		ad->nr_orphans++;
+		ad->nr_wait_missed++;
+		wake = true;
+	}
+	pthread_mutex_unlock(&ad->lock);
+	if (wake)
+		aio_wake(ad);
+	return true;
+}
+
 static int aio_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct aio_dev *ad = (struct aio_dev *)be;
@@ -457,6 +575,8 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
+		if (aio_submit_wait(ad, req))
+			return 0;
 	} else if (io->op == BLK_FLUSH) {
 		aio_prep_fdsync(ad, req);
 	}
@@ -502,12 +622,24 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
  * What one event means for its request: ended (on @ends), to be continued
  * (on @again, iocb rebuilt), or a FLUSH for the worker (on @to_worker).
  */
-static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct list_head *ends,
-		      struct list_head *again, struct list_head *to_worker, bool *fdsync_refused)
+static void aio_event(struct aio_dev *ad, const struct io_event *ev, uint64_t now,
+		      struct list_head *ends, struct list_head *again, struct list_head *to_worker,
+		      bool *fdsync_refused)
 {
 	struct aio_req *req = (struct aio_req *)ev->obj;
 	long res = (long)ev->res;
 
+	if (req->quiet) {
+		/* Its caller may be waiting (aio_submit_wait()), or gave up on it. */
+		pthread_mutex_lock(&ad->lock);
+		if (req->waiter)
+			__atomic_store_n(req->waiter, true, __ATOMIC_RELEASE);
+		else
+			ad->nr_orphans--;
+		req->waiter = NULL;
+		req->quiet = false;
+		pthread_mutex_unlock(&ad->lock);
+	}
 	if (req->io->op == BLK_FLUSH) {
 		/* Some kernels take the iocb and fail it instead of refusing it. */
 		if (res == -EINVAL) {
@@ -534,6 +666,13 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct list
 		list_add_tail(&req->node, ends);
 		return;
 	}
+	if (now > req->t_submit) {
+		/* one in eight, racy between reapers: it only steers aio_submit_wait() */
+		uint64_t avg = __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED);
+		int64_t d = (int64_t)(now - req->t_submit) - (int64_t)avg;
+
+		__atomic_store_n(&ad->lat_ns, (uint64_t)((int64_t)avg + d / 8), __ATOMIC_RELAXED);
+	}
 	req->done += res;
 	if (req->done == req->io->len) {
 		req->res = 0;
@@ -546,7 +685,13 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, struct list
 	list_add_tail(&req->node, req->res ? ends : again);
 }
 
-static void aio_reap(struct aio_dev *ad, struct list_head *ends)
+/*
+ * Take the events there are (with @min_nr 1, wait for one, at most
+ * @timeout): ended requests onto @ends, continued ones back on the sq.
+ * The number of continued ones (to be drained).
+ */
+static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
+			     struct timespec *timeout)
 {
 	LIST_HEAD(again);
 	LIST_HEAD(to_worker);
@@ -557,16 +702,25 @@ static void aio_reap(struct aio_dev *ad, struct list_head *ends)
 	struct list_head *pos;
 	int n, i;
 
+	if (!timeout)
+		timeout = &zero;
 	do {
-		n = io_getevents(ad->ctx, 0, AIO_EVENTS, ev, &zero);
+		n = io_getevents(ad->ctx, min_nr, AIO_EVENTS, ev, timeout);
+		/* after the first call, only what is there: a signal ends the wait */
+		min_nr = 0;
+		timeout = &zero;
 		if (n == -EINTR)
 			continue;
 		if (n < 0)
 			break;		/* EFAULT/EINVAL: cannot happen with a live ctx */
-		if (n)
+		if (n) {
+			uint64_t now = blk_now_ns();
+
 			__atomic_load_n(&ad->kernel_seq, __ATOMIC_ACQUIRE);
-		for (i = 0; i < n; i++)
-			aio_event(ad, &ev[i], ends, &again, &to_worker, &fdsync_refused);
+			for (i = 0; i < n; i++)
+				aio_event(ad, &ev[i], now, ends, &again, &to_worker,
+					  &fdsync_refused);
+		}
 		reaped += n;
 	} while (n == AIO_EVENTS || n == -EINTR);
 
@@ -587,6 +741,7 @@ static void aio_reap(struct aio_dev *ad, struct list_head *ends)
 		pthread_cond_signal(&ad->wq_cond);
 	}
 	pthread_mutex_unlock(&ad->lock);
+	return nr_again;
 }
 
 /*
@@ -634,28 +789,45 @@ static void *aio_reaper_fn(void *arg)
 	struct aio_dev *ad = arg;
 	struct pollfd pfd = { .fd = ad->efd, .events = POLLIN };
 	bool backoff = false;
+	unsigned int orphans = 0;
 
 	for (;;) {
 		LIST_HEAD(ends);
 		uint64_t cnt;
 		bool stop;
 
-		if (poll(&pfd, 1, backoff ? AIO_RETRY_MS : -1) > 0)
+		if (orphans) {
+			/*
+			 * An orphan signals nothing: wait for events themselves,
+			 * a tick (or the EAGAIN retry) at a time, then see what
+			 * the eventfd says.
+			 */
+			struct timespec tick = {
+				0, backoff ? AIO_RETRY_MS * 1000000L : AIO_ORPHAN_TICK_NS
+			};
+
+			aio_reap(ad, &ends, 1, &tick);
+			if (poll(&pfd, 1, 0) > 0)
+				while (read(ad->efd, &cnt, sizeof(cnt)) < 0 && errno == EINTR)
+					;
+		} else if (poll(&pfd, 1, backoff ? AIO_RETRY_MS : -1) > 0) {
 			while (read(ad->efd, &cnt, sizeof(cnt)) < 0 && errno == EINTR)
 				;
+		}
 
 		pthread_mutex_lock(&ad->lock);
 		list_splice_tail_init(&ad->done, &ends);
 		ad->backoff = false;
 		pthread_mutex_unlock(&ad->lock);
 
-		aio_reap(ad, &ends);
+		aio_reap(ad, &ends, 0, NULL);
 		/* Refill the kernel first: the device works while end_io runs. */
 		aio_drain(ad, true);
 		aio_end(ad, &ends);
 
 		pthread_mutex_lock(&ad->lock);
 		backoff = ad->backoff;
+		orphans = ad->nr_orphans;
 		stop = ad->stopping && !ad->nr_pending;
 		pthread_mutex_unlock(&ad->lock);
 		if (stop)
@@ -1354,7 +1526,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
 			   "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
 			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
-			   "aio_fdsync %d\naio_sync %llu\naio_req_grown %llu\n",
+			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
+			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1363,6 +1536,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_eagain,
 			   (unsigned long long)ad->nr_zero_writes, !ad->no_fdsync,
 			   (unsigned long long)ad->nr_sync,
+			   (unsigned long long)ad->nr_waited,
+			   (unsigned long long)ad->nr_wait_missed, ad->nr_orphans,
+			   (unsigned long long)__atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED));
 	pthread_mutex_unlock(&ad->lock);
 	return n;

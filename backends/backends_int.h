@@ -25,6 +25,14 @@ extern const struct blk_backend_ops nbd_backend_ops;
  * outside tests.
  */
 extern void (*ram_test_slab_mapped)(struct blk_backend *be);
+/*
+ * The aio backend's wait for an I/O on an idle, fast device (aio.c): the
+ * longest a caller waits for its own I/O, and the average completion time
+ * above which it does not wait. Tests change them before opening a device
+ * (a wait of 0 makes every such I/O an orphan that the reaper must find);
+ * the daemon keeps the defaults.
+ */
+extern uint64_t aio_wait_ns, aio_fast_ns;
 /* Filters (is_filter): the same list, in the order blk_filter_names() gives. */
 extern const struct blk_backend_ops log_filter_ops;
 extern const struct blk_backend_ops delay_filter_ops;

@@ -22,6 +22,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
+#include "../../backends/backends_int.h"
 #include "async_backend.h"
 #include "helpers.h"
 
@@ -486,6 +487,153 @@ Test(aio, waited_io_ends_in_the_callers_thread)
 	be->ops->close(be);
 	free(a);
 	free(b);
+	free(want);
+}
+
+/*
+ * Any READ/WRITE on an idle device whose I/Os are fast: its caller submits
+ * it without the eventfd signal and waits for it in io_getevents(), so
+ * end_io runs in the caller's thread before submit() returns (the reply of
+ * a FUSE request leaves from the thread that received it). When the caller
+ * gives up (aio_wait_ns), the I/O is an orphan that signals nothing: the
+ * reaper must find it, and close() must wait for it.
+ */
+struct tid_io {
+	struct blk_io io;	/* must come first */
+	struct iovec iov;
+	pthread_t tid;		/* the thread end_io ran in */
+	int calls;		/* atomic; tid and res are set before it */
+	int res;
+};
+
+static void tid_end_io(struct blk_io *io, int res)
+{
+	struct tid_io *t = (struct tid_io *)io;
+
+	t->tid = pthread_self();
+	t->res = res;
+	__atomic_add_fetch(&t->calls, 1, __ATOMIC_RELEASE);
+}
+
+static void tid_submit(struct blk_backend *be, struct tid_io *t, enum blk_op op, uint64_t pos,
+		       void *buf, uint64_t len)
+{
+	memset(t, 0, sizeof(*t));
+	t->iov = (struct iovec){ buf, len };
+	t->io = (struct blk_io){ .op = op, .pos = pos, .len = len, .iov = &t->iov, .iovcnt = 1,
+				 .end_io = tid_end_io };
+	cr_assert_eq(be->ops->submit(be, &t->io), 0);
+}
+
+/* end_io's calls, once it has been called or after WAIT_MS (a hang: fail). */
+static int tid_wait(struct tid_io *t)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+	int calls;
+
+	while (!(calls = __atomic_load_n(&t->calls, __ATOMIC_ACQUIRE)) && now_s() < end)
+		usleep(1000);
+	cr_assert_eq(calls, 1, "end_io called %d times after %u ms", calls, WAIT_MS);
+	return t->res;
+}
+
+/* The orphan count falls back to @want, or fail after WAIT_MS saying what it was. */
+static void orphans_wait(struct blk_backend *be, uint64_t want)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+	uint64_t n;
+
+	while ((n = stat_get(be, "aio_orphans")) != want && now_s() < end)
+		usleep(1000);
+	cr_assert_eq(n, want, "aio_orphans %llu after %u ms, want %llu", (unsigned long long)n,
+		     WAIT_MS, (unsigned long long)want);
+}
+
+Test(aio, idle_io_ends_in_its_submitters_thread)
+{
+	enum { N = 16 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	/* however slow this machine is: wait for it (the daemon waits 100 us) */
+	aio_wait_ns = 60ull * 1000000000u;
+	aio_fast_ns = UINT64_MAX;
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, N * 4096, 0, 5);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "write %d had not ended when submit() returned", i);
+		cr_assert(pthread_equal(t.tid, pthread_self()), "write %d ended in another thread", i);
+		cr_assert_eq(t.res, 0);
+	}
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert(pthread_equal(t.tid, pthread_self()));
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_waited"), 2 * N);
+	cr_assert_eq(stat_get(be, "aio_wait_missed"), 0);
+	cr_assert_eq(stat_get(be, "aio_sync"), 0);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	/* a read past the end of a shrunken file fails the same way here */
+	{
+		char path[PATH_MAX];
+
+		tpath(path, sizeof(path), "disk.img");
+		cr_assert_eq(truncate(path, 4096), 0);
+		tid_submit(be, &t, BLK_READ, 8192, buf, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert_eq(t.res, -EIO);
+	}
+	be->ops->close(be);
+	free(buf);
+	free(want);
+}
+
+Test(aio, given_up_io_is_found_by_the_reaper)
+{
+	enum { N = 16 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	aio_wait_ns = 0;		/* every caller gives up at once */
+	aio_fast_ns = UINT64_MAX;
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, N * 4096, 0, 9);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(tid_wait(&t), 0);
+		cr_assert(!pthread_equal(t.tid, pthread_self()), "write %d ended in its caller", i);
+		orphans_wait(be, 0);
+	}
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(tid_wait(&t), 0);
+		orphans_wait(be, 0);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_wait_missed"), 2 * N);
+	/* close() right after: it waits for the orphan's end */
+	tid_submit(be, &t, BLK_WRITE, 0, buf, 4096);
+	be->ops->close(be);
+	cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1, "close returned before end_io");
+	cr_assert_eq(t.res, 0);
+	free(buf);
 	free(want);
 }
 
