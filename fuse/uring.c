@@ -87,6 +87,7 @@
 #define RING_STRIPES 64			/* in-flight table */
 #define RING_EV_TAG ((uint64_t)1)	/* user_data of the eventfd read (entries are aligned) */
 #define RING_STEAL_MIN (256u << 10)	/* a request this large may go to an idle queue's thread */
+#define RING_SPREAD_MIN 4		/* a wait's batch this long is shared with an idle queue's thread */
 #define RING_BATCH_MAX 256		/* requests taken from one wait (CONF_MAX_URING_DEPTH) */
 #define RING_TICK_MS 1000		/* the longest a queue's thread sleeps */
 #define STEAL_CLOSED ((struct ring_ent *)(uintptr_t)1)	/* q->steal of a thread that ended */
@@ -662,8 +663,14 @@ static void run(struct bf_ring *r, struct ring_ent *e)
  * requests in one wait and another queue's thread is idle, every other
  * large one goes to that thread: its handler (the copy into or out of
  * the cache) runs there, its reply comes back through the hand-off list,
- * and the entry's own thread commits it. Small requests never move: a
- * wake-up on another CPU costs more than they do.
+ * and the entry's own thread commits it.
+ *
+ * A deep queue of small requests (fio at iodepth 32 on one CPU) is the
+ * same case: the kernel queues them all on that CPU, whose thread then
+ * shares it with their caller while the other CPUs idle. So a wait that
+ * brings RING_SPREAD_MIN or more requests gives every other one to an idle
+ * peer too: one wake-up of the peer for half of the batch. A lone small
+ * request never moves: a wake-up on another CPU costs more than it does.
  */
 static bool is_big(const struct ring_ent *e)
 {
@@ -728,18 +735,20 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 	struct bf_ring *r = q->r;
 	struct ring_queue *peer = NULL;
 	unsigned i, big = 0;
+	bool spread = false;
 
 	if (n >= 2 && !r->test_nosteal && r->nr_queues > 1) {
-		for (i = 0; i < n; i++)
+		spread = n >= RING_SPREAD_MIN;
+		for (i = 0; i < n && !spread; i++)
 			big += is_big(batch[i]);
-		if (big >= 2)
+		if (spread || big >= 2)
 			peer = idle_peer(q);
 	}
 	big = 0;
 	for (i = 0; i < n; i++) {
 		struct ring_ent *e = batch[i];
 
-		if (peer && is_big(e) && (big++ & 1)) {
+		if (peer && (spread || is_big(e)) && (big++ & 1)) {
 			if (steal_push(peer, e)) {
 				__atomic_add_fetch(&q->stolen, 1, __ATOMIC_RELAXED);
 				continue;
