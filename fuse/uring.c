@@ -668,9 +668,13 @@ static void run(struct bf_ring *r, struct ring_ent *e)
  * A deep queue of small requests (fio at iodepth 32 on one CPU) is the
  * same case: the kernel queues them all on that CPU, whose thread then
  * shares it with their caller while the other CPUs idle. So a wait that
- * brings RING_SPREAD_MIN or more requests gives every other one to an idle
- * peer too: one wake-up of the peer for half of the batch. A lone small
+ * brings RING_SPREAD_MIN or more requests gives three in four of them to
+ * an idle peer (large ones too): one wake-up of the peer for most of the
+ * batch, while this thread, on the caller's CPU, keeps the commits of all
+ * of them (three in four measured faster than one in two at iodepth 32,
+ * 1.05x writes and 1.11x reads, and than all but one). A lone small
  * request never moves: a wake-up on another CPU costs more than it does.
+ * Two large ones alone: every other one moves, as before.
  */
 static bool is_big(const struct ring_ent *e)
 {
@@ -748,7 +752,7 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 	for (i = 0; i < n; i++) {
 		struct ring_ent *e = batch[i];
 
-		if (peer && (spread || is_big(e)) && (big++ & 1)) {
+		if (peer && (spread ? big++ % 4 : is_big(e) && (big++ & 1))) {
 			if (steal_push(peer, e)) {
 				__atomic_add_fetch(&q->stolen, 1, __ATOMIC_RELAXED);
 				continue;
