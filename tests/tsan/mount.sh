@@ -104,6 +104,12 @@ if [ -n "$aio_dev" ]; then
 		--offset=32M --verify=crc32c --verify_fatal=1 --verify_state_save=0 --time_based \
 		--runtime="$T" --fallocate=none --output="$TDIR/fio-a0buf.out" &
 	pids+=($!)
+	# one at a time, O_DIRECT: the caller waits for its own I/O when the
+	# device is idle and fast (aio.c's aio_submit_wait), beside the others
+	fio --name=a0qd1 --filename="$MNT/a0" --rw=randrw --ioengine=psync --direct=1 --bs=4k \
+		--size=8M --offset=56M --verify=crc32c --verify_fatal=1 --verify_state_save=0 \
+		--time_based --runtime="$T" --fallocate=none --output="$TDIR/fio-a0qd1.out" &
+	pids+=($!)
 fi
 
 info "meanwhile: dd, fsync, discards, .sys knobs"
