@@ -233,6 +233,7 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 	STAT_ADD(dev, time_in_queue_ms, ms);
 	if (res)
 		return;
+	bt_dev_latency(dev->bt, op, now - start_ns);
 	switch (op) {
 	case BLK_READ:
 		STAT_ADD(dev, backend_read_ios, 1);
@@ -260,6 +261,18 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 
 /* ----------------------------------------------------- plain submission */
 
+/*
+ * D: the I/O leaves the cache for the device, unless a filter below queues
+ * it (throttle): then that filter says when it leaves its queue.
+ */
+void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io)
+{
+	if (bt_on(dev->bt, BT_LEVEL_DEV) &&
+	    !__atomic_load_n(&dev->bt->queues_below, __ATOMIC_RELAXED))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE |
+			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, 0, NULL, 0, 0);
+}
+
 struct pc_sio {
 	struct blk_io io;
 	struct pc_dev *dev;
@@ -282,6 +295,9 @@ static void sio_end_io(struct blk_io *io, int res)
 
 	uint64_t fail_pos = res ? io->pos + io->done : UINT64_MAX;
 
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
+			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
 	acct_end(dev, io->op, io->len, s->start_ns, res);
 	pc_pool_put(&dev->sio_pool, s);
 	pc_batch_done_at(b, res, fail_pos);
@@ -297,6 +313,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.private = s;
 	pc_batch_add(batch);
 	s->start_ns = acct_begin(dev);
+	pc_trace_issue(dev, &s->io);
 	ret = blk_submit(dev->be, &s->io);
 	if (ret < 0)
 		sio_end_io(&s->io, ret);
@@ -315,6 +332,9 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	/* pieces of a split go out together, not one after the other */
 	if (len > max)
 		flags = 0;
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(bt_op_cat(op, flags)), pos,
+			 len, 0, NULL, 0, 0);
 	while (len) {
 		uint64_t n = len < max ? len : max;
 		uint64_t left = n;
@@ -355,6 +375,8 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		s->io.len = n;
 		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
+		if (len > n && bt_on(dev->bt, BT_LEVEL_DEV))
+			bt_split(dev->bt, bt_op_cat(op, flags), pos, len, pos + n);
 		len -= n;
 		pos += n;
 		if (len)
@@ -411,6 +433,9 @@ void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t
 	s->io.op = op;
 	s->io.pos = pos;
 	s->io.len = len;
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
+			 0, NULL, 0, 0);
 	sio_submit(dev, s, batch);
 }
 
