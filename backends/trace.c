@@ -16,6 +16,7 @@
  * a pipe to blkparse gets it sorted too).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -329,6 +330,7 @@ size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 
 #define BT_MAX_SESSIONS	16
 #define BT_PEND_MAX	65536
+#define BT_SESS_PIDS	256
 
 struct bt_session {
 	struct bt_dev *d;
@@ -340,6 +342,8 @@ struct bt_session {
 	uint64_t t0;		/* start: events before it are not this session's */
 	uint64_t written, lost;	/* lost: failed writes */
 	uint64_t dropped0;	/* d->dropped[level] at the start */
+	uint32_t pids[BT_SESS_PIDS];	/* named so far (a PROCESS note each) */
+	unsigned nr_pids;
 	bool stopping;		/* the thread writes what it holds, then signals */
 	bool stopped;
 };
@@ -381,6 +385,41 @@ static void drain_rings(void)
 		pp = &r->next;
 	}
 	pthread_mutex_unlock(&ring_lock);
+}
+
+static void sess_write(struct bt_session *s, const struct bt_slot *e);
+
+/*
+ * blkparse names each pid by the PROCESS note that came before its first
+ * event (the kernel sends one per task): the comm from /proc, read here in
+ * the trace thread, never on the I/O path.
+ */
+static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
+{
+	struct bt_slot note;
+	char path[64];
+	unsigned i;
+	ssize_t n;
+	int fd;
+
+	for (i = 0; i < s->nr_pids; i++)
+		if (s->pids[i] == t->pid)
+			return;
+	if (s->nr_pids == BT_SESS_PIDS)
+		return;
+	s->pids[s->nr_pids++] = t->pid;
+	memset(&note, 0, sizeof(note));
+	snprintf(path, sizeof(path), "/proc/%u/comm", t->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, note.pdu, 15) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		n = snprintf(note.pdu, 16, "%u", t->pid);
+	note.pdu[strcspn(note.pdu, "\n")] = 0;
+	bt_encode(&note.t, 0, t->time, 0, 0, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS), t->pid,
+		  t->device, 0, 16);
+	sess_write(s, &note);
 }
 
 static void sess_write(struct bt_session *s, const struct bt_slot *e)
@@ -427,8 +466,10 @@ static void flush_pend(uint64_t cutoff)
 		for (k = 0; k < nr_sess; k++) {
 			struct bt_session *s = sess[k];
 
-			if (s->devnum == pend[i].t.device && pend[i].t.time >= s->t0)
-				sess_write(s, &pend[i]);
+			if (s->devnum != pend[i].t.device || pend[i].t.time < s->t0)
+				continue;
+			sess_name_pid(s, &pend[i].t);
+			sess_write(s, &pend[i]);
 		}
 		n++;
 	}

@@ -366,6 +366,9 @@ int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 int bf_cmd_snapshot(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_reset(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+/* fuse/trace.c: `trace DEV [device|fuse]` (the daemon's side) and `blkfs trace` (the client) */
+int bf_cmd_trace(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_trace_client(int argc, char **argv);
 
 /* devs.c: devices that come and go while mounted */
 /*

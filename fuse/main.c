@@ -42,6 +42,7 @@ static const char usage[] =
 "  blkfs detach /dev/loopN | MNT DEV\n"
 "  blkfs check [-c CONFIG]\n"
 "  blkfs stat MNT [DEV] [--json]\n"
+"  blkfs trace MNT DEV [-o NAME] [-w SECONDS] [--fuse]\n"
 "  blkfs add MNT NAME KEY=VALUE...\n"
 "  blkfs remove MNT NAME\n"
 "  blkfs resize MNT NAME SIZE|auto\n"
@@ -1541,6 +1542,8 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return bf_cmd_attach(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "trace"))
+		return bf_trace_client(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "detach"))
 		return bf_cmd_detach(argc - 1, argv + 1);
 	for (size_t c = 0; c < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); c++)

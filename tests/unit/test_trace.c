@@ -140,34 +140,46 @@ Test(blktrace, session_writes_sorted_records_and_notes)
 	bt_event(d, BT_LEVEL_DEV, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE), 8192, 4096, -EIO,
 		 NULL, 0, 0);
 	cr_assert_eq(bt_session_stop(s, &written, &dropped), 0);
-	cr_assert_eq(written, 4);
+	cr_assert_eq(written, 5);
 	cr_assert_eq(dropped, 0);
 	cr_assert_eq(bt_session_stop(s2, &written, &dropped), 0);
 	cr_assert_eq(written, 0);
 	lseek(fd, 0, SEEK_SET);
 	n = read_all(fd, buf, sizeof(buf));
 	close(fd);
-	cr_assert_eq(n, 4 * 48 + strlen("fault: EIO at 1048576") + 8, "%zu bytes", n);
-	memcpy(&t[0], buf, 48);
-	memcpy(&t[1], buf + 48, 48);
+	/* a PROCESS note naming the pid, then the four events in order */
+	cr_assert_eq(n, 5 * 48 + 16 + strlen("fault: EIO at 1048576") + 8, "%zu bytes", n);
+	for (size_t off = 0, k = 0; off < n; k++) {
+		struct blk_io_trace r;
+
+		memcpy(&r, buf + off, 48);
+		cr_assert_eq(r.magic, 0x65617407u);
+		cr_assert_eq(r.sequence, k);
+		cr_assert_eq(r.device, d->devnum[BT_LEVEL_DEV]);
+		cr_assert_eq(r.pid, (uint32_t)gettid());
+		if (k == 0) {
+			cr_assert_eq(r.action, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS));
+			cr_assert_eq(r.pdu_len, 16);
+			cr_assert_str_eq(buf + off + 48, "test_trace", "%s", buf + off + 48);
+		} else {
+			t[k - 1] = r;
+		}
+		if (k == 2)
+			cr_assert(!memcmp(buf + off + 48, "fault: EIO at 1048576", r.pdu_len));
+		if (k == 3) {
+			cr_assert_eq((unsigned char)buf[off + 48 + 6], 0x02);	/* be64 512 */
+			cr_assert_eq((unsigned char)buf[off + 48 + 7], 0x00);
+		}
+		off += 48 + r.pdu_len;
+	}
 	cr_assert_eq(t[0].action, BT_ACT_QUEUE | BT_TC_ACT(BT_TC_WRITE));
 	cr_assert_eq(t[0].sector, 16);
-	cr_assert_eq(t[0].sequence, 0);
-	cr_assert_eq(t[0].device, d->devnum[BT_LEVEL_DEV]);
-	cr_assert_eq(t[0].pid, (uint32_t)gettid());
 	cr_assert_eq(t[1].action, BT_ACT_MESSAGE);
-	cr_assert_eq(t[1].sequence, 1);
 	cr_assert_geq(t[1].time, t[0].time);
 	cr_assert_eq(t[1].pdu_len, strlen("fault: EIO at 1048576"));
-	cr_assert(!memcmp(buf + 96, "fault: EIO at 1048576", t[1].pdu_len));
-	n = 96 + t[1].pdu_len;
-	memcpy(&t[2], buf + n, 48);
 	cr_assert_eq(t[2].action, BT_ACT_SPLIT | BT_TC_ACT(BT_TC_WRITE));
 	cr_assert_eq(t[2].bytes, 1 << 20);
 	cr_assert_eq(t[2].pdu_len, 8);
-	cr_assert_eq((unsigned char)buf[n + 48 + 6], 0x02);	/* be64 512 */
-	cr_assert_eq((unsigned char)buf[n + 48 + 7], 0x00);
-	memcpy(&t[3], buf + n + 56, 48);
 	cr_assert_eq(t[3].action, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE));
 	cr_assert_eq(t[3].error, EIO);
 	cr_assert(!bt_on(d, BT_LEVEL_DEV));
@@ -190,7 +202,7 @@ Test(blktrace, full_ring_drops_and_counts)
 	signal(SIGPIPE, SIG_IGN);
 	close(fds[0]);		/* the writer gets EPIPE: the session ends */
 	cr_assert_eq(bt_session_stop(s, &written, &dropped), -EPIPE);
-	cr_assert_eq(written + dropped, 200000, "written %llu dropped %llu",
+	cr_assert_eq(written + dropped, 200000 + 1,	/* + the PROCESS note */ "written %llu dropped %llu",
 		     (unsigned long long)written, (unsigned long long)dropped);
 }
 
