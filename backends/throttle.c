@@ -48,9 +48,10 @@
  * the stack grow with the queue.
  *
  * Trace (trace.h): the filter is the last queue in blkfs, so it says when
- * an I/O leaves it (D, at the submit below, also for an I/O passed on at
- * once) and when one waits (I: in the queue or a bucket); the cache then
- * emits only Q (queues_below counts the throttle filters of the device).
+ * an I/O leaves it (D, at the submit below) and when it came in (I, for
+ * every I/O, as the kernel's insert into its queue), so btt's I2D is the
+ * time spent here; the cache then emits only Q (queues_below counts the
+ * throttle filters of the device).
  *
  * Lock: td->lock covers the knobs, the buckets, the queue and the counts;
  * it is never held across a submit below or an end_io.
@@ -213,7 +214,6 @@ static void enter_queue(struct throttle_dev *td, struct throttle_io *c)
 	}
 	/* dispatched by whoever frees a slot: nobody waits in that thread */
 	c->io.flags &= ~BLK_IO_WAITED;
-	trace_io(td->bt, BT_ACT_INSERT, &c->io);
 	c->next = NULL;
 	*td->q_tail = c;
 	td->q_tail = &c->next;
@@ -295,6 +295,7 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 	struct throttle_io *c;
 	uint64_t now, due, hold;
 
+	trace_io(td->bt, BT_ACT_INSERT, io);
 	if (!__atomic_load_n(&td->active, __ATOMIC_RELAXED)) {
 		trace_io(td->bt, BT_ACT_ISSUE, io);
 		return blk_submit(be->next, io);
@@ -334,7 +335,6 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 		__atomic_add_fetch(&td->bw_wait_ns, due - now, __ATOMIC_RELAXED);
 		c->io.flags &= ~BLK_IO_WAITED;
 		c->stage = TS_BUCKET;
-		trace_io(td->bt, BT_ACT_INSERT, &c->io);
 		if (!be_timerq_add(&td->tq, &c->timer, due))
 			return 0;
 		/* no room on the timer queue: it goes on unthrottled rather than fail */

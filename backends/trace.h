@@ -100,7 +100,7 @@ uint32_t bt_op_cat(enum blk_op op, unsigned int flags);
 void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64_t len,
 	      int err, const void *pdu, unsigned pdu_len, uint32_t pid);
 
-/* X: the I/O [pos, pos+len) was split at @at (bytes). */
+/* X: the piece [pos, pos+len) was split off; the rest begins at @at (bytes). */
 void bt_split(struct bt_dev *d, uint32_t cat, uint64_t pos, uint64_t len, uint64_t at);
 
 /* A message note ("m N text" in blkparse) at the device level, when traced. */

@@ -267,10 +267,14 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
  */
 void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io)
 {
-	if (bt_on(dev->bt, BT_LEVEL_DEV) &&
-	    !__atomic_load_n(&dev->bt->queues_below, __ATOMIC_RELAXED))
-		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE |
-			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, 0, NULL, 0, 0);
+	uint32_t cat;
+
+	if (!bt_on(dev->bt, BT_LEVEL_DEV) ||
+	    __atomic_load_n(&dev->bt->queues_below, __ATOMIC_RELAXED))
+		return;
+	cat = bt_op_cat(io->op, io->flags);
+	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_INSERT | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
+	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
 }
 
 struct pc_sio {
@@ -332,9 +336,6 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 	/* pieces of a split go out together, not one after the other */
 	if (len > max)
 		flags = 0;
-	if (bt_on(dev->bt, BT_LEVEL_DEV))
-		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(bt_op_cat(op, flags)), pos,
-			 len, 0, NULL, 0, 0);
 	while (len) {
 		uint64_t n = len < max ? len : max;
 		uint64_t left = n;
@@ -375,8 +376,20 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		s->io.len = n;
 		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
-		if (len > n && bt_on(dev->bt, BT_LEVEL_DEV))
-			bt_split(dev->bt, bt_op_cat(op, flags), pos, len, pos + n);
+		/*
+		 * Each piece is queued (Q) on its own, after an X that says
+		 * where it was split from the rest: btt matches a Q with the
+		 * D and C of the same range, and fio's replay of the Q events
+		 * issues the I/Os the device got.
+		 */
+		if (bt_on(dev->bt, BT_LEVEL_DEV)) {
+			uint32_t cat = bt_op_cat(op, flags);
+
+			if (len > n)
+				bt_split(dev->bt, cat, pos, n, pos + n);
+			bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(cat), pos, n, 0, NULL,
+				 0, 0);
+		}
 		len -= n;
 		pos += n;
 		if (len)
