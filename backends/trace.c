@@ -310,9 +310,9 @@ size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 			if (!h->count)
 				continue;
 			o += (size_t)snprintf(buf + o, len - o,
-				"%s %s count %llu avg_ns %llu p50_ns %llu p90_ns %llu p99_ns %llu "
-				"p99.9_ns %llu max_ns %llu\n", lvl[l], bt_op_names[op],
-				(unsigned long long)h->count,
+				"%s %s count %llu sum_ns %llu avg_ns %llu p50_ns %llu p90_ns %llu "
+				"p99_ns %llu p99.9_ns %llu max_ns %llu\n", lvl[l], bt_op_names[op],
+				(unsigned long long)h->count, (unsigned long long)h->sum_ns,
 				(unsigned long long)(h->sum_ns / h->count),
 				(unsigned long long)blk_hist_pct(h, 500),
 				(unsigned long long)blk_hist_pct(h, 900),

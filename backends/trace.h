@@ -141,7 +141,7 @@ void bt_hist_reset(struct bt_dev *d);
 
 /*
  * Show .sys/DEV/latency: per level and op with a count, one line
- * "LEVEL OP count N avg_ns A p50_ns .. p90_ns .. p99_ns .. p99.9_ns .. max_ns .."
+ * "LEVEL OP count N sum_ns S avg_ns A p50_ns .. p90_ns .. p99_ns .. p99.9_ns .. max_ns .."
  * then its biolatency histogram. Returns the length.
  */
 size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len);

@@ -287,6 +287,31 @@ static int show_dev(struct bf_dev *bd, char *buf, size_t len)
 		    t->devnum[BT_LEVEL_DEV] & ((1u << BT_MINORBITS) - 1));
 }
 
+/* The FUSE level's requests in the fields of `stat` (what `blkfs stat -i` shows for it). */
+static int show_fuse_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+	struct bt_counts c;
+
+	if (!t)
+		return -ENOMEM;
+	bt_fuse_counts(t, &c);
+#define MS(x) (unsigned long long)((x) / 1000000)
+	return SHOW(buf, len,
+		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
+		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
+		    (unsigned long long)c.ios[BT_OP_READ], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_READ] / 512), MS(c.ticks_ns[BT_OP_READ]),
+		    (unsigned long long)c.ios[BT_OP_WRITE], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_WRITE] / 512), MS(c.ticks_ns[BT_OP_WRITE]),
+		    (unsigned long long)c.in_flight, MS(c.io_ticks_ns),
+		    MS(c.ticks_ns[0] + c.ticks_ns[1] + c.ticks_ns[2] + c.ticks_ns[3]),
+		    (unsigned long long)c.ios[BT_OP_DISCARD], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_DISCARD] / 512), MS(c.ticks_ns[BT_OP_DISCARD]),
+		    (unsigned long long)c.ios[BT_OP_FLUSH], MS(c.ticks_ns[BT_OP_FLUSH]));
+#undef MS
+}
+
 static int show_latency(struct bf_dev *bd, char *buf, size_t len)
 {
 	struct bt_dev *t = bt_dev_get(bd->cd->name);
@@ -322,6 +347,7 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "cache_block_size", show_cache_block, NULL },
 	{ "dev", show_dev, NULL },
 	{ "latency", show_latency, store_latency },
+	{ "fuse_stat", show_fuse_stat, NULL },
 	{ NULL, NULL, NULL },
 };
 
