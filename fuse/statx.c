@@ -235,8 +235,25 @@ struct prom_sample {
 	char name[128];
 	char dev[NAME_MAX + 1];
 	unsigned long long v;
+	double scale;		/* to seconds, for a name that ended in _us, _ns, _ms; else 0 */
 	bool gauge;
 };
+
+/* Prometheus wants base units: NAME_us becomes NAME_seconds (the value / 1e6). */
+static double to_seconds(char *name)
+{
+	static const struct { const char *sfx; double scale; } u[] = {
+		{ "_ns", 1e-9 }, { "_us", 1e-6 }, { "_ms", 1e-3 },
+	};
+	size_t n = strlen(name), i;
+
+	for (i = 0; i < sizeof(u) / sizeof(u[0]); i++)
+		if (n > 3 && !strcmp(name + n - 3, u[i].sfx) && n + 6 < 128) {
+			strcpy(name + n - 3, "_seconds");
+			return u[i].scale;
+		}
+	return 0;
+}
 
 static int cmp_sample(const void *a, const void *b)
 {
@@ -283,6 +300,7 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 				s = ns;
 			}
 			prom_name(s[nr_s].name, sizeof(s[nr_s].name), n);
+			s[nr_s].scale = to_seconds(s[nr_s].name);
 			snprintf(s[nr_s].dev, sizeof(s[nr_s].dev), "%s", names[d]);
 			s[nr_s].v = v;
 			s[nr_s].gauge = is_gauge(n);
@@ -298,7 +316,11 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 			printf("# HELP blkfs_%s%s blkfs_stat's %s.\n", s[i].name, suffix, s[i].name);
 			printf("# TYPE blkfs_%s%s %s\n", s[i].name, suffix, s[i].gauge ? "gauge" : "counter");
 		}
-		printf("blkfs_%s%s{device=\"%s\"} %llu\n", s[i].name, suffix, s[i].dev, s[i].v);
+		if (s[i].scale)
+			printf("blkfs_%s%s{device=\"%s\"} %.9g\n", s[i].name, suffix, s[i].dev,
+			       (double)s[i].v * s[i].scale);
+		else
+			printf("blkfs_%s%s{device=\"%s\"} %llu\n", s[i].name, suffix, s[i].dev, s[i].v);
 	}
 	free(s);
 	/* the backend write sizes: a histogram (sum and count: the bytes and writes) */

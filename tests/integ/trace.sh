@@ -16,13 +16,16 @@
 #    that of one writer.
 #  - .sys/DEV/dev names the device number the events carry; .sys/DEV/latency
 #    has the device level's write histogram, and `reset` clears it.
+#  - blkfs stat --prometheus passes promtool check metrics and has the
+#    counters and latency histograms; --json has the percentiles; -i prints
+#    iostat -x lines with the writes of a writer running meanwhile.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 require_root
 require_fuse
 require_blkfs
-require dd awk blkparse btt fio
+require dd awk blkparse btt fio promtool
 
 start_blkfs "[cache]
 size = 64M
@@ -94,8 +97,8 @@ w1=$(stat_of ram0 backend_write_ios) wb1=$(stat_of ram0 backend_write_bytes)
 trace_stop t
 
 out=$(blkparse -i "$TDIR/t" 2>&1) || fail "blkparse failed: $(printf '%s\n' "$out" | tail -n 5)"
-printf '%s\n' "$out" | grep -q "^Skips: 0 forward" ||
-	fail "blkparse reports skips: $(printf '%s\n' "$out" | grep -i skip)"
+grep -q "^Skips: 0 forward" <<<"$out" ||
+	fail "blkparse reports skips: $(grep -i skip <<<"$out")"
 read -r cr crs cw cws < <(events t | awk '
 	$1 == "C" && $2 ~ /R/ && $2 !~ /[FD]/ { r++; rs += $3 }
 	$1 == "C" && $2 ~ /W/ && $2 !~ /[FD]/ { w++; ws += $3 }
@@ -164,5 +167,29 @@ a=$(q2d q1) b=$(q2d q8)
 info "throttle.queue_depth = 1: Q2D average $a s with 1 writer, $b s with 8"
 awk -v a="$a" -v b="$b" 'BEGIN { exit !(b >= 0.004 && b > 4 * a) }' ||
 	fail "Q2D did not grow with the queue: $a s with 1 writer, $b s with 8"
+
+# ---- the stat views
+"$BLKFS" stat "$MNT" --prometheus >"$TDIR/prom" || fail "blkfs stat --prometheus failed"
+promtool check metrics <"$TDIR/prom" >"$TDIR/promtool.out" 2>&1 ||
+	fail "promtool check metrics: $(cat "$TDIR/promtool.out")"
+for want in 'blkfs_backend_write_ios_total{device="ram0"} ' 'blkfs_dirty_bytes{device="ram0"} ' \
+	'blkfs_latency_seconds_bucket{device="thr",level="device",op="write",le="+Inf"} ' \
+	'blkfs_latency_seconds_count{device="thr",level="device",op="write"} ' \
+	'# TYPE blkfs_latency_seconds histogram'; do
+	grep -qF "$want" "$TDIR/prom" || fail "--prometheus has no line starting '$want'"
+done
+"$BLKFS" stat "$MNT" thr --json | grep -q '"latency_device_write": { "count": ' ||
+	fail "blkfs stat --json has no latency_device_write"
+"$BLKFS" stat "$MNT" ram0 -i 0.5 4 >"$TDIR/iostat" &
+ipid=$!
+_BGPIDS+=("$ipid")
+for i in 1 2 3; do
+	ddev if=/dev/zero of="$MNT/ram0" bs=4k count=4096 oflag=direct
+done
+watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
+[ "$(grep -c '^Device  *level  *r/s  *w/s  *rMB/s  *wMB/s  *r_await  *w_await  *aqu-sz  *%util$' \
+	"$TDIR/iostat")" -eq 4 ] || fail "blkfs stat -i 0.5 4: $(cat "$TDIR/iostat")"
+awk '$1 == "ram0" && $2 == "device" && $4 > 0 { f = 1 } END { exit !f }' "$TDIR/iostat" ||
+	fail "blkfs stat -i saw no writes: $(cat "$TDIR/iostat")"
 
 stop_blkfs
