@@ -644,9 +644,9 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 	if ((v.hang || v.err) && bt_on(fd->bt, BT_LEVEL_DEV)) {
 		char eb[16];
 
-		bt_msg(fd->bt, "fault: %s%s on %s at %llu", v.hang ? "hang" :
-		       be_errno_name(v.err, eb, sizeof(eb)), v.partial ? " (partial)" : "",
-		       blk_op_name(io->op), (unsigned long long)(io->pos + v.partial));
+		bt_msg(fd->bt, "fault: %s at %llu (%s%s)", v.hang ? "hang" :
+		       be_errno_name(v.err, eb, sizeof(eb)), (unsigned long long)(io->pos + v.partial),
+		       bt_op_names[bt_op(io->op)], v.partial ? ", partial" : "");
 	}
 
 	if (v.cleared)

@@ -538,14 +538,14 @@ static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 	case FK_FAIL:
 		__atomic_add_fetch(&fk->nr_errors, 1, __ATOMIC_RELAXED);
 		if (bt_on(fk->bt, BT_LEVEL_DEV))
-			bt_msg(fk->bt, "flakey: %s on %s at %llu", be_errno_name(err, eb, sizeof(eb)),
-			       blk_op_name(io->op), (unsigned long long)io->pos);
+			bt_msg(fk->bt, "flakey: %s at %llu (%s)", be_errno_name(err, eb, sizeof(eb)),
+			       (unsigned long long)io->pos, bt_op_names[bt_op(io->op)]);
 		io->end_io(io, -err);
 		return 0;
 	case FK_DROP:
 		__atomic_add_fetch(&fk->nr_dropped, 1, __ATOMIC_RELAXED);
-		bt_msg(fk->bt, "flakey: dropped %s at %llu", blk_op_name(io->op),
-		       (unsigned long long)io->pos);
+		bt_msg(fk->bt, "flakey: dropped at %llu (%s)", (unsigned long long)io->pos,
+		       bt_op_names[bt_op(io->op)]);
 		io->end_io(io, 0);
 		return 0;
 	case FK_CORRUPT:

@@ -16,6 +16,8 @@
 #    that of one writer.
 #  - .sys/DEV/dev names the device number the events carry; .sys/DEV/latency
 #    has the device level's write histogram, and `reset` clears it.
+#  - a write onto a fault filter's bad block shows as a message note
+#    ("fault: EIO at 1048576 (write)") and a completion with error 5.
 #  - blkfs stat --prometheus passes promtool check metrics and has the
 #    counters and latency histograms; --json has the percentiles; -i prints
 #    iostat -x lines with the writes of a writer running meanwhile.
@@ -48,7 +50,13 @@ backend = ram
 size = 16M
 filters = throttle, delay
 throttle.queue_depth = 1
-delay.write = 2ms"
+delay.write = 2ms
+
+[device flt]
+backend = ram
+size = 16M
+filters = fault
+fault.badblocks = 1M 4K"
 
 # trace_start NAME DEV: `blkfs trace` into $TDIR/NAME.blktrace.0, until trace_stop
 trace_start() {
@@ -167,6 +175,16 @@ a=$(q2d q1) b=$(q2d q8)
 info "throttle.queue_depth = 1: Q2D average $a s with 1 writer, $b s with 8"
 awk -v a="$a" -v b="$b" 'BEGIN { exit !(b >= 0.004 && b > 4 * a) }' ||
 	fail "Q2D did not grow with the queue: $a s with 1 writer, $b s with 8"
+
+# ---- an injected fault is a message note where it struck
+trace_start f flt
+dd if=/dev/zero of="$MNT/flt" bs=4k count=1 seek=256 oflag=direct conv=nocreat status=none 2>/dev/null &&
+	fail "a write onto the bad block succeeded"
+trace_stop f
+blkparse -q -i "$TDIR/f" 2>/dev/null | grep -q " m  *N fault: EIO at 1048576 (write)" ||
+	fail "no fault note in the trace: $(blkparse -q -i "$TDIR/f" 2>&1 | head -n 20)"
+blkparse -q -i "$TDIR/f" 2>/dev/null | grep -Eq " C +W 2048 \+ 8 \[5\]" ||
+	fail "no completion with EIO in the trace: $(blkparse -q -i "$TDIR/f" 2>&1 | head -n 20)"
 
 # ---- the stat views
 "$BLKFS" stat "$MNT" --prometheus >"$TDIR/prom" || fail "blkfs stat --prometheus failed"
