@@ -295,13 +295,14 @@ void bt_hist_reset(struct bt_dev *d)
 size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 {
 	static const char *const lvl[BT_LEVELS] = { "device", "fuse" };
-	struct blk_hist *h = malloc(sizeof(*h));
+	struct blk_hist *h;
 	size_t o = 0;
 	int l, op;
 
 	if (!len)
 		return 0;
 	buf[0] = 0;
+	h = malloc(sizeof(*h));
 	if (!h)
 		return 0;
 	for (l = 0; l < BT_LEVELS; l++)
@@ -415,7 +416,7 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 	if (fd >= 0)
 		close(fd);
 	if (n <= 0)
-		n = snprintf(note.pdu, 16, "%u", t->pid);
+		snprintf(note.pdu, 16, "%u", t->pid);
 	note.pdu[strcspn(note.pdu, "\n")] = 0;
 	bt_encode(&note.t, 0, t->time, 0, 0, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS), t->pid,
 		  t->device, 0, 16);

@@ -308,7 +308,8 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 		}
 		fclose(f);
 	}
-	qsort(s, nr_s, sizeof(*s), cmp_sample);
+	if (nr_s)
+		qsort(s, nr_s, sizeof(*s), cmp_sample);
 	for (i = 0; i < nr_s; i++) {
 		const char *suffix = s[i].gauge ? "" : "_total";
 
