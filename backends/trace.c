@@ -82,7 +82,7 @@ uint32_t bt_op_cat(enum blk_op op, unsigned int flags)
 
 /* --------------------------------------------------------------- rings */
 
-#define BT_RING_SLOTS	4096	/* a power of two: 512 KiB a thread */
+#define BT_RING_SLOTS	16384	/* a power of two: 2 MiB a thread that emitted */
 #define BT_HOLD_NS	2000000ull
 #define BT_DRAIN_NS	1000000l
 
@@ -332,6 +332,7 @@ size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 #define BT_MAX_SESSIONS	16
 #define BT_PEND_MAX	65536
 #define BT_SESS_PIDS	256
+#define BT_WBUF		(1u << 20)
 
 struct bt_session {
 	struct bt_dev *d;
@@ -343,6 +344,9 @@ struct bt_session {
 	uint64_t t0;		/* start: events before it are not this session's */
 	uint64_t written, lost;	/* lost: failed writes */
 	uint64_t dropped0;	/* d->dropped[level] at the start */
+	char *wbuf;		/* records not yet written: one write() per batch */
+	size_t wlen;
+	uint64_t wcount;	/* records in wbuf */
 	uint32_t pids[BT_SESS_PIDS];	/* named so far (a PROCESS note each) */
 	unsigned nr_pids;
 	bool stopping;		/* the thread writes what it holds, then signals */
@@ -423,33 +427,45 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 	sess_write(s, &note);
 }
 
+/* Write what @s holds (at the end of each pass, and when its buffer is full). */
+static void sess_flush(struct bt_session *s)
+{
+	size_t off = 0;
+
+	while (off < s->wlen && !s->err) {
+		ssize_t w = write(s->fd, s->wbuf + off, s->wlen - off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			s->err = w < 0 ? -errno : -EIO;
+		else
+			off += (size_t)w;
+	}
+	if (s->err)
+		s->lost += s->wcount;
+	else
+		s->written += s->wcount;
+	s->wlen = 0;
+	s->wcount = 0;
+}
+
 static void sess_write(struct bt_session *s, const struct bt_slot *e)
 {
 	struct blk_io_trace t = e->t;
-	char buf[sizeof(t) + BT_PDU_MAX];
-	size_t n = sizeof(t) + t.pdu_len, off = 0;
 
 	if (s->err) {
 		s->lost++;
 		return;
 	}
+	if (s->wlen + sizeof(t) + BT_PDU_MAX > BT_WBUF)
+		sess_flush(s);
 	t.time -= s->t0;
 	t.sequence = s->seq++;
-	memcpy(buf, &t, sizeof(t));
-	memcpy(buf + sizeof(t), e->pdu, t.pdu_len);
-	while (off < n) {
-		ssize_t w = write(s->fd, buf + off, n - off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			s->err = w < 0 ? -errno : -EIO;
-			s->lost++;
-			return;
-		}
-		off += (size_t)w;
-	}
-	s->written++;
+	memcpy(s->wbuf + s->wlen, &t, sizeof(t));
+	memcpy(s->wbuf + s->wlen + sizeof(t), e->pdu, t.pdu_len);
+	s->wlen += sizeof(t) + t.pdu_len;
+	s->wcount++;
 }
 
 /*
@@ -476,6 +492,8 @@ static void flush_pend(uint64_t cutoff)
 	}
 	memmove(pend, pend + n, (nr_pend - n) * sizeof(*pend));
 	nr_pend -= n;
+	for (k = 0; k < nr_sess; k++)
+		sess_flush(sess[k]);
 }
 
 static void *trace_main(void *arg)
@@ -524,6 +542,11 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 	s->level = level;
 	s->fd = fd;
 	s->devnum = d->devnum[level];
+	s->wbuf = malloc(BT_WBUF);
+	if (!s->wbuf) {
+		free(s);
+		return ERR_PTR(-ENOMEM);
+	}
 	s->dropped0 = __atomic_load_n(&d->dropped[level], __ATOMIC_RELAXED);
 	pthread_mutex_lock(&sess_lock);
 	if (nr_sess == BT_MAX_SESSIONS) {
@@ -558,6 +581,7 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 	return s;
 out_unlock:
 	pthread_mutex_unlock(&sess_lock);
+	free(s->wbuf);
 	free(s);
 	return ERR_PTR(ret);
 }
@@ -577,6 +601,7 @@ int bt_session_stop(struct bt_session *s, uint64_t *written, uint64_t *dropped)
 		   s->lost;
 	err = s->err;
 	close(s->fd);
+	free(s->wbuf);
 	free(s);
 	return err;
 }

@@ -265,7 +265,7 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
  * D: the I/O leaves the cache for the device, unless a filter below queues
  * it (throttle): then that filter says when it leaves its queue.
  */
-void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io)
+void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged)
 {
 	uint32_t cat;
 
@@ -273,7 +273,10 @@ void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io)
 	    __atomic_load_n(&dev->bt->queues_below, __ATOMIC_RELAXED))
 		return;
 	cat = bt_op_cat(io->op, io->flags);
-	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_INSERT | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
+	/* btt links merges (M) to their D through an insert (I); Q D C needs none */
+	if (merged)
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_INSERT | BT_TC_ACT(cat), io->pos, io->len, 0,
+			 NULL, 0, 0);
 	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
 }
 
@@ -317,7 +320,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.private = s;
 	pc_batch_add(batch);
 	s->start_ns = acct_begin(dev);
-	pc_trace_issue(dev, &s->io);
+	pc_trace_issue(dev, &s->io, false);
 	ret = blk_submit(dev->be, &s->io);
 	if (ret < 0)
 		sio_end_io(&s->io, ret);
