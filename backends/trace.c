@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,9 +500,14 @@ static void flush_pend(uint64_t cutoff)
 static void *trace_main(void *arg)
 {
 	struct timespec ts = { 0, BT_DRAIN_NS };
+	sigset_t pipe;
 	int k;
 
 	(void)arg;
+	/* a reader gone (blkparse ended) is EPIPE for this session, never the process's end */
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe, NULL);
 	pthread_mutex_lock(&sess_lock);
 	while (nr_sess) {
 		bool stop = false;

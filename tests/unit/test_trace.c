@@ -10,7 +10,6 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,8 +198,7 @@ Test(blktrace, full_ring_drops_and_counts)
 	for (i = 0; i < 200000; i++)
 		bt_event(d, BT_LEVEL_DEV, BT_ACT_QUEUE, (uint64_t)i * 512, 512, 0, NULL, 0, 0);
 	cr_assert_gt(__atomic_load_n(&d->dropped[BT_LEVEL_DEV], __ATOMIC_RELAXED), 0);
-	signal(SIGPIPE, SIG_IGN);
-	close(fds[0]);		/* the writer gets EPIPE: the session ends */
+	close(fds[0]);		/* the writer gets EPIPE (its SIGPIPE blocked): the session ends */
 	cr_assert_eq(bt_session_stop(s, &written, &dropped), -EPIPE);
 	cr_assert_eq(written + dropped, 200000 + 1,	/* + the PROCESS note */ "written %llu dropped %llu",
 		     (unsigned long long)written, (unsigned long long)dropped);
@@ -266,4 +264,48 @@ Test(hist, percentiles_of_known_inputs)
 	blk_hist_snap(&h, &s);
 	cr_assert_lt(blk_hist_pct(&s, 999), 11300);
 	cr_assert_eq(s.max_ns, 50000000);
+}
+
+Test(blktrace, fuse_level_requests)
+{
+	struct bt_dev *d = bt_dev_get("trace_fuse");
+	char path[] = "/tmp/blkfs_trace_XXXXXX", buf[1024];
+	struct bt_session *s;
+	struct bt_counts c;
+	struct blk_hist h;
+	uint64_t t0, written, dropped;
+	int fd = mkstemp(path);
+	size_t n, off, k = 0;
+	uint32_t want[3] = { BT_ACT_QUEUE, BT_ACT_ISSUE, BT_ACT_COMPLETE };
+
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	s = bt_session_start(d, BT_LEVEL_FUSE, dup(fd));
+	cr_assert(!IS_ERR(s));
+	t0 = bt_req_begin(d, BLK_WRITE, 4096, 8192, 4242);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.in_flight, 1);
+	bt_req_end(d, BLK_WRITE, 4096, 8192, 4242, t0, 8192);
+	cr_assert_eq(bt_session_stop(s, &written, &dropped), 0);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.in_flight, 0);
+	cr_assert_eq(c.ios[BT_OP_WRITE], 1);
+	cr_assert_eq(c.bytes[BT_OP_WRITE], 8192);
+	blk_hist_snap(&d->hist[BT_LEVEL_FUSE][BT_OP_WRITE], &h);
+	cr_assert_eq(h.count, 1);
+	lseek(fd, 0, SEEK_SET);
+	n = read_all(fd, buf, sizeof(buf));
+	close(fd);
+	/* the PROCESS note for pid 4242, then Q, D, C on the FUSE level's device */
+	for (off = 0; off < n; k++) {
+		struct blk_io_trace r;
+
+		memcpy(&r, buf + off, 48);
+		cr_assert_eq(r.pid, 4242);
+		cr_assert_eq(r.device, BT_MKDEV(BT_MAJOR_FUSE, d->devnum[BT_LEVEL_DEV] & 0xfffff));
+		if (k)
+			cr_assert_eq(r.action, want[k - 1] | BT_TC_ACT(BT_TC_WRITE), "record %zu", k);
+		off += 48 + r.pdu_len;
+	}
+	cr_assert_eq(k, 4);
 }
