@@ -75,6 +75,7 @@
 #include <time.h>
 
 #include "backends_int.h"
+#include "trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX
 #define FAULT_MAX_BAD	256		/* the listing fits a .sys read */
@@ -130,6 +131,7 @@ struct fault_hang {
 struct fault_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;		/* device name, for messages; set at open */
+	struct bt_dev *bt;		/* trace state (message notes); NULL: none */
 	uint64_t size;			/* the device's; set at open */
 	uint32_t lbs;			/* its logical block size */
 	struct be_pool pool;		/* struct fault_hang */
@@ -639,6 +641,13 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 		be_say_seed("fault", fd->dev, seed, "first I/O");
 	}
 	v = fault_decide(fd, io);
+	if ((v.hang || v.err) && bt_on(fd->bt, BT_LEVEL_DEV)) {
+		char eb[16];
+
+		bt_msg(fd->bt, "fault: %s at %llu (%s%s)", v.hang ? "hang" :
+		       be_errno_name(v.err, eb, sizeof(eb)), (unsigned long long)(io->pos + v.partial),
+		       bt_op_names[bt_op(io->op)], v.partial ? ", partial" : "");
+	}
 
 	if (v.cleared)
 		__atomic_add_fetch(&fd->nr_cleared, 1, __ATOMIC_RELAXED);
@@ -702,6 +711,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 		return ERR_PTR(-ENOMEM);
 	}
 	fd->dev = p->dev ? p->dev : "?";
+	fd->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	fd->size = geo.size;
 	fd->lbs = geo.lbs;
 	fd->ops = FO_WRITE;

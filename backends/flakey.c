@@ -60,6 +60,7 @@
 #include <strings.h>
 
 #include "backends_int.h"
+#include "trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
 #define FLAKEY_MAX_RANGES	256		/* the listing fits a .sys read */
@@ -96,6 +97,8 @@ struct flakey_io {
 struct flakey_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;		/* device name, for messages; set at open */
+	struct bt_dev *bt;		/* trace state (message notes); NULL: none */
+	bool traced_down;		/* lock: the state the last I/O saw, for the notes */
 	uint64_t size;			/* set at open */
 	uint32_t align;			/* the layer below's dma_align (>= 1) */
 	struct be_pool pool;		/* struct flakey_io */
@@ -302,7 +305,7 @@ static bool in_ranges_locked(const struct flakey_dev *fk, uint64_t at)
  * bytes in @pt (*@npt of them).
  */
 static enum flakey_action flakey_decide(struct flakey_dev *fk, const struct blk_io *io,
-					int *err, struct flakey_point *pt, int *npt)
+					int *err, struct flakey_point *pt, int *npt, int *edge)
 {
 	enum flakey_action a = FK_PASS;
 	bool write = io->op != BLK_READ && io->op != BLK_FLUSH;
@@ -312,7 +315,11 @@ static enum flakey_action flakey_decide(struct flakey_dev *fk, const struct blk_
 
 	*npt = 0;
 	pthread_mutex_lock(&fk->lock);
-	if (!is_down_locked(fk, blk_now_ns()))
+	if (is_down_locked(fk, blk_now_ns()) != fk->traced_down) {
+		fk->traced_down = !fk->traced_down;
+		*edge = fk->traced_down ? 1 : -1;	/* a note in the trace */
+	}
+	if (!fk->traced_down)
 		goto out_unlock;
 	__atomic_add_fetch(&fk->nr_down_ios, 1, __ATOMIC_RELAXED);
 	features = fk->error_reads || fk->error_writes || fk->drop_writes || fk->byte_n ||
@@ -380,6 +387,7 @@ static void note_corruption(struct flakey_dev *fk, const struct blk_io *io, uint
 {
 	const char *op = io->op == BLK_READ ? "read" : "write";
 
+	bt_msg(fk->bt, "flakey: corrupted %s at byte %llu", op, (unsigned long long)(io->pos + off));
 	pthread_mutex_lock(&fk->lock);
 	snprintf(fk->last, sizeof(fk->last), "%s %llu %u %u", op,
 		 (unsigned long long)(io->pos + off), old, new);
@@ -513,21 +521,31 @@ static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 	struct flakey_dev *fk = (struct flakey_dev *)be;
 	struct flakey_point pt[FLAKEY_MAX_POINTS];
 	struct flakey_io *c;
-	int err = 0, npt, ret;
+	int err = 0, npt, ret, edge = 0;
+	enum flakey_action a;
+	char eb[16];
 
 	if (be_first_io(&fk->seed_said))
 		say_seed_first_io(fk);
 	if (!__atomic_load_n(&fk->can_go_down, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
-	switch (flakey_decide(fk, io, &err, pt, &npt)) {
+	a = flakey_decide(fk, io, &err, pt, &npt, &edge);
+	if (edge)
+		bt_msg(fk->bt, "flakey: %s", edge > 0 ? "down" : "up");
+	switch (a) {
 	case FK_PASS:
 		return blk_submit(be->next, io);
 	case FK_FAIL:
 		__atomic_add_fetch(&fk->nr_errors, 1, __ATOMIC_RELAXED);
+		if (bt_on(fk->bt, BT_LEVEL_DEV))
+			bt_msg(fk->bt, "flakey: %s at %llu (%s)", be_errno_name(err, eb, sizeof(eb)),
+			       (unsigned long long)io->pos, bt_op_names[bt_op(io->op)]);
 		io->end_io(io, -err);
 		return 0;
 	case FK_DROP:
 		__atomic_add_fetch(&fk->nr_dropped, 1, __ATOMIC_RELAXED);
+		bt_msg(fk->bt, "flakey: dropped at %llu (%s)", (unsigned long long)io->pos,
+		       bt_op_names[bt_op(io->op)]);
 		io->end_io(io, 0);
 		return 0;
 	case FK_CORRUPT:
@@ -624,6 +642,7 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 		return ERR_PTR(-ENOMEM);
 	}
 	fk->dev = p->dev ? p->dev : "?";
+	fk->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	fk->size = geo.size;
 	fk->align = geo.dma_align ? geo.dma_align : 1;
 	fk->err = EIO;

@@ -47,6 +47,12 @@
  * (td->dispatching), so a layer below that completes inline cannot make
  * the stack grow with the queue.
  *
+ * Trace (trace.h): the filter is the last queue in blkfs, so it says when
+ * an I/O leaves it (D, at the submit below) and when it came in (I, for
+ * every I/O, as the kernel's insert into its queue), so btt's I2D is the
+ * time spent here; the cache then emits only Q (queues_below counts the
+ * throttle filters of the device).
+ *
  * Lock: td->lock covers the knobs, the buckets, the queue and the counts;
  * it is never held across a submit below or an end_io.
  */
@@ -57,6 +63,7 @@
 #include <string.h>
 
 #include "backends_int.h"
+#include "trace.h"
 
 #define THROTTLE_MAX_MBPS	1000000u		/* 1 TiB/s: no cap, in effect */
 #define THROTTLE_MAX_QD		65536u
@@ -84,6 +91,7 @@ struct throttle_io {
 struct throttle_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;
+	struct bt_dev *bt;		/* trace state; NULL: none */
 	struct be_pool pool;		/* struct throttle_io */
 	struct be_timerq tq;
 	/* Atomic: something is configured; with nothing, submit() passes I/O on itself. */
@@ -145,9 +153,19 @@ static void update_active_locked(struct throttle_dev *td)
 static void throttle_end_io(struct blk_io *io, int res);
 static void dispatch(struct throttle_dev *td);
 
+static void trace_io(struct bt_dev *bt, uint32_t act, const struct blk_io *io)
+{
+	if (bt_on(bt, BT_LEVEL_DEV))
+		bt_event(bt, BT_LEVEL_DEV, act | BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos,
+			 io->len, 0, NULL, 0, 0);
+}
+
 static void submit_below(struct throttle_io *c)
 {
-	int ret = blk_submit(c->td->be.next, &c->io);
+	int ret;
+
+	trace_io(c->td->bt, BT_ACT_ISSUE, &c->io);
+	ret = blk_submit(c->td->be.next, &c->io);
 
 	/* We took the parent: a refusal below becomes its completion. */
 	if (ret)
@@ -277,8 +295,11 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 	struct throttle_io *c;
 	uint64_t now, due, hold;
 
-	if (!__atomic_load_n(&td->active, __ATOMIC_RELAXED))
+	trace_io(td->bt, BT_ACT_INSERT, io);
+	if (!__atomic_load_n(&td->active, __ATOMIC_RELAXED)) {
+		trace_io(td->bt, BT_ACT_ISSUE, io);
 		return blk_submit(be->next, io);
+	}
 	c = be_pool_get(&td->pool);
 	if (!c)
 		return -ENOMEM;
@@ -381,6 +402,9 @@ static struct blk_backend *throttle_open(struct blk_params *p, struct blk_backen
 		goto out_destroy_cv;
 	td->be.ops = &throttle_filter_ops;
 	td->be.next = next;
+	td->bt = p->dev ? bt_dev_get(p->dev) : NULL;
+	if (td->bt)
+		__atomic_add_fetch(&td->bt->queues_below, 1, __ATOMIC_RELAXED);
 	return &td->be;
 
 out_destroy_cv:
@@ -412,6 +436,8 @@ static void throttle_close(struct blk_backend *be)
 		pthread_cond_wait(&td->idle_cv, &td->lock);
 	pthread_mutex_unlock(&td->lock);
 	be_timerq_destroy(&td->tq);
+	if (td->bt)
+		__atomic_sub_fetch(&td->bt->queues_below, 1, __ATOMIC_RELAXED);
 	pthread_cond_destroy(&td->idle_cv);
 	pthread_mutex_destroy(&td->lock);
 	be_pool_destroy(&td->pool);

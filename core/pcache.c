@@ -250,6 +250,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	}
 	dev->pc = pc;
 	dev->be = be;
+	dev->bt = bt_dev_get(name);
 	dev->geo = geo;
 	dev->cblk = cblk;
 	dev->cblk_shift = ilog2_u64(cblk);

@@ -12,6 +12,7 @@
 
 #include "../backends/clock.h"
 #include "../backends/list.h"
+#include "../backends/trace.h"
 #include "bitmap.h"
 #include "pcache.h"
 
@@ -93,6 +94,7 @@ struct pc_dev {
 	struct pc_cache *pc;
 	char *name;
 	struct blk_backend *be;
+	struct bt_dev *bt;		/* its trace state (never freed; NULL: none) */
 	struct blk_geometry geo;
 	uint32_t cblk;			/* cache block size */
 	uint32_t cblk_shift;
@@ -338,6 +340,8 @@ int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 /* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */
 uint64_t acct_begin(struct pc_dev *dev);
 void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res);
+/* Trace D for @io as it goes to the backend (submit.c; writeback too), I first if @merged. */
+void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged);
 
 #define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
 

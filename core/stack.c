@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../backends/trace.h"
 #include "stack.h"
 
 static struct blk_backend *open_layer(const struct conf *c, struct conf_device *d,
@@ -45,6 +46,8 @@ struct blk_backend *stack_open(const struct conf *c, struct conf_device *d,
 	struct blk_backend *top;
 	int i;
 
+	/* its trace number, before any layer asks: devices are numbered in config order */
+	(void)bt_dev_get(d->name);
 	top = open_layer(c, d, host, d->ops, NULL, NULL, err, errlen);
 	if (IS_ERR(top))
 		return top;

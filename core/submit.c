@@ -233,6 +233,7 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 	STAT_ADD(dev, time_in_queue_ms, ms);
 	if (res)
 		return;
+	bt_dev_latency(dev->bt, op, now - start_ns);
 	switch (op) {
 	case BLK_READ:
 		STAT_ADD(dev, backend_read_ios, 1);
@@ -260,6 +261,25 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 
 /* ----------------------------------------------------- plain submission */
 
+/*
+ * D: the I/O leaves the cache for the device, unless a filter below queues
+ * it (throttle): then that filter says when it leaves its queue.
+ */
+void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged)
+{
+	uint32_t cat;
+
+	if (!bt_on(dev->bt, BT_LEVEL_DEV) ||
+	    __atomic_load_n(&dev->bt->queues_below, __ATOMIC_RELAXED))
+		return;
+	cat = bt_op_cat(io->op, io->flags);
+	/* btt links merges (M) to their D through an insert (I); Q D C needs none */
+	if (merged)
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_INSERT | BT_TC_ACT(cat), io->pos, io->len, 0,
+			 NULL, 0, 0);
+	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
+}
+
 struct pc_sio {
 	struct blk_io io;
 	struct pc_dev *dev;
@@ -282,6 +302,9 @@ static void sio_end_io(struct blk_io *io, int res)
 
 	uint64_t fail_pos = res ? io->pos + io->done : UINT64_MAX;
 
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
+			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
 	acct_end(dev, io->op, io->len, s->start_ns, res);
 	pc_pool_put(&dev->sio_pool, s);
 	pc_batch_done_at(b, res, fail_pos);
@@ -297,6 +320,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.private = s;
 	pc_batch_add(batch);
 	s->start_ns = acct_begin(dev);
+	pc_trace_issue(dev, &s->io, false);
 	ret = blk_submit(dev->be, &s->io);
 	if (ret < 0)
 		sio_end_io(&s->io, ret);
@@ -355,6 +379,20 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		s->io.len = n;
 		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
+		/*
+		 * Each piece is queued (Q) on its own, after an X that says
+		 * where it was split from the rest: btt matches a Q with the
+		 * D and C of the same range, and fio's replay of the Q events
+		 * issues the I/Os the device got.
+		 */
+		if (bt_on(dev->bt, BT_LEVEL_DEV)) {
+			uint32_t cat = bt_op_cat(op, flags);
+
+			if (len > n)
+				bt_split(dev->bt, cat, pos, n, pos + n);
+			bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(cat), pos, n, 0, NULL,
+				 0, 0);
+		}
 		len -= n;
 		pos += n;
 		if (len)
@@ -411,6 +449,9 @@ void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t
 	s->io.op = op;
 	s->io.pos = pos;
 	s->io.len = len;
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
+			 0, NULL, 0, 0);
 	sio_submit(dev, s, batch);
 }
 

@@ -105,9 +105,35 @@ static void wb_submit_ready(struct wb_builder *b)
 		b->bytes += w->io.len;
 		pc_batch_add(b->batch);
 		w->start_ns = acct_begin(b->dev);
+		pc_trace_issue(b->dev, &w->io, w->nsegs > 1 || w->io.len > b->dev->cblk);
 		ret = blk_submit(b->dev->be, &w->io);
 		if (ret < 0)
 			wb_end_io(&w->io, ret);
+	}
+}
+
+/*
+ * Trace the cache blocks of [pos, pos+len) joining a writeback I/O as the
+ * kernel shows bios joining a request: each block is queued (Q), and each
+ * one after the I/O's first is merged into it (M), so a run of N blocks
+ * written as one I/O shows N-1 merges.
+ */
+static void wb_trace_add(struct pc_dev *dev, uint64_t pos, uint64_t len, bool merged)
+{
+	uint32_t cat = BT_TC_WRITE;
+	uint64_t end = pos + len;
+
+	while (pos < end) {
+		uint64_t n = dev->cblk - (pos & (dev->cblk - 1));
+
+		if (n > end - pos)
+			n = end - pos;
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(cat), pos, n, 0, NULL, 0, 0);
+		if (merged)
+			bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_BACKMERGE | BT_TC_ACT(cat), pos, n, 0,
+				 NULL, 0, 0);
+		merged = true;
+		pos += n;
 	}
 }
 
@@ -148,6 +174,8 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 		}
 		w = b->cur;
 		take = max - w->io.len < len ? (uint32_t)(max - w->io.len) : len;
+		if (bt_on(dev->bt, BT_LEVEL_DEV))
+			wb_trace_add(dev, p, take, w->io.len != 0);
 		w->segs[w->nsegs].f = f;
 		w->segs[w->nsegs].off = off;
 		w->segs[w->nsegs].len = take;
@@ -260,6 +288,9 @@ static void wb_end_io(struct blk_io *io, int res)
 			folio_unpark(dev->pc, f);
 		folio_put(f);
 	}
+	if (bt_on(dev->bt, BT_LEVEL_DEV))
+		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE), w->io.pos,
+			 w->io.len, res, NULL, 0, 0);
 	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	wb_note_result(dev, w->io.pos, w->io.len, res);
 	batch = w->batch;

@@ -366,6 +366,13 @@ int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 int bf_cmd_snapshot(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_reset(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+/* fuse/trace.c: `trace DEV [device|fuse]` (the daemon's side) and `blkfs trace` (the client) */
+int bf_cmd_trace(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
+int bf_trace_client(int argc, char **argv);
+/* fuse/statx.c: `blkfs stat` as latency lines, as iostat -x (-i), as Prometheus's text */
+void bf_stat_latency(const char *mnt, const char *dev, bool json, bool first_field);
+int bf_stat_interval(const char *mnt, const char *dev, double secs, long count);
+int bf_stat_prometheus(const char *mnt, const char *dev);
 
 /* devs.c: devices that come and go while mounted */
 /*

@@ -32,6 +32,7 @@ static const struct {
 	{ "snapshot", bf_cmd_snapshot },
 	{ "reset", bf_cmd_reset },
 	{ "save", bf_cmd_save },
+	{ "trace", bf_cmd_trace },
 };
 
 #define NR_CMDS (sizeof(bf_cmds) / sizeof(bf_cmds[0]))
@@ -147,6 +148,11 @@ static int gone_msg(const char *verb, int argc, char **argv, const char *mnt, in
 
 int bf_ctl_run(const char *mnt, int argc, char **argv)
 {
+	return bf_ctl_run_msg(mnt, argc, argv, NULL, 0);
+}
+
+int bf_ctl_run_msg(const char *mnt, int argc, char **argv, char *out, size_t outlen)
+{
 	char line[BF_CTL_MAX_LINE + 1], msg[BF_CTL_MSG_MAX + 1], path[PATH_MAX], cmnt[PATH_MAX];
 	const char *verb = argv[0];
 	size_t got = 0;
@@ -230,7 +236,12 @@ int bf_ctl_run(const char *mnt, int argc, char **argv)
 		/* refused by the daemon; EACCES from the kernel before it is the same */
 		return 1;
 	}
-	if (got)
+	if (out) {
+		if (got && msg[got - 1] == '\n')
+			msg[--got] = 0;
+		snprintf(out, outlen, "%s", msg);
+	} else if (got) {
 		fputs(msg, stdout);
+	}
 	return 0;
 }

@@ -89,5 +89,7 @@ void bf_ctl_verbs(char *buf, size_t len);
  * mount cannot be reached.
  */
 int bf_ctl_run(const char *mnt, int argc, char **argv);
+/* As bf_ctl_run(), the success message (without its newline) into @out instead of stdout. */
+int bf_ctl_run_msg(const char *mnt, int argc, char **argv, char *out, size_t outlen);
 
 #endif

@@ -41,7 +41,8 @@ static const char usage[] =
 "  blkfs attach MNT DEV\n"
 "  blkfs detach /dev/loopN | MNT DEV\n"
 "  blkfs check [-c CONFIG]\n"
-"  blkfs stat MNT [DEV] [--json]\n"
+"  blkfs stat MNT [DEV] [--json | --prometheus | -i SECONDS [COUNT]]\n"
+"  blkfs trace MNT DEV [-o NAME] [-w SECONDS] [--fuse]\n"
 "  blkfs add MNT NAME KEY=VALUE...\n"
 "  blkfs remove MNT NAME\n"
 "  blkfs resize MNT NAME SIZE|auto\n"
@@ -1216,6 +1217,7 @@ static int stat_one(const char *mnt, const char *dev, bool json, bool first)
 		first_field = false;
 	}
 	fclose(f);
+	bf_stat_latency(mnt, dev, json, first_field);
 	if (json)
 		printf("\n  }");
 	return 0;
@@ -1272,7 +1274,9 @@ static int cmd_stat(int argc, char **argv)
 {
 	char mnt[PATH_MAX], type[64], path[PATH_MAX];
 	const char *dev = NULL;
-	bool json = false, first = true;
+	bool json = false, first = true, prom = false;
+	double interval = 0;
+	long count = 0;
 	struct dirent *de;
 	int i, ret = 0;
 	DIR *dir;
@@ -1281,7 +1285,24 @@ static int cmd_stat(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = true;
-		else if (!mnt[0]) {
+		else if (!strcmp(argv[i], "--prometheus"))
+			prom = true;
+		else if (!strcmp(argv[i], "-i") && i + 1 < argc) {
+			char *end;
+
+			interval = strtod(argv[++i], &end);
+			if (*end || !(interval > 0)) {
+				fprintf(stderr, "blkfs stat: -i %s: not a number of seconds\n", argv[i]);
+				return 2;
+			}
+			if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') {
+				count = strtol(argv[++i], &end, 10);
+				if (*end || count <= 0) {
+					fprintf(stderr, "blkfs stat: -i: %s: not a count\n", argv[i]);
+					return 2;
+				}
+			}
+		} else if (!mnt[0]) {
 			ret = bf_canon_mnt(argv[i], mnt, sizeof(mnt));
 			if (ret) {
 				fprintf(stderr, "blkfs: %s: %s\n", argv[i], strerror(-ret));
@@ -1303,6 +1324,10 @@ static int cmd_stat(int argc, char **argv)
 		fprintf(stderr, "blkfs: %s: not a blkfs mount\n", mnt);
 		return 1;
 	}
+	if (interval > 0)
+		return bf_stat_interval(mnt, dev, interval, count);
+	if (prom)
+		return bf_stat_prometheus(mnt, dev);
 	if (json)
 		printf("{");
 	if (dev) {
@@ -1502,11 +1527,19 @@ static const struct {
 	  "Parse CONFIG and open its backends without mounting; print each device's\n"
 	  "geometry. Exit status: 0 valid; 1 a config error or a backend that would\n"
 	  "not open; 2 usage.\n" },
-	{ "stat", "Usage: blkfs stat MNT [DEV] [--json]\n\n"
+	{ "stat", "Usage: blkfs stat MNT [DEV] [--json | --prometheus | -i SECONDS [COUNT]]\n\n"
 	  "Counters of every device of the mount (added ones included), or of DEV:\n"
 	  "user and backend bytes and I/Os, cache hits, dirty and cached bytes, errors,\n"
-	  "backend write sizes; --json for programs. Exit status: 0 printed; 1 not a\n"
+	  "backend write sizes, latency percentiles; --json for programs; --prometheus\n"
+	  "in Prometheus's text format; -i: an iostat -x line per device and level every\n"
+	  "SECONDS (COUNT times, or until SIGINT). Exit status: 0 printed; 1 not a\n"
 	  "blkfs mount or no such device; 2 usage.\n" },
+	{ "trace", "Usage: blkfs trace MNT DEV [-o NAME] [-w SECONDS] [--fuse]\n\n"
+	  "DEV's I/O in blktrace's format, to stdout (| blkparse -i -) or into\n"
+	  "NAME.blktrace.0 (blkparse -i NAME, btt, iowatcher), until SIGINT or for\n"
+	  "SECONDS; then says how many events it wrote and dropped. --fuse: the user's\n"
+	  "requests as FUSE received them instead of the I/O below the cache.\n"
+	  "Exit status: 0 traced; 1 refused, or a write of the trace failed; 2 usage.\n" },
 };
 
 int main(int argc, char **argv)
@@ -1541,6 +1574,8 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "attach"))
 		return bf_cmd_attach(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "trace"))
+		return bf_trace_client(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "detach"))
 		return bf_cmd_detach(argc - 1, argv + 1);
 	for (size_t c = 0; c < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); c++)

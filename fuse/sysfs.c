@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/trace.h"
 #include "../core/log.h"
 #include "bf.h"
 
@@ -275,6 +276,66 @@ static int show_transport(struct bf_dev *bd, char *buf, size_t len)
 	return bf_rawio_show(buf, len);
 }
 
+/* As /sys/block/X/dev: the number blkparse shows the device level's events under. */
+static int show_dev(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+
+	if (!t)
+		return -ENOMEM;
+	return SHOW(buf, len, "%u:%u\n", t->devnum[BT_LEVEL_DEV] >> BT_MINORBITS,
+		    t->devnum[BT_LEVEL_DEV] & ((1u << BT_MINORBITS) - 1));
+}
+
+/* The FUSE level's requests in the fields of `stat` (what `blkfs stat -i` shows for it). */
+static int show_fuse_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+	struct bt_counts c;
+
+	if (!t)
+		return -ENOMEM;
+	bt_fuse_counts(t, &c);
+#define MS(x) (unsigned long long)((x) / 1000000)
+	return SHOW(buf, len,
+		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
+		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
+		    (unsigned long long)c.ios[BT_OP_READ], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_READ] / 512), MS(c.ticks_ns[BT_OP_READ]),
+		    (unsigned long long)c.ios[BT_OP_WRITE], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_WRITE] / 512), MS(c.ticks_ns[BT_OP_WRITE]),
+		    (unsigned long long)c.in_flight, MS(c.io_ticks_ns),
+		    MS(c.ticks_ns[0] + c.ticks_ns[1] + c.ticks_ns[2] + c.ticks_ns[3]),
+		    (unsigned long long)c.ios[BT_OP_DISCARD], 0ULL,
+		    (unsigned long long)(c.bytes[BT_OP_DISCARD] / 512), MS(c.ticks_ns[BT_OP_DISCARD]),
+		    (unsigned long long)c.ios[BT_OP_FLUSH], MS(c.ticks_ns[BT_OP_FLUSH]));
+#undef MS
+}
+
+static int show_latency(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+
+	if (!t)
+		return -ENOMEM;
+	return (int)bt_latency_show(t, buf, len);
+}
+
+/* `reset` clears both levels' histograms. */
+static int store_latency(struct bf_dev *bd, const char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		len--;
+	if (len != 5 || memcmp(buf, "reset", 5))
+		return -EINVAL;
+	if (!t)
+		return -ENOMEM;
+	bt_hist_reset(t);
+	return 0;
+}
+
 static const struct bf_dev_attr transport_attr = { ".transport", show_transport, NULL };
 
 static const struct bf_dev_attr dev_attrs[] = {
@@ -284,6 +345,9 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "ro", show_zero, NULL },
 	{ "drop_caches", show_zero, store_drop_caches },
 	{ "cache_block_size", show_cache_block, NULL },
+	{ "dev", show_dev, NULL },
+	{ "latency", show_latency, store_latency },
+	{ "fuse_stat", show_fuse_stat, NULL },
 	{ NULL, NULL, NULL },
 };
 

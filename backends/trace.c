@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backends/trace.c - the block trace (trace.h): the registry of devices,
+ * the per-thread event rings, the trace thread that drains them into each
+ * session's descriptor, and the FUSE level's accounting.
+ *
+ * A ring has one producer (its thread) and one consumer (the trace
+ * thread): head and tail are free-running counters, published with
+ * release and read with acquire; no lock on the I/O path. A thread's
+ * ring is made the first time it emits while a level is traced, and is
+ * freed by the trace thread after the thread exited and its ring ran dry.
+ *
+ * The trace thread holds events back for BT_HOLD_NS before writing them,
+ * so that an event stamped just before a drain but put in its ring just
+ * after still goes out in time order (blkparse and btt want sorted input;
+ * a pipe to blkparse gets it sorted too).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "trace.h"
+
+const char *const bt_op_names[BT_NR_OPS] = { "read", "write", "flush", "discard" };
+
+/* ------------------------------------------------------------ registry */
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct bt_dev *reg_head;
+static uint32_t reg_nr;
+/* leaf: the FUSE level's busy time (as the cache's acct_lock) */
+static pthread_mutex_t acct_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct bt_dev *bt_dev_get(const char *name)
+{
+	struct bt_dev *d;
+	size_t n = strlen(name);
+
+	pthread_mutex_lock(&reg_lock);
+	for (d = reg_head; d; d = d->next)
+		if (!strcmp(d->name, name))
+			goto out;
+	d = calloc(1, sizeof(*d) + n + 1);
+	if (!d)
+		goto out;
+	memcpy(d->name, name, n + 1);
+	d->devnum[BT_LEVEL_DEV] = BT_MKDEV(BT_MAJOR_DEV, reg_nr);
+	d->devnum[BT_LEVEL_FUSE] = BT_MKDEV(BT_MAJOR_FUSE, reg_nr);
+	reg_nr++;
+	d->next = reg_head;
+	reg_head = d;
+out:
+	pthread_mutex_unlock(&reg_lock);
+	return d;
+}
+
+uint32_t bt_op_cat(enum blk_op op, unsigned int flags)
+{
+	uint32_t c = flags & BLK_IO_WAITED ? BT_TC_SYNC : 0;
+
+	switch (op) {
+	case BLK_READ:
+		return c | BT_TC_READ;
+	case BLK_WRITE:
+		return c | BT_TC_WRITE;
+	case BLK_FLUSH:
+		return BT_TC_FLUSH;
+	case BLK_DISCARD:
+		return BT_TC_WRITE | BT_TC_DISCARD;
+	case BLK_WRITE_ZEROES:
+		return BT_TC_WRITE;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- rings */
+
+#define BT_RING_SLOTS	16384	/* a power of two: 2 MiB a thread that emitted */
+#define BT_HOLD_NS	2000000ull
+#define BT_DRAIN_NS	1000000l
+
+struct bt_slot {
+	struct blk_io_trace t;	/* time absolute, sequence unset */
+	char pdu[BT_PDU_MAX];
+};
+
+struct bt_ring {
+	uint64_t head;		/* producer: release */
+	char pad1[56];
+	uint64_t tail;		/* consumer: release */
+	char pad2[56];
+	bool dead;		/* atomic: its thread exited */
+	struct bt_ring *next;	/* reg: ring_lock */
+	struct bt_slot slot[BT_RING_SLOTS];
+};
+
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct bt_ring *rings;
+static pthread_key_t ring_key;
+static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
+static __thread struct bt_ring *my_ring;
+static __thread uint32_t my_tid;
+static __thread bool my_ring_failed;
+
+static void ring_exit(void *p)
+{
+	struct bt_ring *r = p;
+
+	__atomic_store_n(&r->dead, true, __ATOMIC_RELEASE);
+}
+
+static void ring_key_init(void)
+{
+	if (pthread_key_create(&ring_key, ring_exit))
+		ring_key = (pthread_key_t)-1;
+}
+
+static struct bt_ring *ring_get(void)
+{
+	struct bt_ring *r = my_ring;
+
+	if (__builtin_expect(r != NULL, 1))
+		return r;
+	if (my_ring_failed)
+		return NULL;
+	pthread_once(&ring_once, ring_key_init);
+	r = calloc(1, sizeof(*r));
+	if (!r || ring_key == (pthread_key_t)-1 || pthread_setspecific(ring_key, r)) {
+		free(r);
+		my_ring_failed = true;
+		return NULL;
+	}
+	pthread_mutex_lock(&ring_lock);
+	r->next = rings;
+	rings = r;
+	pthread_mutex_unlock(&ring_lock);
+	my_ring = r;
+	return r;
+}
+
+void bt_encode(struct blk_io_trace *out, uint32_t seq, uint64_t time_ns, uint64_t pos,
+	       uint64_t len, uint32_t action, uint32_t pid, uint32_t dev, int err,
+	       unsigned pdu_len)
+{
+	out->magic = BT_MAGIC | BT_VERSION;
+	out->sequence = seq;
+	out->time = time_ns;
+	out->sector = pos >> 9;
+	out->bytes = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+	out->action = action;
+	out->pid = pid;
+	out->device = dev;
+	out->cpu = 0;
+	out->error = (uint16_t)(err < 0 ? -err : err);
+	out->pdu_len = (uint16_t)pdu_len;
+}
+
+void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64_t len,
+	      int err, const void *pdu, unsigned pdu_len, uint32_t pid)
+{
+	struct bt_ring *r = ring_get();
+	struct bt_slot *s;
+	uint64_t h, t;
+
+	if (!r)
+		goto drop;
+	h = r->head;
+	t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+	if (h - t >= BT_RING_SLOTS)
+		goto drop;
+	if (!pid) {
+		if (!my_tid)
+			my_tid = (uint32_t)syscall(SYS_gettid);
+		pid = my_tid;
+	}
+	if (pdu_len > BT_PDU_MAX)
+		pdu_len = BT_PDU_MAX;
+	s = &r->slot[h & (BT_RING_SLOTS - 1)];
+	bt_encode(&s->t, 0, blk_now_ns(), pos, len, action, pid, d->devnum[level], err, pdu_len);
+	if (pdu_len)
+		memcpy(s->pdu, pdu, pdu_len);
+	__atomic_store_n(&r->head, h + 1, __ATOMIC_RELEASE);
+	return;
+drop:
+	__atomic_add_fetch(&d->dropped[level], 1, __ATOMIC_RELAXED);
+}
+
+void bt_split(struct bt_dev *d, uint32_t cat, uint64_t pos, uint64_t len, uint64_t at)
+{
+	uint64_t sec = at >> 9;
+	unsigned char be[8];
+	int i;
+
+	for (i = 0; i < 8; i++)
+		be[i] = (unsigned char)(sec >> (56 - 8 * i));	/* big-endian, as the kernel's */
+	bt_event(d, BT_LEVEL_DEV, BT_ACT_SPLIT | BT_TC_ACT(cat), pos, len, 0, be, 8, 0);
+}
+
+void bt_msg(struct bt_dev *d, const char *fmt, ...)
+{
+	char buf[BT_PDU_MAX + 1];
+	va_list ap;
+	int n;
+
+	if (!bt_on(d, BT_LEVEL_DEV))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > BT_PDU_MAX)
+		n = BT_PDU_MAX;
+	bt_event(d, BT_LEVEL_DEV, BT_ACT_MESSAGE, 0, 0, 0, buf, (unsigned)n, 0);
+}
+
+/* ---------------------------------------------------------- FUSE level */
+
+uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
+		      uint32_t pid)
+{
+	uint64_t now = blk_now_ns();
+
+	if (!d)
+		return now;
+	pthread_mutex_lock(&acct_lock);
+	if (!d->fuse.in_flight++)
+		d->fuse_busy_since_ns = now;
+	pthread_mutex_unlock(&acct_lock);
+	if (bt_on(d, BT_LEVEL_FUSE)) {
+		uint32_t cat = bt_op_cat(op, 0);
+
+		bt_event(d, BT_LEVEL_FUSE, BT_ACT_QUEUE | BT_TC_ACT(cat), pos, len, 0, NULL, 0, pid);
+		bt_event(d, BT_LEVEL_FUSE, BT_ACT_ISSUE | BT_TC_ACT(cat), pos, len, 0, NULL, 0, pid);
+	}
+	return now;
+}
+
+void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		uint64_t start_ns, long res)
+{
+	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	unsigned o = bt_op(op);
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&acct_lock);
+	if (!--d->fuse.in_flight)
+		d->fuse.io_ticks_ns += now - d->fuse_busy_since_ns;
+	pthread_mutex_unlock(&acct_lock);
+	if (res >= 0) {
+		__atomic_add_fetch(&d->fuse.ios[o], 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&d->fuse.bytes[o], op == BLK_FLUSH ? 0 : len, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&d->fuse.ticks_ns[o], ns, __ATOMIC_RELAXED);
+		blk_hist_add(&d->hist[BT_LEVEL_FUSE][o], ns);
+	}
+	if (bt_on(d, BT_LEVEL_FUSE))
+		bt_event(d, BT_LEVEL_FUSE, BT_ACT_COMPLETE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
+			 res < 0 ? (int)res : 0, NULL, 0, pid);
+}
+
+void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
+{
+	uint64_t now = blk_now_ns();
+	unsigned i;
+
+	for (i = 0; i < BT_NR_OPS; i++) {
+		out->ios[i] = __atomic_load_n(&d->fuse.ios[i], __ATOMIC_RELAXED);
+		out->bytes[i] = __atomic_load_n(&d->fuse.bytes[i], __ATOMIC_RELAXED);
+		out->ticks_ns[i] = __atomic_load_n(&d->fuse.ticks_ns[i], __ATOMIC_RELAXED);
+	}
+	pthread_mutex_lock(&acct_lock);
+	out->in_flight = d->fuse.in_flight;
+	out->io_ticks_ns = d->fuse.io_ticks_ns +
+		(d->fuse.in_flight ? now - d->fuse_busy_since_ns : 0);
+	pthread_mutex_unlock(&acct_lock);
+}
+
+void bt_hist_reset(struct bt_dev *d)
+{
+	int l, o;
+
+	for (l = 0; l < BT_LEVELS; l++)
+		for (o = 0; o < BT_NR_OPS; o++)
+			blk_hist_reset(&d->hist[l][o]);
+}
+
+size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
+{
+	static const char *const lvl[BT_LEVELS] = { "device", "fuse" };
+	struct blk_hist *h;
+	size_t o = 0;
+	int l, op;
+
+	if (!len)
+		return 0;
+	buf[0] = 0;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return 0;
+	for (l = 0; l < BT_LEVELS; l++)
+		for (op = 0; op < BT_NR_OPS && o < len; op++) {
+			blk_hist_snap(&d->hist[l][op], h);
+			if (!h->count)
+				continue;
+			o += (size_t)snprintf(buf + o, len - o,
+				"%s %s count %llu sum_ns %llu avg_ns %llu p50_ns %llu p90_ns %llu "
+				"p99_ns %llu p99.9_ns %llu max_ns %llu\n", lvl[l], bt_op_names[op],
+				(unsigned long long)h->count, (unsigned long long)h->sum_ns,
+				(unsigned long long)(h->sum_ns / h->count),
+				(unsigned long long)blk_hist_pct(h, 500),
+				(unsigned long long)blk_hist_pct(h, 900),
+				(unsigned long long)blk_hist_pct(h, 990),
+				(unsigned long long)blk_hist_pct(h, 999),
+				(unsigned long long)h->max_ns);
+			if (o < len)
+				o += blk_hist_print(h, buf + o, len - o);
+		}
+	free(h);
+	return o < len ? o : len - 1;
+}
+
+/* ------------------------------------------------------- trace thread */
+
+#define BT_MAX_SESSIONS	16
+#define BT_PEND_MAX	65536
+#define BT_SESS_PIDS	256
+#define BT_WBUF		(1u << 20)
+
+struct bt_session {
+	struct bt_dev *d;
+	int level;
+	int fd;
+	int err;		/* the first failed write */
+	uint32_t devnum;
+	uint32_t seq;
+	uint64_t t0;		/* start: events before it are not this session's */
+	uint64_t written, lost;	/* lost: failed writes */
+	uint64_t dropped0;	/* d->dropped[level] at the start */
+	char *wbuf;		/* records not yet written: one write() per batch */
+	size_t wlen;
+	uint64_t wcount;	/* records in wbuf */
+	uint32_t pids[BT_SESS_PIDS];	/* named so far (a PROCESS note each) */
+	unsigned nr_pids;
+	bool stopping;		/* the thread writes what it holds, then signals */
+	bool stopped;
+};
+
+static pthread_mutex_t sess_lock = PTHREAD_MUTEX_INITIALIZER;	/* sessions, thread */
+static pthread_cond_t sess_cond = PTHREAD_COND_INITIALIZER;
+static struct bt_session *sess[BT_MAX_SESSIONS];
+static int nr_sess;
+static bool thread_running;
+static pthread_t trace_thread;
+static struct bt_slot *pend;	/* the trace thread's: held back, sorted by time */
+static size_t nr_pend;
+
+static int slot_cmp(const void *a, const void *b)
+{
+	const struct bt_slot *x = a, *y = b;
+
+	return x->t.time < y->t.time ? -1 : x->t.time > y->t.time;
+}
+
+/* Take what the rings hold into pend; free the rings of exited threads once empty. */
+static void drain_rings(void)
+{
+	struct bt_ring **pp, *r;
+
+	pthread_mutex_lock(&ring_lock);
+	for (pp = &rings; (r = *pp);) {
+		bool dead = __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE);
+		uint64_t t = r->tail, h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+
+		for (; t != h && nr_pend < BT_PEND_MAX; t++)
+			pend[nr_pend++] = r->slot[t & (BT_RING_SLOTS - 1)];
+		__atomic_store_n(&r->tail, t, __ATOMIC_RELEASE);
+		if (dead && t == h) {
+			*pp = r->next;
+			free(r);
+			continue;
+		}
+		pp = &r->next;
+	}
+	pthread_mutex_unlock(&ring_lock);
+}
+
+static void sess_write(struct bt_session *s, const struct bt_slot *e);
+
+/*
+ * blkparse names each pid by the PROCESS note that came before its first
+ * event (the kernel sends one per task): the comm from /proc, read here in
+ * the trace thread, never on the I/O path.
+ */
+static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
+{
+	struct bt_slot note;
+	char path[64];
+	unsigned i;
+	ssize_t n;
+	int fd;
+
+	for (i = 0; i < s->nr_pids; i++)
+		if (s->pids[i] == t->pid)
+			return;
+	if (s->nr_pids == BT_SESS_PIDS)
+		return;
+	s->pids[s->nr_pids++] = t->pid;
+	memset(&note, 0, sizeof(note));
+	snprintf(path, sizeof(path), "/proc/%u/comm", t->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, note.pdu, 15) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		snprintf(note.pdu, 16, "%u", t->pid);
+	note.pdu[strcspn(note.pdu, "\n")] = 0;
+	bt_encode(&note.t, 0, t->time, 0, 0, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS), t->pid,
+		  t->device, 0, 16);
+	sess_write(s, &note);
+}
+
+/* Write what @s holds (at the end of each pass, and when its buffer is full). */
+static void sess_flush(struct bt_session *s)
+{
+	size_t off = 0;
+
+	while (off < s->wlen && !s->err) {
+		ssize_t w = write(s->fd, s->wbuf + off, s->wlen - off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			s->err = w < 0 ? -errno : -EIO;
+		else
+			off += (size_t)w;
+	}
+	if (s->err)
+		s->lost += s->wcount;
+	else
+		s->written += s->wcount;
+	s->wlen = 0;
+	s->wcount = 0;
+}
+
+static void sess_write(struct bt_session *s, const struct bt_slot *e)
+{
+	struct blk_io_trace t = e->t;
+
+	if (s->err) {
+		s->lost++;
+		return;
+	}
+	if (s->wlen + sizeof(t) + BT_PDU_MAX > BT_WBUF)
+		sess_flush(s);
+	t.time -= s->t0;
+	t.sequence = s->seq++;
+	memcpy(s->wbuf + s->wlen, &t, sizeof(t));
+	memcpy(s->wbuf + s->wlen + sizeof(t), e->pdu, t.pdu_len);
+	s->wlen += sizeof(t) + t.pdu_len;
+	s->wcount++;
+}
+
+/*
+ * Write the held events up to @cutoff to their sessions (sess_lock held:
+ * sessions do not come or go meanwhile; writes may block on a slow
+ * reader, which only fills the rings).
+ */
+static void flush_pend(uint64_t cutoff)
+{
+	size_t i, n = 0;
+	int k;
+
+	qsort(pend, nr_pend, sizeof(*pend), slot_cmp);
+	for (i = 0; i < nr_pend && pend[i].t.time <= cutoff; i++) {
+		for (k = 0; k < nr_sess; k++) {
+			struct bt_session *s = sess[k];
+
+			if (s->devnum != pend[i].t.device || pend[i].t.time < s->t0)
+				continue;
+			sess_name_pid(s, &pend[i].t);
+			sess_write(s, &pend[i]);
+		}
+		n++;
+	}
+	memmove(pend, pend + n, (nr_pend - n) * sizeof(*pend));
+	nr_pend -= n;
+	for (k = 0; k < nr_sess; k++)
+		sess_flush(sess[k]);
+}
+
+static void *trace_main(void *arg)
+{
+	struct timespec ts = { 0, BT_DRAIN_NS };
+	sigset_t pipe;
+	int k;
+
+	(void)arg;
+	/* a reader gone (blkparse ended) is EPIPE for this session, never the process's end */
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+	pthread_mutex_lock(&sess_lock);
+	while (nr_sess) {
+		bool stop = false;
+
+		pthread_mutex_unlock(&sess_lock);
+		nanosleep(&ts, NULL);
+		drain_rings();
+		pthread_mutex_lock(&sess_lock);
+		for (k = 0; k < nr_sess; k++)
+			stop |= sess[k]->stopping;
+		/* a stop writes everything taken so far: its events are all in */
+		flush_pend(stop ? UINT64_MAX : blk_now_ns() - BT_HOLD_NS);
+		for (k = 0; k < nr_sess; k++)
+			if (sess[k]->stopping) {
+				sess[k]->stopped = true;
+				sess[k] = sess[--nr_sess];
+				k--;
+			}
+		if (stop)
+			pthread_cond_broadcast(&sess_cond);
+	}
+	thread_running = false;
+	free(pend);
+	pend = NULL;
+	nr_pend = 0;
+	pthread_mutex_unlock(&sess_lock);
+	return NULL;
+}
+
+struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
+{
+	struct bt_session *s = calloc(1, sizeof(*s));
+	int ret = 0;
+
+	if (!s)
+		return ERR_PTR(-ENOMEM);
+	s->d = d;
+	s->level = level;
+	s->fd = fd;
+	s->devnum = d->devnum[level];
+	s->wbuf = malloc(BT_WBUF);
+	if (!s->wbuf) {
+		free(s);
+		return ERR_PTR(-ENOMEM);
+	}
+	s->dropped0 = __atomic_load_n(&d->dropped[level], __ATOMIC_RELAXED);
+	pthread_mutex_lock(&sess_lock);
+	if (nr_sess == BT_MAX_SESSIONS) {
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	if (!thread_running) {
+		pthread_attr_t attr;
+
+		/* the last thread may still be exiting: it is detached */
+		pend = malloc(BT_PEND_MAX * sizeof(*pend));
+		if (!pend) {
+			ret = -ENOMEM;
+			goto out_unlock;
+		}
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		/* it takes sess_lock first, and then sees this session */
+		ret = -pthread_create(&trace_thread, &attr, trace_main, NULL);
+		pthread_attr_destroy(&attr);
+		if (ret) {
+			free(pend);
+			pend = NULL;
+			goto out_unlock;
+		}
+		thread_running = true;
+	}
+	s->t0 = blk_now_ns();
+	sess[nr_sess++] = s;
+	__atomic_add_fetch(&d->on[level], 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&sess_lock);
+	return s;
+out_unlock:
+	pthread_mutex_unlock(&sess_lock);
+	free(s->wbuf);
+	free(s);
+	return ERR_PTR(ret);
+}
+
+int bt_session_stop(struct bt_session *s, uint64_t *written, uint64_t *dropped)
+{
+	int err;
+
+	__atomic_sub_fetch(&s->d->on[s->level], 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&sess_lock);
+	s->stopping = true;
+	while (!s->stopped)
+		pthread_cond_wait(&sess_cond, &sess_lock);
+	pthread_mutex_unlock(&sess_lock);
+	*written = s->written;
+	*dropped = __atomic_load_n(&s->d->dropped[s->level], __ATOMIC_RELAXED) - s->dropped0 +
+		   s->lost;
+	err = s->err;
+	close(s->fd);
+	free(s->wbuf);
+	free(s);
+	return err;
+}

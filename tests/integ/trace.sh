@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# trace.sh: `blkfs trace` writes blktrace's format that the field's tools read.
+#  - blkparse reads a trace of O_DIRECT writes and reads, buffered writes
+#    with fsync and buffered reads without complaint (no skips), and its
+#    completed read and write counts and bytes equal the change in
+#    blkfs_stat's backend_read_ios, backend_write_ios, backend_read_bytes,
+#    backend_write_bytes over the trace's window.
+#  - max_io = 256K: 1 MiB O_DIRECT writes show splits (X) and no write above
+#    256 KiB at D; 256 sequential 4K buffered writes and fsync show as
+#    merges (M) into few writes at D.
+#  - fio --read_iolog replays the trace (blkparse -d) against the device and
+#    issues as many I/Os as the trace has Q events.
+#  - delay.write = 2ms: btt's D2C average is at least 1.5 ms.
+#  - throttle.queue_depth = 1 over delay.write = 2ms: with 8 writers, the
+#    time from Q to D (btt's Q2C - D2C) is at least 4 ms and more than 4x
+#    that of one writer.
+#  - .sys/DEV/dev names the device number the events carry; .sys/DEV/latency
+#    has the device level's write histogram, and `reset` clears it.
+#  - a write onto a fault filter's bad block shows as a message note
+#    ("fault: EIO at 1048576 (write)") and a completion with error 5.
+#  - blkfs stat --prometheus passes promtool check metrics and has the
+#    counters and latency histograms; --json has the percentiles; -i prints
+#    iostat -x lines with the writes of a writer running meanwhile.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require dd awk blkparse btt fio promtool
+
+start_blkfs "[cache]
+size = 64M
+
+[device ram0]
+backend = ram
+size = 64M
+logical_block_size = 512
+physical_block_size = 4096
+max_io = 256K
+
+[device slow]
+backend = ram
+size = 16M
+filters = delay
+delay.write = 2ms
+
+[device thr]
+backend = ram
+size = 16M
+filters = throttle, delay
+throttle.queue_depth = 1
+delay.write = 2ms
+
+[device flt]
+backend = ram
+size = 16M
+filters = fault
+fault.badblocks = 1M 4K"
+
+# trace_start NAME DEV: `blkfs trace` into $TDIR/NAME.blktrace.0, until trace_stop
+trace_start() {
+	"$BLKFS" trace "$MNT" "$2" -o "$TDIR/$1" -w 600 2>"$TDIR/$1.err" &
+	TRACE_PID=$!
+	_BGPIDS+=("$TRACE_PID")
+	wait_until 60 "blkfs trace $2 to start" grep -q "^blkfs trace: tracing" "$TDIR/$1.err"
+}
+
+# trace_stop NAME: SIGINT; it must say what it wrote and that it dropped nothing
+trace_stop() {
+	local rc=0
+	kill -INT "$TRACE_PID"
+	watchdog_wait 60 "$MNT" "blkfs trace to stop" "$TRACE_PID" || rc=$?
+	[ "$rc" -eq 0 ] || fail "blkfs trace exited $rc: $(cat "$TDIR/$1.err")"
+	grep -q " events written, 0 dropped" "$TDIR/$1.err" ||
+		fail "blkfs trace: $(cat "$TDIR/$1.err")"
+	info "$(tail -n 1 "$TDIR/$1.err")"
+}
+
+stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$MNT/.sys/$1/blkfs_stat"; }
+
+# events NAME: "ACTION RWBS SECTORS" per event, as blkparse prints them
+events() { blkparse -q -i "$TDIR/$1" -f "%a %d %n\n" 2>/dev/null; }
+
+# btt_avg NAME ROW: btt's average (seconds) of ROW (D2C, Q2C, ...); 0 if absent
+btt_avg() {
+	blkparse -q -i "$TDIR/$1" -d "$TDIR/$1.bin" -o /dev/null >/dev/null 2>&1
+	btt -i "$TDIR/$1.bin" | awk -v r="$2" '$1 == r { print $3; f = 1; exit } END { if (!f) print 0 }'
+}
+
+dev=$(cat "$MNT/.sys/ram0/dev")
+case $dev in 240:[0-9]*) ;; *) fail ".sys/ram0/dev is '$dev', not 240:N" ;; esac
+info "ram0 is $dev"
+
+# ---- counts, splits, merges
+trace_start t ram0
+r0=$(stat_of ram0 backend_read_ios) rb0=$(stat_of ram0 backend_read_bytes)
+w0=$(stat_of ram0 backend_write_ios) wb0=$(stat_of ram0 backend_write_bytes)
+ddev if=/dev/zero of="$MNT/ram0" bs=1M count=4 oflag=direct
+ddev if=/dev/zero of="$MNT/ram0" bs=4k count=256 seek=4096 conv=notrunc,fsync
+dd if="$MNT/ram0" of=/dev/null bs=64k count=16 skip=256 iflag=direct status=none
+dd if="$MNT/ram0" of=/dev/null bs=4k count=256 skip=8192 status=none
+r1=$(stat_of ram0 backend_read_ios) rb1=$(stat_of ram0 backend_read_bytes)
+w1=$(stat_of ram0 backend_write_ios) wb1=$(stat_of ram0 backend_write_bytes)
+trace_stop t
+
+out=$(blkparse -i "$TDIR/t" 2>&1) || fail "blkparse failed: $(printf '%s\n' "$out" | tail -n 5)"
+grep -q "^Skips: 0 forward" <<<"$out" ||
+	fail "blkparse reports skips: $(grep -i skip <<<"$out")"
+read -r cr crs cw cws < <(events t | awk '
+	$1 == "C" && $2 ~ /R/ && $2 !~ /[FD]/ { r++; rs += $3 }
+	$1 == "C" && $2 ~ /W/ && $2 !~ /[FD]/ { w++; ws += $3 }
+	END { print r + 0, rs + 0, w + 0, ws + 0 }')
+info "trace: $cr reads ($((crs * 512)) bytes), $cw writes ($((cws * 512)) bytes) completed"
+info "blkfs_stat: $((r1 - r0)) reads ($((rb1 - rb0)) bytes), $((w1 - w0)) writes ($((wb1 - wb0)) bytes)"
+assert_eq "completed reads in the trace against backend_read_ios" "$((r1 - r0))" "$cr"
+assert_eq "bytes read in the trace against backend_read_bytes" "$((rb1 - rb0))" "$((crs * 512))"
+assert_eq "completed writes in the trace against backend_write_ios" "$((w1 - w0))" "$cw"
+assert_eq "bytes written in the trace against backend_write_bytes" "$((wb1 - wb0))" "$((cws * 512))"
+[ "$cr" -gt 0 ] && [ "$cw" -gt 0 ] || fail "nothing traced"
+
+nx=$(events t | awk '$1 == "X" && $2 ~ /W/' | wc -l)
+big=$(events t | awk '$1 == "D" && $2 ~ /W/ && $3 > 512' | wc -l)
+info "splits: $nx; writes above 256 KiB at D: $big"
+[ "$nx" -ge 12 ] || fail "4 writes of 1 MiB at max_io 256K: $nx splits (X), expected at least 12"
+assert_eq "writes above 256 KiB at D" 0 "$big"
+# the buffered run: sectors 32768 .. 34816
+nm=$(events t | awk '$1 == "M" && $2 ~ /W/' | wc -l)
+nd=$(blkparse -q -i "$TDIR/t" -f "%a %d %S\n" 2>/dev/null |
+	awk '$1 == "D" && $2 ~ /W/ && $3 >= 32768 && $3 < 34816' | wc -l)
+info "merges: $nm; writes of the buffered run at D: $nd"
+[ "$nm" -ge 200 ] || fail "256 sequential 4K writes: $nm merges (M), expected at least 200"
+[ "$nd" -le 16 ] || fail "256 sequential 4K writes reached the device as $nd writes"
+
+# ---- replay: fio reads the Q events of the binary dump
+nq=$(events t | awk '$1 == "Q"' | wc -l)
+blkparse -q -i "$TDIR/t" -d "$TDIR/t.bin" -o /dev/null >/dev/null 2>&1
+fio --name=replay --read_iolog="$TDIR/t.bin" --replay_redirect="$MNT/ram0" \
+	--replay_no_stall=1 --direct=1 --output="$TDIR/fio.out" >/dev/null 2>&1 ||
+	fail "fio replay failed: $(tail -n 5 "$TDIR/fio.out")"
+issued=$(awk -F'total=' '/issued rwts/ { split($2, a, "[, ]"); print a[1] + a[2] + a[3] + a[4] }' \
+	"$TDIR/fio.out")
+info "fio replayed $issued I/Os of the trace's $nq Q events"
+assert_eq "I/Os fio's replay issued against the trace's Q events" "$nq" "$issued"
+
+# ---- delay below: device time
+echo reset >"$MNT/.sys/slow/latency"
+trace_start s slow
+ddev if=/dev/zero of="$MNT/slow" bs=4k count=20 oflag=direct
+trace_stop s
+d2c=$(btt_avg s D2C)
+info "delay.write = 2ms: btt D2C average $d2c s"
+awk -v v="$d2c" 'BEGIN { exit !(v >= 0.0015) }' || fail "D2C average $d2c s, expected about 2 ms"
+grep -q "^device write count 20 " "$MNT/.sys/slow/latency" ||
+	fail ".sys/slow/latency: $(head -n 1 "$MNT/.sys/slow/latency")"
+grep -q "2048 -> 4095" "$MNT/.sys/slow/latency" ||
+	fail ".sys/slow/latency has no 2-4 ms bucket: $(cat "$MNT/.sys/slow/latency")"
+echo reset >"$MNT/.sys/slow/latency"
+[ -z "$(cat "$MNT/.sys/slow/latency")" ] || fail "reset left: $(cat "$MNT/.sys/slow/latency")"
+
+# ---- the throttle's queue: Q2D = Q2C - D2C
+q2d() { awk -v a="$(btt_avg "$1" Q2C)" -v b="$(btt_avg "$1" D2C)" 'BEGIN { printf "%.6f\n", a - b }'; }
+trace_start q1 thr
+ddev if=/dev/zero of="$MNT/thr" bs=4k count=16 oflag=direct
+trace_stop q1
+trace_start q8 thr
+pids=()
+for i in 0 1 2 3 4 5 6 7; do
+	ddev if=/dev/zero of="$MNT/thr" bs=4k count=16 seek=$((i * 64)) oflag=direct &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || fail "a writer failed"; done
+trace_stop q8
+a=$(q2d q1) b=$(q2d q8)
+info "throttle.queue_depth = 1: Q2D average $a s with 1 writer, $b s with 8"
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(b >= 0.004 && b > 4 * a) }' ||
+	fail "Q2D did not grow with the queue: $a s with 1 writer, $b s with 8"
+
+# ---- an injected fault is a message note where it struck
+trace_start f flt
+dd if=/dev/zero of="$MNT/flt" bs=4k count=1 seek=256 oflag=direct conv=nocreat status=none 2>/dev/null &&
+	fail "a write onto the bad block succeeded"
+trace_stop f
+blkparse -q -i "$TDIR/f" 2>/dev/null | grep -q " m  *N fault: EIO at 1048576 (write)" ||
+	fail "no fault note in the trace: $(blkparse -q -i "$TDIR/f" 2>&1 | head -n 20)"
+blkparse -q -i "$TDIR/f" 2>/dev/null | grep -Eq " C +W 2048 \+ 8 \[5\]" ||
+	fail "no completion with EIO in the trace: $(blkparse -q -i "$TDIR/f" 2>&1 | head -n 20)"
+
+# ---- the stat views
+"$BLKFS" stat "$MNT" --prometheus >"$TDIR/prom" || fail "blkfs stat --prometheus failed"
+promtool check metrics <"$TDIR/prom" >"$TDIR/promtool.out" 2>&1 ||
+	fail "promtool check metrics: $(cat "$TDIR/promtool.out")"
+for want in 'blkfs_backend_write_ios_total{device="ram0"} ' 'blkfs_dirty_bytes{device="ram0"} ' \
+	'blkfs_latency_seconds_bucket{device="thr",level="device",op="write",le="+Inf"} ' \
+	'blkfs_latency_seconds_count{device="thr",level="device",op="write"} ' \
+	'# TYPE blkfs_latency_seconds histogram'; do
+	grep -qF "$want" "$TDIR/prom" || fail "--prometheus has no line starting '$want'"
+done
+"$BLKFS" stat "$MNT" thr --json | grep -q '"latency_device_write": { "count": ' ||
+	fail "blkfs stat --json has no latency_device_write"
+"$BLKFS" stat "$MNT" ram0 -i 0.5 4 >"$TDIR/iostat" &
+ipid=$!
+_BGPIDS+=("$ipid")
+for i in 1 2 3; do
+	ddev if=/dev/zero of="$MNT/ram0" bs=4k count=4096 oflag=direct
+done
+watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
+[ "$(grep -c '^Device  *level  *r/s  *w/s  *rMB/s  *wMB/s  *r_await  *w_await  *aqu-sz  *%util$' \
+	"$TDIR/iostat")" -eq 4 ] || fail "blkfs stat -i 0.5 4: $(cat "$TDIR/iostat")"
+awk '$1 == "ram0" && $2 == "device" && $4 > 0 { f = 1 } END { exit !f }' "$TDIR/iostat" ||
+	fail "blkfs stat -i saw no writes: $(cat "$TDIR/iostat")"
+
+stop_blkfs

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_trace.c - the blktrace encoder (backends/blktrace.h,
+ * trace.c) against the layout blkparse reads: struct blk_io_trace is 48
+ * bytes with every field at the kernel's offset, magic and version 7,
+ * the action codes and categories with their values; a session writes
+ * the records a thread emitted, in time order, and counts what a full
+ * ring drops. And the latency histograms (backends/hist.c): biolatency's
+ * log2 buckets and the percentiles against known inputs.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../backends/trace.h"
+
+Test(blktrace, layout_is_the_kernels)
+{
+	cr_assert_eq(sizeof(struct blk_io_trace), 48);
+	cr_assert_eq(offsetof(struct blk_io_trace, magic), 0);
+	cr_assert_eq(offsetof(struct blk_io_trace, sequence), 4);
+	cr_assert_eq(offsetof(struct blk_io_trace, time), 8);
+	cr_assert_eq(offsetof(struct blk_io_trace, sector), 16);
+	cr_assert_eq(offsetof(struct blk_io_trace, bytes), 24);
+	cr_assert_eq(offsetof(struct blk_io_trace, action), 28);
+	cr_assert_eq(offsetof(struct blk_io_trace, pid), 32);
+	cr_assert_eq(offsetof(struct blk_io_trace, device), 36);
+	cr_assert_eq(offsetof(struct blk_io_trace, cpu), 40);
+	cr_assert_eq(offsetof(struct blk_io_trace, error), 44);
+	cr_assert_eq(offsetof(struct blk_io_trace, pdu_len), 46);
+	cr_assert_eq(BT_MAGIC | BT_VERSION, 0x65617407u);
+}
+
+Test(blktrace, actions_and_categories)
+{
+	cr_assert_eq(BT_TC_READ, 1);
+	cr_assert_eq(BT_TC_WRITE, 2);
+	cr_assert_eq(BT_TC_FLUSH, 4);
+	cr_assert_eq(BT_TC_SYNC, 8);
+	cr_assert_eq(BT_TC_QUEUE, 16);
+	cr_assert_eq(BT_TC_ISSUE, 64);
+	cr_assert_eq(BT_TC_COMPLETE, 128);
+	cr_assert_eq(BT_TC_NOTIFY, 1 << 10);
+	cr_assert_eq(BT_TC_AHEAD, 1 << 11);
+	cr_assert_eq(BT_TC_DISCARD, 1 << 13);
+	cr_assert_eq(BT_TC_FUA, 1 << 15);
+	cr_assert_eq(BT_TA_QUEUE, 1);
+	cr_assert_eq(BT_TA_BACKMERGE, 2);
+	cr_assert_eq(BT_TA_ISSUE, 7);
+	cr_assert_eq(BT_TA_COMPLETE, 8);
+	cr_assert_eq(BT_TA_INSERT, 12);
+	cr_assert_eq(BT_TA_SPLIT, 13);
+	cr_assert_eq(BT_TN_MESSAGE, 2);
+	/* as the kernel's BLK_TA_QUEUE, BLK_TA_COMPLETE, BLK_TN_MESSAGE */
+	cr_assert_eq(BT_ACT_QUEUE, 0x00100001u);
+	cr_assert_eq(BT_ACT_BACKMERGE, 0x00100002u);
+	cr_assert_eq(BT_ACT_INSERT, 0x0010000cu);
+	cr_assert_eq(BT_ACT_ISSUE, 0x00400007u);
+	cr_assert_eq(BT_ACT_COMPLETE, 0x00800008u);
+	cr_assert_eq(BT_ACT_SPLIT, 0x0000000du);
+	cr_assert_eq(BT_ACT_MESSAGE, 0x04000002u);
+	cr_assert_eq(bt_op_cat(BLK_READ, 0), BT_TC_READ);
+	cr_assert_eq(bt_op_cat(BLK_WRITE, BLK_IO_WAITED), BT_TC_WRITE | BT_TC_SYNC);
+	cr_assert_eq(bt_op_cat(BLK_FLUSH, 0), BT_TC_FLUSH);
+	cr_assert_eq(bt_op_cat(BLK_DISCARD, 0), BT_TC_WRITE | BT_TC_DISCARD);
+	cr_assert_eq(BT_MKDEV(240, 3), (240u << 20) | 3);
+}
+
+Test(blktrace, encode)
+{
+	struct blk_io_trace t;
+
+	memset(&t, 0xff, sizeof(t));
+	bt_encode(&t, 7, 123456, 1 << 20, 65536, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE), 42,
+		  BT_MKDEV(240, 1), -EIO, 0);
+	cr_assert_eq(t.magic, 0x65617407u);
+	cr_assert_eq(t.sequence, 7);
+	cr_assert_eq(t.time, 123456);
+	cr_assert_eq(t.sector, 2048);
+	cr_assert_eq(t.bytes, 65536);
+	cr_assert_eq(t.action, 0x00820008u);
+	cr_assert_eq(t.pid, 42);
+	cr_assert_eq(t.device, (240u << 20) | 1);
+	cr_assert_eq(t.cpu, 0);
+	cr_assert_eq(t.error, EIO);
+	cr_assert_eq(t.pdu_len, 0);
+}
+
+Test(blktrace, devices_numbered_once_per_name)
+{
+	struct bt_dev *a = bt_dev_get("trace_a"), *b = bt_dev_get("trace_b");
+
+	cr_assert_not_null(a);
+	cr_assert_not_null(b);
+	cr_assert_eq(bt_dev_get("trace_a"), a);
+	cr_assert_eq(a->devnum[BT_LEVEL_DEV] >> 20, BT_MAJOR_DEV);
+	cr_assert_eq(a->devnum[BT_LEVEL_FUSE] >> 20, BT_MAJOR_FUSE);
+	cr_assert_eq((b->devnum[BT_LEVEL_DEV] & 0xfffff), (a->devnum[BT_LEVEL_DEV] & 0xfffff) + 1);
+	cr_assert(!bt_on(a, BT_LEVEL_DEV));
+}
+
+static size_t read_all(int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < len && (n = read(fd, buf + got, len - got)) > 0)
+		got += (size_t)n;
+	return got;
+}
+
+Test(blktrace, session_writes_sorted_records_and_notes)
+{
+	struct bt_dev *d = bt_dev_get("trace_s"), *other = bt_dev_get("trace_o");
+	char buf[4096], path[] = "/tmp/blkfs_trace_XXXXXX";
+	struct blk_io_trace t[4];
+	struct bt_session *s, *s2;
+	uint64_t written, dropped;
+	int fd = mkstemp(path), fd2;
+	size_t n;
+
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	fd2 = dup(fd);
+	bt_event(d, BT_LEVEL_DEV, BT_ACT_QUEUE, 0, 4096, 0, NULL, 0, 0);	/* before: not in it */
+	s = bt_session_start(d, BT_LEVEL_DEV, fd2);
+	cr_assert(!IS_ERR(s));
+	s2 = bt_session_start(other, BT_LEVEL_FUSE, open("/dev/null", O_WRONLY));
+	cr_assert(!IS_ERR(s2));
+	cr_assert(bt_on(d, BT_LEVEL_DEV));
+	cr_assert(!bt_on(d, BT_LEVEL_FUSE));
+	bt_event(d, BT_LEVEL_DEV, BT_ACT_QUEUE | BT_TC_ACT(BT_TC_WRITE), 8192, 4096, 0, NULL, 0, 0);
+	bt_event(other, BT_LEVEL_DEV, BT_ACT_QUEUE, 0, 512, 0, NULL, 0, 0);	/* not its device */
+	bt_msg(d, "fault: EIO at %d", 1048576);
+	bt_split(d, BT_TC_WRITE, 0, 1 << 20, 262144);
+	bt_event(d, BT_LEVEL_DEV, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE), 8192, 4096, -EIO,
+		 NULL, 0, 0);
+	cr_assert_eq(bt_session_stop(s, &written, &dropped), 0);
+	cr_assert_eq(written, 5);
+	cr_assert_eq(dropped, 0);
+	cr_assert_eq(bt_session_stop(s2, &written, &dropped), 0);
+	cr_assert_eq(written, 0);
+	lseek(fd, 0, SEEK_SET);
+	n = read_all(fd, buf, sizeof(buf));
+	close(fd);
+	/* a PROCESS note naming the pid, then the four events in order */
+	cr_assert_eq(n, 5 * 48 + 16 + strlen("fault: EIO at 1048576") + 8, "%zu bytes", n);
+	for (size_t off = 0, k = 0; off < n; k++) {
+		struct blk_io_trace r;
+
+		memcpy(&r, buf + off, 48);
+		cr_assert_eq(r.magic, 0x65617407u);
+		cr_assert_eq(r.sequence, k);
+		cr_assert_eq(r.device, d->devnum[BT_LEVEL_DEV]);
+		cr_assert_eq(r.pid, (uint32_t)gettid());
+		if (k == 0) {
+			cr_assert_eq(r.action, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS));
+			cr_assert_eq(r.pdu_len, 16);
+			cr_assert_str_eq(buf + off + 48, "test_trace", "%s", buf + off + 48);
+		} else {
+			t[k - 1] = r;
+		}
+		if (k == 2)
+			cr_assert(!memcmp(buf + off + 48, "fault: EIO at 1048576", r.pdu_len));
+		if (k == 3) {
+			cr_assert_eq((unsigned char)buf[off + 48 + 6], 0x02);	/* be64 512 */
+			cr_assert_eq((unsigned char)buf[off + 48 + 7], 0x00);
+		}
+		off += 48 + r.pdu_len;
+	}
+	cr_assert_eq(t[0].action, BT_ACT_QUEUE | BT_TC_ACT(BT_TC_WRITE));
+	cr_assert_eq(t[0].sector, 16);
+	cr_assert_eq(t[1].action, BT_ACT_MESSAGE);
+	cr_assert_geq(t[1].time, t[0].time);
+	cr_assert_eq(t[1].pdu_len, strlen("fault: EIO at 1048576"));
+	cr_assert_eq(t[2].action, BT_ACT_SPLIT | BT_TC_ACT(BT_TC_WRITE));
+	cr_assert_eq(t[2].bytes, 1 << 20);
+	cr_assert_eq(t[2].pdu_len, 8);
+	cr_assert_eq(t[3].action, BT_ACT_COMPLETE | BT_TC_ACT(BT_TC_WRITE));
+	cr_assert_eq(t[3].error, EIO);
+	cr_assert(!bt_on(d, BT_LEVEL_DEV));
+}
+
+Test(blktrace, full_ring_drops_and_counts)
+{
+	struct bt_dev *d = bt_dev_get("trace_full");
+	struct bt_session *s;
+	uint64_t written, dropped;
+	int fds[2], i;
+
+	cr_assert_eq(pipe(fds), 0);
+	s = bt_session_start(d, BT_LEVEL_DEV, fds[1]);
+	cr_assert(!IS_ERR(s));
+	/* nobody reads the pipe: the trace thread blocks, the ring fills, I/O goes on */
+	for (i = 0; i < 200000; i++)
+		bt_event(d, BT_LEVEL_DEV, BT_ACT_QUEUE, (uint64_t)i * 512, 512, 0, NULL, 0, 0);
+	cr_assert_gt(__atomic_load_n(&d->dropped[BT_LEVEL_DEV], __ATOMIC_RELAXED), 0);
+	close(fds[0]);		/* the writer gets EPIPE (its SIGPIPE blocked): the session ends */
+	cr_assert_eq(bt_session_stop(s, &written, &dropped), -EPIPE);
+	cr_assert_eq(written + dropped, 200000 + 1,	/* + the PROCESS note */ "written %llu dropped %llu",
+		     (unsigned long long)written, (unsigned long long)dropped);
+}
+
+Test(hist, buckets)
+{
+	cr_assert_eq(blk_hist_log2_idx(0), 0);
+	cr_assert_eq(blk_hist_log2_idx(1), 0);
+	cr_assert_eq(blk_hist_log2_idx(2), 1);
+	cr_assert_eq(blk_hist_log2_idx(3), 1);
+	cr_assert_eq(blk_hist_log2_idx(4), 2);
+	cr_assert_eq(blk_hist_log2_idx(1023), 9);
+	cr_assert_eq(blk_hist_log2_idx(1024), 10);
+	cr_assert_eq(blk_hist_log2_idx(UINT64_MAX), BH_LOG2 - 1);
+	for (uint64_t v = 0; v < 100000; v += 7) {
+		unsigned i = blk_hist_fine_idx(v);
+
+		cr_assert_leq(v, blk_hist_fine_max(i), "%llu in %u", (unsigned long long)v, i);
+		cr_assert(i == 0 || v > blk_hist_fine_max(i - 1));
+	}
+	cr_assert_eq(blk_hist_fine_idx(UINT64_MAX), BH_FINE - 1);
+	cr_assert_eq(blk_hist_fine_max(BH_FINE - 1), UINT64_MAX);
+	cr_assert_eq(blk_hist_fine_max(blk_hist_fine_idx(1000)), 1023);	/* within 12.5% */
+}
+
+Test(hist, percentiles_of_known_inputs)
+{
+	static struct blk_hist h, s;
+	char buf[4096];
+	int i;
+
+	cr_assert_eq(blk_hist_pct(&h, 500), 0);
+	/* 1..1000 us */
+	for (i = 1; i <= 1000; i++)
+		blk_hist_add(&h, (uint64_t)i * 1000);
+	blk_hist_snap(&h, &s);
+	cr_assert_eq(s.count, 1000);
+	cr_assert_eq(s.max_ns, 1000000);
+	cr_assert_eq(s.sum_ns, 500500000ull);
+	/* each within the 12.5% of its bucket, above the exact value */
+	cr_assert(blk_hist_pct(&s, 500) >= 500000 && blk_hist_pct(&s, 500) < 562500);
+	cr_assert(blk_hist_pct(&s, 900) >= 900000 && blk_hist_pct(&s, 900) < 1012500);
+	cr_assert(blk_hist_pct(&s, 990) >= 990000 && blk_hist_pct(&s, 990) <= 1000000);
+	cr_assert_eq(blk_hist_pct(&s, 999), 1000000);	/* capped at the max */
+	cr_assert_eq(s.log2[0], 1);	/* 1 us */
+	cr_assert_eq(s.log2[1], 2);	/* 2, 3 */
+	cr_assert_eq(s.log2[9], 489);	/* 512 .. 1000 */
+	blk_hist_print(&s, buf, sizeof(buf));
+	cr_assert(strstr(buf, "usecs"), "%s", buf);
+	cr_assert(strstr(buf, "       512 -> 1023       : 489"), "%s", buf);
+	/* one value: every percentile is it */
+	blk_hist_reset(&h);
+	blk_hist_add(&h, 2000000);
+	blk_hist_snap(&h, &s);
+	cr_assert_eq(blk_hist_pct(&s, 500), 2000000);
+	cr_assert_eq(blk_hist_pct(&s, 999), 2000000);
+	/* 999 fast, 1 slow: p99.9 fast, max slow */
+	blk_hist_reset(&h);
+	for (i = 0; i < 999; i++)
+		blk_hist_add(&h, 10000);
+	blk_hist_add(&h, 50000000);
+	blk_hist_snap(&h, &s);
+	cr_assert_lt(blk_hist_pct(&s, 999), 11300);
+	cr_assert_eq(s.max_ns, 50000000);
+}
+
+Test(blktrace, fuse_level_requests)
+{
+	struct bt_dev *d = bt_dev_get("trace_fuse");
+	char path[] = "/tmp/blkfs_trace_XXXXXX", buf[1024];
+	struct bt_session *s;
+	struct bt_counts c;
+	struct blk_hist h;
+	uint64_t t0, written, dropped;
+	int fd = mkstemp(path);
+	size_t n, off, k = 0;
+	uint32_t want[3] = { BT_ACT_QUEUE, BT_ACT_ISSUE, BT_ACT_COMPLETE };
+
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	s = bt_session_start(d, BT_LEVEL_FUSE, dup(fd));
+	cr_assert(!IS_ERR(s));
+	t0 = bt_req_begin(d, BLK_WRITE, 4096, 8192, 4242);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.in_flight, 1);
+	bt_req_end(d, BLK_WRITE, 4096, 8192, 4242, t0, 8192);
+	cr_assert_eq(bt_session_stop(s, &written, &dropped), 0);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.in_flight, 0);
+	cr_assert_eq(c.ios[BT_OP_WRITE], 1);
+	cr_assert_eq(c.bytes[BT_OP_WRITE], 8192);
+	blk_hist_snap(&d->hist[BT_LEVEL_FUSE][BT_OP_WRITE], &h);
+	cr_assert_eq(h.count, 1);
+	lseek(fd, 0, SEEK_SET);
+	n = read_all(fd, buf, sizeof(buf));
+	close(fd);
+	/* the PROCESS note for pid 4242, then Q, D, C on the FUSE level's device */
+	for (off = 0; off < n; k++) {
+		struct blk_io_trace r;
+
+		memcpy(&r, buf + off, 48);
+		cr_assert_eq(r.pid, 4242);
+		cr_assert_eq(r.device, BT_MKDEV(BT_MAJOR_FUSE, d->devnum[BT_LEVEL_DEV] & 0xfffff));
+		if (k)
+			cr_assert_eq(r.action, want[k - 1] | BT_TC_ACT(BT_TC_WRITE), "record %zu", k);
+		off += 48 + r.pdu_len;
+	}
+	cr_assert_eq(k, 4);
+}
