@@ -47,10 +47,10 @@
 #include "backends_int.h"
 #include "logwrites.h"
 
-#define REC_CHUNK	(8u << 20)
-#define REC_MAX_QUEUED	(256u << 20)
+#define REC_CHUNK	(1u << 20)
+#define REC_MAX_QUEUED	(64u << 20)
 #define REC_TICK_MS	100u
-#define REC_FREE_MAX	4		/* chunks kept for reuse */
+#define REC_FREE_MAX	80		/* chunks kept for reuse: past warm-up no page faults */
 
 enum rec_state { REC_OFF, REC_ON, REC_FAILED };
 
@@ -527,7 +527,7 @@ static int rec_mark(struct rec_dev *rd, const char *buf, size_t len)
 	pthread_mutex_lock(&rd->lock);
 	if (rd->state != REC_ON) {
 		pthread_mutex_unlock(&rd->lock);
-		return -ENOTCONN;
+		return -EBADFD;
 	}
 	e.data_len = len;
 	log_entry_locked(rd, &e, buf, NULL, 0);
