@@ -100,4 +100,49 @@ static inline void lw_decode_entry(const unsigned char *p, struct lw_entry *e)
 	e->data_len = lw_get64(p + 24);
 }
 
+/* ---- the reader (logwrites.c) ---- */
+
+/* One entry of a parsed log. */
+struct lw_rec {
+	struct lw_entry e;
+	size_t off;			/* the header's byte offset in the file */
+	const unsigned char *data;	/* a write's data, a mark's text; NULL for others */
+	size_t last_ev;			/* set by lw_log_model(): model events up to this entry */
+};
+
+struct lw_log {
+	const unsigned char *buf;	/* the caller's, which must outlive the log */
+	size_t len;
+	uint32_t sectorsize;
+	uint64_t nr;
+	struct lw_rec *v;
+	uint64_t end;			/* the byte after the last entry */
+};
+
+/**
+ * lw_parse - read a log from a buffer, strictly
+ * @buf, @len: the whole file
+ * @dev_size: the base's size in bytes: an entry past it is refused
+ * @want_ss: the base's logical block size (0: any); another sectorsize is refused
+ * @log: filled on success; lw_log_free() frees it (pointers go into @buf)
+ * @err, @errlen: on -EINVAL, why: wrong magic or version, a bad sectorsize,
+ *	a truncated entry or one past the base's end (named by entry number
+ *	and byte offset), unknown flags, a mark too long
+ *
+ * Bytes after the last of nr_entries entries are ignored (a log device is
+ * larger than its log). Returns: 0, -EINVAL, -ENOMEM.
+ */
+int lw_parse(const void *buf, size_t len, uint64_t dev_size, uint32_t want_ss,
+	     struct lw_log *log, char *err, size_t errlen);
+void lw_log_free(struct lw_log *log);
+
+struct blk_cm_log;
+/*
+ * The model's events (backends/crashmodel.h) of @log, for physical block
+ * size @pbs: each write, discard (zeros), flush (covering every write
+ * logged before it) and mark; FUA carried. Sets each entry's last_ev.
+ * Returns 0 or -ENOMEM (and @m is empty).
+ */
+int lw_log_model(const struct lw_log *log, uint32_t pbs, struct blk_cm_log *m);
+
 #endif
