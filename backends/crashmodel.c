@@ -266,7 +266,7 @@ static int emit(const struct blk_cm_event *e, uint64_t a, uint64_t b,
 	return fn(ctx, a, b - a, d ? d + (a - e->pos) : NULL);
 }
 
-int blk_cm_apply(const struct blk_cm_point *pt, const uint32_t *choice,
+static int apply(const struct blk_cm_point *pt, const uint32_t *choice, bool durable,
 		 int (*fn)(void *ctx, uint64_t pos, uint64_t len, const void *data), void *ctx)
 {
 	uint64_t pbs = pt->log->pbs;
@@ -281,6 +281,8 @@ int blk_cm_apply(const struct blk_cm_point *pt, const uint32_t *choice,
 		if (e->kind != BLK_CM_WRITE || !e->len)
 			continue;
 		if (!unflushed(pt, e)) {
+			if (!durable)
+				continue;
 			ret = fn(ctx, e->pos, e->len, e->data);
 			if (ret)
 				return ret;
@@ -313,6 +315,29 @@ int blk_cm_apply(const struct blk_cm_point *pt, const uint32_t *choice,
 		}
 	}
 	return 0;
+}
+
+int blk_cm_apply(const struct blk_cm_point *pt, const uint32_t *choice,
+		 int (*fn)(void *ctx, uint64_t pos, uint64_t len, const void *data), void *ctx)
+{
+	return apply(pt, choice, true, fn, ctx);
+}
+
+int blk_cm_apply_volatile(const struct blk_cm_point *pt, const uint32_t *choice,
+			  int (*fn)(void *ctx, uint64_t pos, uint64_t len, const void *data),
+			  void *ctx)
+{
+	return apply(pt, choice, false, fn, ctx);
+}
+
+uint64_t blk_cm_state_index(const struct blk_cm_point *pt, const uint32_t *choice)
+{
+	uint64_t n = 0;
+	size_t i;
+
+	for (i = pt->nr_blocks; i-- > 0;)
+		n = n * (pt->b[i].nr - pt->b[i].min + 1) + (choice[i] - pt->b[i].min);
+	return n;
 }
 
 static int copy_into(void *ctx, uint64_t pos, uint64_t len, const void *data)

@@ -130,6 +130,14 @@ bool blk_cm_state_valid(const struct blk_cm_point *pt, const uint32_t *choice);
 int blk_cm_apply(const struct blk_cm_point *pt, const uint32_t *choice,
 		 int (*fn)(void *ctx, uint64_t pos, uint64_t len, const void *data), void *ctx);
 
+/* The same, without the durable writes: what a state adds to the durable contents. */
+int blk_cm_apply_volatile(const struct blk_cm_point *pt, const uint32_t *choice,
+			  int (*fn)(void *ctx, uint64_t pos, uint64_t len, const void *data),
+			  void *ctx);
+
+/* The number n for which blk_cm_state_nth() gives @choice (a valid state; nr_states < UINT64_MAX). */
+uint64_t blk_cm_state_index(const struct blk_cm_point *pt, const uint32_t *choice);
+
 /*
  * blk_cm_state_of - which state an image of the whole device is
  * @base: the device before the log (@size bytes)

@@ -132,6 +132,7 @@ static void check_point(size_t nr_events, const char *const *want, size_t nr_wan
 	for (n = 0; n < pt.nr_states; n++) {
 		cr_assert_eq(blk_cm_state_nth(&pt, n, choice), 0);
 		cr_assert(blk_cm_state_valid(&pt, choice));
+		cr_assert_eq(blk_cm_state_index(&pt, choice), n);
 		memcpy(img, base, SIZE);
 		cr_assert_eq(blk_cm_apply(&pt, choice, copy_into, img), 0);
 		got[n] = malloc(64);
