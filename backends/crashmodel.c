@@ -132,8 +132,10 @@ int blk_cm_point_init(struct blk_cm_point *pt, const struct blk_cm_log *log, siz
 			pc[n++] = (struct piece){ .blk = b, .ev = i };
 		}
 	}
-	if (n)
-		qsort(pc, n, sizeof(*pc), piece_cmp);
+	pt->nr_states = 1;
+	if (!n || !pc)
+		return 0;	/* nothing unflushed: one state */
+	qsort(pc, n, sizeof(*pc), piece_cmp);
 	for (i = 0; i < n; i = j) {
 		struct blk_cm_block *bl;
 		struct blk_cm_block *v;

@@ -1136,7 +1136,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	{
 		pthread_t *th = calloc(cc.jobs, sizeof(*th));
 		bool tty = isatty(2);
-		double last = t0, now = t0;
+		double last = t0, now;
 		unsigned int started = 0;
 		int jerr = 0;
 
