@@ -268,6 +268,26 @@ static int copy_base(struct cc *cc, int dst)
 	return 0;
 }
 
+/* @dst becomes a copy of @src's first @size bytes. */
+static int copy_file(int src, int dst, uint64_t size)
+{
+	loff_t in = 0, out = 0;
+	uint64_t left = size;
+
+	if (ftruncate(dst, 0) || ftruncate(dst, (off_t)size))
+		return -errno;
+	while (left) {
+		ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)left, 0);
+
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		left -= (uint64_t)n;
+	}
+	return 0;
+}
+
 static const unsigned char zero_buf[1 << 16];
 
 static int pwrite_all(int fd, const void *data, uint64_t len, uint64_t pos)
@@ -477,8 +497,9 @@ struct cc_job {
 	struct cc *cc;
 	unsigned int id;
 	char path[PATH_MAX];
+	char dpath[PATH_MAX];	/* the durable contents alone, for a checker that wrote */
 	char loop[64];
-	int fd, loop_fd;
+	int fd, dfd, loop_fd;
 	size_t ev_done;		/* durable writes applied: events before this index */
 	uint64_t durable;
 	int err;
@@ -531,6 +552,8 @@ static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
 		if (e->seq >= pt->durable)
 			break;
 		ret = pwrite_all(j->fd, e->data, e->len, e->pos);
+		if (!ret)
+			ret = pwrite_all(j->dfd, e->data, e->len, e->pos);
 		if (ret)
 			return ret;
 	}
@@ -572,6 +595,15 @@ static int run_state(struct cc_job *j, size_t ti)
 		goto out;
 	if (j->loop_fd >= 0)
 		ioctl(j->loop_fd, BLKFLSBUF, 0);	/* the loop device's own cache is stale */
+	/*
+	 * A checker may write to the state (a journal replay at mount): the
+	 * file's mtime, set to 1 s past the epoch here, says whether it did.
+	 */
+	{
+		const struct timespec tv[2] = { { .tv_sec = 1 }, { .tv_sec = 1 } };
+
+		futimens(j->fd, tv);
+	}
 	snprintf(id, sizeof(id), "%zu:%" PRIu64, cp->ev, t->nth);
 	snprintf(outp, sizeof(outp), "%s/blkfs-crash-%d-%u.out", cc->scratch, (int)getpid(), j->id);
 	ret = marks_env(cc, cp->ev + 1, &marks);
@@ -587,7 +619,17 @@ static int run_state(struct cc_job *j, size_t ti)
 			t->out = strdup(keep);
 	}
 	unlink(outp);
-	/* Put back the physical blocks the state touched. */
+	/* Put back the physical blocks the state touched, or all of it if the checker wrote. */
+	{
+		struct stat st;
+
+		if (j->loop_fd >= 0)
+			ioctl(j->loop_fd, BLKFLSBUF, 0);
+		if (fstat(j->fd, &st) || st.st_mtim.tv_sec != 1 || st.st_mtim.tv_nsec) {
+			ret = copy_file(j->dfd, j->fd, cc->dev_size);
+			goto out;
+		}
+	}
 	for (b = 0; b < pt.nr_blocks && !ret; b++)
 		ret = pwrite_all(j->fd, saved + b * cc->pbs, cc->pbs, pt.b[b].blk * cc->pbs);
 out:
@@ -1121,10 +1163,15 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		j->cc = &cc;
 		j->id = (unsigned int)i;
 		j->loop_fd = -1;
+		j->dfd = -1;
 		snprintf(j->path, sizeof(j->path), "%s/blkfs-crash-%d-%zu.img", cc.scratch,
 			 (int)getpid(), i);
+		snprintf(j->dpath, sizeof(j->dpath), "%s/blkfs-crash-%d-%zu.durable", cc.scratch,
+			 (int)getpid(), i);
 		j->fd = open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (j->fd < 0 || copy_base(&cc, j->fd) || (cc.attach && attach_loop(j))) {
+		j->dfd = open(j->dpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (j->fd < 0 || j->dfd < 0 || copy_base(&cc, j->fd) || copy_base(&cc, j->dfd) ||
+		    (cc.attach && attach_loop(j))) {
 			usage_err("scratch image %s: %s", j->path, strerror(errno));
 			cc.jobs = (unsigned int)i + 1;
 			ret = 1;
@@ -1189,6 +1236,9 @@ out_jobs:
 	for (i = 0; i < cc.jobs; i++) {
 		if (jobs[i].fd >= 0)
 			close(jobs[i].fd);
+		if (jobs[i].dfd >= 0)
+			close(jobs[i].dfd);
+		unlink(jobs[i].dpath);
 		detach_loop(&jobs[i]);
 		unlink(jobs[i].path);
 	}

@@ -13,6 +13,8 @@
 #  - The checker sees BLKFS_CRASH_MARKS (oldest first) and BLKFS_CRASH_STATE;
 #    the same verdicts from the base as MNT/DEV@SNAP, as an image, with
 #    --jobs 2, and --json; a checker past --timeout counts as a timeout.
+#  - A checker that writes to its state (a journal replay at mount) leaves
+#    the next state as the model says.
 #  - Bad input is exit 2 with a message: a file that is not a log, a
 #    truncated one (entry and byte named), a base snapshot that does not
 #    exist, a checker that is not executable, a base of another logical
@@ -130,6 +132,16 @@ ENVOUT=$TDIR/env.out cc --base zeros --size 16M --check "$TDIR/env.sh" >/dev/nul
 export ENVOUT
 grep -q "|committed 1,m2,committed 2,$" "$TDIR/env.out" || fail "marks: $(cat "$TDIR/env.out")"
 grep -q "^[0-9]*:[0-9]*|committed 1,$" "$TDIR/env.out" || fail "marks: $(cat "$TDIR/env.out")"
+
+info "a checker that writes to the state does not change the next one"
+cat >"$TDIR/writer.sh" <<'SH'
+#!/bin/sh
+[ "$(od -An -c -j 12288 -N1 "$BLKFS_CRASH_DEV" | tr -d ' ')" = '\0' ] || exit 1
+printf Z | dd of="$BLKFS_CRASH_DEV" bs=1 seek=12288 conv=notrunc status=none
+SH
+chmod +x "$TDIR/writer.sh"
+cc --base zeros --size 16M --check "$TDIR/writer.sh" >"$TDIR/wout" 2>&1 ||
+	fail "a state saw what the checker wrote into the one before: $(cat "$TDIR/wout")"
 
 info "timeout"
 set +e
