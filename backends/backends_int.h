@@ -40,6 +40,7 @@ extern const struct blk_backend_ops fault_filter_ops;
 extern const struct blk_backend_ops flakey_filter_ops;
 extern const struct blk_backend_ops throttle_filter_ops;
 extern const struct blk_backend_ops powerloss_filter_ops;
+extern const struct blk_backend_ops record_filter_ops;
 
 /**
  * be_geo_from_params - the geometry of a backend whose shape is all config

@@ -19,7 +19,9 @@
  * that overlap one still in flight wait for it, so each entry's saved data
  * is exactly the contents left by the writes before it.
  *
- * The cut. Entries are decided oldest first from the seed: a write within
+ * The cut. Entries are decided in completion order from the seed (the
+ * order the disk got them; backends/crashmodel.h is the promise every cut
+ * keeps, checked in the unit test): a write within
  * one physical block is kept or dropped (1/2 each); a longer one is kept,
  * dropped or torn (1/3 each), a torn write keeping a prefix of whole
  * physical blocks (1 to n-1 of its n). Then they are undone newest first:
@@ -724,6 +726,13 @@ static int pl_crash(struct pl_dev *pd, struct pl_entry **v, size_t n, uint64_t s
 	return ret;
 }
 
+static int entry_done_cmp(const void *a, const void *b)
+{
+	const struct pl_entry *x = *(struct pl_entry *const *)a, *y = *(struct pl_entry *const *)b;
+
+	return x->done_seq < y->done_seq ? -1 : x->done_seq > y->done_seq;
+}
+
 static void drop_volatile(struct pl_dev *pd)
 {
 	if (pd->host && pd->host->drop_volatile)
@@ -772,6 +781,15 @@ static int pl_trigger(struct pl_dev *pd)
 	pd->saved_bytes = 0;
 	pthread_mutex_unlock(&pd->lock);
 
+	/*
+	 * Decide and undo in completion order, the order the disk got them
+	 * (backends/crashmodel.h), not the journal's submission order: two
+	 * writes to one physical block that do not overlap byte for byte may
+	 * be in flight together and complete the other way round, and the
+	 * block must never keep the later without the earlier.
+	 */
+	if (n > 1)
+		qsort(v, n, sizeof(*v), entry_done_cmp);
 	ret = pl_crash(pd, v, n, seed, counts, &restored);
 	/* The post-crash state is what the disk holds: make it durable below. */
 	if (n) {

@@ -21,6 +21,7 @@ static const struct blk_backend_ops *const backend_table[] = {
 	&flakey_filter_ops,
 	&throttle_filter_ops,
 	&powerloss_filter_ops,
+	&record_filter_ops,
 };
 
 #define NR_BACKENDS (sizeof(backend_table) / sizeof(backend_table[0]))

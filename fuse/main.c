@@ -30,6 +30,7 @@
 #include "../core/log.h"
 #include "bf.h"
 #include "control.h"
+#include "crashcheck.h"
 
 #define CONF_MAX_BYTES (1u << 20)
 
@@ -49,6 +50,7 @@ static const char usage[] =
 "  blkfs snapshot MNT NAME SNAP | blkfs snapshot -d MNT NAME SNAP\n"
 "  blkfs reset MNT NAME SNAP\n"
 "  blkfs save MNT NAME FILE [SNAP]\n"
+"  blkfs crashcheck LOG --base BASE --check CMD | --state ID --materialize FILE\n"
 "  blkfs --help | --version\n"
 "\n"
 "blkfs presents block devices as files: `blkfs mount /mnt/blk` shows one file\n"
@@ -76,6 +78,8 @@ static const char usage[] =
 "               read-modify-write reads, splits, errors, backend write sizes.\n"
 "               --json for programs. The same lives in MNT/.sys/DEV/blkfs_stat,\n"
 "               next to a /sys/block/DEV-like tree (stat, queue/max_sectors_kb, ...).\n"
+"  crashcheck LOG  Run CMD on every crash state of a recorded log (the record\n"
+"               filter's, or dm-log-writes'); `blkfs crashcheck --help`.\n"
 "  add, remove, resize, snapshot, reset, save\n"
 "               Change a mounted blkfs: one command to the daemon through\n"
 "               MNT/.sys/control (the mounter or root). `blkfs COMMAND --help`.\n"
@@ -1576,6 +1580,8 @@ int main(int argc, char **argv)
 		return bf_cmd_attach(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "trace"))
 		return bf_trace_client(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "crashcheck"))
+		return bf_cmd_crashcheck(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "detach"))
 		return bf_cmd_detach(argc - 1, argv + 1);
 	for (size_t c = 0; c < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); c++)

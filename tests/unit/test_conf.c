@@ -506,7 +506,7 @@ Test(conf, filters_registered)
 	cr_assert_not_null(log);
 	cr_assert_not_null(delay);
 	cr_assert(log->is_filter && delay->is_filter);
-	cr_assert_str_eq(blk_filter_names(), "log, delay, fault, flakey, throttle, powerloss");
+	cr_assert_str_eq(blk_filter_names(), "log, delay, fault, flakey, throttle, powerloss, record");
 	cr_assert_null(strstr(blk_backend_names(), "log"), "%s", blk_backend_names());
 	cr_assert_null(strstr(blk_backend_names(), "delay"), "%s", blk_backend_names());
 	cr_assert_not_null(strstr(blk_backend_names(), "ram"));
@@ -566,7 +566,7 @@ Test(conf, filters_list_errors)
 		 F ":4: filters: nope is not a filter (allowed: a list of %s)", blk_filter_names());
 	expect_err(RAM0 "filters = log, nope\n", want);
 	expect_err(RAM0 "filters = ram\n",
-		   F ":4: filters: ram is a backend, not a filter (allowed: a list of log, delay, fault, flakey, throttle, powerloss)");
+		   F ":4: filters: ram is a backend, not a filter (allowed: a list of log, delay, fault, flakey, throttle, powerloss, record)");
 	expect_err(RAM0 "filters = log, delay, log\n",
 		   F ":4: filters: log is listed twice (allowed: each filter once)");
 	expect_err(RAM0 "filters = ,\n",
@@ -602,7 +602,7 @@ Test(conf, filter_key_errors)
 		   F ":5: log.path.x: unknown key for filter log");
 	/* A prefix that is no filter at all. */
 	expect_err(RAM0 "filters = delay\ndealy.write = 2ms\n",
-		   F ":5: dealy.write: unknown key: not a key of backend ram, and dealy is not a filter (allowed filter settings: FILTER.KEY with FILTER one of log, delay, fault, flakey, throttle, powerloss)");
+		   F ":5: dealy.write: unknown key: not a key of backend ram, and dealy is not a filter (allowed filter settings: FILTER.KEY with FILTER one of log, delay, fault, flakey, throttle, powerloss, record)");
 	expect_err(RAM0 "ram.size = 1G\n", F ":4: ram.size: unknown key: not a key of backend ram, and ram is not a filter");
 	expect_err(RAM0 ".x = 1\n", F ":4: .x: unknown key for backend ram (allowed: backend,");
 	/* A filter key given twice. */

@@ -29,6 +29,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
+#include "../../backends/crashmodel.h"
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"
@@ -963,5 +964,185 @@ Test(powerloss, reset_to_snapshot_drops_journal)
 		cr_assert_eq(blk_snap_destroy(top, "s"), 0);
 		stack_close(top);
 		conf_free(&conf);
+	}
+}
+
+/* ---- against the shared model (backends/crashmodel.h) ---- */
+
+/* The cut's result must be a state of the model's set for the log @log. */
+static void cut_in_model(const struct blk_cm_log *log, const uint8_t *base, uint64_t seed)
+{
+	struct blk_cm_point pt;
+	uint32_t *choice;
+
+	cr_assert_eq(blk_cm_point_init(&pt, log, log->nr), 0);
+	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
+	cr_assert_not_null(choice);
+	cr_assert_eq(blk_cm_state_of(&pt, base, fake_store(fb), fake_geometry(fb)->size, choice), 0,
+		     "seed %llu: the cut left a state the disk's promise does not allow "
+		     "(%zu unflushed blocks, %llu states)", (unsigned long long)seed,
+		     pt.nr_blocks, (unsigned long long)pt.nr_states);
+	free(choice);
+	blk_cm_point_destroy(&pt);
+}
+
+/*
+ * Two writes to one physical block, in different logical blocks, so they
+ * may be in flight together: the later-submitted completes first. A block
+ * then holds none, the first completed, or both; never only the write
+ * that completed last.
+ */
+Test(powerloss, cuts_follow_completion_order_within_a_physical_block)
+{
+	uint8_t a[512], c[512], base[64 * 1024];
+	uint64_t seed;
+	unsigned int outcomes = 0;
+
+	memset(a, 0x41, sizeof(a));
+	memset(c, 0x43, sizeof(c));
+	memset(base, 0, sizeof(base));
+	for (seed = 1; seed <= 40; seed++) {
+		struct submitter s1, s2;
+		struct blk_backend *be;
+		struct blk_cm_log log;
+		pthread_t t1, t2;
+		struct tio w1, w2;
+		char s[32];
+
+		make_fake(sizeof(base), 512, 4096, 64 * KiB);
+		be = pl_open();
+		fake_set_mode(fb, FAKE_MANUAL);
+		tio_init(&w1, BLK_WRITE, 4096, 512, a, 0xee);
+		s1 = (struct submitter){ .be = be, .t = &w1 };
+		cr_assert_eq(pthread_create(&t1, NULL, submit_main, &s1), 0);
+		cr_assert(fake_wait_pending(fb, 1, WAIT_MS));
+		cr_assert(fake_complete_one(fb, 0));		/* w1's old-data read */
+		cr_assert(fake_wait_pending(fb, 1, WAIT_MS));	/* w1, in flight */
+		pthread_join(t1, NULL);
+		tio_init(&w2, BLK_WRITE, 4096 + 1024, 512, c, 0xee);
+		s2 = (struct submitter){ .be = be, .t = &w2 };
+		cr_assert_eq(pthread_create(&t2, NULL, submit_main, &s2), 0);
+		cr_assert(fake_wait_pending(fb, 2, WAIT_MS));
+		cr_assert(fake_complete_one(fb, 1));		/* w2's old-data read */
+		cr_assert(fake_wait_pending(fb, 2, WAIT_MS));	/* w2, in flight */
+		pthread_join(t2, NULL);
+		cr_assert(fake_complete_one(fb, 1));		/* w2 completes first */
+		cr_assert(tio_wait(&w2, WAIT_MS));
+		cr_assert(fake_complete_one(fb, 0));		/* then w1 */
+		cr_assert(tio_wait(&w1, WAIT_MS));
+		fake_set_mode(fb, FAKE_INLINE);
+
+		blk_cm_init(&log, 4096);
+		cr_assert_eq(blk_cm_write(&log, 4096 + 1024, 512, c, 0), 0);
+		cr_assert_eq(blk_cm_write(&log, 4096, 512, a, 0), 0);
+		snprintf(s, sizeof(s), "%llu", (unsigned long long)seed);
+		cr_assert_eq(attr_store(be, "seed", s), 0);
+		cr_assert_eq(attr_store(be, "trigger", "1"), 0);
+		cut_in_model(&log, base, seed);
+		outcomes |= 1u << ((fake_store(fb)[4096] == 0x41) * 2 + (fake_store(fb)[5120] == 0x43));
+		blk_cm_destroy(&log);
+		be->ops->close(be);
+		free(w1.iov.iov_base);
+		free(w2.iov.iov_base);
+	}
+	/* none (0), w2 only (1), both (3): each came up */
+	cr_assert_eq(outcomes, 0xbu, "outcomes seen: %#x", outcomes);
+}
+
+/*
+ * Random concurrent workloads (the fake completes late and out of order):
+ * writes, discards and flushes recorded in the fake's completion order,
+ * then a cut; over many seeds, each cut lands inside the model's set.
+ */
+Test(powerloss, random_concurrent_cuts_land_inside_the_model)
+{
+	const uint64_t size = 16 * KiB;
+	uint64_t seed;
+
+	for (seed = 1; seed <= 60; seed++) {
+		uint64_t rs = seed * 0x9e3779b97f4a7c15ull + 7;
+		struct blk_backend *be;
+		struct blk_cm_log log;
+		struct tio t[8];
+		uint8_t *data[64], *base;
+		size_t nr_data = 0, i;
+		char seed_s[32];
+		int round;
+
+		make_fake(size, 512, 4096, 16 * KiB);
+		fake_set_seed(fb, (unsigned int)seed);
+		fake_set_delay(fb, 1000);
+		be = pl_open();
+		base = calloc(1, size);
+		cr_assert_not_null(base);
+		blk_cm_init(&log, 4096);
+		for (round = 0; round < 6; round++) {
+			size_t n = 1 + xs(&rs) % 8, first = fake_log_len(fb), k;
+			struct { uint64_t done; size_t w; } ord[8];
+			size_t nord = 0;
+
+			fake_set_mode(fb, FAKE_DEFERRED);
+			tio_done_reset();
+			for (i = 0; i < n; i++) {
+				uint64_t pos = (xs(&rs) % (size / 512)) * 512;
+				uint64_t len = (1 + xs(&rs) % (xs(&rs) % 4 ? 2 : 16)) * 512;
+				bool zero = xs(&rs) % 6 == 0;
+
+				if (len > size - pos)
+					len = size - pos;
+				data[nr_data] = malloc(len);
+				cr_assert_not_null(data[nr_data]);
+				if (zero)
+					memset(data[nr_data], 0, len);
+				else
+					fill_random(data[nr_data], len, &rs);
+				tio_init(&t[i], zero ? BLK_WRITE_ZEROES : BLK_WRITE, pos, len,
+					 data[nr_data], 0xee);
+				nr_data++;
+				cr_assert_eq(tio_submit(be, &t[i]), 0);
+			}
+			cr_assert(tio_done_wait(n, WAIT_MS));
+			/* the k-th write the fake got is the k-th submitted: order them by completion */
+			for (k = first, i = 0; k < fake_log_len(fb); k++) {
+				struct fake_op op;
+
+				cr_assert(fake_log_get(fb, k, &op));
+				if (op.op == BLK_READ)
+					continue;
+				cr_assert(op.done && !op.result);
+				ord[nord].done = op.done_seq;
+				ord[nord++].w = i++;
+			}
+			cr_assert_eq(nord, n);
+			for (i = 1; i < nord; i++)	/* insertion sort by done_seq */
+				for (k = i; k > 0 && ord[k - 1].done > ord[k].done; k--) {
+					__typeof__(ord[0]) tmp = ord[k];
+
+					ord[k] = ord[k - 1];
+					ord[k - 1] = tmp;
+				}
+			for (i = 0; i < nord; i++) {
+				struct tio *w = &t[ord[i].w];
+
+				cr_assert_eq(blk_cm_write(&log, w->io.pos, w->io.len,
+							  data[nr_data - n + ord[i].w], 0), 0);
+			}
+			for (i = 0; i < n; i++)
+				tio_free(&t[i]);
+			fake_set_mode(fb, FAKE_INLINE);
+			if (round < 5 && xs(&rs) % 2) {
+				cr_assert_eq(do_io(be, BLK_FLUSH, 0, 0, NULL, NULL), 0);
+				cr_assert_eq(blk_cm_flush(&log, log.nr_writes), 0);
+			}
+		}
+		snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
+		cr_assert_eq(attr_store(be, "seed", seed_s), 0);
+		cr_assert_eq(attr_store(be, "trigger", "1"), 0);
+		cut_in_model(&log, base, seed);
+		blk_cm_destroy(&log);
+		be->ops->close(be);
+		for (i = 0; i < nr_data; i++)
+			free(data[i]);
+		free(base);
 	}
 }

@@ -1,0 +1,1264 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fuse/crashcheck.c - `blkfs crashcheck LOG --base BASE --check CMD`: run a
+ * checker on the crash states of a recorded workload (a dm-log-writes log:
+ * the record filter's, or the kernel's), as backends/crashmodel.h defines
+ * them, and `--state ID --materialize FILE` to write one state out.
+ *
+ * Crash points: after every flush and every mark (with --each-write, after
+ * every write too). At each, the in-order state, then: when at most N
+ * physical blocks are touched by unflushed writes, every combination of
+ * their prefixes; beyond N, the in-order state with up to K blocks rolled
+ * back to an earlier prefix. --states MAX samples (with --seed) when a
+ * point has more states than MAX, and the table says how many the full set
+ * holds.
+ *
+ * A state's id is "EVENT:N": the crash after event EVENT (0-based, in the
+ * model's events), and its number N in the state set's mixed-radix order
+ * (blk_cm_state_nth()), so an id names the same bytes on every run.
+ *
+ * States are built in scratch image files (one per job, beside each other
+ * in --scratch, default /dev/shm): each holds the durable contents of the
+ * crash point its job is at (base plus every durable write, applied once
+ * as the job moves forward), a state adds its unflushed pieces, and the
+ * physical blocks they touched are put back after the checker ran. Jobs
+ * take states in crash-point order from one queue, so each job's scratch
+ * only moves forward. This needs no mount and never touches the recording
+ * device: a base MNT/DEV@SNAP is saved to an image first (`blkfs save`).
+ *
+ * Threads: the main thread prints progress; --jobs workers each run one
+ * checker at a time. cc->lock covers the queue index and the results.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../backends/crashmodel.h"
+#include "../backends/logwrites.h"
+#include "crashcheck.h"
+
+#define CC_DEF_N	10	/* 2^10 states when each block has one write: a few seconds of checks */
+#define CC_DEF_K	1	/* one block rolled back at a time: linear in the blocks touched */
+#define CC_MAX_LIST	(1u << 22)	/* the most states one crash point may list */
+
+enum cc_verdict { CC_OK, CC_FAIL, CC_TIMEOUT, CC_ERROR };
+
+struct cc_task {
+	size_t point;		/* index into cc->pts */
+	uint64_t nth;
+	int verdict;
+	int status;		/* the checker's exit status, or -signal */
+	char *out;		/* a failing state's output file, kept */
+};
+
+struct cc_point {
+	size_t ev;		/* the crash follows event ev */
+	uint64_t full;		/* states in the full set (UINT64_MAX: more) */
+	uint64_t listed;
+	uint64_t failed;
+	size_t first_fail;	/* task index, or SIZE_MAX */
+	size_t first_task;
+};
+
+struct cc {
+	/* options */
+	const char *log_path, *base, *check, *state_id, *materialize, *scratch, *keep;
+	unsigned int n, k, jobs;
+	uint64_t max_states, seed, size;
+	uint32_t pbs;
+	bool each_write, attach, json;
+	double timeout_s;
+
+	/* input */
+	unsigned char *map;
+	size_t map_len;
+	struct lw_log lw;
+	struct blk_cm_log m;
+	char *base_img;		/* the base as an image file; NULL: zeros */
+	bool base_tmp;		/* base_img is ours to delete */
+	uint64_t dev_size;
+	const char **mark_text;	/* per model event: a mark's text (owned) or NULL */
+
+	struct cc_point *pts;
+	size_t nr_pts;
+	struct cc_task *tasks;
+	size_t nr_tasks;
+
+	pthread_mutex_t lock;
+	size_t next;		/* lock: next task to take */
+	uint64_t done, failed;	/* lock */
+	bool stop;
+};
+
+static void usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void usage_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("blkfs crashcheck: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* ---- the base ---- */
+
+static int read_sys_u32(const char *mnt, const char *dev, const char *file, uint32_t *out)
+{
+	char path[PATH_MAX], buf[32];
+	FILE *f;
+	int ok;
+
+	snprintf(path, sizeof(path), "%s/.sys/%s/queue/%s", mnt, dev, file);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	ok = fgets(buf, sizeof(buf), f) != NULL;
+	fclose(f);
+	if (!ok)
+		return -EIO;
+	*out = (uint32_t)strtoul(buf, NULL, 10);
+	return 0;
+}
+
+/* MNT/DEV@SNAP: `blkfs save MNT DEV TMP SNAP` into the scratch folder. */
+static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
+{
+	char *spec = strdup(cc->base), *at, *slash, img[PATH_MAX];
+	const char *mnt, *dev, *snap;
+	char self[PATH_MAX];
+	ssize_t n;
+	pid_t pid;
+	int st, ret = 2;
+
+	if (!spec)
+		return 2;
+	at = strrchr(spec, '@');
+	*at = 0;
+	snap = at + 1;
+	slash = strrchr(spec, '/');
+	if (!slash || !slash[1] || !*snap) {
+		usage_err("--base %s: expected MNT/DEV@SNAP, an image file, or zeros", cc->base);
+		goto out;
+	}
+	*slash = 0;
+	mnt = *spec ? spec : "/";
+	dev = slash + 1;
+	if (read_sys_u32(mnt, dev, "logical_block_size", lbs)) {
+		usage_err("--base %s: %s is not a device of a blkfs mount at %s", cc->base, dev, mnt);
+		goto out;
+	}
+	if (!cc->pbs && read_sys_u32(mnt, dev, "physical_block_size", &cc->pbs))
+		cc->pbs = 0;
+	snprintf(img, sizeof(img), "%s/blkfs-crash-%d-base.img", cc->scratch, (int)getpid());
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		usage_err("cannot find the blkfs binary: %s", strerror(errno));
+		goto out;
+	}
+	self[n] = 0;
+	pid = fork();
+	if (pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		if (fd >= 0)
+			dup2(fd, 1);
+		execl(self, "blkfs", "save", mnt, dev, img, snap, (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+		usage_err("--base %s: cannot save snapshot %s of %s (does it exist?)", cc->base, snap, dev);
+		unlink(img);
+		goto out;
+	}
+	cc->base_img = strdup(img);
+	cc->base_tmp = true;
+	ret = cc->base_img ? 0 : 2;
+out:
+	free(spec);
+	return ret;
+}
+
+static int resolve_base(struct cc *cc, uint32_t *lbs)
+{
+	struct stat st;
+
+	*lbs = 0;
+	if (!strcmp(cc->base, "zeros")) {
+		cc->base_img = NULL;
+		return 0;
+	}
+	if (stat(cc->base, &st) == 0) {
+		if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+			usage_err("--base %s: not an image file", cc->base);
+			return 2;
+		}
+		cc->base_img = strdup(cc->base);
+		if (S_ISBLK(st.st_mode)) {
+			int fd = open(cc->base, O_RDONLY);
+			uint64_t sz = 0;
+
+			if (fd < 0 || ioctl(fd, BLKGETSIZE64, &sz)) {
+				usage_err("--base %s: %s", cc->base, strerror(errno));
+				if (fd >= 0)
+					close(fd);
+				return 2;
+			}
+			close(fd);
+			cc->size = sz;
+		} else {
+			cc->size = (uint64_t)st.st_size;
+		}
+		return cc->base_img ? 0 : 2;
+	}
+	if (strchr(cc->base, '@'))
+		return base_from_snapshot(cc, lbs);
+	usage_err("--base %s: %s", cc->base, strerror(errno));
+	return 2;
+}
+
+/* ---- scratch images ---- */
+
+static int copy_base(struct cc *cc, int dst)
+{
+	int src;
+	int64_t left = (int64_t)cc->dev_size;
+
+	if (ftruncate(dst, (off_t)cc->dev_size))
+		return -errno;
+	if (!cc->base_img)
+		return 0;
+	src = open(cc->base_img, O_RDONLY);
+	if (src < 0)
+		return -errno;
+	while (left > 0) {
+		ssize_t n = copy_file_range(src, NULL, dst, NULL, (size_t)left, 0);
+
+		if (n < 0) {
+			int e = errno;
+
+			close(src);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		left -= n;
+	}
+	close(src);
+	return 0;
+}
+
+/* @dst becomes a copy of @src's first @size bytes. */
+static int copy_file(int src, int dst, uint64_t size)
+{
+	loff_t in = 0, out = 0;
+	uint64_t left = size;
+
+	if (ftruncate(dst, 0) || ftruncate(dst, (off_t)size))
+		return -errno;
+	while (left) {
+		ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)left, 0);
+
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		left -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static const unsigned char zero_buf[1 << 16];
+
+static int pwrite_all(int fd, const void *data, uint64_t len, uint64_t pos)
+{
+	while (len) {
+		size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t n;
+
+		if (!data)
+			chunk = chunk < sizeof(zero_buf) ? chunk : sizeof(zero_buf);
+		n = pwrite(fd, data ? data : zero_buf, chunk, (off_t)pos);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (data)
+			data = (const char *)data + n;
+		len -= (uint64_t)n;
+		pos += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int write_piece(void *ctx, uint64_t pos, uint64_t len, const void *data)
+{
+	return pwrite_all(*(int *)ctx, data, len, pos);
+}
+
+/* ---- which states ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+struct list {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int list_add(struct list *l, uint64_t x)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = x;
+	return 0;
+}
+
+/* In-order with up to @k more blocks rolled back, from block @from on. */
+static int rollbacks(const struct blk_cm_point *pt, uint32_t *choice, size_t from, unsigned int k,
+		     struct list *l)
+{
+	size_t b;
+	uint32_t p;
+	int ret;
+
+	if (!k)
+		return 0;
+	for (b = from; b < pt->nr_blocks; b++) {
+		uint32_t keep = choice[b];
+
+		for (p = pt->b[b].min; p < pt->b[b].nr; p++) {
+			choice[b] = p;
+			if (l->n >= CC_MAX_LIST)
+				return -E2BIG;
+			ret = list_add(l, blk_cm_state_index(pt, choice));
+			if (!ret)
+				ret = rollbacks(pt, choice, b + 1, k - 1, l);
+			if (ret)
+				return ret;
+		}
+		choice[b] = keep;
+	}
+	return 0;
+}
+
+static int point_states(struct cc *cc, const struct blk_cm_point *pt, struct list *l)
+{
+	uint32_t *choice = calloc(pt->nr_blocks + 1, sizeof(*choice));
+	uint64_t in_order, i;
+	int ret = 0;
+
+	if (!choice)
+		return -ENOMEM;
+	blk_cm_state_in_order(pt, choice);
+	in_order = pt->nr_states == UINT64_MAX ? 0 : blk_cm_state_index(pt, choice);
+	ret = list_add(l, in_order);
+	if (cc->max_states && (pt->nr_states == UINT64_MAX || pt->nr_states > cc->max_states)) {
+		/* A sample of the full set (the in-order state first). */
+		uint64_t s = cc->seed ^ (uint64_t)l->n * 0x9e3779b97f4a7c15ull;
+
+		for (i = 1; i < cc->max_states && !ret; i++) {
+			uint64_t r = rng_next(&s);
+
+			if (pt->nr_states != UINT64_MAX)
+				r %= pt->nr_states;
+			ret = list_add(l, r);
+		}
+	} else if (pt->nr_blocks <= cc->n && pt->nr_states <= CC_MAX_LIST) {
+		for (i = 0; i < pt->nr_states && !ret; i++)
+			if (i != in_order)
+				ret = list_add(l, i);
+	} else if (pt->nr_states != UINT64_MAX) {
+		ret = rollbacks(pt, choice, 0, cc->k, l);
+		if (ret == -E2BIG) {
+			usage_err("crash point after event %zu: more than %u states within --k %u; "
+				  "use --states MAX to sample", pt->nr_events - 1, CC_MAX_LIST, cc->k);
+		}
+	} else {
+		usage_err("crash point after event %zu: too many states to number; use --states MAX",
+			  pt->nr_events - 1);
+		ret = -E2BIG;
+	}
+	free(choice);
+	return ret;
+}
+
+/* ---- running the checker ---- */
+
+static int marks_env(struct cc *cc, size_t upto, char **out)
+{
+	size_t i, len = 1;
+	char *s;
+
+	for (i = 0; i < upto; i++)
+		if (cc->mark_text[i])
+			len += strlen(cc->mark_text[i]) + 1;
+	s = malloc(len);
+	if (!s)
+		return -ENOMEM;
+	s[0] = 0;
+	len = 0;
+	for (i = 0; i < upto; i++) {
+		if (!cc->mark_text[i])
+			continue;
+		len += (size_t)sprintf(s + len, "%s%s", len ? "\n" : "", cc->mark_text[i]);
+	}
+	*out = s;
+	return 0;
+}
+
+static int run_checker(struct cc *cc, const char *dev, const char *loop, const char *id,
+		       const char *marks, const char *outp, int *status)
+{
+	struct pollfd pfd;
+	pid_t pid;
+	int pidfd, st, ret, ms;
+
+	pid = fork();
+	if (pid < 0)
+		return CC_ERROR;
+	if (pid == 0) {
+		int fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		setpgid(0, 0);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		setenv("BLKFS_CRASH_DEV", dev, 1);
+		if (loop)
+			setenv("BLKFS_CRASH_LOOP", loop, 1);
+		setenv("BLKFS_CRASH_STATE", id, 1);
+		setenv("BLKFS_CRASH_MARKS", marks, 1);
+		execl("/bin/sh", "sh", "-c", cc->check, (char *)NULL);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	ms = cc->timeout_s > 0 ? (int)(cc->timeout_s * 1000) : -1;
+	if (pidfd >= 0) {
+		pfd.fd = pidfd;
+		pfd.events = POLLIN;
+		ret = poll(&pfd, 1, ms);
+		close(pidfd);
+		if (ret == 0) {
+			kill(-pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			*status = -SIGKILL;
+			return CC_TIMEOUT;
+		}
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		return CC_ERROR;
+	kill(-pid, SIGKILL);	/* what it left behind in its group */
+	if (WIFEXITED(st)) {
+		*status = WEXITSTATUS(st);
+		return *status ? CC_FAIL : CC_OK;
+	}
+	*status = WIFSIGNALED(st) ? -WTERMSIG(st) : -1;
+	return CC_FAIL;
+}
+
+struct cc_job {
+	struct cc *cc;
+	unsigned int id;
+	char path[PATH_MAX];
+	char dpath[PATH_MAX];	/* the durable contents alone, for a checker that wrote */
+	char loop[64];
+	int fd, dfd, loop_fd;
+	size_t ev_done;		/* durable writes applied: events before this index */
+	uint64_t durable;
+	int err;
+};
+
+static int attach_loop(struct cc_job *j)
+{
+	char cmd[PATH_MAX + 64];
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "losetup -f --show '%s'", j->path);
+	p = popen(cmd, "r");
+	if (!p)
+		return -errno;
+	if (!fgets(j->loop, sizeof(j->loop), p)) {
+		pclose(p);
+		return -ENODEV;
+	}
+	pclose(p);
+	j->loop[strcspn(j->loop, "\n")] = 0;
+	j->loop_fd = open(j->loop, O_RDONLY | O_CLOEXEC);
+	return j->loop_fd < 0 ? -errno : 0;
+}
+
+static void detach_loop(struct cc_job *j)
+{
+	char cmd[128];
+
+	if (!j->loop[0])
+		return;
+	if (j->loop_fd >= 0)
+		close(j->loop_fd);
+	snprintf(cmd, sizeof(cmd), "losetup -d %s", j->loop);
+	if (system(cmd))
+		fprintf(stderr, "blkfs crashcheck: %s: cannot detach\n", j->loop);
+}
+
+/* Move the job's scratch forward to the durable contents of @pt. */
+static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
+{
+	const struct blk_cm_log *m = pt->log;
+	size_t i;
+	int ret;
+
+	for (i = j->ev_done; i < pt->nr_events; i++) {
+		const struct blk_cm_event *e = &m->ev[i];
+
+		if (e->kind != BLK_CM_WRITE)
+			continue;
+		if (e->seq >= pt->durable)
+			break;
+		ret = pwrite_all(j->fd, e->data, e->len, e->pos);
+		if (!ret)
+			ret = pwrite_all(j->dfd, e->data, e->len, e->pos);
+		if (ret)
+			return ret;
+	}
+	j->ev_done = i;
+	return 0;
+}
+
+static int run_state(struct cc_job *j, size_t ti)
+{
+	struct cc *cc = j->cc;
+	struct cc_task *t = &cc->tasks[ti];
+	const struct cc_point *cp = &cc->pts[t->point];
+	struct blk_cm_point pt;
+	uint32_t *choice = NULL;
+	unsigned char *saved = NULL;
+	char id[64], outp[PATH_MAX], *marks = NULL;
+	size_t b;
+	int ret;
+
+	ret = blk_cm_point_init(&pt, &cc->m, cp->ev + 1);
+	if (ret)
+		return ret;
+	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
+	saved = malloc(pt.nr_blocks * (size_t)cc->pbs + 1);
+	if (!choice || !saved) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = job_advance(j, &pt);
+	if (ret)
+		goto out;
+	blk_cm_state_nth(&pt, t->nth, choice);
+	for (b = 0; b < pt.nr_blocks; b++)
+		if (pread(j->fd, saved + b * cc->pbs, cc->pbs, (off_t)(pt.b[b].blk * cc->pbs)) !=
+		    (ssize_t)cc->pbs)
+			memset(saved + b * cc->pbs, 0, cc->pbs);
+	ret = blk_cm_apply_volatile(&pt, choice, write_piece, &j->fd);
+	if (ret)
+		goto out;
+	if (j->loop_fd >= 0)
+		ioctl(j->loop_fd, BLKFLSBUF, 0);	/* the loop device's own cache is stale */
+	/*
+	 * A checker may write to the state (a journal replay at mount): the
+	 * file's mtime, set to 1 s past the epoch here, says whether it did.
+	 */
+	{
+		const struct timespec tv[2] = { { .tv_sec = 1 }, { .tv_sec = 1 } };
+
+		futimens(j->fd, tv);
+	}
+	snprintf(id, sizeof(id), "%zu:%" PRIu64, cp->ev, t->nth);
+	snprintf(outp, sizeof(outp), "%s/blkfs-crash-%d-%u.out", cc->scratch, (int)getpid(), j->id);
+	ret = marks_env(cc, cp->ev + 1, &marks);
+	if (ret)
+		goto out;
+	t->verdict = run_checker(cc, j->path, j->loop[0] ? j->loop : NULL, id, marks, outp,
+				 &t->status);
+	if (t->verdict != CC_OK) {
+		char keep[PATH_MAX];
+
+		snprintf(keep, sizeof(keep), "%s/state-%zu-%" PRIu64 ".out", cc->keep, cp->ev, t->nth);
+		if (rename(outp, keep) == 0)
+			t->out = strdup(keep);
+	}
+	unlink(outp);
+	/* Put back the physical blocks the state touched, or all of it if the checker wrote. */
+	{
+		struct stat st;
+
+		if (j->loop_fd >= 0)
+			ioctl(j->loop_fd, BLKFLSBUF, 0);
+		if (fstat(j->fd, &st) || st.st_mtim.tv_sec != 1 || st.st_mtim.tv_nsec) {
+			ret = copy_file(j->dfd, j->fd, cc->dev_size);
+			goto out;
+		}
+	}
+	for (b = 0; b < pt.nr_blocks && !ret; b++)
+		ret = pwrite_all(j->fd, saved + b * cc->pbs, cc->pbs, pt.b[b].blk * cc->pbs);
+out:
+	free(marks);
+	free(saved);
+	free(choice);
+	blk_cm_point_destroy(&pt);
+	return ret;
+}
+
+static void *job_main(void *arg)
+{
+	struct cc_job *j = arg;
+	struct cc *cc = j->cc;
+
+	for (;;) {
+		size_t ti;
+		int ret;
+
+		pthread_mutex_lock(&cc->lock);
+		if (cc->stop || cc->next >= cc->nr_tasks) {
+			pthread_mutex_unlock(&cc->lock);
+			break;
+		}
+		ti = cc->next++;
+		pthread_mutex_unlock(&cc->lock);
+		ret = run_state(j, ti);
+		pthread_mutex_lock(&cc->lock);
+		if (ret) {
+			j->err = ret;
+			cc->stop = true;
+		}
+		cc->done++;
+		if (cc->tasks[ti].verdict != CC_OK)
+			cc->failed++;
+		pthread_mutex_unlock(&cc->lock);
+	}
+	return NULL;
+}
+
+/* ---- output ---- */
+
+static const char *verdict_name(int v)
+{
+	return v == CC_OK ? "ok" : v == CC_FAIL ? "failed" : v == CC_TIMEOUT ? "timeout" : "error";
+}
+
+static const char *point_kind(const struct cc *cc, size_t ev)
+{
+	switch (cc->m.ev[ev].kind) {
+	case BLK_CM_FLUSH:
+		return "flush";
+	case BLK_CM_MARK:
+		return "mark";
+	default:
+		return "write";
+	}
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static void report(struct cc *cc, double secs)
+{
+	size_t i, t;
+	uint64_t timeouts = 0;
+
+	for (t = 0; t < cc->nr_tasks; t++) {
+		struct cc_task *tk = &cc->tasks[t];
+		struct cc_point *p = &cc->pts[tk->point];
+
+		if (tk->verdict == CC_TIMEOUT)
+			timeouts++;
+		if (tk->verdict != CC_OK) {
+			p->failed++;
+			if (p->first_fail == SIZE_MAX)
+				p->first_fail = t;
+		}
+	}
+	if (cc->json) {
+		printf("{\"log\": ");
+		json_str(stdout, cc->log_path);
+		printf(", \"states\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"timeouts\": %" PRIu64
+		       ", \"seconds\": %.3f, \"points\": [", cc->done, cc->failed, timeouts, secs);
+		for (i = 0; i < cc->nr_pts; i++) {
+			struct cc_point *p = &cc->pts[i];
+
+			printf("%s\n  {\"event\": %zu, \"kind\": \"%s\", \"mark\": ", i ? "," : "", p->ev,
+			       point_kind(cc, p->ev));
+			if (cc->mark_text[p->ev])
+				json_str(stdout, cc->mark_text[p->ev]);
+			else
+				printf("null");
+			printf(", \"states\": %" PRIu64 ", \"full_set\": ", p->listed);
+			if (p->full == UINT64_MAX)
+				printf("null");
+			else
+				printf("%" PRIu64, p->full);
+			printf(", \"failures\": %" PRIu64 ", \"first_failure\": ", p->failed);
+			if (p->first_fail != SIZE_MAX)
+				printf("\"%zu:%" PRIu64 "\"", p->ev, cc->tasks[p->first_fail].nth);
+			else
+				printf("null");
+			printf("}");
+		}
+		printf("],\n \"failed\": [");
+		for (t = 0, i = 0; t < cc->nr_tasks; t++) {
+			struct cc_task *tk = &cc->tasks[t];
+
+			if (tk->verdict == CC_OK)
+				continue;
+			printf("%s\n  {\"state\": \"%zu:%" PRIu64 "\", \"verdict\": \"%s\", \"status\": %d, "
+			       "\"output\": ", i++ ? "," : "", cc->pts[tk->point].ev, tk->nth,
+			       verdict_name(tk->verdict), tk->status);
+			json_str(stdout, tk->out);
+			printf("}");
+		}
+		printf("]}\n");
+		return;
+	}
+	printf("%-8s %-6s %-24s %10s %12s %9s  %s\n", "EVENT", "KIND", "MARK", "STATES", "FULL SET",
+	       "FAILURES", "FIRST FAILING");
+	for (i = 0; i < cc->nr_pts; i++) {
+		struct cc_point *p = &cc->pts[i];
+		char full[24], first[48] = "-";
+
+		if (p->full == UINT64_MAX)
+			snprintf(full, sizeof(full), ">2^64");
+		else
+			snprintf(full, sizeof(full), "%" PRIu64, p->full);
+		if (p->first_fail != SIZE_MAX)
+			snprintf(first, sizeof(first), "%zu:%" PRIu64, p->ev, cc->tasks[p->first_fail].nth);
+		printf("%-8zu %-6s %-24.24s %10" PRIu64 " %12s %9" PRIu64 "  %s\n", p->ev,
+		       point_kind(cc, p->ev), cc->mark_text[p->ev] ? cc->mark_text[p->ev] : "-",
+		       p->listed, full, p->failed, first);
+	}
+	printf("%" PRIu64 " states, %" PRIu64 " failed (%" PRIu64 " timed out), %.1f s, %.0f states/s\n",
+	       cc->done, cc->failed, timeouts, secs, secs > 0 ? (double)cc->done / secs : 0.0);
+	for (t = 0; t < cc->nr_tasks; t++)
+		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out)
+			printf("failed %zu:%" PRIu64 " (%s, status %d): output in %s\n",
+			       cc->pts[cc->tasks[t].point].ev, cc->tasks[t].nth,
+			       verdict_name(cc->tasks[t].verdict), cc->tasks[t].status, cc->tasks[t].out);
+}
+
+/* ---- materialize ---- */
+
+static int materialize(struct cc *cc)
+{
+	struct blk_cm_point pt;
+	uint32_t *choice;
+	unsigned long long ev, nth;
+	char *end;
+	struct stat st;
+	int fd, ret;
+
+	errno = 0;
+	ev = strtoull(cc->state_id, &end, 10);
+	if (errno || *end != ':' || !end[1]) {
+		usage_err("--state %s: expected EVENT:N as the table or --json names it", cc->state_id);
+		return 2;
+	}
+	nth = strtoull(end + 1, &end, 10);
+	if (errno || *end || ev >= cc->m.nr) {
+		usage_err("--state %s: no such state (the log has %zu events)", cc->state_id, cc->m.nr);
+		return 2;
+	}
+	if (blk_cm_point_init(&pt, &cc->m, (size_t)ev + 1))
+		return 2;
+	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
+	if (!choice || blk_cm_state_nth(&pt, nth, choice)) {
+		usage_err("--state %s: crash point %llu has %" PRIu64 " states", cc->state_id, ev,
+			  pt.nr_states);
+		free(choice);
+		blk_cm_point_destroy(&pt);
+		return 2;
+	}
+	fd = open(cc->materialize, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		usage_err("%s: %s", cc->materialize, strerror(errno));
+		ret = 2;
+		goto out;
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0)) {
+		usage_err("%s: %s", cc->materialize, strerror(errno));
+		ret = 2;
+		goto out_close;
+	}
+	ret = S_ISREG(st.st_mode) ? copy_base(cc, fd) : 0;
+	if (!S_ISREG(st.st_mode)) {
+		/* A block device: the base first, byte for byte. */
+		int src = cc->base_img ? open(cc->base_img, O_RDONLY) : -1;
+		static unsigned char buf[1 << 20];
+		uint64_t p;
+
+		for (p = 0; p < cc->dev_size && !ret; p += sizeof(buf)) {
+			size_t n = cc->dev_size - p < sizeof(buf) ? (size_t)(cc->dev_size - p) : sizeof(buf);
+
+			if (src < 0 || pread(src, buf, n, (off_t)p) != (ssize_t)n)
+				memset(buf, 0, n);
+			ret = pwrite_all(fd, buf, n, p);
+		}
+		if (src >= 0)
+			close(src);
+	}
+	if (!ret)
+		ret = blk_cm_apply(&pt, choice, write_piece, &fd);
+	if (!ret && fsync(fd))
+		ret = -errno;
+	if (ret) {
+		usage_err("%s: %s", cc->materialize, strerror(-ret));
+		ret = 1;
+	}
+out_close:
+	close(fd);
+out:
+	free(choice);
+	blk_cm_point_destroy(&pt);
+	return ret;
+}
+
+/* ---- main ---- */
+
+static int checker_ok(const char *cmd)
+{
+	char word[256], path[PATH_MAX + 300];
+	const char *p = cmd, *env;
+	size_t n = strcspn(p, " \t\n;|&");
+
+	if (!n || n >= sizeof(word))
+		return 0;
+	memcpy(word, p, n);
+	word[n] = 0;
+	if (strchr(word, '/'))
+		return access(word, X_OK) == 0;
+	if (!strcmp(word, "true") || !strcmp(word, "false") || !strcmp(word, "test") ||
+	    !strcmp(word, "exit") || !strcmp(word, "[") || !strcmp(word, "echo"))
+		return 1;	/* shell builtins */
+	env = getenv("PATH");
+	if (!env)
+		env = "/usr/bin:/bin";
+	while (*env) {
+		size_t l = strcspn(env, ":");
+
+		if (l >= PATH_MAX)
+			return 0;
+		snprintf(path, sizeof(path), "%.*s/%s", (int)l, env, word);
+		if (access(path, X_OK) == 0)
+			return 1;
+		env += l;
+		if (*env)
+			env++;
+	}
+	return 0;
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(s, &end, 0);
+	if (errno || end == s || *s == '-') {
+		usage_err("%s %s: not a number", opt, s);
+		return -1;
+	}
+	if (*end == 'K' || *end == 'k')
+		*out <<= 10, end++;
+	else if (*end == 'M')
+		*out <<= 20, end++;
+	else if (*end == 'G')
+		*out <<= 30, end++;
+	if (*end) {
+		usage_err("%s %s: not a number", opt, s);
+		return -1;
+	}
+	return 0;
+}
+
+static const char usage[] =
+	"Usage: blkfs crashcheck LOG --base BASE --check CMD [--jobs N] [--n N] [--k K]\n"
+	"           [--states MAX] [--seed S] [--each-write] [--attach] [--timeout SECS]\n"
+	"           [--json] [--scratch DIR] [--keep DIR] [--size SIZE] [--pbs BYTES]\n"
+	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n";
+
+int bf_cmd_crashcheck(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "base", required_argument, NULL, 'b' },
+		{ "check", required_argument, NULL, 'c' },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "n", required_argument, NULL, 'N' },
+		{ "k", required_argument, NULL, 'K' },
+		{ "states", required_argument, NULL, 'S' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "each-write", no_argument, NULL, 'w' },
+		{ "attach", no_argument, NULL, 'a' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "json", no_argument, NULL, 'J' },
+		{ "scratch", required_argument, NULL, 'd' },
+		{ "keep", required_argument, NULL, 'k' },
+		{ "size", required_argument, NULL, 'z' },
+		{ "pbs", required_argument, NULL, 'p' },
+		{ "state", required_argument, NULL, 'i' },
+		{ "materialize", required_argument, NULL, 'm' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cc cc = { .n = CC_DEF_N, .k = CC_DEF_K, .jobs = 1, .timeout_s = 0 };
+	struct cc_job *jobs = NULL;
+	struct list l = { 0 };
+	char err[512] = "", keepdir[PATH_MAX];
+	uint32_t lbs = 0;
+	uint64_t v;
+	struct stat st;
+	double t0;
+	struct timespec ts;
+	size_t i, p;
+	int c, fd, ret = 2;
+
+	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'b': cc.base = optarg; break;
+		case 'c': cc.check = optarg; break;
+		case 'j':
+			if (parse_u64("--jobs", optarg, &v) || !v || v > 256) {
+				usage_err("--jobs %s: 1 to 256", optarg);
+				return 2;
+			}
+			cc.jobs = (unsigned int)v;
+			break;
+		case 'N':
+			if (parse_u64("--n", optarg, &v) || v > 63)
+				return 2;
+			cc.n = (unsigned int)v;
+			break;
+		case 'K':
+			if (parse_u64("--k", optarg, &v) || v > 8)
+				return 2;
+			cc.k = (unsigned int)v;
+			break;
+		case 'S':
+			if (parse_u64("--states", optarg, &cc.max_states) || !cc.max_states)
+				return 2;
+			break;
+		case 's':
+			if (parse_u64("--seed", optarg, &cc.seed))
+				return 2;
+			break;
+		case 'w': cc.each_write = true; break;
+		case 'a': cc.attach = true; break;
+		case 't': {
+			char *end;
+
+			cc.timeout_s = strtod(optarg, &end);
+			if (*end || cc.timeout_s <= 0) {
+				usage_err("--timeout %s: seconds, more than 0", optarg);
+				return 2;
+			}
+			break;
+		}
+		case 'J': cc.json = true; break;
+		case 'd': cc.scratch = optarg; break;
+		case 'k': cc.keep = optarg; break;
+		case 'z':
+			if (parse_u64("--size", optarg, &cc.size))
+				return 2;
+			break;
+		case 'p':
+			if (parse_u64("--pbs", optarg, &v) || v < 512 || v > 65536 || (v & (v - 1))) {
+				usage_err("--pbs %s: a power of two from 512 to 65536", optarg);
+				return 2;
+			}
+			cc.pbs = (uint32_t)v;
+			break;
+		case 'i': cc.state_id = optarg; break;
+		case 'm': cc.materialize = optarg; break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			fputs(usage, stderr);
+			return 2;
+		}
+	}
+	if (optind != argc - 1 || !cc.base || (!cc.check && !cc.materialize) ||
+	    (!!cc.state_id != !!cc.materialize)) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	cc.log_path = argv[optind];
+	if (!cc.scratch)
+		cc.scratch = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	if (cc.check && !checker_ok(cc.check)) {
+		usage_err("--check %s: not an executable command", cc.check);
+		return 2;
+	}
+
+	fd = open(cc.log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st)) {
+		usage_err("%s: %s", cc.log_path, strerror(errno));
+		return 2;
+	}
+	cc.map_len = (size_t)st.st_size;
+	cc.map = cc.map_len ? mmap(NULL, cc.map_len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+	close(fd);
+	if (cc.map == MAP_FAILED) {
+		usage_err("%s: %s", cc.log_path, strerror(errno));
+		return 2;
+	}
+	if (resolve_base(&cc, &lbs))
+		goto out;
+	if (!cc.size && !cc.base_img) {
+		/* zeros: as large as the log reaches, unless --size says */
+		cc.size = UINT64_MAX;
+	}
+	if (cc.base_img && cc.base_tmp) {
+		if (stat(cc.base_img, &st)) {
+			usage_err("%s: %s", cc.base_img, strerror(errno));
+			goto out;
+		}
+		cc.size = (uint64_t)st.st_size;
+	}
+	ret = lw_parse(cc.map ? cc.map : (const unsigned char *)"", cc.map_len, cc.size, lbs,
+		       &cc.lw, err, sizeof(err));
+	if (ret) {
+		usage_err("%s: %s", cc.log_path, ret == -ENOMEM ? strerror(ENOMEM) : err);
+		ret = 2;
+		goto out;
+	}
+	ret = 2;
+	cc.dev_size = cc.size;
+	if (cc.dev_size == UINT64_MAX) {
+		uint64_t end = 0;
+
+		for (i = 0; i < cc.lw.nr; i++)
+			if (!(cc.lw.v[i].e.flags & LW_MARK) && cc.lw.v[i].e.nr_sectors)
+				end = end > (cc.lw.v[i].e.sector + cc.lw.v[i].e.nr_sectors) * cc.lw.sectorsize ?
+				      end : (cc.lw.v[i].e.sector + cc.lw.v[i].e.nr_sectors) * cc.lw.sectorsize;
+		cc.dev_size = (end + (1u << 20) - 1) & ~((uint64_t)(1u << 20) - 1);
+		if (!cc.dev_size)
+			cc.dev_size = 1u << 20;
+	}
+	if (!cc.pbs)
+		cc.pbs = cc.lw.sectorsize > 4096 ? cc.lw.sectorsize : 4096;
+	if (cc.pbs < cc.lw.sectorsize) {
+		usage_err("--pbs %u is smaller than the log's sectorsize %u", cc.pbs, cc.lw.sectorsize);
+		goto out;
+	}
+	if (lw_log_model(&cc.lw, cc.pbs, &cc.m)) {
+		usage_err("%s", strerror(ENOMEM));
+		goto out;
+	}
+	cc.mark_text = calloc(cc.m.nr + 1, sizeof(*cc.mark_text));
+	if (!cc.mark_text)
+		goto out;
+	for (i = 0; i < cc.lw.nr; i++)
+		if ((cc.lw.v[i].e.flags & LW_MARK) && cc.lw.v[i].last_ev)
+			cc.mark_text[cc.lw.v[i].last_ev - 1] =
+				strndup((const char *)cc.lw.v[i].data, (size_t)cc.lw.v[i].e.data_len);
+
+	if (cc.materialize) {
+		ret = materialize(&cc);
+		goto out;
+	}
+
+	/* Crash points and their states. */
+	cc.pts = calloc(cc.m.nr + 1, sizeof(*cc.pts));
+	if (!cc.pts)
+		goto out;
+	for (i = 0; i < cc.m.nr; i++) {
+		enum blk_cm_kind k = cc.m.ev[i].kind;
+		struct blk_cm_point pt;
+		struct cc_point *cp;
+		size_t before = l.n, s;
+
+		if (k == BLK_CM_WRITE && !cc.each_write)
+			continue;
+		if (blk_cm_point_init(&pt, &cc.m, i + 1))
+			goto out;
+		cp = &cc.pts[cc.nr_pts++];
+		cp->ev = i;
+		cp->full = pt.nr_states;
+		cp->first_fail = SIZE_MAX;
+		cp->first_task = before;
+		if (point_states(&cc, &pt, &l)) {
+			blk_cm_point_destroy(&pt);
+			goto out;
+		}
+		cp->listed = l.n - before;
+		(void)s;
+		blk_cm_point_destroy(&pt);
+	}
+	cc.nr_tasks = l.n;
+	cc.tasks = calloc(l.n + 1, sizeof(*cc.tasks));
+	if (!cc.tasks)
+		goto out;
+	for (p = 0; p < cc.nr_pts; p++)
+		for (i = 0; i < cc.pts[p].listed; i++) {
+			struct cc_task *t = &cc.tasks[cc.pts[p].first_task + i];
+
+			t->point = p;
+			t->nth = l.v[cc.pts[p].first_task + i];
+		}
+	if (!cc.keep) {
+		snprintf(keepdir, sizeof(keepdir), "%s/blkfs-crash-%d", cc.scratch, (int)getpid());
+		cc.keep = keepdir;
+	}
+	if (mkdir(cc.keep, 0700) && errno != EEXIST) {
+		usage_err("--keep %s: %s", cc.keep, strerror(errno));
+		goto out;
+	}
+
+	pthread_mutex_init(&cc.lock, NULL);
+	jobs = calloc(cc.jobs, sizeof(*jobs));
+	if (!jobs)
+		goto out;
+	for (i = 0; i < cc.jobs; i++) {
+		struct cc_job *j = &jobs[i];
+
+		j->cc = &cc;
+		j->id = (unsigned int)i;
+		j->loop_fd = -1;
+		j->dfd = -1;
+		snprintf(j->path, sizeof(j->path), "%s/blkfs-crash-%d-%zu.img", cc.scratch,
+			 (int)getpid(), i);
+		snprintf(j->dpath, sizeof(j->dpath), "%s/blkfs-crash-%d-%zu.durable", cc.scratch,
+			 (int)getpid(), i);
+		j->fd = open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		j->dfd = open(j->dpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (j->fd < 0 || j->dfd < 0 || copy_base(&cc, j->fd) || copy_base(&cc, j->dfd) ||
+		    (cc.attach && attach_loop(j))) {
+			usage_err("scratch image %s: %s", j->path, strerror(errno));
+			cc.jobs = (unsigned int)i + 1;
+			ret = 1;
+			goto out_jobs;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	{
+		pthread_t *th = calloc(cc.jobs, sizeof(*th));
+		bool tty = isatty(2);
+		double last = t0, now;
+		unsigned int started = 0;
+		int jerr = 0;
+
+		if (!th)
+			goto out_jobs;
+		for (i = 0; i < cc.jobs; i++)
+			if (!pthread_create(&th[i], NULL, job_main, &jobs[i]))
+				started++;
+			else
+				break;
+		for (;;) {
+			uint64_t d, f;
+			bool fin;
+
+			usleep(100000);
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+			pthread_mutex_lock(&cc.lock);
+			d = cc.done;
+			f = cc.failed;
+			fin = d >= cc.nr_tasks || cc.stop;
+			pthread_mutex_unlock(&cc.lock);
+			if (fin || now - last >= (tty ? 0.5 : 10.0)) {
+				fprintf(stderr, "%scrashcheck: %" PRIu64 "/%zu states, %.0f states/s, %"
+					PRIu64 " failed%s", tty ? "\r" : "", d, cc.nr_tasks,
+					now > t0 ? (double)d / (now - t0) : 0.0, f, tty ? "" : "\n");
+				last = now;
+			}
+			if (fin)
+				break;
+		}
+		if (tty)
+			fputc('\n', stderr);
+		for (i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		free(th);
+		for (i = 0; i < cc.jobs; i++)
+			if (jobs[i].err)
+				jerr = jobs[i].err;
+		if (jerr) {
+			usage_err("building a state failed: %s", strerror(-jerr));
+			ret = 2;
+			goto out_jobs;
+		}
+		report(&cc, now - t0);
+		ret = cc.failed ? 1 : 0;
+		rmdir(cc.keep);	/* when nothing failed it is empty */
+	}
+out_jobs:
+	for (i = 0; i < cc.jobs; i++) {
+		if (jobs[i].fd >= 0)
+			close(jobs[i].fd);
+		if (jobs[i].dfd >= 0)
+			close(jobs[i].dfd);
+		unlink(jobs[i].dpath);
+		detach_loop(&jobs[i]);
+		unlink(jobs[i].path);
+	}
+	free(jobs);
+out:
+	if (cc.base_tmp && cc.base_img)
+		unlink(cc.base_img);
+	free(cc.base_img);
+	free(l.v);
+	if (cc.mark_text)
+		for (i = 0; i < cc.m.nr; i++)
+			free((char *)cc.mark_text[i]);
+	free(cc.mark_text);
+	for (i = 0; i < cc.nr_tasks; i++)
+		free(cc.tasks[i].out);
+	free(cc.tasks);
+	free(cc.pts);
+	blk_cm_destroy(&cc.m);
+	lw_log_free(&cc.lw);
+	if (cc.map && cc.map != MAP_FAILED)
+		munmap(cc.map, cc.map_len);
+	return ret;
+}

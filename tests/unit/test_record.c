@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_record.c - the record filter (backends/record.c) and the
+ * dm-log-writes layout it writes (backends/logwrites.h): the encoder's
+ * bytes against the kernel's struct layout, a recording over ram and over
+ * the fake read back entry by entry, the order of writes around a flush in
+ * flight, marks and their limit, and a log that cannot be written.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "../../backends/backend.h"
+#include "../../backends/logwrites.h"
+#include "../../core/conf.h"
+#include "../../core/stack.h"
+#include "fake_backend.h"
+#include "helpers.h"
+
+static char path[64];
+
+static void setup(void)
+{
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/blkfs-record-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+}
+
+static void teardown(void)
+{
+	unlink(path);
+}
+
+TestSuite(record, .init = setup, .fini = teardown);
+
+/* ---- reading a log back ---- */
+
+struct rlog {
+	unsigned char *buf;
+	size_t len;
+	uint64_t nr;
+	uint32_t s;
+	struct lw_entry e[64];
+	size_t data_off[64];	/* where each entry's data (or mark text) starts */
+};
+
+static void rlog_read(struct rlog *l)
+{
+	struct stat st;
+	size_t off;
+	uint64_t i;
+	int fd = open(path, O_RDONLY);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fstat(fd, &st), 0);
+	l->len = (size_t)st.st_size;
+	l->buf = malloc(l->len + 1);
+	cr_assert_not_null(l->buf);
+	cr_assert_eq(read(fd, l->buf, l->len), (ssize_t)l->len);
+	close(fd);
+	cr_assert_geq(l->len, LW_SUPER_SIZE);
+	cr_assert_eq(lw_get64(l->buf), LW_MAGIC);
+	cr_assert_eq(lw_get64(l->buf + 8), 1);
+	l->nr = lw_get64(l->buf + 16);
+	l->s = (uint32_t)l->buf[24] | (uint32_t)l->buf[25] << 8 | (uint32_t)l->buf[26] << 16 |
+	       (uint32_t)l->buf[27] << 24;
+	cr_assert_leq(l->nr, 64);
+	off = l->s;
+	for (i = 0; i < l->nr; i++) {
+		cr_assert_leq(off + l->s, l->len, "entry %llu past the end", (unsigned long long)i);
+		lw_decode_entry(l->buf + off, &l->e[i]);
+		if (l->e[i].flags & LW_MARK) {
+			l->data_off[i] = off + LW_ENTRY_SIZE;
+			off += l->s;
+		} else {
+			off += l->s;
+			l->data_off[i] = off;
+			if (!(l->e[i].flags & LW_DISCARD))
+				off += l->e[i].nr_sectors * l->s;
+		}
+	}
+	cr_assert_eq(off, l->len, "the file has %zu bytes after its %llu entries",
+		     l->len - off, (unsigned long long)l->nr);
+}
+
+static void rlog_free(struct rlog *l)
+{
+	free(l->buf);
+}
+
+/* ================================================================== */
+
+Test(record, encoder_layout_is_the_kernels)
+{
+	unsigned char sb[512], en[512];
+	struct lw_entry e = { .sector = 0x0102030405060708ull, .nr_sectors = 3,
+			      .flags = LW_MARK, .data_len = 5 };
+	static const unsigned char want_sb[28] = {
+		0x72, 0x68, 0x73, 0x77, 0x66, 0x73, 0x6a, 0x00,	/* magic, little-endian */
+		1, 0, 0, 0, 0, 0, 0, 0,				/* version */
+		7, 0, 0, 0, 0, 0, 0, 0,				/* nr_entries */
+		0x00, 0x02, 0, 0,				/* sectorsize 512 */
+	};
+	size_t i;
+
+	memset(sb, 0xaa, sizeof(sb));
+	lw_encode_super(sb, 512, 7);
+	cr_assert_eq(memcmp(sb, want_sb, sizeof(want_sb)), 0);
+	for (i = sizeof(want_sb); i < sizeof(sb); i++)
+		cr_assert_eq(sb[i], 0, "super byte %zu not zero", i);
+	memset(en, 0xaa, sizeof(en));
+	lw_encode_entry(en, 512, &e, "hello");
+	cr_assert_eq(en[0], 0x08);
+	cr_assert_eq(en[7], 0x01);
+	cr_assert_eq(en[8], 3);
+	cr_assert_eq(en[16], 8);	/* LOG_MARK_FLAG = 1 << 3 */
+	cr_assert_eq(en[24], 5);
+	cr_assert_eq(memcmp(en + 32, "hello", 5), 0);
+	for (i = 37; i < sizeof(en); i++)
+		cr_assert_eq(en[i], 0, "entry byte %zu not zero", i);
+	cr_assert_eq(LW_FLUSH, 1);
+	cr_assert_eq(LW_FUA, 2);
+	cr_assert_eq(LW_DISCARD, 4);
+	cr_assert_eq(LW_MARK_MAX(512), 480);
+}
+
+static struct blk_backend *open_ram(struct conf *conf, const char *extra)
+{
+	char text[512], cerr[512];
+	struct blk_backend *top;
+
+	snprintf(text, sizeof(text),
+		 "[device r0]\nbackend = ram\nsize = 4M\nphysical_block_size = 4096\n"
+		 "filters = record\nrecord.path = %s\n%s", path, extra);
+	cr_assert_eq(conf_parse_buf(text, strlen(text), "t.conf", conf, cerr, sizeof(cerr)), 0,
+		     "%s", cerr);
+	top = stack_open(conf, &conf->devs[0], NULL, cerr, sizeof(cerr));
+	cr_assert(!IS_ERR_OR_NULL(top), "%s", cerr);
+	cr_assert_str_eq(top->ops->name, "record");
+	return top;
+}
+
+Test(record, over_ram_writes_flushes_discards_marks_in_order)
+{
+	struct conf conf;
+	struct blk_backend *be = open_ram(&conf, "");
+	unsigned char a[4096], b[1024], snapdata[4096];
+	struct blk_snap_info si[2];
+	struct rlog l;
+
+	fill_pattern(a, sizeof(a), 0, 1);
+	fill_pattern(b, sizeof(b), 8192, 2);
+	/* before the start: in the snapshot, not in the log */
+	cr_assert_eq(tio_do(be, BLK_WRITE, 0, 4096, b, 0, NULL), 0);
+	cr_assert_str_eq(attr_show(be, "state"), "stopped\n");
+	cr_assert_eq(attr_store(be, "mark", "early\n"), -EBADFD);
+	cr_assert_eq(attr_store(be, "start", "base\n"), 0);
+	cr_assert_str_eq(attr_show(be, "state"), "recording\n");
+	cr_assert_eq(attr_store(be, "start", "base2\n"), -EBUSY);
+	cr_assert_eq(blk_snap_list(be, si, 2), 1);
+	cr_assert_str_eq(si[0].name, "base");
+
+	cr_assert_eq(tio_do(be, BLK_WRITE, 0, 4096, a, 0, NULL), 0);
+	cr_assert_eq(tio_do(be, BLK_WRITE, 8192, 1024, b, 0, NULL), 0);
+	cr_assert_eq(tio_do(be, BLK_FLUSH, 0, 0, NULL, 0, NULL), 0);
+	cr_assert_eq(tio_do(be, BLK_DISCARD, 4096, 4096, NULL, 0, NULL), 0);
+	cr_assert_eq(tio_do(be, BLK_WRITE_ZEROES, 16384, 512, NULL, 0, NULL), 0);
+	cr_assert_eq(attr_store(be, "mark", "committed 17\n"), 0);
+	cr_assert_eq(tio_do(be, BLK_READ, 0, 512, NULL, 0, NULL), 0);	/* reads are not logged */
+	cr_assert_eq(stat_get(be, "record_entries"), 6);
+	cr_assert_eq(stat_get(be, "record_marks"), 1);
+	cr_assert_eq(attr_store(be, "stop", "1\n"), 0);
+	cr_assert_str_eq(attr_show(be, "state"), "stopped\n");
+	cr_assert_eq(attr_store(be, "stop", "1\n"), -EALREADY);
+	/* after the stop: not logged */
+	cr_assert_eq(tio_do(be, BLK_WRITE, 0, 4096, b, 0, NULL), 0);
+
+	rlog_read(&l);
+	cr_assert_eq(l.s, 512);
+	cr_assert_eq(l.nr, 6);
+	cr_assert_eq(l.e[0].sector, 0);
+	cr_assert_eq(l.e[0].nr_sectors, 8);
+	cr_assert_eq(l.e[0].flags, 0);
+	cr_assert_eq(memcmp(l.buf + l.data_off[0], a, 4096), 0);
+	cr_assert_eq(l.e[1].sector, 16);
+	cr_assert_eq(l.e[1].nr_sectors, 2);
+	cr_assert_eq(memcmp(l.buf + l.data_off[1], b, 1024), 0);
+	cr_assert_eq(l.e[2].flags, LW_FLUSH);
+	cr_assert_eq(l.e[2].nr_sectors, 0);
+	cr_assert_eq(l.e[3].flags, LW_DISCARD);
+	cr_assert_eq(l.e[3].sector, 8);
+	cr_assert_eq(l.e[3].nr_sectors, 8);
+	cr_assert_eq(l.e[4].flags, LW_DISCARD);
+	cr_assert_eq(l.e[4].sector, 32);
+	cr_assert_eq(l.e[4].nr_sectors, 1);
+	cr_assert_eq(l.e[5].flags, LW_MARK);
+	cr_assert_eq(l.e[5].data_len, 12);
+	cr_assert_eq(memcmp(l.buf + l.data_off[5], "committed 17", 12), 0);
+	rlog_free(&l);
+
+	/* the snapshot holds what was there at the start */
+	cr_assert_eq(blk_snap_reset(be, "base"), 0);
+	cr_assert_eq(tio_do(be, BLK_READ, 0, 4096, NULL, 0, snapdata), 0);
+	cr_assert_eq(memcmp(snapdata, b, 1024), 0);
+	stack_close(be);
+	conf_free(&conf);
+}
+
+Test(record, marks_up_to_one_sector)
+{
+	struct conf conf;
+	struct blk_backend *be = open_ram(&conf, "");
+	char m[600];
+	struct rlog l;
+
+	cr_assert_eq(attr_store(be, "start", "-\n"), 0);	/* no snapshot */
+	memset(m, 'x', sizeof(m));
+	m[480] = 0;
+	cr_assert_eq(attr_store(be, "mark", m), 0);
+	m[480] = 'x';
+	m[481] = 0;
+	cr_assert_eq(attr_store(be, "mark", m), -EINVAL);
+	cr_assert_eq(attr_store(be, "mark", "\n"), -EINVAL);
+	cr_assert_eq(attr_store(be, "mark", "two\nlines\n"), -EINVAL);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+	rlog_read(&l);
+	cr_assert_eq(l.nr, 1);
+	cr_assert_eq(l.e[0].data_len, 480);
+	rlog_free(&l);
+	stack_close(be);
+	conf_free(&conf);
+}
+
+/* ---- over the fake: a write completing while a flush is in flight ---- */
+
+static struct blk_backend *open_over(struct blk_backend *next, struct tparams *tp)
+{
+	filter_params_init(tp, "record", next, "/etc/blkfs.conf", 2);
+	tparams_add(tp, "record.path", path, 3);
+	return filter_open(tp);
+}
+
+Test(record, a_write_completing_during_a_flush_is_logged_after_it)
+{
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 4096, .pbs = 4096 };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio w1, w2, fl;
+	unsigned char a[4096];
+	struct rlog l;
+
+	cr_assert_not_null(fb);
+	be = open_over(fake_backend(fb), &tp);
+	memset(a, 0x5a, sizeof(a));
+	cr_assert_eq(attr_store(be, "start", "-"), 0);
+	fake_set_mode(fb, FAKE_MANUAL);
+	tio_init(&w1, BLK_WRITE, 0, 4096, a, 0);
+	tio_init(&w2, BLK_WRITE, 8192, 4096, a, 0);
+	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0);
+	cr_assert_eq(tio_submit(be, &w1), 0);
+	cr_assert_eq(tio_submit(be, &w2), 0);
+	cr_assert(fake_complete_one(fb, 0));		/* w1 completes */
+	cr_assert(tio_wait(&w1, WAIT_MS));
+	cr_assert_eq(tio_submit(be, &fl), 0);		/* the flush, while w2 is in flight */
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));	/* w2 completes during it */
+	cr_assert(tio_wait(&w2, WAIT_MS));
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_FLUSH)));
+	cr_assert(tio_wait(&fl, WAIT_MS));
+	fake_set_mode(fb, FAKE_INLINE);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+	rlog_read(&l);
+	cr_assert_eq(l.s, 4096);
+	cr_assert_eq(l.nr, 3);
+	cr_assert_eq(l.e[0].sector, 0);
+	cr_assert_eq(l.e[1].flags, LW_FLUSH);
+	cr_assert_eq(l.e[2].sector, 2);
+	rlog_free(&l);
+	tio_free(&w1);
+	tio_free(&w2);
+	be->ops->close(be);
+	fake_destroy(fb);
+}
+
+Test(record, must_sit_directly_above_the_backend)
+{
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 512, .pbs = 4096 };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp, tp2;
+	struct blk_backend *pl;
+
+	cr_assert_not_null(fb);
+	filter_params_init(&tp, "powerloss", fake_backend(fb), "/etc/blkfs.conf", 2);
+	pl = filter_open(&tp);
+	filter_params_init(&tp2, "record", pl, "/etc/blkfs.conf", 2);
+	filter_open_fails(&tp2, "directly above the backend");
+	pl->ops->close(pl);
+	fake_destroy(fb);
+}
+
+/*
+ * The log file may grow to 64 KiB only (RLIMIT_FSIZE; Criterion runs each
+ * test in a process of its own): the recording fails with EFBIG, says so
+ * in state and stat, and the device goes on serving.
+ */
+Test(record, a_log_that_cannot_be_written_stops_the_recording)
+{
+	struct rlimit rl = { .rlim_cur = 64 * KiB, .rlim_max = RLIM_INFINITY };
+	struct conf conf;
+	struct blk_backend *be;
+	unsigned char a[65536], back[65536];
+	uint64_t end = blk_now_ns() + WAIT_MS * 1000000ull;
+	int i;
+
+	signal(SIGXFSZ, SIG_IGN);
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	be = open_ram(&conf, "");
+	cr_assert_eq(attr_store(be, "start", "s"), 0);
+	fill_pattern(a, sizeof(a), 0, 3);
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(tio_do(be, BLK_WRITE, (uint64_t)i * 65536, 65536, a, 0, NULL), 0);
+	cr_assert_eq(attr_store(be, "mark", "m"), 0);	/* wakes the writer */
+	while (strcmp(attr_show(be, "state"), "recording\n") == 0) {
+		cr_assert_lt(blk_now_ns(), end, "the recording went on past the file size limit");
+		usleep(1000);
+	}
+	cr_assert_str_eq(attr_show(be, "state"), "failed: File too large\n");
+	cr_assert_eq(stat_get(be, "record_failed"), 1);
+	cr_assert_eq(stat_get(be, "record_error_errno"), EFBIG);
+	cr_assert_eq(attr_store(be, "mark", "m2"), -EBADFD);
+	/* the device serves on */
+	cr_assert_eq(tio_do(be, BLK_WRITE, 65536, 65536, a, 0, NULL), 0);
+	cr_assert_eq(tio_do(be, BLK_READ, 65536, 65536, NULL, 0, back), 0);
+	cr_assert_eq(memcmp(a, back, sizeof(a)), 0);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+	cr_assert_str_eq(attr_show(be, "state"), "failed: File too large\n");
+	stack_close(be);
+	conf_free(&conf);
+}
