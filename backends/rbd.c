@@ -74,7 +74,7 @@ struct rbd_dev {
 	rados_ioctx_t ioctx;
 	rbd_image_t image;
 	char *pool_name, *image_name, *dev;
-	bool exclusive;
+	bool exclusive, cache;
 	unsigned int qd;
 	struct be_pool pool;
 
@@ -85,6 +85,7 @@ struct rbd_dev {
 	/* atomic counters for ->stat */
 	uint64_t nr_reads, nr_writes, nr_flushes, nr_zeroes, nr_errors, nr_queued;
 	bool said_error;		/* atomic: the first failed I/O was logged */
+	unsigned int nr_broken;		/* set at open: dead holders' locks broken (break_lock) */
 };
 
 static int rbd_start(struct rbd_req *rq);
@@ -282,6 +283,8 @@ static int rbd_take_lock(struct rbd_dev *rd, struct blk_params *p, bool break_lo
 		for (i = 0; i < nr && !r; i++) {
 			r = rbd_lock_break(rd->image, mode, owners[i]);
 			if (!r)
+				rd->nr_broken++;
+			if (!r)
 				blk_warn("rbd: %s: broke the lock of %s/%s held by %s "
 					 "(break_lock = yes)", rd->dev, rd->pool_name,
 					 rd->image_name, owners[i]);
@@ -374,7 +377,7 @@ static void rbd_dev_free(struct rbd_dev *rd)
 static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend *next)
 {
 	const char *pool, *image, *ns, *conf, *id, *keyring;
-	bool create, break_lock, cache, created = false;
+	bool create, break_lock, created = false;
 	unsigned int timeout_s;
 	char tmo[32], mtmo[32], who[128];
 	uint64_t ns_tmo, features = 0;
@@ -425,7 +428,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	if (!r)
 		r = blk_param_bool(p, "break_lock", false, &break_lock);
 	if (!r)
-		r = blk_param_bool(p, "rbd_cache", false, &cache);
+		r = blk_param_bool(p, "rbd_cache", false, &rd->cache);
 	if (!r)
 		r = blk_param_duration(p, "timeout", RBD_DEF_TIMEOUT_S * NS_PER_S, NS_PER_S,
 				       3600 * NS_PER_S, NS_PER_S, &ns_tmo);
@@ -472,7 +475,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	if (!r)
 		r = rbd_conf_set(rd, p, "timeout", "client_mount_timeout", mtmo);
 	if (!r)
-		r = rbd_conf_set(rd, p, "rbd_cache", "rbd_cache", cache ? "true" : "false");
+		r = rbd_conf_set(rd, p, "rbd_cache", "rbd_cache", rd->cache ? "true" : "false");
 	if (!r && keyring)
 		r = rbd_conf_set(rd, p, "keyring", "keyring", keyring);
 	/* librados's own log stays out of the daemon's (set `log file` in conf). */
@@ -554,7 +557,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	snprintf(who, sizeof(who), "%s/%s%s%s", pool, ns ? ns : "", ns ? "/" : "", image);
 	blk_info("rbd: %s: %s%s, %" PRIu64 " bytes, objects of %" PRIu64 " bytes, rbd_cache %s",
 		 rd->dev, who, created ? " (created)" : "", info.size, info.obj_size,
-		 cache ? "on" : "off");
+		 rd->cache ? "on" : "off");
 	return &rd->be;
 
 out_free:
@@ -616,15 +619,15 @@ static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
 	inflight = rd->inflight;
 	pthread_mutex_unlock(&rd->lock);
 	return be_stat_printf(buf, len,
-		"rbd_queue_depth %u\nrbd_inflight %u\nrbd_reads %" PRIu64 "\nrbd_writes %" PRIu64
+		"rbd_cache %d\nrbd_queue_depth %u\nrbd_inflight %u\nrbd_reads %" PRIu64 "\nrbd_writes %" PRIu64
 		"\nrbd_flushes %" PRIu64 "\nrbd_zeroes %" PRIu64 "\nrbd_queued %" PRIu64
-		"\nrbd_errors %" PRIu64 "\n", rd->qd, inflight,
+		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\n", rd->cache, rd->qd, inflight,
 		__atomic_load_n(&rd->nr_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_writes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_flushes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_zeroes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_queued, __ATOMIC_RELAXED),
-		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED));
+		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED), rd->nr_broken);
 }
 
 /* ------------------------------------------------------------ snapshots */
