@@ -86,6 +86,21 @@ struct rbd_dev {
 	uint64_t nr_reads, nr_writes, nr_flushes, nr_zeroes, nr_errors, nr_queued;
 	bool said_error;		/* atomic: the first failed I/O was logged */
 	unsigned int nr_broken;		/* set at open: dead holders' locks broken (break_lock) */
+
+	/*
+	 * The header watch (rbd_update_watch): librbd's callback only wakes
+	 * watch_thread, which asks the image's size (a librbd call that may
+	 * refresh the image: not for librbd's own thread) and tells the host
+	 * when it differs from geo.size.
+	 */
+	const struct blk_host *host;
+	uint64_t watch_handle;
+	bool watching;
+	pthread_t watch_thread;
+	pthread_mutex_t wlock;
+	pthread_cond_t wcond;		/* to watch_thread: wpending or wstop */
+	bool wpending, wstop;		/* wlock */
+	uint64_t nr_outside_resizes;	/* atomic */
 };
 
 static int rbd_start(struct rbd_req *rq);
@@ -225,6 +240,82 @@ static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	*geo = ((struct rbd_dev *)be)->geo;
 }
 
+/* ---------------------------------------------------------------- watch */
+
+static void rbd_watch_cb(void *arg)
+{
+	struct rbd_dev *rd = arg;
+
+	pthread_mutex_lock(&rd->wlock);
+	rd->wpending = true;
+	pthread_cond_signal(&rd->wcond);
+	pthread_mutex_unlock(&rd->wlock);
+}
+
+static void *rbd_watch_fn(void *arg)
+{
+	struct rbd_dev *rd = arg;
+	uint64_t size;
+
+	pthread_mutex_lock(&rd->wlock);
+	for (;;) {
+		while (!rd->wpending && !rd->wstop)
+			pthread_cond_wait(&rd->wcond, &rd->wlock);
+		if (rd->wstop)
+			break;
+		rd->wpending = false;
+		pthread_mutex_unlock(&rd->wlock);
+		/* The header changed: a resize, or a snapshot, a lock, a feature. */
+		if (!rbd_get_size(rd->image, &size) &&
+		    size != __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
+			__atomic_add_fetch(&rd->nr_outside_resizes, 1, __ATOMIC_RELAXED);
+			blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes now (resized outside blkfs)",
+				 rd->dev, rd->pool_name, rd->image_name, size);
+			rd->host->size_changed(rd->host->ctx);
+		}
+		pthread_mutex_lock(&rd->wlock);
+	}
+	pthread_mutex_unlock(&rd->wlock);
+	return NULL;
+}
+
+static int rbd_watch_start(struct rbd_dev *rd, struct blk_params *p)
+{
+	int r;
+
+	if (!rd->host || !rd->host->size_changed)
+		return 0;
+	r = pthread_create(&rd->watch_thread, NULL, rbd_watch_fn, rd);
+	if (r)
+		return blk_param_error(p, NULL, "no thread for the image watch: %s", strerror(r));
+	r = rbd_update_watch(rd->image, &rd->watch_handle, rbd_watch_cb, rd);
+	if (r < 0) {
+		pthread_mutex_lock(&rd->wlock);
+		rd->wstop = true;
+		pthread_cond_signal(&rd->wcond);
+		pthread_mutex_unlock(&rd->wlock);
+		pthread_join(rd->watch_thread, NULL);
+		return blk_param_error(p, "image", "rbd_update_watch on %s/%s: %s", rd->pool_name,
+				       rd->image_name, strerror(-r));
+	}
+	rd->watching = true;
+	return 0;
+}
+
+static void rbd_watch_stop(struct rbd_dev *rd)
+{
+	if (!rd->watching)
+		return;
+	/* No callback runs after this returns. */
+	rbd_update_unwatch(rd->image, rd->watch_handle);
+	pthread_mutex_lock(&rd->wlock);
+	rd->wstop = true;
+	pthread_cond_signal(&rd->wcond);
+	pthread_mutex_unlock(&rd->wlock);
+	pthread_join(rd->watch_thread, NULL);
+	rd->watching = false;
+}
+
 /* ---------------------------------------------------------------- open */
 
 /* Who holds the image's lock, for a message: "OWNER" or "another client". */
@@ -360,6 +451,7 @@ static int rbd_conf_set(struct rbd_dev *rd, struct blk_params *p, const char *ke
 
 static void rbd_dev_free(struct rbd_dev *rd)
 {
+	rbd_watch_stop(rd);
 	if (rd->image)
 		rbd_close(rd->image);
 	if (rd->ioctx)
@@ -368,6 +460,8 @@ static void rbd_dev_free(struct rbd_dev *rd)
 		rados_shutdown(rd->cluster);
 	be_pool_destroy(&rd->pool);
 	pthread_mutex_destroy(&rd->lock);
+	pthread_mutex_destroy(&rd->wlock);
+	pthread_cond_destroy(&rd->wcond);
 	free(rd->pool_name);
 	free(rd->image_name);
 	free(rd->dev);
@@ -410,6 +504,9 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	}
 	rd->be.ops = &rbd_backend_ops;
 	pthread_mutex_init(&rd->lock, NULL);
+	pthread_mutex_init(&rd->wlock, NULL);
+	pthread_cond_init(&rd->wcond, NULL);
+	rd->host = p->host;
 	list_init(&rd->waiting);
 	rd->pool_name = strdup(pool);
 	rd->image_name = strdup(image);
@@ -554,6 +651,9 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		if (r)
 			goto out_free;
 	}
+	r = rbd_watch_start(rd, p);
+	if (r)
+		goto out_free;
 	snprintf(who, sizeof(who), "%s/%s%s%s", pool, ns ? ns : "", ns ? "/" : "", image);
 	blk_info("rbd: %s: %s%s, %" PRIu64 " bytes, objects of %" PRIu64 " bytes, rbd_cache %s",
 		 rd->dev, who, created ? " (created)" : "", info.size, info.obj_size,
@@ -605,7 +705,7 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 			rd->pool_name, rd->image_name, info.size, rd->geo.lbs);
 		return -EINVAL;
 	}
-	rd->geo.size = info.size;
+	__atomic_store_n(&rd->geo.size, info.size, __ATOMIC_RELAXED);
 	*size = info.size;
 	return 0;
 }
@@ -621,13 +721,14 @@ static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
 	return be_stat_printf(buf, len,
 		"rbd_cache %d\nrbd_queue_depth %u\nrbd_inflight %u\nrbd_reads %" PRIu64 "\nrbd_writes %" PRIu64
 		"\nrbd_flushes %" PRIu64 "\nrbd_zeroes %" PRIu64 "\nrbd_queued %" PRIu64
-		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\n", rd->cache, rd->qd, inflight,
+		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\nrbd_outside_resizes %" PRIu64 "\n", rd->cache, rd->qd, inflight,
 		__atomic_load_n(&rd->nr_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_writes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_flushes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_zeroes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_queued, __ATOMIC_RELAXED),
-		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED), rd->nr_broken);
+		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED), rd->nr_broken,
+		__atomic_load_n(&rd->nr_outside_resizes, __ATOMIC_RELAXED));
 }
 
 /* ------------------------------------------------------------ snapshots */
