@@ -605,7 +605,11 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	if (ns)
 		rados_ioctx_set_namespace(rd->ioctx, ns);
 
-	r = rbd_open(rd->ioctx, image, &rd->image, NULL);
+	/* Read-only: no lock is asked for, no write can slip through. */
+	if (p->read_only)
+		r = rbd_open_read_only(rd->ioctx, image, &rd->image, NULL);
+	else
+		r = rbd_open(rd->ioctx, image, &rd->image, NULL);
 	if (r == -ENOENT && create) {
 		if (p->read_only) {
 			r = blk_param_error(p, "create", "%s/%s does not exist and the mount is "
