@@ -107,6 +107,15 @@ struct blk_param {
 struct blk_host {
 	void *ctx;
 	void (*drop_volatile)(void *ctx);
+	/*
+	 * The storage's size changed outside blkfs (rbd: an `rbd resize` by
+	 * another client). The daemon takes the new size in a thread of its
+	 * own, as `blkfs resize DEV auto` does (blk_resize() with 0). Callable
+	 * from any thread but one that must finish for I/O to complete (it
+	 * returns at once; the resize waits for I/O in flight); NULL: nobody
+	 * listens.
+	 */
+	void (*size_changed)(void *ctx);
 };
 
 /*

@@ -18,6 +18,7 @@ extern const struct blk_backend_ops ram_backend_ops;
 extern const struct blk_backend_ops null_backend_ops;
 extern const struct blk_backend_ops aio_backend_ops;
 extern const struct blk_backend_ops nbd_backend_ops;
+extern const struct blk_backend_ops rbd_backend_ops;
 /*
  * Test hook: when set, the ram arena thread calls it with the device after
  * it has mapped and touched a reserve slab and before it takes alloc_lock

@@ -15,6 +15,7 @@ static const struct blk_backend_ops *const backend_table[] = {
 	&null_backend_ops,
 	&aio_backend_ops,
 	&nbd_backend_ops,
+	&rbd_backend_ops,
 	&log_filter_ops,
 	&delay_filter_ops,
 	&fault_filter_ops,

@@ -417,6 +417,8 @@ int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len
 int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len);
 /* daemon.c: a simulated power cut of the device (blk_host.drop_volatile) */
 void bf_dev_drop_volatile(void *ctx);
+/* live.c: the storage's size changed outside (blk_host.size_changed): resize auto */
+void bf_dev_size_changed(void *ctx);
 /* daemon.c: the kernel forgets a name: inval_entry (added) or delete (removed, @child) */
 void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name);
 

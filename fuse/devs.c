@@ -230,6 +230,7 @@ static struct bf_dev *dev_create(struct bf_daemon *d, struct conf *c, int idx, b
 	bd->cd = cd;
 	bd->host.ctx = bd;
 	bd->host.drop_volatile = bf_dev_drop_volatile;
+	bd->host.size_changed = bf_dev_size_changed;
 	be = stack_open(c, cd, &bd->host, err, errlen);
 	if (IS_ERR(be)) {
 		ret = (int)PTR_ERR(be);

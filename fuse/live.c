@@ -594,6 +594,58 @@ static struct bf_dev *dev_arg(struct bf_daemon *d, const char *verb, const char 
 	return bd;
 }
 
+/*
+ * blk_host.size_changed: the storage's size changed outside blkfs (an
+ * `rbd resize` by another client). Called on a backend's thread, which
+ * must not wait for the device's I/O: a detached thread of ours takes the
+ * device by name (a device being removed is left alone) and does what
+ * `blkfs resize DEV auto` does.
+ */
+struct size_job {
+	struct bf_daemon *d;
+	char name[256];
+};
+
+static void *size_changed_fn(void *arg)
+{
+	struct size_job *job = arg;
+	struct bf_dev *bd = bf_dev_get(job->d, job->name);
+	char msg[512];
+
+	if (bd) {
+		if (bf_dev_resize(bd, "auto", msg, sizeof(msg)))
+			blk_warn("%s: the storage's size changed outside blkfs, and taking it "
+				 "failed: %s", job->name, msg);
+		bf_dev_put(bd);
+	}
+	free(job);
+	return NULL;
+}
+
+void bf_dev_size_changed(void *ctx)
+{
+	struct bf_dev *bd = ctx;
+	struct size_job *job = calloc(1, sizeof(*job));
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (!job) {
+		blk_err("%s: the storage's size changed outside blkfs; out of memory to take it "
+			"(blkfs resize MNT %s auto does)", bd->cd->name, bd->cd->name);
+		return;
+	}
+	job->d = bd->d;
+	snprintf(job->name, sizeof(job->name), "%s", bd->cd->name);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, size_changed_fn, job)) {
+		blk_err("%s: the storage's size changed outside blkfs; no thread to take it "
+			"(blkfs resize MNT %s auto does)", bd->cd->name, bd->cd->name);
+		free(job);
+	}
+	pthread_attr_destroy(&attr);
+}
+
 int bf_cmd_resize(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len)
 {
 	struct bf_dev *bd;

@@ -1,0 +1,55 @@
+# shellcheck shell=bash
+# tests/ceph/rbd.bash - sourced by tests/integ/rbd_*.sh after lib.sh: a
+# throw-away Ceph cluster (tests/ceph/cluster) in the test's $TDIR, stopped
+# by the EXIT trap before lib.sh's own cleanup runs, also when the test
+# fails. Skips (77) only when the Ceph binaries are missing.
+#
+#   rbd_require                 skip unless ceph-mon, ceph-osd, ceph, rbd are there
+#   rbd_cluster_start           start it; exports CEPH_CONF, sets CEPH_DIR, OSD_PID
+#   rbd_cluster_stop            stop it now (the trap does it otherwise)
+#   rbd_conf_dev NAME IMAGE [KEY = VALUE lines]   a [device NAME] section on it
+
+_CEPH_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CEPH_CLUSTER=$_CEPH_LIB_DIR/cluster
+CEPH_DIR=
+OSD_PID=
+
+rbd_require() {
+	require ceph-mon ceph-osd ceph rbd
+}
+
+_rbd_trap() {
+	local rc=$?
+	if [ -n "$CEPH_DIR" ] && [ -d "$CEPH_DIR" ]; then
+		# blkfs first, while the cluster still answers its last writes
+		for m in "${_MNTS[@]}"; do
+			is_mounted "$m" && timeout 30 "$BLKFS" umount "$m" >/dev/null 2>&1
+		done
+		"$CEPH_CLUSTER" stop "$CEPH_DIR" || echo "rbd.bash: stopping the cluster in $CEPH_DIR failed" >&2
+	fi
+	(exit "$rc")
+	_cleanup
+}
+
+rbd_cluster_start() {
+	local out t0=$SECONDS
+	CEPH_DIR=$TDIR/ceph
+	trap _rbd_trap EXIT
+	out=$(BLKFS_CEPH_MEMSTORE=${BLKFS_CEPH_MEMSTORE:-768M} "$CEPH_CLUSTER" start "$CEPH_DIR") ||
+		fail "the Ceph cluster did not start"
+	export CEPH_CONF=$CEPH_DIR/ceph.conf
+	OSD_PID=$(cat "$CEPH_DIR/osd.0.pid")
+	info "ceph cluster up in $((SECONDS - t0)) s: ${out##*# }"
+}
+
+rbd_cluster_stop() {
+	[ -n "$CEPH_DIR" ] || return 0
+	"$CEPH_CLUSTER" stop "$CEPH_DIR"
+	CEPH_DIR=
+}
+
+# rbd_export IMAGE FILE: the image as the cluster has it, without blkfs.
+rbd_export() {
+	rm -f "$2"
+	rbd export --no-progress "rbd/$1" "$2" >/dev/null 2>&1 || fail "rbd export rbd/$1 failed"
+}

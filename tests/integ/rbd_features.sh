@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# integ-timeout: 600
+# rbd_features.sh: what the rbd backend adds to the suite, on a throw-away
+# Ceph cluster this test starts (tests/ceph/cluster, stopped at exit):
+#  1. bad config fails `blkfs check` and `blkfs mount` within seconds, with
+#     a message naming the key and the cause: no pool key, no image key, no
+#     such pool, no such image, a conf that does not exist, a monitor that
+#     does not answer (timeout = 2s), create = yes without size;
+#  2. an acknowledged fsync is in the image (rbd export) after kill -9 of
+#     blkfs, with rbd_cache off (the default) and on;
+#  3. the exclusive lock: a second opener is refused naming the holder;
+#     kill -9 of the holder under crash_writer (a logging writer): a new
+#     mount is refused while the dead holder's lock is there, succeeds
+#     with break_lock = yes, and every fsync the writer got acknowledged is
+#     in the image (checked in an `rbd export` and through the new mount);
+#  4. the OSD stopped (kill -STOP) under a writer: fsync fails with EIO
+#     after `timeout`, the data stays dirty; kill -CONT: the next fsync
+#     succeeds, and the image (rbd export) holds everything written;
+#  5. a power cut through the powerloss filter over rbd under crash_writer:
+#     after the restart every record an fsync acknowledged before the cut
+#     is on the device, through blkfs and in the image (rbd export).
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+# shellcheck source=../ceph/rbd.bash
+. "$(dirname "$0")/../ceph/rbd.bash"
+require_root
+require_fuse
+require_blkfs
+require_helper crash_writer fsync_fd
+rbd_require
+require dd cmp
+
+M=$((1 << 20))
+src=$TDIR/src
+mkdata "$src" $((16 * M))
+
+rbd_cluster_start
+rbd create --size 64M rbd/img || fail "rbd create failed"
+
+# dev_conf IMAGE [LINES]: a config of device d on rbd/IMAGE.
+dev_conf() {
+	printf '[cache]\nsize = 32M\n\n[device d]\nbackend = rbd\npool = rbd\nimage = %s\nconf = %s\n%s\n' \
+		"$1" "$CEPH_CONF" "${2:-}"
+}
+
+# ---------------------------------------------------------------- 1
+# bad CONFIG_BODY WANT...: blkfs check fails within 60 s, saying every WANT.
+bad() {
+	local body=$1 out rc t0=$SECONDS w
+	shift
+	printf '%s\n' "$body" >"$TDIR/bad.conf"
+	out=$(timeout 60 "$BLKFS" check -c "$TDIR/bad.conf" 2>&1) && rc=0 || rc=$?
+	[ "$rc" -ne 0 ] || fail "blkfs check took a bad config: $body"
+	[ "$rc" -ne 124 ] || fail "blkfs check of a bad config hung for 60 s: $body"
+	for w in "$@"; do
+		case $out in
+		*"$w"*) ;;
+		*) fail "blkfs check does not say '$w' ($((SECONDS - t0)) s): $out" ;;
+		esac
+	done
+	info "refused in $((SECONDS - t0)) s: ${out%%$'\n'*}"
+}
+
+info "1. bad config"
+bad "$(dev_conf img | grep -v '^pool')" "bad.conf:" "pool: missing"
+bad "$(dev_conf img | grep -v '^image')" "image: missing"
+bad "$(dev_conf img | sed 's/^pool = rbd/pool = nopool/')" "bad.conf:6: pool: nopool: no such pool"
+bad "$(dev_conf nope)" "bad.conf:7: image: nope in pool rbd: no such image"
+bad "$(dev_conf img | sed "s|^conf = .*|conf = $TDIR/none.conf|")" \
+	"bad.conf:8: conf: $TDIR/none.conf: No such file or directory"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+sed "s|^mon host = .*|mon host = [v2:127.0.0.1:$port]|" "$CEPH_CONF" >"$TDIR/dead.conf"
+bad "$(dev_conf img 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
+	"conf: connecting to the cluster of $TDIR/dead.conf: Connection timed out" "no monitor answered"
+bad "$(dev_conf newimg 'create = yes')" "size: needed to create rbd/newimg"
+# the mount itself fails the same way, and leaves nothing mounted
+dev_conf nope >"$TDIR/bad.conf"
+new_mountpoint
+out=$(timeout 60 "$BLKFS" mount "$MNT" -c "$TDIR/bad.conf" 2>&1) && fail "blkfs mount took image = nope"
+case $out in *"image: nope in pool rbd: no such image"*) ;; *) fail "blkfs mount: $out" ;; esac
+! is_mounted "$MNT" || fail "a failed mount left $MNT mounted"
+
+# ---------------------------------------------------------------- 2
+for cache in no yes; do
+	info "2. rbd_cache = $cache: an acknowledged fsync survives kill -9"
+	rbd create --size 64M "rbd/dur-$cache"
+	start_blkfs "$(dev_conf "dur-$cache" "rbd_cache = $cache")"
+	assert_eq "rbd_cache in blkfs_stat" "$([ $cache = yes ] && echo 1 || echo 0)" \
+		"$(awk '$1 == "rbd_cache" { print $2 }' "$MNT/.sys/d/blkfs_stat")"
+	ddev if="$src" of="$MNT/d" bs=1M count=12 conv=notrunc,fsync
+	# written after the fsync, never acknowledged: may be lost, must not matter
+	ddev if=/dev/zero of="$MNT/d" bs=4K count=8 seek=4000 conv=notrunc
+	kill9_blkfs "$MNT"
+	rbd_export "dur-$cache" "$TDIR/export.img"
+	cmp -n $((12 * M)) "$src" "$TDIR/export.img" ||
+		fail "rbd_cache = $cache: data acknowledged by fsync is not in the image after kill -9"
+done
+
+# ---------------------------------------------------------------- 3
+info "3. the exclusive lock"
+rbd create --size 64M rbd/lock
+start_blkfs "$(dev_conf lock)"
+lmnt=$MNT
+out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) && fail "a second opener of rbd/lock was let in: $out"
+case $out in
+*"image: rbd/lock is locked by "[0-9]*"break_lock = yes"*) ;;
+*) fail "the second opener's refusal does not name the holder and break_lock: $out" ;;
+esac
+info "second opener: ${out%%$'\n'*}"
+dd if="$lmnt/d" of="$TDIR/base" bs=1M count=32 status=none
+"$BLKFS_TESTBIN/crash_writer" write "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" 2>"$TDIR/writer.err" &
+wpid=$!
+_BGPIDS+=("$wpid")
+wait_until 60 "crash_writer acknowledged 20 fsyncs" \
+	sh -c "[ \$(grep -c '^synced' '$TDIR/writer.log' 2>/dev/null || echo 0) -ge 20 ]"
+kill9_blkfs "$lmnt"
+wait "$wpid" || fail "crash_writer exited $?"
+acked=$(awk '/^synced/ { n = $2 } END { print n + 0 }' "$TDIR/writer.log")
+info "killed the holder after $acked acknowledged records"
+rbd_export lock "$TDIR/export.img"
+out=$("$BLKFS_TESTBIN/crash_writer" verify "$TDIR/export.img" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
+	{ printf '%s\n' "$out" >&2; fail "acknowledged records are missing from the image after kill -9"; }
+info "rbd export: $out"
+out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && fail "a mount took the dead holder's lock without break_lock: $out"
+case $out in *"is locked by "*"break_lock = yes"*) ;; *) fail "refusal: $out" ;; esac
+! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
+CONF_NOBREAK=$CONF
+write_conf "$(dev_conf lock 'break_lock = yes')"
+remount_blkfs "$lmnt"
+assert_eq "rbd_locks_broken" 1 "$(awk '$1 == "rbd_locks_broken" { print $2 }' "$lmnt/.sys/d/blkfs_stat")"
+out=$("$BLKFS_TESTBIN/crash_writer" verify "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
+	{ printf '%s\n' "$out" >&2; fail "acknowledged records are missing through the new mount"; }
+info "through blkfs after break_lock: $out"
+stop_blkfs "$lmnt"
+CONF=$CONF_NOBREAK
+# released at umount: the next opener needs no break
+out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/lock still locked after blkfs umount: $out"
+
+# ---------------------------------------------------------------- 4
+info "4. the OSD stopped under a writer"
+rbd create --size 64M rbd/out
+start_blkfs "$(dev_conf out 'timeout = 3s')"
+dev=$MNT/d
+stat=$MNT/.sys/d/blkfs_stat
+ddev if="$src" of="$dev" bs=1M count=4 conv=notrunc,fsync
+exec 7<>"$dev"
+kill -STOP "$OSD_PID"
+ddev if="$src" of="$dev" bs=1M count=4 skip=4 seek=4 conv=notrunc
+out=$(timeout 120 "$BLKFS_TESTBIN/fsync_fd" 7) || fail "fsync_fd: $out"
+[ "$out" = EIO ] || { kill -CONT "$OSD_PID"; fail "fsync with the OSD stopped gave '$out', not EIO"; }
+dirty=$(awk '$1 == "dirty_bytes" { print $2 }' "$stat")
+errs=$(awk '$1 == "rbd_errors" { print $2 }' "$stat")
+info "OSD stopped: fsync EIO, dirty_bytes $dirty, rbd_errors $errs"
+[ "$errs" -gt 0 ] || fail "rbd_errors is 0 after a failed fsync: $(cat "$stat")"
+[ "$dirty" -gt 0 ] || fail "the failed data is not kept dirty: $(cat "$stat")"
+kill -CONT "$OSD_PID"
+wait_until 120 "fsync succeeds once the OSD runs again" \
+	sh -c "[ \"\$('$BLKFS_TESTBIN/fsync_fd' 7)\" = OK ]"
+exec 7>&-
+stop_blkfs "$MNT"
+rbd_export out "$TDIR/export.img"
+cmp -n $((8 * M)) "$src" "$TDIR/export.img" || fail "data written while the OSD was stopped is not in the image"
+
+# ---------------------------------------------------------------- 5
+info "5. a power cut (powerloss filter) over rbd"
+rbd create --size 64M rbd/pl
+start_blkfs "[cache]
+size = 32M
+dirty_background = 64K
+dirty_expire = 100ms
+
+[device d]
+backend = rbd
+pool = rbd
+image = pl
+conf = $CEPH_CONF
+filters = powerloss
+powerloss.seed = 11"
+pl=$MNT/.sys/d/powerloss
+dd if="$MNT/d" of="$TDIR/base" bs=1M count=32 status=none
+rm -f "$TDIR/writer.log"
+"$BLKFS_TESTBIN/crash_writer" write "$MNT/d" 11 $((32 * M)) "$TDIR/writer.log" 2>"$TDIR/writer.err" &
+wpid=$!
+_BGPIDS+=("$wpid")
+wait_until 60 "crash_writer acknowledged 20 fsyncs" \
+	sh -c "[ \$(grep -c '^synced' '$TDIR/writer.log' 2>/dev/null || echo 0) -ge 20 ]"
+# what was acknowledged before the cut (an fsync after it is a lie the cut tells)
+acked=$(awk '/^synced/ { n = $2 } END { print n + 0 }' "$TDIR/writer.log")
+echo 1 >"$pl/trigger" || fail "powerloss trigger failed"
+assert_eq "state after the cut" dark "$(cat "$pl/state")"
+kill "$wpid" 2>/dev/null || true
+wait "$wpid" 2>/dev/null || true
+awk -v a="$acked" '!/^synced/ || $2 <= a' "$TDIR/writer.log" >"$TDIR/writer.cut"
+echo 1 >"$pl/restart" || fail "powerloss restart failed"
+out=$("$BLKFS_TESTBIN/crash_writer" verify "$MNT/d" 11 $((32 * M)) "$TDIR/writer.cut" "$TDIR/base" 2>&1) ||
+	{ printf '%s\n' "$out" >&2; fail "records acknowledged before the power cut are missing"; }
+info "after the cut: $out"
+stop_blkfs "$MNT"
+rbd_export pl "$TDIR/export.img"
+out=$("$BLKFS_TESTBIN/crash_writer" verify "$TDIR/export.img" 11 $((32 * M)) "$TDIR/writer.cut" "$TDIR/base" 2>&1) ||
+	{ printf '%s\n' "$out" >&2; fail "records acknowledged before the power cut are missing from the image"; }
+info "ok"
