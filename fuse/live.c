@@ -383,7 +383,7 @@ static int need_snapshots(struct bf_dev *bd, const char *verb, char *msg, size_t
 {
 	if (bf_dev_has_snapshots(bd))
 		return 0;
-	MSG("%s: %s: the %s backend keeps no snapshots (only ram does)", bd->cd->name, verb,
+	MSG("%s: %s: the %s backend keeps no snapshots (ram and rbd do)", bd->cd->name, verb,
 	    bd->cd->ops->name);
 	return -EOPNOTSUPP;
 }
@@ -414,8 +414,8 @@ static void snap_errmsg(struct bf_dev *bd, const char *verb, const char *snap, i
 		    name, verb);
 		break;
 	case -EOPNOTSUPP:
-		MSG("%s: %s: the %s backend keeps no snapshots (only ram does)", name, verb,
-		    bd->cd->ops->name);
+		MSG("%s: %s: the %s backend cannot do this (%s)", name, verb, bd->cd->ops->name,
+		    strerror(EOPNOTSUPP));
 		break;
 	default:
 		MSG("%s: %s %s: %s", name, verb, snap, strerror(-err));
