@@ -156,7 +156,7 @@ Test(record, over_ram_writes_flushes_discards_marks_in_order)
 {
 	struct conf conf;
 	struct blk_backend *be = open_ram(&conf, "");
-	unsigned char a[4096], b[1024], snapdata[4096];
+	unsigned char a[4096], b[4096], snapdata[4096];
 	struct blk_snap_info si[2];
 	struct rlog l;
 
