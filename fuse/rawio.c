@@ -38,18 +38,15 @@
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../backends/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "fuse_uring_abi.h"
@@ -86,7 +83,6 @@ static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool ring_live;		/* the ring carries the requests */
 static bool ring_dead;		/* a queue failed: the ring cannot carry them all */
 static bool stopping;		/* bf_rawio_stop() began */
-static bool stopping_gate;	/* gate.lock: the loop ends, the gate is open */
 static bool failed;		/* the transport failed: the daemon exits 1 */
 static char dev_why[256];	/* why /dev/fuse carries the requests */
 static char dead_why[256];	/* why a queue failed */
@@ -299,9 +295,9 @@ static ssize_t rx_read(int fd, void *buf, size_t len)
 	return r;
 }
 
-static ssize_t bf_io_received(void *buf, ssize_t r, void *userdata)
+static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 {
-	int err = errno;
+	ssize_t r = rx_read(fd, buf, len);
 
 	(void)userdata;
 	if (r > 0)
@@ -324,249 +320,7 @@ static ssize_t bf_io_received(void *buf, ssize_t r, void *userdata)
 			__atomic_store_n(&init_unique, in->unique, __ATOMIC_RELEASE);
 		}
 	}
-	return r < 0 ? -err : r;
-}
-
-/*
- * The reader gate. libfuse's loop keeps up to BF_MAX_THREADS workers, each
- * ready to block in read(2) of /dev/fuse, and the kernel wakes its waiting
- * readers in FIFO order: with N idle readers, N threads take turns, every
- * request lands on a thread that last ran somewhere else, and the scheduler,
- * seeing the requester wake ever different threads (its wake_wide rule),
- * spreads them over the CPUs. A requester that waits for each answer (QD1,
- * a database's fsync) then pays two wake-ups between CPUs per request; on a
- * guest whose idle vCPUs halt at once that is tens of microseconds each
- * (tools/blkfs-placement).
- *
- * So one worker at a time waits in read(2); the others wait here, parked
- * last in first out, and the worker that served last serves next. More
- * read at once only while requests queue, which poll(2) of /dev/fuse tells
- * without waiting: a worker back from a handler reads beside the waiting
- * one when a request is queued, and a worker that has just taken a request
- * while another is queued behind it wakes the top parked one to take that.
- * A requester that waits for each answer never has a second request queued
- * behind its first, so it stays with one thread.
- *
- * A handler may wait (a freeze, an fsync in the receiving thread, a
- * notification the kernel answers with requests of its own), and the
- * connection must never be left without a reader: while requests come, the
- * top parked worker wakes every GATE_WATCH_NS, and finding nobody in
- * read(2) since a request was taken GATE_STUCK_NS ago, it reads itself (a
- * rescue, counted). With no request for GATE_IDLE_NS it sleeps until the
- * next one is taken.
- *
- * gate.lock is a leaf; no wait holds it. A worker of libfuse's loop may be
- * cancelled in here when the loop ends (libfuse enables cancellation around
- * its receive): gate_cancelled() undoes what the worker had done.
- */
-#define GATE_WATCH_NS 1000000		/* the watcher's period */
-#ifndef GATE_STUCK_NS
-#define GATE_STUCK_NS 1000000		/* nobody in read(2) this long: a rescue */
-#endif
-#define GATE_IDLE_NS 50000000		/* no request for this long: the watcher sleeps */
-
-struct gate_waiter {
-	sem_t sem;
-	struct gate_waiter *below;	/* gate.lock */
-	bool parked;			/* gate.lock: on the stack */
-};
-
-static struct {
-	pthread_mutex_t lock;
-	unsigned int in_read;		/* workers past the gate, in read(2) */
-	unsigned int in_read_peak;
-	struct gate_waiter *top;	/* parked workers, last in first out */
-	unsigned int parked;
-	bool watcher_asleep;		/* the top waits without a deadline */
-	uint64_t last_take_ns;		/* a reader last took a request */
-	uint64_t beside;		/* a worker read beside another: one was queued */
-	uint64_t handoffs;		/* a parked worker woken for a queued request */
-	uint64_t rescues;		/* a parked worker read for a stuck reader */
-	const struct gate_waiter *last_taker;	/* the worker that took the last request */
-	uint64_t switches;		/* a request taken by another worker than the last */
-} gate = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static __thread struct gate_waiter gate_me;
-static __thread bool gate_me_ready;
-static __thread bool gate_passed;	/* this worker is counted in gate.in_read */
-
-/* a request is waiting in /dev/fuse now */
-static bool gate_queued(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-
-	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-}
-
-/* gate.lock held: @w off the stack, wherever it is in it */
-static void gate_unlink(struct gate_waiter *w)
-{
-	struct gate_waiter **pp;
-
-	for (pp = &gate.top; *pp; pp = &(*pp)->below)
-		if (*pp == w) {
-			*pp = w->below;
-			w->parked = false;
-			gate.parked--;
-			return;
-		}
-}
-
-/* gate.lock held: this worker reads */
-static void gate_pass(void)
-{
-	if (++gate.in_read > gate.in_read_peak)
-		gate.in_read_peak = gate.in_read;
-	gate_passed = true;
-}
-
-static void gate_cancelled(void *arg)
-{
-	(void)arg;
-	pthread_mutex_lock(&gate.lock);
-	if (gate_me.parked)
-		gate_unlink(&gate_me);
-	if (gate_passed) {
-		gate.in_read--;
-		gate_passed = false;
-	}
-	pthread_mutex_unlock(&gate.lock);
-}
-
-/* gate.lock held: why a parked worker (woken or timed out) may read now */
-static bool gate_may_read(uint64_t now, bool posted, int fd)
-{
-	if (stopping_gate || !gate.in_read) {
-		/* nobody in read(2): after a request taken GATE_STUCK_NS ago, or asked */
-		if (stopping_gate || posted || now - gate.last_take_ns >= GATE_STUCK_NS) {
-			if (!stopping_gate && !posted)
-				gate.rescues++;
-			return true;
-		}
-		return false;
-	}
-	return posted && gate_queued(fd);
-}
-
-/* Wait until this worker may read /dev/fuse (@fd). */
-static void gate_enter(int fd)
-{
-	struct gate_waiter *w = &gate_me;
-	uint64_t now;
-
-	pthread_mutex_lock(&gate.lock);
-	if (!gate.in_read || stopping_gate) {
-		gate_pass();
-		pthread_mutex_unlock(&gate.lock);
-		return;
-	}
-	pthread_mutex_unlock(&gate.lock);
-	if (gate_queued(fd)) {	/* one waits in read(2), and a request is queued */
-		pthread_mutex_lock(&gate.lock);
-		gate.beside++;
-		gate_pass();
-		pthread_mutex_unlock(&gate.lock);
-		return;
-	}
-	if (!gate_me_ready) {
-		sem_init(&w->sem, 0, 0);
-		gate_me_ready = true;
-	}
-	pthread_mutex_lock(&gate.lock);
-	w->below = gate.top;
-	gate.top = w;
-	w->parked = true;
-	gate.parked++;
-	now = blk_now_ns();
-	for (;;) {
-		bool top = gate.top == w;
-		bool idle = now - gate.last_take_ns >= GATE_IDLE_NS;
-		bool posted;
-
-		if (top)
-			gate.watcher_asleep = idle;
-		pthread_mutex_unlock(&gate.lock);
-		if (top && !idle) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_nsec += GATE_WATCH_NS;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			posted = sem_clockwait(&w->sem, CLOCK_MONOTONIC, &ts) == 0;
-		} else {
-			posted = sem_wait(&w->sem) == 0;
-		}
-		now = blk_now_ns();
-		pthread_mutex_lock(&gate.lock);
-		if (gate_may_read(now, posted, fd))
-			break;
-	}
-	gate_unlink(w);
-	gate_pass();
-	/* the one below becomes the watcher: it waits again with a deadline */
-	if (gate.top)
-		sem_post(&gate.top->sem);
-	pthread_mutex_unlock(&gate.lock);
-	while (sem_trywait(&w->sem) == 0)	/* posts that came late */
-		;
-}
-
-/* This worker's read returned at @now (@took: with a request). */
-static void gate_leave(int fd, bool took, uint64_t now)
-{
-	bool wake, alone;
-
-	pthread_mutex_lock(&gate.lock);
-	gate.in_read--;
-	gate_passed = false;
-	if (took) {
-		gate.last_take_ns = now;
-		if (gate.last_taker != &gate_me)
-			gate.switches++;
-		gate.last_taker = &gate_me;
-	}
-	wake = gate.watcher_asleep;	/* requests again: the watcher watches */
-	gate.watcher_asleep = false;
-	alone = took && gate.top && !gate.in_read;
-	pthread_mutex_unlock(&gate.lock);
-	/* another waits behind the one taken, and nobody reads: a parked one takes it */
-	if (!wake && alone && gate_queued(fd))
-		wake = true;
-	if (wake) {
-		pthread_mutex_lock(&gate.lock);
-		if (alone)
-			gate.handoffs++;
-		if (gate.top)
-			sem_post(&gate.top->sem);
-		pthread_mutex_unlock(&gate.lock);
-	}
-}
-
-/* The loop ends: every parked worker reads (and finds the session gone). */
-static void gate_open_all(void)
-{
-	struct gate_waiter *w;
-
-	pthread_mutex_lock(&gate.lock);
-	stopping_gate = true;
-	for (w = gate.top; w; w = w->below)
-		sem_post(&w->sem);
-	pthread_mutex_unlock(&gate.lock);
-}
-
-static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
-{
-	ssize_t r;
-
-	pthread_cleanup_push(gate_cancelled, NULL);
-	gate_enter(fd);
-	r = rx_read(fd, buf, len);
-	gate_leave(fd, r > 0, blk_now_ns());
-	pthread_cleanup_pop(0);
-	return bf_io_received(buf, r, userdata);
+	return r < 0 ? -errno : r;
 }
 
 /* A request from /dev/fuse or the ring, before libfuse has it. */
@@ -920,7 +674,6 @@ bool bf_rawio_stop(uint64_t timeout_ms)
 	pthread_mutex_lock(&io_lock);
 	stopping = true;
 	pthread_mutex_unlock(&io_lock);
-	gate_open_all();
 	return bf_ring_stop_within(io_ring, timeout_ms);
 }
 
@@ -1022,19 +775,9 @@ int bf_rawio_offqueue(struct bf_offq *w)
 
 int bf_rawio_show(char *buf, size_t len)
 {
-	unsigned int in_read_peak, parked;
-	uint64_t beside, handoffs, rescues, switches;
 	bool live;
 	int n;
 
-	pthread_mutex_lock(&gate.lock);
-	in_read_peak = gate.in_read_peak;
-	parked = gate.parked;
-	beside = gate.beside;
-	handoffs = gate.handoffs;
-	rescues = gate.rescues;
-	switches = gate.switches;
-	pthread_mutex_unlock(&gate.lock);
 	pthread_mutex_lock(&io_lock);
 	live = ring_live;
 	pthread_mutex_unlock(&io_lock);
@@ -1044,16 +787,11 @@ int bf_rawio_show(char *buf, size_t len)
 	if (n >= 0 && (size_t)n < len)
 		n += snprintf(buf + n, len - (size_t)n,
 			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
-			      "offqueue_requests %llu\n"
-			      "dev_readers_peak %u\ndev_readers_parked %u\ndev_reads_beside %llu\n"
-			      "dev_reader_handoffs %llu\ndev_reader_rescues %llu\ndev_reader_switches %llu\n",
+			      "offqueue_requests %llu\n",
 			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED),
-			      in_read_peak, parked, (unsigned long long)beside,
-			      (unsigned long long)handoffs, (unsigned long long)rescues,
-			      (unsigned long long)switches);
+			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED));
 	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 
@@ -1065,11 +803,5 @@ void bf_rawio_detach(void)
 	io_daemon = NULL;
 	io_se = NULL;
 	ring_live = ring_dead = stopping = failed = false;
-	pthread_mutex_lock(&gate.lock);
-	assert(!gate.top);	/* the loop's workers are gone */
-	stopping_gate = false;
-	gate.in_read = 0;
-	gate.last_taker = NULL;
-	pthread_mutex_unlock(&gate.lock);
 	dev_why[0] = dead_why[0] = 0;
 }
