@@ -85,7 +85,7 @@ events() { blkparse -q -i "$TDIR/$1" -f "%a %d %n\n" 2>/dev/null; }
 # btt_avg NAME ROW: btt's average (seconds) of ROW (D2C, Q2C, ...); 0 if absent
 btt_avg() {
 	blkparse -q -i "$TDIR/$1" -d "$TDIR/$1.bin" -o /dev/null >/dev/null 2>&1
-	btt -i "$TDIR/$1.bin" | awk -v r="$2" '$1 == r { print $3; f = 1; exit } END { if (!f) print 0 }'
+	(cd "$TDIR" && btt -i "$1.bin") | awk -v r="$2" '$1 == r { print $3; f = 1; exit } END { if (!f) print 0 }'
 }
 
 dev=$(cat "$MNT/.sys/ram0/dev")
