@@ -97,7 +97,7 @@ awk '$1 == "C" && $2 ~ /F/ { f = 1 } END { exit !f }' "$TDIR/f.ev" ||
 	fail "no flush (the fsync) at the FUSE level: $(awk '$1 == "C"' "$TDIR/f.ev" | tail -n 3)"
 read -r q d c < <(awk '$1 == "Q" { q++ } $1 == "D" { d++ } $1 == "C" { c++ }
 	END { print q + 0, d + 0, c + 0 }' "$TDIR/f.ev")
-[ "$q" -eq "$d" ] && [ "$q" -eq "$c" ] || fail "Q $q, D $d, C $c: each request is one of each"
+{ [ "$q" -eq "$d" ] && [ "$q" -eq "$c" ]; } || fail "Q $q, D $d, C $c: each request is one of each"
 
 lat=$(cat "$MNT/.sys/ram0/latency")
 for want in "fuse write count" "fuse read count" "fuse flush count"; do
@@ -130,7 +130,7 @@ grep -q "^fuse write count 20 " "$MNT/.sys/slow/latency" ||
 "$BLKFS" stat "$MNT" ram0 -i 0.5 3 >"$TDIR/iostat" &
 ipid=$!
 _BGPIDS+=("$ipid")
-for i in 1 2 3; do
+for _ in 1 2 3; do
 	ddev if=/dev/zero of="$MNT/ram0" bs=4k count=2048 oflag=direct
 done
 watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
