@@ -21,7 +21,8 @@
 #    flakey's down window as "flakey: down"; a powerloss cut as "powerloss:
 #    cut, seed 42", what it made of the unflushed writes, and the restart.
 #  - blkfs stat --prometheus passes promtool check metrics and has the
-#    counters and latency histograms; --json has the percentiles; -i prints
+#    counters, the iostat families at both levels and latency histograms;
+#    --json has the percentiles; -i prints
 #    iostat -x lines with the writes of a writer running meanwhile.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -231,7 +232,8 @@ promtool check metrics <"$TDIR/prom" >"$TDIR/promtool.out" 2>&1 ||
 for want in 'blkfs_backend_write_ios_total{device="ram0"} ' 'blkfs_dirty_bytes{device="ram0"} ' \
 	'blkfs_latency_seconds_bucket{device="thr",level="device",op="write",le="+Inf"} ' \
 	'blkfs_latency_seconds_count{device="thr",level="device",op="write"} ' \
-	'# TYPE blkfs_latency_seconds histogram'; do
+	'# TYPE blkfs_latency_seconds histogram' 'blkfs_ios_total{device="ram0",level="device",op="write"} ' \
+	'# TYPE blkfs_ios_in_flight gauge' 'blkfs_io_busy_seconds_total{device="thr",level="device"} '; do
 	grep -qF "$want" "$TDIR/prom" || fail "--prometheus has no line starting '$want'"
 done
 "$BLKFS" stat "$MNT" thr --json | grep -q '"latency_device_write": { "count": ' ||

@@ -140,7 +140,8 @@ awk '$1 == "ram0" && $2 == "fuse" && $4 > 0 { f = 1 } END { exit !f }' "$TDIR/io
 promtool check metrics <"$TDIR/prom" >"$TDIR/promtool.out" 2>&1 ||
 	fail "promtool check metrics: $(cat "$TDIR/promtool.out")"
 for want in 'blkfs_latency_seconds_count{device="ram0",level="fuse",op="write"} ' \
-	'blkfs_latency_seconds_bucket{device="slow",level="fuse",op="write",le="+Inf"} 20'; do
+	'blkfs_latency_seconds_bucket{device="slow",level="fuse",op="write",le="+Inf"} 20' \
+	'blkfs_ios_total{device="slow",level="fuse",op="write"} 20'; do
 	grep -qF "$want" "$TDIR/prom" || fail "--prometheus has no line starting '$want'"
 done
 "$BLKFS" stat "$MNT" ram0 --json | grep -q '"latency_fuse_write": { "count": ' ||
