@@ -8,6 +8,7 @@
 #  - max_io = 256K: 1 MiB O_DIRECT writes show splits (X) and no write above
 #    256 KiB at D; 256 sequential 4K buffered writes and fsync show as
 #    merges (M) into few writes at D.
+#  - `blkfs trace MNT ram0 -w 2 | blkparse -i -` reads the events live.
 #  - fio --read_iolog replays the trace (blkparse -d) against the device and
 #    issues as many I/Os as the trace has Q events.
 #  - delay.write = 2ms: btt's D2C average is at least 1.5 ms.
@@ -147,6 +148,17 @@ nd=$(blkparse -q -i "$TDIR/t" -f "%a %d %S\n" 2>/dev/null |
 info "merges: $nm; writes of the buffered run at D: $nd"
 [ "$nm" -ge 200 ] || fail "256 sequential 4K writes: $nm merges (M), expected at least 200"
 [ "$nd" -le 16 ] || fail "256 sequential 4K writes reached the device as $nd writes"
+
+# ---- to stdout, into blkparse's stdin
+( "$BLKFS" trace "$MNT" ram0 -w 2 2>"$TDIR/pipe.err" | blkparse -q -i - -f "%a %d\n" >"$TDIR/pipe.out" 2>&1 ) &
+ppid=$!
+_BGPIDS+=("$ppid")
+wait_until 60 "blkfs trace | blkparse to start" grep -q "^blkfs trace: tracing" "$TDIR/pipe.err"
+ddev if=/dev/zero of="$MNT/ram0" bs=4k count=16 seek=100 oflag=direct conv=notrunc
+watchdog_wait 60 "$MNT" "blkfs trace -w 2 | blkparse -i -" "$ppid" || fail "the pipe failed: $(cat "$TDIR/pipe.err")"
+np=$(awk '$1 == "C" && $2 ~ /W/' "$TDIR/pipe.out" | wc -l)
+info "through a pipe: $np writes completed ($(tail -n 1 "$TDIR/pipe.err"))"
+assert_eq "writes completed in blkparse's reading of stdin" 16 "$np"
 
 # ---- replay: fio reads the Q events of the binary dump
 nq=$(events t | awk '$1 == "Q"' | wc -l)
