@@ -60,6 +60,39 @@ void blk_hist_add(struct blk_hist *h, uint64_t ns)
 		;
 }
 
+/* One writer: relaxed loads and stores (no lock prefix), still whole for a reader. */
+#define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
+					 __ATOMIC_RELAXED)
+
+void blk_hist_add_owned(struct blk_hist *h, uint64_t ns)
+{
+	OWNED_ADD(&h->log2[blk_hist_log2_idx(ns / 1000)], 1);
+	OWNED_ADD(&h->fine[blk_hist_fine_idx(ns)], 1);
+	OWNED_ADD(&h->sum_ns, ns);
+	OWNED_ADD(&h->count, 1);
+	if (ns > __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED))
+		__atomic_store_n(&h->max_ns, ns, __ATOMIC_RELAXED);
+}
+
+void blk_hist_snap_add(const struct blk_hist *h, struct blk_hist *out)
+{
+	uint64_t m;
+	unsigned i;
+
+	for (i = 0; i < BH_LOG2; i++)
+		out->log2[i] += __atomic_load_n(&h->log2[i], __ATOMIC_RELAXED);
+	for (i = 0; i < BH_FINE; i++) {
+		uint64_t v = __atomic_load_n(&h->fine[i], __ATOMIC_RELAXED);
+
+		out->fine[i] += v;
+		out->count += v;
+	}
+	out->sum_ns += __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED);
+	m = __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED);
+	if (m > out->max_ns)
+		out->max_ns = m;
+}
+
 void blk_hist_reset(struct blk_hist *h)
 {
 	unsigned i;

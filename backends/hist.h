@@ -30,6 +30,14 @@ uint64_t blk_hist_fine_max(unsigned idx);
 
 /* Count one latency of @ns nanoseconds. */
 void blk_hist_add(struct blk_hist *h, uint64_t ns);
+/*
+ * The same for a histogram only the calling thread adds to (a thread's
+ * own): plain loads and stores, no locked instruction; readers may still
+ * take snapshots meanwhile.
+ */
+void blk_hist_add_owned(struct blk_hist *h, uint64_t ns);
+/* Add a snapshot of @h into the snapshot @out (counts and sums; the larger max). */
+void blk_hist_snap_add(const struct blk_hist *h, struct blk_hist *out);
 void blk_hist_reset(struct blk_hist *h);
 void blk_hist_snap(const struct blk_hist *h, struct blk_hist *out);
 

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "trace.h"
 
 #define PL_ALIGN	4096		/* saved-data buffers: fine for O_DIRECT below */
 
@@ -96,6 +97,7 @@ struct pl_entry {
 struct pl_dev {
 	struct blk_backend be;		/* must come first */
 	const char *dev;		/* device name, for messages */
+	struct bt_dev *bt;		/* trace state (message notes); NULL: none */
 	const struct blk_host *host;	/* may be NULL (tests, tools) */
 	struct blk_geometry geo;	/* the layer below's; set at open */
 
@@ -764,6 +766,8 @@ static int pl_trigger(struct pl_dev *pd)
 		seed = pd->seed;
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
+	/* a trace of the device says where in its I/O the power went */
+	bt_msg(pd->bt, "powerloss: cut, seed %llu", (unsigned long long)seed);
 
 	/* Volatile memory above the device dies first, as in a real cut. */
 	drop_volatile(pd);
@@ -823,6 +827,9 @@ static int pl_trigger(struct pl_dev *pd)
 		(unsigned long long)counts[PL_KEEP], (unsigned long long)counts[PL_DROP],
 		(unsigned long long)counts[PL_TEAR], ret ? "; restoring failed: " : "",
 		ret ? strerror(-ret) : "");
+	bt_msg(pd->bt, "powerloss: %zu unflushed writes: %llu kept, %llu dropped, %llu torn%s", n,
+	       (unsigned long long)counts[PL_KEEP], (unsigned long long)counts[PL_DROP],
+	       (unsigned long long)counts[PL_TEAR], ret ? ", restoring failed" : "");
 	/*
 	 * Again at the end: whatever the cache read while the blocks were
 	 * being put back may be neither state.
@@ -853,6 +860,7 @@ static int pl_restart(struct pl_dev *pd)
 	pthread_cond_broadcast(&pd->cv);
 	pthread_mutex_unlock(&pd->lock);
 	blk_info("powerloss: %s: restarted", pd->dev);
+	bt_msg(pd->bt, "powerloss: restarted");
 	return 0;
 }
 
@@ -997,6 +1005,7 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 			"the powerloss filter needs a power-of-two physical block size below it"));
 	}
 	pd->dev = p->dev ? p->dev : "?";
+	pd->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	pd->host = p->host;
 	pd->seed_auto = seed_auto;
 	pd->seed = seed;

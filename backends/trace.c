@@ -36,8 +36,6 @@ const char *const bt_op_names[BT_NR_OPS] = { "read", "write", "flush", "discard"
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct bt_dev *reg_head;
 static uint32_t reg_nr;
-/* leaf: the FUSE level's busy time (as the cache's acct_lock) */
-static pthread_mutex_t acct_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct bt_dev *bt_dev_get(const char *name)
 {
@@ -48,9 +46,12 @@ struct bt_dev *bt_dev_get(const char *name)
 	for (d = reg_head; d; d = d->next)
 		if (!strcmp(d->name, name))
 			goto out;
-	d = calloc(1, sizeof(*d) + n + 1);
-	if (!d)
+	/* its counters are on cache lines of their own: aligned memory */
+	if (posix_memalign((void **)&d, 64, sizeof(*d) + n + 1)) {
+		d = NULL;
 		goto out;
+	}
+	memset(d, 0, sizeof(*d));
 	memcpy(d->name, name, n + 1);
 	d->devnum[BT_LEVEL_DEV] = BT_MKDEV(BT_MAJOR_DEV, reg_nr);
 	d->devnum[BT_LEVEL_FUSE] = BT_MKDEV(BT_MAJOR_FUSE, reg_nr);
@@ -224,6 +225,147 @@ void bt_msg(struct bt_dev *d, const char *fmt, ...)
 
 /* ---------------------------------------------------------- FUSE level */
 
+/*
+ * One thread's counts of one device's FUSE level: written by that thread
+ * alone (plain loads and stores through relaxed atomics, so that a reader
+ * may sum them meanwhile), found through the thread's table indexed by
+ * the device's minor, listed on the device (reg_lock) for readers, and
+ * folded into the device's shared counts when the thread exits.
+ */
+struct bt_tl {
+	struct bt_tl *next;		/* reg_lock: d->fuse_tl */
+	struct bt_dev *d;
+	uint64_t epoch;			/* atomic (release): d->fuse_epoch @hist counts since */
+	uint64_t ios[BT_NR_OPS], bytes[BT_NR_OPS], ticks_ns[BT_NR_OPS];
+	struct blk_hist hist[BT_NR_OPS];
+};
+
+static __thread struct bt_tl **tl_tab;	/* by minor; NULL where not made yet */
+static __thread uint32_t tl_nr;
+static __thread bool tl_failed;		/* no memory once: the shared counts from then on */
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+#define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
+					 __ATOMIC_RELAXED)
+
+/* A thread exits: what it counted goes to its devices' shared counts. */
+static void tl_exit(void *p)
+{
+	struct bt_tl **tab = p;
+	uint32_t i, n = tl_nr;
+	int o;
+
+	for (i = 0; i < n; i++) {
+		struct bt_tl *t = tab[i], **pp;
+		struct bt_dev *d;
+
+		if (!t)
+			continue;
+		d = t->d;
+		pthread_mutex_lock(&reg_lock);
+		for (pp = &d->fuse_tl; *pp != t; pp = &(*pp)->next)
+			;
+		*pp = t->next;
+		for (o = 0; o < BT_NR_OPS; o++) {
+			__atomic_add_fetch(&d->fuse.ios[o], t->ios[o], __ATOMIC_RELAXED);
+			__atomic_add_fetch(&d->fuse.bytes[o], t->bytes[o], __ATOMIC_RELAXED);
+			__atomic_add_fetch(&d->fuse.ticks_ns[o], t->ticks_ns[o], __ATOMIC_RELAXED);
+		}
+		/* its latencies, unless a reset came after them */
+		if (t->epoch == __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED))
+			for (o = 0; o < BT_NR_OPS; o++) {
+				struct blk_hist *h = &t->hist[o], *to = &d->hist[BT_LEVEL_FUSE][o];
+				unsigned k;
+				uint64_t m = to->max_ns;
+
+				for (k = 0; k < BH_LOG2; k++)
+					__atomic_add_fetch(&to->log2[k], h->log2[k], __ATOMIC_RELAXED);
+				for (k = 0; k < BH_FINE; k++)
+					__atomic_add_fetch(&to->fine[k], h->fine[k], __ATOMIC_RELAXED);
+				__atomic_add_fetch(&to->sum_ns, h->sum_ns, __ATOMIC_RELAXED);
+				__atomic_add_fetch(&to->count, h->count, __ATOMIC_RELAXED);
+				while (h->max_ns > m &&
+				       !__atomic_compare_exchange_n(&to->max_ns, &m, h->max_ns, true,
+								    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+					;
+			}
+		pthread_mutex_unlock(&reg_lock);
+		free(t);
+	}
+	free(tab);
+	tl_tab = NULL;
+	tl_nr = 0;
+}
+
+static void tl_key_init(void)
+{
+	tl_key_ok = !pthread_key_create(&tl_key, tl_exit);
+}
+
+/* This thread's block for @d, made on first use; NULL when out of memory. */
+static struct bt_tl *tl_get(struct bt_dev *d)
+{
+	uint32_t minor = d->devnum[BT_LEVEL_DEV] & ((1u << BT_MINORBITS) - 1);
+	struct bt_tl *t;
+
+	if (__builtin_expect(minor < tl_nr && tl_tab[minor], 1))
+		return tl_tab[minor];
+	if (tl_failed)
+		return NULL;
+	pthread_once(&tl_once, tl_key_init);
+	if (!tl_key_ok)
+		goto fail;
+	if (minor >= tl_nr) {
+		uint32_t n = minor + 8;
+		struct bt_tl **tab = realloc(tl_tab, n * sizeof(*tab));
+
+		if (!tab)
+			goto fail;
+		memset(tab + tl_nr, 0, (n - tl_nr) * sizeof(*tab));
+		tl_tab = tab;
+		tl_nr = n;
+		if (pthread_setspecific(tl_key, tab))
+			goto fail;
+	}
+	/* its own cache lines: no false sharing with another thread's */
+	if (posix_memalign((void **)&t, 64, sizeof(*t)))
+		goto fail;
+	memset(t, 0, sizeof(*t));
+	t->d = d;
+	pthread_mutex_lock(&reg_lock);
+	t->epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
+	t->next = d->fuse_tl;
+	d->fuse_tl = t;
+	pthread_mutex_unlock(&reg_lock);
+	tl_tab[minor] = t;
+	return t;
+fail:
+	tl_failed = true;
+	return NULL;
+}
+
+/*
+ * Busy time without a lock, as the kernel's update_io_ticks(): the thread
+ * that moves the stamp from S to @now adds now - S when the device was busy
+ * over [S, now]: a request is ending (@end: it was in flight all along), or
+ * one was in flight when this one began. A thread that loses the race (the
+ * stamp moved meanwhile) adds nothing: the winner covered up to its own
+ * time, and the next update covers the rest. Called before the in-flight
+ * count changes.
+ */
+static void fuse_ticks(struct bt_dev *d, uint64_t now, bool end)
+{
+	uint64_t stamp = __atomic_load_n(&d->fuse_stamp_ns, __ATOMIC_RELAXED);
+
+	if (now > stamp &&
+	    __atomic_compare_exchange_n(&d->fuse_stamp_ns, &stamp, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED) &&
+	    (end || __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED)))
+		__atomic_add_fetch(&d->fuse.io_ticks_ns, now - stamp, __ATOMIC_RELAXED);
+}
+
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
 		      uint32_t pid)
 {
@@ -231,10 +373,8 @@ uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t l
 
 	if (!d)
 		return now;
-	pthread_mutex_lock(&acct_lock);
-	if (!d->fuse.in_flight++)
-		d->fuse_busy_since_ns = now;
-	pthread_mutex_unlock(&acct_lock);
+	fuse_ticks(d, now, false);
+	__atomic_add_fetch(&d->fuse.in_flight, 1, __ATOMIC_RELAXED);
 	if (bt_on(d, BT_LEVEL_FUSE)) {
 		uint32_t cat = bt_op_cat(op, 0);
 
@@ -252,15 +392,34 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 
 	if (!d)
 		return;
-	pthread_mutex_lock(&acct_lock);
-	if (!--d->fuse.in_flight)
-		d->fuse.io_ticks_ns += now - d->fuse_busy_since_ns;
-	pthread_mutex_unlock(&acct_lock);
+	fuse_ticks(d, now, true);
+	__atomic_sub_fetch(&d->fuse.in_flight, 1, __ATOMIC_RELAXED);
 	if (res >= 0) {
-		__atomic_add_fetch(&d->fuse.ios[o], 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&d->fuse.bytes[o], op == BLK_FLUSH ? 0 : len, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&d->fuse.ticks_ns[o], ns, __ATOMIC_RELAXED);
-		blk_hist_add(&d->hist[BT_LEVEL_FUSE][o], ns);
+		/* a read or write counts the bytes it moved (a read at the end: fewer) */
+		uint64_t bytes = op == BLK_FLUSH ? 0 :
+				 (op == BLK_READ || op == BLK_WRITE) && (uint64_t)res < len ?
+				 (uint64_t)res : len;
+		struct bt_tl *t = tl_get(d);
+
+		if (__builtin_expect(t != NULL, 1)) {
+			uint64_t epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
+
+			if (__builtin_expect(t->epoch != epoch, 0)) {
+				/* a reset since this thread's last request: its latencies go */
+				for (unsigned k = 0; k < BT_NR_OPS; k++)
+					blk_hist_reset(&t->hist[k]);
+				__atomic_store_n(&t->epoch, epoch, __ATOMIC_RELEASE);
+			}
+			OWNED_ADD(&t->ios[o], 1);
+			OWNED_ADD(&t->bytes[o], bytes);
+			OWNED_ADD(&t->ticks_ns[o], ns);
+			blk_hist_add_owned(&t->hist[o], ns);
+		} else {
+			__atomic_add_fetch(&d->fuse.ios[o], 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&d->fuse.bytes[o], bytes, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&d->fuse.ticks_ns[o], ns, __ATOMIC_RELAXED);
+			blk_hist_add(&d->hist[BT_LEVEL_FUSE][o], ns);
+		}
 	}
 	if (bt_on(d, BT_LEVEL_FUSE))
 		bt_event(d, BT_LEVEL_FUSE, BT_ACT_COMPLETE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
@@ -270,24 +429,57 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
 {
 	uint64_t now = blk_now_ns();
+	struct bt_tl *t;
 	unsigned i;
 
+	pthread_mutex_lock(&reg_lock);
 	for (i = 0; i < BT_NR_OPS; i++) {
 		out->ios[i] = __atomic_load_n(&d->fuse.ios[i], __ATOMIC_RELAXED);
 		out->bytes[i] = __atomic_load_n(&d->fuse.bytes[i], __ATOMIC_RELAXED);
 		out->ticks_ns[i] = __atomic_load_n(&d->fuse.ticks_ns[i], __ATOMIC_RELAXED);
+		for (t = d->fuse_tl; t; t = t->next) {
+			out->ios[i] += __atomic_load_n(&t->ios[i], __ATOMIC_RELAXED);
+			out->bytes[i] += __atomic_load_n(&t->bytes[i], __ATOMIC_RELAXED);
+			out->ticks_ns[i] += __atomic_load_n(&t->ticks_ns[i], __ATOMIC_RELAXED);
+		}
 	}
-	pthread_mutex_lock(&acct_lock);
-	out->in_flight = d->fuse.in_flight;
-	out->io_ticks_ns = d->fuse.io_ticks_ns +
-		(d->fuse.in_flight ? now - d->fuse_busy_since_ns : 0);
-	pthread_mutex_unlock(&acct_lock);
+	pthread_mutex_unlock(&reg_lock);
+	out->in_flight = __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED);
+	out->io_ticks_ns = __atomic_load_n(&d->fuse.io_ticks_ns, __ATOMIC_RELAXED);
+	if (out->in_flight) {
+		/* the busy time since the last update counts too */
+		uint64_t stamp = __atomic_load_n(&d->fuse_stamp_ns, __ATOMIC_RELAXED);
+
+		if (now > stamp)
+			out->io_ticks_ns += now - stamp;
+	}
+}
+
+void bt_hist_snap(struct bt_dev *d, int level, unsigned op, struct blk_hist *out)
+{
+	uint64_t epoch;
+	struct bt_tl *t;
+
+	blk_hist_snap(&d->hist[level][op], out);
+	if (level != BT_LEVEL_FUSE)
+		return;
+	pthread_mutex_lock(&reg_lock);
+	epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
+	for (t = d->fuse_tl; t; t = t->next)
+		/* a block still of an older epoch holds only latencies a reset cleared */
+		if (__atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) == epoch)
+			blk_hist_snap_add(&t->hist[op], out);
+	pthread_mutex_unlock(&reg_lock);
 }
 
 void bt_hist_reset(struct bt_dev *d)
 {
 	int l, o;
 
+	/* the threads' own: each clears its block at its next request */
+	pthread_mutex_lock(&reg_lock);
+	__atomic_add_fetch(&d->fuse_epoch, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&reg_lock);
 	for (l = 0; l < BT_LEVELS; l++)
 		for (o = 0; o < BT_NR_OPS; o++)
 			blk_hist_reset(&d->hist[l][o]);
@@ -308,7 +500,7 @@ size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 		return 0;
 	for (l = 0; l < BT_LEVELS; l++)
 		for (op = 0; op < BT_NR_OPS && o < len; op++) {
-			blk_hist_snap(&d->hist[l][op], h);
+			bt_hist_snap(d, l, (unsigned)op, h);
 			if (!h->count)
 				continue;
 			o += (size_t)snprintf(buf + o, len - o,

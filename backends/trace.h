@@ -58,15 +58,32 @@ struct bt_counts {
 	uint64_t io_ticks_ns;		/* time with at least one in flight */
 };
 
+struct bt_tl;
+
 struct bt_dev {
 	int on[BT_LEVELS];		/* atomic: sessions reading the level */
 	uint32_t devnum[BT_LEVELS];
 	uint64_t dropped[BT_LEVELS];	/* atomic: events a full ring dropped */
 	int queues_below;		/* atomic: filters that queue (throttle) emit I and D */
-	struct blk_hist hist[BT_LEVELS][BT_NR_OPS];
-	struct bt_counts fuse;		/* BT_LEVEL_FUSE's (the device level's are pc_stats) */
-	uint64_t fuse_busy_since_ns;	/* under the registry's acct lock */
-	struct bt_dev *next;
+	uint64_t fuse_epoch;		/* atomic: bt_hist_reset()s so far */
+	struct bt_dev *next;		/* the registry's mutex */
+	struct bt_tl *fuse_tl;		/* the registry's mutex: threads' own counts */
+	/*
+	 * BT_LEVEL_FUSE's counts (the device level's are pc_stats). Each
+	 * request thread adds its requests' counts and latencies to a block of
+	 * its own (struct bt_tl in trace.c: no locked instruction, no shared
+	 * cache line); @fuse's ios, bytes and ticks and @hist[BT_LEVEL_FUSE]
+	 * hold what exited threads counted (and a thread's whose block could
+	 * not be allocated), with relaxed atomics. In flight and busy time are
+	 * the device's as a whole: relaxed atomics on a cache line of their
+	 * own (the fields above are read by every event). Busy time is kept as
+	 * the kernel's update_io_ticks() keeps it: whoever moves fuse_stamp_ns
+	 * forward by compare-and-swap adds the time since the old stamp, when
+	 * something was in flight over it.
+	 */
+	struct bt_counts fuse __attribute__((aligned(64)));
+	uint64_t fuse_stamp_ns;		/* atomic: the last update of fuse.io_ticks_ns */
+	struct blk_hist hist[BT_LEVELS][BT_NR_OPS] __attribute__((aligned(64)));
 	char name[];
 };
 
@@ -121,6 +138,7 @@ static inline void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
  * Emits Q and D when traced, counts it in flight.
  * Returns: its start time, for bt_req_end().
  * Called by the request path when it receives a request (fuse/daemon.c).
+ * Locking: none (a few relaxed atomics); any thread, any number at once.
  */
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
 		      uint32_t pid);
@@ -128,13 +146,18 @@ uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t l
 /**
  * bt_req_end - the request begun at @start_ns was answered with @res
  * (0, a byte count or -errno): C when traced, its latency in the FUSE
- * level's histogram and iostat counters. Called where the reply is sent.
+ * level's histogram and iostat counters. Called where the reply is sent,
+ * in whatever thread sends it. Locking: none; the first call of a thread
+ * for a device allocates that thread's block of counts (once).
  */
 void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
 		uint64_t start_ns, long res);
 
 /* A snapshot of the FUSE level's counters (busy time up to now included). */
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out);
+
+/* A snapshot of @level's histogram of @op (BT_OP_*), every thread's counts summed. */
+void bt_hist_snap(struct bt_dev *d, int level, unsigned op, struct blk_hist *out);
 
 /* Clear both levels' histograms (`reset` written to .sys/DEV/latency). */
 void bt_hist_reset(struct bt_dev *d);

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
@@ -228,6 +229,7 @@ static struct bf_dev *dev_create(struct bf_daemon *d, struct conf *c, int idx, b
 	bd->ref = 1;
 	bd->slot = -1;
 	bd->cd = cd;
+	bd->bt = bt_dev_get(cd->name);	/* the FUSE level's counts (NULL: not counted) */
 	bd->host.ctx = bd;
 	bd->host.drop_volatile = bf_dev_drop_volatile;
 	bd->host.size_changed = bf_dev_size_changed;

@@ -263,6 +263,72 @@ static int cmp_sample(const void *a, const void *b)
 	return c ? c : strcmp(x->dev, y->dev);
 }
 
+/*
+ * The fields of `stat` (the device level) and `fuse_stat` (the FUSE level)
+ * as families labelled by device, level and op: what `blkfs stat -i`
+ * shows, for a dashboard to take rates of.
+ */
+static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
+{
+	static const char *const files[2] = { "stat", "fuse_stat" };
+	static const char *const lvl[2] = { "device", "fuse" };
+	/* op: its ios, sectors and ticks (ms) fields; -1 where `stat` has none */
+	static const struct { const char *op; int ios, sect, ticks; } ops[] = {
+		{ "read", RD_IOS, RD_SECT, RD_TICKS }, { "write", WR_IOS, WR_SECT, WR_TICKS },
+		{ "discard", 11, 13, 14 }, { "flush", 15, -1, 16 },
+	};
+	static const struct { const char *name, *type, *help; } fam[] = {
+		{ "blkfs_ios_total", "counter", "I/Os completed without error" },
+		{ "blkfs_io_bytes_total", "counter", "Bytes of the I/Os completed without error" },
+		{ "blkfs_io_time_seconds_total", "counter",
+		  "Time the I/Os completed without error took, added up" },
+		{ "blkfs_io_busy_seconds_total", "counter",
+		  "Time with at least one I/O in flight (iostat's %util)" },
+		{ "blkfs_ios_in_flight", "gauge", "I/Os in flight now" },
+	};
+	static struct io_fields f[MAX_DEVS][2];
+	bool ok[MAX_DEVS][2];
+	unsigned k, o;
+	int d, l;
+
+	for (d = 0; d < nr; d++)
+		for (l = 0; l < 2; l++)
+			ok[d][l] = read_fields(mnt, names[d], files[l], &f[d][l]);
+	for (k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+		printf("# HELP %s %s, by device, level (device: the layer below the cache; fuse: "
+		       "the user's requests) and op.\n", fam[k].name, fam[k].help);
+		printf("# TYPE %s %s\n", fam[k].name, fam[k].type);
+		for (d = 0; d < nr; d++)
+			for (l = 0; l < 2; l++) {
+				const unsigned long long *v = f[d][l].v;
+
+				if (!ok[d][l])
+					continue;
+				if (k == 3 || k == 4) {
+					if (k == 3)
+						printf("%s{device=\"%s\",level=\"%s\"} %.3f\n", fam[k].name,
+						       names[d], lvl[l], (double)v[IO_TICKS] / 1e3);
+					else
+						printf("%s{device=\"%s\",level=\"%s\"} %llu\n", fam[k].name,
+						       names[d], lvl[l], v[IN_FLIGHT]);
+					continue;
+				}
+				for (o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+					if (k == 1 && ops[o].sect < 0)
+						continue;
+					printf("%s{device=\"%s\",level=\"%s\",op=\"%s\"} ", fam[k].name,
+					       names[d], lvl[l], ops[o].op);
+					if (k == 0)
+						printf("%llu\n", v[ops[o].ios]);
+					else if (k == 1)
+						printf("%llu\n", v[ops[o].sect] * 512);
+					else
+						printf("%.3f\n", (double)v[ops[o].ticks] / 1e3);
+				}
+			}
+	}
+}
+
 int bf_stat_prometheus(const char *mnt, const char *dev)
 {
 	static char names[MAX_DEVS][NAME_MAX + 1];
@@ -353,6 +419,8 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 		printf("blkfs_backend_write_size_bytes_count{device=\"%s\"} %llu\n", names[d], cum);
 		(void)ios;
 	}
+	/* iostat's counters at both levels: .sys/DEV/stat and .sys/DEV/fuse_stat */
+	prom_levels(mnt, names, nr);
 	/* latencies: biolatency's buckets, cumulative, in seconds */
 	printf("# HELP blkfs_latency_seconds Latency of I/O by device, level (device: the layer "
 	       "below the cache; fuse: the user's requests) and op.\n");

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,7 @@ Test(blktrace, fuse_level_requests)
 	cr_assert_eq(c.in_flight, 0);
 	cr_assert_eq(c.ios[BT_OP_WRITE], 1);
 	cr_assert_eq(c.bytes[BT_OP_WRITE], 8192);
-	blk_hist_snap(&d->hist[BT_LEVEL_FUSE][BT_OP_WRITE], &h);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_WRITE, &h);
 	cr_assert_eq(h.count, 1);
 	lseek(fd, 0, SEEK_SET);
 	n = read_all(fd, buf, sizeof(buf));
@@ -308,4 +309,63 @@ Test(blktrace, fuse_level_requests)
 		off += 48 + r.pdu_len;
 	}
 	cr_assert_eq(k, 4);
+}
+
+static void *one_request(void *arg)
+{
+	struct bt_dev *d = arg;
+
+	bt_req_end(d, BLK_READ, 0, 4096, 1, bt_req_begin(d, BLK_READ, 0, 4096, 1), 4096);
+	return NULL;
+}
+
+static void *one_request_then_wait(void *arg)
+{
+	int *go = arg;
+	struct bt_dev *d = bt_dev_get("trace_tl");
+
+	bt_req_end(d, BLK_READ, 0, 4096, 1, bt_req_begin(d, BLK_READ, 0, 4096, 1), 4096);
+	__atomic_store_n(go, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(go, __ATOMIC_ACQUIRE) != 2)
+		usleep(1000);
+	return NULL;
+}
+
+/* Each thread counts in a block of its own: summed by readers, kept when it exits, cleared by reset. */
+Test(blktrace, fuse_level_counts_per_thread)
+{
+	struct bt_dev *d = bt_dev_get("trace_tl");
+	struct bt_counts c;
+	struct blk_hist h;
+	pthread_t t;
+	int go = 0;
+
+	cr_assert_eq(pthread_create(&t, NULL, one_request, d), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	one_request(d);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.ios[BT_OP_READ], 2, "an exited thread's count is kept");
+	cr_assert_eq(c.bytes[BT_OP_READ], 8192);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 2);
+	/* a request, a reset while its thread lives, the thread exits: its latency stays cleared */
+	cr_assert_eq(pthread_create(&t, NULL, one_request_then_wait, &go), 0);
+	while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 3);
+	bt_hist_reset(d);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 0, "%llu after reset", (unsigned long long)h.count);
+	__atomic_store_n(&go, 2, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 0, "%llu after the thread exited", (unsigned long long)h.count);
+	one_request(d);		/* this thread's block: cleared at its first request after the reset */
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 1);
+	bt_fuse_counts(d, &c);
+	cr_assert_eq(c.ios[BT_OP_READ], 4, "reset clears latencies, not iostat's counts");
+	cr_assert_eq(c.in_flight, 0);
+	cr_assert_gt(c.io_ticks_ns, 0);
 }
