@@ -19,7 +19,10 @@ rbd_require() {
 }
 
 _rbd_trap() {
-	local rc=$?
+	local rc=$? m
+	# the test's set -e must not end the trap at a failed umount: the
+	# cluster would be left running and lib.sh's cleanup never run
+	set +e
 	if [ -n "$CEPH_DIR" ] && [ -d "$CEPH_DIR" ]; then
 		# blkfs first, while the cluster still answers its last writes
 		for m in "${_MNTS[@]}"; do
