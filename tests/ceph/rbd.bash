@@ -7,7 +7,13 @@
 #   rbd_require                 skip unless ceph-mon, ceph-osd, ceph, rbd are there
 #   rbd_cluster_start           start it; exports CEPH_CONF, sets CEPH_DIR, OSD_PID
 #   rbd_cluster_stop            stop it now (the trap does it otherwise)
-#   rbd_conf_dev NAME IMAGE [KEY = VALUE lines]   a [device NAME] section on it
+#   rbd_create IMAGE SIZE       rbd create --size SIZE rbd/IMAGE, or fail
+#   rbd_conf IMAGE [DEVICE_LINES [CACHE_LINES]]
+#                               a config: [cache] of $RBD_CACHE_SIZE (32M) with
+#                               CACHE_LINES, [device d] on rbd/IMAGE with
+#                               DEVICE_LINES (pool on line 6, image 7, conf 8)
+#   rbd_export IMAGE FILE       the image as the cluster has it, or fail
+#   rbd_image_size IMAGE        its size in bytes (rbd info)
 
 _CEPH_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CEPH_CLUSTER=$_CEPH_LIB_DIR/cluster
@@ -41,6 +47,7 @@ rbd_cluster_start() {
 	out=$(BLKFS_CEPH_MEMSTORE=${BLKFS_CEPH_MEMSTORE:-768M} "$CEPH_CLUSTER" start "$CEPH_DIR") ||
 		fail "the Ceph cluster did not start"
 	export CEPH_CONF=$CEPH_DIR/ceph.conf
+	# shellcheck disable=SC2034 # for the tests (the outage)
 	OSD_PID=$(cat "$CEPH_DIR/osd.0.pid")
 	info "ceph cluster up in $((SECONDS - t0)) s: ${out##*# }"
 }
@@ -55,4 +62,17 @@ rbd_cluster_stop() {
 rbd_export() {
 	rm -f "$2"
 	rbd export --no-progress "rbd/$1" "$2" >/dev/null 2>&1 || fail "rbd export rbd/$1 failed"
+}
+
+rbd_create() {
+	rbd create --size "$2" "rbd/$1" || fail "rbd create --size $2 rbd/$1 failed"
+}
+
+rbd_conf() {
+	printf '[cache]\nsize = %s\n%s\n[device d]\nbackend = rbd\npool = rbd\nimage = %s\nconf = %s\n%s\n' \
+		"${RBD_CACHE_SIZE:-32M}" "${3:-}" "$1" "$CEPH_CONF" "${2:-}"
+}
+
+rbd_image_size() {
+	rbd info --format json "rbd/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])'
 }

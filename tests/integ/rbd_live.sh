@@ -30,23 +30,11 @@ src=$TDIR/src
 mkdata "$src" $((16 * M))
 
 rbd_cluster_start
-rbd create --size 64M rbd/live || fail "rbd create failed"
-start_blkfs "[cache]
-size = 32M
-dirty_background = 16M
+rbd_create live 64M
+start_blkfs "$(rbd_conf live "" "dirty_background = 16M
 dirty_limit = 24M
-dirty_expire = 1h
-
-[device d]
-backend = rbd
-pool = rbd
-image = live
-conf = $CEPH_CONF"
+dirty_expire = 1h")"
 dev=$MNT/d
-
-image_size() {
-	rbd info --format json rbd/live | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])'
-}
 file_size_is() {
 	[ "$(stat -c %s "$dev")" = "$1" ] || { echo "st_size $(stat -c %s "$dev")"; return 1; }
 }
@@ -54,7 +42,7 @@ file_size_is() {
 info "resize from blkfs"
 ddev if="$src" of="$dev" bs=1M count=16 seek=48 conv=notrunc
 "$BLKFS" resize "$MNT" d 96M || fail "blkfs resize d 96M failed"
-assert_eq "image size after blkfs resize" $((96 * M)) "$(image_size)"
+assert_eq "image size after blkfs resize" $((96 * M)) "$(rbd_image_size live)"
 assert_eq "st_size after blkfs resize" $((96 * M)) "$(stat -c %s "$dev")"
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data before the old end changed"
 cmp -n $((32 * M)) /dev/zero <(dd if="$dev" bs=1M skip=64 status=none) || fail "the grown part does not read zeros"
