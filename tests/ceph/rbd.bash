@@ -7,6 +7,8 @@
 #   rbd_require                 skip unless ceph-mon, ceph-osd, ceph, rbd are there
 #   rbd_cluster_start           start it; exports CEPH_CONF, sets CEPH_DIR, OSD_PID
 #   rbd_cluster_stop            stop it now (the trap does it otherwise)
+#   rbd_cmd WHAT ARGS...        rbd ARGS, or fail; a hang (120 s) fails with
+#                               the cluster's state (rbd_diag)
 #   rbd_create IMAGE SIZE       rbd create --size SIZE rbd/IMAGE, or fail
 #   rbd_conf IMAGE [DEVICE_LINES [CACHE_LINES]]
 #                               a config: [cache] of $RBD_CACHE_SIZE (32M) with
@@ -58,14 +60,42 @@ rbd_cluster_stop() {
 	CEPH_DIR=
 }
 
+# rbd_diag: what the cluster says about itself, for a client command that
+# hung (each part bounded: the cluster may be what hangs).
+rbd_diag() {
+	local d=$CEPH_DIR
+	echo "--- rbd.bash: the cluster in $d"
+	timeout 10 ceph -s 2>&1
+	timeout 10 ceph health detail 2>&1
+	timeout 10 ceph osd dump 2>&1 | grep -E '^(epoch|osd\.|blocklist)'
+	timeout 10 ceph --admin-daemon "$d/osd.0.asok" dump_ops_in_flight 2>&1 | head -n 60
+	timeout 10 ceph --admin-daemon "$d/osd.0.asok" dump_blocked_ops 2>&1 | head -n 40
+	grep -v -e '^$' "$d/osd.0.log" 2>/dev/null | tail -n 30
+	grep -v -e '^$' "$d/mon.a.log" 2>/dev/null | tail -n 15
+	echo "--- rbd.bash: end of the cluster's state"
+} >&2
+
+# rbd_cmd WHAT ARGS...: an rbd command bounded to 120 s; a hang fails the
+# test with the cluster's state (rbd_diag) instead of running into the
+# test's own limit with nothing said.
+rbd_cmd() {
+	local what=$1 rc=0
+	shift
+	timeout 120 rbd "$@" >"$TDIR/rbd.out" 2>&1 || rc=$?
+	[ "$rc" -eq 0 ] && return 0
+	cat "$TDIR/rbd.out" >&2
+	[ "$rc" -ne 124 ] || { rbd_diag; fail "$what: rbd $* hung for 120 s (the cluster's state above)"; }
+	fail "$what: rbd $* failed ($rc)"
+}
+
 # rbd_export IMAGE FILE: the image as the cluster has it, without blkfs.
 rbd_export() {
 	rm -f "$2"
-	rbd export --no-progress "rbd/$1" "$2" >/dev/null 2>&1 || fail "rbd export rbd/$1 failed"
+	rbd_cmd "rbd export" export --no-progress "rbd/$1" "$2"
 }
 
 rbd_create() {
-	rbd create --size "$2" "rbd/$1" || fail "rbd create --size $2 rbd/$1 failed"
+	rbd_cmd "rbd create" create --size "$2" "rbd/$1"
 }
 
 rbd_conf() {
