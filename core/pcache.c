@@ -2448,6 +2448,41 @@ int pc_dev_set_size(struct pc_dev *dev, uint64_t size)
 	return 0;
 }
 
+/* pc_dev_shrink_drop(): the dirty bytes of [pos, end) are counted into bytes */
+struct dirty_arg {
+	uint64_t pos, end, bytes;
+};
+
+static void folio_count_dirty(struct pc_dev *dev, struct pc_folio *f, void *arg)
+{
+	struct dirty_arg *a = arg;
+	uint32_t b0, b1, b;
+
+	folio_block_span(dev, f, a->pos, a->end - a->pos, &b0, &b1);
+	pthread_mutex_lock(&f->lock);
+	for (b = b0; b <= b1; b++)
+		if (bm_test(f->state, dev->nr_blks + b))
+			a->bytes += dev->cblk;
+	pthread_mutex_unlock(&f->lock);
+}
+
+int pc_dev_shrink_drop(struct pc_dev *dev, uint64_t size, uint64_t *dropped)
+{
+	struct dirty_arg a = { .pos = size, .end = dev->geo.size };
+	int ret;
+
+	*dropped = 0;
+	if (!size || size % dev->cblk || size >= dev->geo.size)
+		return pc_dev_set_size(dev, size);
+	pc_for_each_folio(dev, a.pos, a.end - a.pos, folio_count_dirty, &a);
+	ret = pc_dev_set_size(dev, size);
+	if (ret)
+		return ret;
+	STAT_ADD(dev, dropped_bytes, a.bytes);
+	*dropped = a.bytes;
+	return 0;
+}
+
 void pc_dev_drop_all(struct pc_dev *dev)
 {
 	pc_for_each_folio(dev, 0, dev->geo.size, folio_drop, NULL);

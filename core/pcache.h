@@ -120,7 +120,7 @@ struct pc_stats {
 	uint64_t readahead_bytes;		/* read for sequential readers beyond their reads */
 	uint64_t rmw_read_bytes;		/* read to complete a partial block */
 	uint64_t partial_pblk_writes;		/* writes of part of a physical block (rmw = device) */
-	uint64_t dropped_bytes;			/* failed writeback dropped (on_error = drop) */
+	uint64_t dropped_bytes;			/* dirty data dropped (on_error, power cut, outside shrink) */
 	uint64_t writeback_errors, read_errors;
 	uint64_t split_ios;			/* I/Os cut at max_io */
 	uint64_t punted_requests;		/* requests handed to the device's workers */
@@ -397,6 +397,15 @@ void pc_dev_drop_clean(struct pc_dev *dev);
  * Returns: 0 or -EINVAL (nothing changed).
  */
 int pc_dev_set_size(struct pc_dev *dev, uint64_t size);
+
+/**
+ * pc_dev_shrink_drop - pc_dev_set_size() for a shrink the storage already
+ * made (an `rbd resize --allow-shrink` by another client): what was dirty
+ * past @size cannot be written anywhere any more; it is dropped with the
+ * rest, counted in dropped_bytes and returned in @dropped.
+ * Locking: as pc_dev_set_size(). Returns: 0 or -EINVAL (nothing changed).
+ */
+int pc_dev_shrink_drop(struct pc_dev *dev, uint64_t size, uint64_t *dropped);
 
 /**
  * pc_dev_drop_all - forget every cached block of @dev without writing it

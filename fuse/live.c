@@ -598,13 +598,91 @@ static struct bf_dev *dev_arg(struct bf_daemon *d, const char *verb, const char 
  * blk_host.size_changed: the storage's size changed outside blkfs (an
  * `rbd resize` by another client). Called on a backend's thread, which
  * must not wait for the device's I/O: a detached thread of ours takes the
- * device by name (a device being removed is left alone) and does what
- * `blkfs resize DEV auto` does.
+ * device by name (a device being removed is left alone) and takes the
+ * storage's size (outside_resize()).
  */
 struct size_job {
 	struct bf_daemon *d;
 	char name[256];
 };
+
+/*
+ * Take a size the storage already has. Unlike `resize auto` nothing is
+ * written back first: after a shrink the data past the new end is gone
+ * from the storage, and what the cache holds dirty there can be written
+ * nowhere (the writeback would fail, and the resize with it, leaving the
+ * file larger than the device for good). It is dropped instead, counted
+ * in dropped_bytes and said in the log. Dirty data before the new end
+ * stays dirty and is written back as usual.
+ */
+static int outside_resize(struct bf_dev *bd, char *msg, size_t len)
+{
+	const char *name = bd->cd->name;
+	uint64_t old, size = 0, cut, dropped = 0;
+	struct timespec t0;
+	char who[512];
+	int ret;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = live_take(bd, "resize", msg, len);
+	if (ret)
+		return ret;
+	old = bf_dev_size(bd);
+	ret = freeze(bd, "resize", msg, len);
+	if (ret)
+		goto out_unlock;
+	ret = blk_resize(bd->be, &size);
+	if (ret) {
+		MSG("%s: resize: reading the storage's new size: %s", name, strerror(-ret));
+		goto out_thaw;
+	}
+	/* whole cache blocks: a tail of less than one stays unused */
+	cut = size / bd->cblk * bd->cblk;
+	if (!cut) {
+		MSG("%s: resize: the storage is %llu bytes now, less than one cache block (%u): "
+		    "the device keeps %llu bytes and its I/O past the end fails", name,
+		    (unsigned long long)size, bd->cblk, (unsigned long long)old);
+		ret = -EINVAL;
+		goto out_thaw;
+	}
+	if (cut < old) {
+		if (bd->d->conf.mount.kernel_writeback)
+			blk_warn("%s: shrunk outside blkfs with kernel_cache = writeback: the "
+				 "kernel keeps its own larger size of the file", name);
+		if (loops_larger(bd, cut, who, sizeof(who)))
+			blk_warn("%s: shrunk outside blkfs under %s: its end is gone", name, who);
+	}
+	if (cut != old) {
+		ret = cut < old ? pc_dev_shrink_drop(bd->pc, cut, &dropped) :
+				  pc_dev_set_size(bd->pc, cut);
+		if (ret) {
+			MSG("%s: resize: the cache cannot take %llu bytes", name,
+			    (unsigned long long)cut);
+			goto out_thaw;
+		}
+		__atomic_store_n(&bd->geo.size, cut, __ATOMIC_RELAXED);
+	}
+	bf_dev_thaw(bd);
+	if (cut > old)
+		tell_kernel_grow(bd, cut);
+	else if (cut < old)
+		tell_kernel(bd, (off_t)(cut & ~(uint64_t)4095));
+	live_release(bd);
+	if (dropped)
+		blk_err("%s: the storage shrank outside blkfs to %llu bytes below data not yet "
+			"written back: %llu dirty bytes past the new end are lost (dropped_bytes)",
+			name, (unsigned long long)size, (unsigned long long)dropped);
+	MSG("%s: %llu -> %llu bytes, changed outside blkfs (%.3f ms)", name,
+	    (unsigned long long)old, (unsigned long long)cut, ms_since(&t0));
+	blk_info("%s", msg);
+	return 0;
+
+out_thaw:
+	bf_dev_thaw(bd);
+out_unlock:
+	live_release(bd);
+	return ret;
+}
 
 static void *size_changed_fn(void *arg)
 {
@@ -613,7 +691,7 @@ static void *size_changed_fn(void *arg)
 	char msg[512];
 
 	if (bd) {
-		if (bf_dev_resize(bd, "auto", msg, sizeof(msg)))
+		if (outside_resize(bd, msg, sizeof(msg)))
 			blk_warn("%s: the storage's size changed outside blkfs, and taking it "
 				 "failed: %s", job->name, msg);
 		bf_dev_put(bd);

@@ -37,13 +37,7 @@ src=$TDIR/src
 mkdata "$src" $((16 * M))
 
 rbd_cluster_start
-rbd create --size 64M rbd/img || fail "rbd create failed"
-
-# dev_conf IMAGE [LINES]: a config of device d on rbd/IMAGE.
-dev_conf() {
-	printf '[cache]\nsize = 32M\n\n[device d]\nbackend = rbd\npool = rbd\nimage = %s\nconf = %s\n%s\n' \
-		"$1" "$CEPH_CONF" "${2:-}"
-}
+rbd_create img 64M
 
 # ---------------------------------------------------------------- 1
 # bad CONFIG_BODY WANT...: blkfs check fails within 60 s, saying every WANT.
@@ -64,19 +58,19 @@ bad() {
 }
 
 info "1. bad config"
-bad "$(dev_conf img | grep -v '^pool')" "bad.conf:" "pool: missing"
-bad "$(dev_conf img | grep -v '^image')" "image: missing"
-bad "$(dev_conf img | sed 's/^pool = rbd/pool = nopool/')" "bad.conf:6: pool: nopool: no such pool"
-bad "$(dev_conf nope)" "bad.conf:7: image: nope in pool rbd: no such image"
-bad "$(dev_conf img | sed "s|^conf = .*|conf = $TDIR/none.conf|")" \
+bad "$(rbd_conf img | grep -v '^pool')" "bad.conf:" "pool: missing"
+bad "$(rbd_conf img | grep -v '^image')" "image: missing"
+bad "$(rbd_conf img | sed 's/^pool = rbd/pool = nopool/')" "bad.conf:6: pool: nopool: no such pool"
+bad "$(rbd_conf nope)" "bad.conf:7: image: nope in pool rbd: no such image"
+bad "$(rbd_conf img | sed "s|^conf = .*|conf = $TDIR/none.conf|")" \
 	"bad.conf:8: conf: $TDIR/none.conf: No such file or directory"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 sed "s|^mon host = .*|mon host = [v2:127.0.0.1:$port]|" "$CEPH_CONF" >"$TDIR/dead.conf"
-bad "$(dev_conf img 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
+bad "$(rbd_conf img 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
 	"conf: connecting to the cluster of $TDIR/dead.conf: Connection timed out" "no monitor answered"
-bad "$(dev_conf newimg 'create = yes')" "size: needed to create rbd/newimg"
+bad "$(rbd_conf newimg 'create = yes')" "size: needed to create rbd/newimg"
 # the mount itself fails the same way, and leaves nothing mounted
-dev_conf nope >"$TDIR/bad.conf"
+rbd_conf nope >"$TDIR/bad.conf"
 new_mountpoint
 out=$(timeout 60 "$BLKFS" mount "$MNT" -c "$TDIR/bad.conf" 2>&1) && fail "blkfs mount took image = nope"
 case $out in *"image: nope in pool rbd: no such image"*) ;; *) fail "blkfs mount: $out" ;; esac
@@ -85,8 +79,8 @@ case $out in *"image: nope in pool rbd: no such image"*) ;; *) fail "blkfs mount
 # ---------------------------------------------------------------- 2
 for cache in no yes; do
 	info "2. rbd_cache = $cache: an acknowledged fsync survives kill -9"
-	rbd create --size 64M "rbd/dur-$cache"
-	start_blkfs "$(dev_conf "dur-$cache" "rbd_cache = $cache")"
+	rbd_create "dur-$cache" 64M
+	start_blkfs "$(rbd_conf "dur-$cache" "rbd_cache = $cache")"
 	assert_eq "rbd_cache in blkfs_stat" "$([ $cache = yes ] && echo 1 || echo 0)" \
 		"$(awk '$1 == "rbd_cache" { print $2 }' "$MNT/.sys/d/blkfs_stat")"
 	ddev if="$src" of="$MNT/d" bs=1M count=12 conv=notrunc,fsync
@@ -100,8 +94,8 @@ done
 
 # ---------------------------------------------------------------- 3
 info "3. the exclusive lock"
-rbd create --size 64M rbd/lock
-start_blkfs "$(dev_conf lock)"
+rbd_create lock 64M
+start_blkfs "$(rbd_conf lock)"
 lmnt=$MNT
 out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) && fail "a second opener of rbd/lock was let in: $out"
 case $out in
@@ -127,7 +121,7 @@ out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && fail "a mount took t
 case $out in *"is locked by "*"break_lock = yes"*) ;; *) fail "refusal: $out" ;; esac
 ! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
 CONF_NOBREAK=$CONF
-write_conf "$(dev_conf lock 'break_lock = yes')"
+write_conf "$(rbd_conf lock 'break_lock = yes')"
 remount_blkfs "$lmnt"
 assert_eq "rbd_locks_broken" 1 "$(awk '$1 == "rbd_locks_broken" { print $2 }' "$lmnt/.sys/d/blkfs_stat")"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
@@ -145,8 +139,8 @@ out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/lock still locked 
 # must not hold up make test.
 if [ "${BLKFS_RBD_OUTAGE:-0}" = 1 ]; then
 info "4. the OSD stopped under a writer"
-rbd create --size 64M rbd/out
-start_blkfs "$(dev_conf out 'timeout = 3s')"
+rbd_create out 64M
+start_blkfs "$(rbd_conf out 'timeout = 3s')"
 dev=$MNT/d
 stat=$MNT/.sys/d/blkfs_stat
 ddev if="$src" of="$dev" bs=1M count=4 conv=notrunc,fsync
@@ -173,19 +167,10 @@ fi
 
 # ---------------------------------------------------------------- 5
 info "5. a power cut (powerloss filter) over rbd"
-rbd create --size 64M rbd/pl
-start_blkfs "[cache]
-size = 32M
-dirty_background = 64K
-dirty_expire = 100ms
-
-[device d]
-backend = rbd
-pool = rbd
-image = pl
-conf = $CEPH_CONF
-filters = powerloss
-powerloss.seed = 11"
+rbd_create pl 64M
+start_blkfs "$(rbd_conf pl "filters = powerloss
+powerloss.seed = 11" "dirty_background = 64K
+dirty_expire = 100ms")"
 pl=$MNT/.sys/d/powerloss
 dd if="$MNT/d" of="$TDIR/base" bs=1M count=32 status=none
 rm -f "$TDIR/writer.log"

@@ -6,6 +6,10 @@
 #    file; data before the old end stays, the new part reads zeros;
 #  - `rbd resize` by another client: the file's size follows (learnt
 #    through librbd's header watch), growing and shrinking;
+#  - an outside shrink below data the cache holds dirty: the file follows,
+#    the dirty data past the new end is dropped and counted
+#    (dropped_bytes), the daemon log says so, the dirty data before the
+#    end reaches the image at the next fsync;
 #  - `blkfs snapshot` is an RBD snapshot (`rbd snap ls`), listed in
 #    .sys/d/snapshots; `blkfs reset` rolls the device back to it, dirty
 #    data included in the snapshot; `blkfs snapshot -d` removes it;
@@ -26,20 +30,11 @@ src=$TDIR/src
 mkdata "$src" $((16 * M))
 
 rbd_cluster_start
-rbd create --size 64M rbd/live || fail "rbd create failed"
-start_blkfs "[cache]
-size = 32M
-
-[device d]
-backend = rbd
-pool = rbd
-image = live
-conf = $CEPH_CONF"
+rbd_create live 64M
+start_blkfs "$(rbd_conf live "" "dirty_background = 16M
+dirty_limit = 24M
+dirty_expire = 1h")"
 dev=$MNT/d
-
-image_size() {
-	rbd info --format json rbd/live | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])'
-}
 file_size_is() {
 	[ "$(stat -c %s "$dev")" = "$1" ] || { echo "st_size $(stat -c %s "$dev")"; return 1; }
 }
@@ -47,7 +42,7 @@ file_size_is() {
 info "resize from blkfs"
 ddev if="$src" of="$dev" bs=1M count=16 seek=48 conv=notrunc
 "$BLKFS" resize "$MNT" d 96M || fail "blkfs resize d 96M failed"
-assert_eq "image size after blkfs resize" $((96 * M)) "$(image_size)"
+assert_eq "image size after blkfs resize" $((96 * M)) "$(rbd_image_size live)"
 assert_eq "st_size after blkfs resize" $((96 * M)) "$(stat -c %s "$dev")"
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data before the old end changed"
 cmp -n $((32 * M)) /dev/zero <(dd if="$dev" bs=1M skip=64 status=none) || fail "the grown part does not read zeros"
@@ -60,6 +55,27 @@ wait_until 60 "st_size $((80 * M)) after rbd resize --allow-shrink" file_size_is
 [ "$(awk '$1 == "rbd_outside_resizes" { print $2 }' "$MNT/.sys/d/blkfs_stat")" -ge 2 ] ||
 	fail "rbd_outside_resizes: $(cat "$MNT/.sys/d/blkfs_stat")"
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data changed over the outside resizes"
+
+info "an outside shrink below dirty data: dropped, counted, in the log"
+stat_of() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.sys/d/blkfs_stat"; }
+d0=$(stat_of dropped_bytes)
+# dirty, not written back (dirty_expire = 1h, under dirty_background):
+# 4 MiB past the coming end, 2 MiB before it
+ddev if="$src" of="$dev" bs=1M count=4 skip=4 seek=72 conv=notrunc
+ddev if="$src" of="$dev" bs=1M count=2 seek=60 conv=notrunc
+[ "$(stat_of dirty_bytes)" -ge $((6 * M)) ] || fail "the writes are not dirty: $(cat "$MNT/.sys/d/blkfs_stat")"
+rbd resize --no-progress --allow-shrink --size 68M rbd/live >/dev/null 2>&1 || fail "rbd resize 68M failed"
+wait_until 60 "st_size $((68 * M)) after a shrink below dirty data" file_size_is $((68 * M))
+assert_eq "dropped_bytes after the shrink" $((4 * M)) $(($(stat_of dropped_bytes) - d0))
+grep -q "d: the storage shrank outside blkfs to $((68 * M)) bytes below data not yet written back: $((4 * M)) dirty bytes past the new end are lost" "$LOG" ||
+	fail "the daemon log does not report the lost data: $(tail -n 5 "$LOG")"
+sync "$dev" || fail "fsync after the shrink failed"
+assert_eq "dirty_bytes after fsync" 0 "$(stat_of dirty_bytes)"
+rbd_export live "$TDIR/export.img"
+assert_eq "image size" $((68 * M)) "$(stat -c %s "$TDIR/export.img")"
+cmp -n $((2 * M)) "$src" <(dd if="$TDIR/export.img" bs=1M skip=60 count=2 status=none) ||
+	fail "dirty data before the new end did not reach the image"
+rm -f "$TDIR/export.img"
 
 info "snapshot, reset, delete"
 dd if="$dev" of="$TDIR/before" bs=1M status=none

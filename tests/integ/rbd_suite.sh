@@ -33,16 +33,9 @@ mkdata "$src" $((40 * M))
 ref=$TDIR/ref
 
 rbd_cluster_start
-rbd create --size 256M rbd/suite || fail "rbd create failed"
+rbd_create suite 256M
 suite_ref_new
-write_conf "[cache]
-size = 16M
-
-[device d]
-backend = rbd
-pool = rbd
-image = suite
-conf = $CEPH_CONF"
+write_conf "$(RBD_CACHE_SIZE=16M rbd_conf suite)"
 
 suite_geometry rbd "d: rbd, $SIZE bytes, logical 512, physical 4096, max_io $((4 * M)),"
 start_blkfs "$CONF"

@@ -2741,6 +2741,38 @@ TEST_FIX(bounds, set_size_grow_and_shrink)
 	verify_store(0, dev_size);
 }
 
+/*
+ * A shrink the storage already made (pc_dev_shrink_drop): the dirty blocks
+ * past the new end are dropped and counted, the dirty ones inside stay.
+ */
+TEST_FIX(bounds, shrink_drop_counts_dirty)
+{
+	struct blk_geometry g = geo_of(4 * MiB, 512, 512, 1 * MiB);
+	struct pc_stats st;
+	uint64_t dropped = 1;
+
+	setup(&g, 8 * MiB, 64 * KiB, 0);
+	cr_assert_eq(pc_dev_shrink_drop(dev, 3 * MiB + 512, &dropped), -EINVAL);
+	cr_assert_eq(dropped, 0);
+	do_write(2 * MiB - 8192, 16384, 2);	/* 8 KiB inside, 8 KiB past the new end */
+	do_write(3 * MiB, 4096, 3);		/* past it */
+	cr_assert_eq(pc_dev_shrink_drop(dev, 2 * MiB, &dropped), 0);
+	cr_assert_eq(dropped, 8192 + 4096);
+	pc_dev_stats(dev, &st);
+	cr_assert_eq(st.dropped_bytes, 8192 + 4096);
+	cr_assert_eq(st.dirty_bytes, 8192, "the dirty blocks inside stay");
+	memset(model + 2 * MiB, 0, 8192);	/* dropped, never written */
+	memset(model + 3 * MiB, 0, 4096);
+	cr_assert_eq(do_fsync(), 0);
+	cr_assert_eq(fake_log_find_overlap(fb, 0, W, 2 * MiB, 2 * MiB), -1, "%s", log_text());
+	verify_store(0, 2 * MiB);
+	/* a grow through it drops nothing */
+	cr_assert_eq(pc_dev_shrink_drop(dev, 4 * MiB, &dropped), 0);
+	cr_assert_eq(dropped, 0);
+	pc_dev_stats(dev, &st);
+	cr_assert_eq(st.dropped_bytes, 8192 + 4096);
+}
+
 TEST_FIX(bounds, discard_reads_zeros) { zero_case(true); }
 TEST_FIX(bounds, write_zeroes_reads_zeros) { zero_case(false); }
 
