@@ -26,8 +26,8 @@
  * page fault and a full disk shows as an error of fallocate, never as a
  * SIGBUS. (Measured against the chunks it replaced, which a thread wrote
  * with pwrite: BENCHMARKS.md, "Recording cost".) When the tail reaches
- * the end of what is mapped, completions wait for the writer (back
- * pressure). When a step cannot be allocated (ENOSPC, EFBIG), the writer
+ * the end of what is mapped, the completion grows the map itself (or waits
+ * for whoever does): back pressure. When a step cannot be allocated (ENOSPC, EFBIG), the writer
  * allocates only what a waiting entry needs; when that fails too the
  * recording stops: the error goes to the daemon log and to the stat
  * counters, the log keeps every entry logged so far, and the device goes
@@ -86,6 +86,7 @@ struct rec_dev {
 	uint64_t ready;			/* lock: bytes allocated, mapped, faulted in */
 	uint64_t want;			/* lock: an entry waits until ready reaches this */
 	bool tight;			/* lock: a step failed; grow by what is wanted only */
+	bool growing;			/* lock: someone grows the map (outside the lock) */
 	bool writer_stop;		/* lock */
 	bool writer_running;		/* lock */
 	pthread_t writer;
@@ -124,8 +125,9 @@ static void fail_locked(struct rec_dev *rd, int err, const char *what)
 
 /*
  * Make [@off, @off + @len) of the log file allocated, mapped at map + @off
- * and faulted in. No lock: only the writer (or start, before it) grows the
- * file, and nothing reads or writes that range until ready says so.
+ * and faulted in. No lock: one grows the file at a time (rd->growing, or
+ * start before anyone else), and nothing reads or writes that range until
+ * ready says so.
  */
 static int log_grow(struct rec_dev *rd, uint64_t off, uint64_t len)
 {
@@ -167,36 +169,45 @@ map:
 	return 0;
 }
 
+/*
+ * Grow the map toward @goal: a step, or only what is wanted when tight.
+ * Lock held; dropped while the file grows (rd->growing keeps others out).
+ */
+static void grow_locked(struct rec_dev *rd, uint64_t goal)
+{
+	uint64_t off = rd->ready, len = page_up(goal - off);
+	int ret;
+
+	if (!rd->tight && len < REC_STEP)
+		len = REC_STEP;
+	rd->growing = true;
+	pthread_mutex_unlock(&rd->lock);
+	ret = log_grow(rd, off, len);
+	pthread_mutex_lock(&rd->lock);
+	rd->growing = false;
+	if (!ret)
+		rd->ready = off + len;
+	else if ((ret == -ENOSPC || ret == -EFBIG) && !rd->tight)
+		rd->tight = true;	/* what fits still goes in */
+	else
+		fail_locked(rd, -ret, "growing the log");
+	pthread_cond_broadcast(&rd->space_cv);
+	pthread_cond_signal(&rd->writer_cv);
+}
+
 static void *writer_main(void *arg)
 {
 	struct rec_dev *rd = arg;
 
 	pthread_mutex_lock(&rd->lock);
 	while (!rd->writer_stop) {
-		uint64_t goal, off, len;
-		int ret;
+		uint64_t goal = rd->tight ? rd->want :
+				(rd->want > rd->tail + REC_AHEAD ? rd->want : rd->tail + REC_AHEAD);
 
-		goal = rd->tight ? rd->want :
-		       (rd->want > rd->tail + REC_AHEAD ? rd->want : rd->tail + REC_AHEAD);
-		if (rd->state != REC_ON || goal <= rd->ready) {
+		if (rd->state == REC_ON && goal > rd->ready && !rd->growing)
+			grow_locked(rd, goal);
+		else
 			pthread_cond_wait(&rd->writer_cv, &rd->lock);
-			continue;
-		}
-		off = rd->ready;
-		len = page_up(goal - off);
-		if (!rd->tight && len < REC_STEP)
-			len = REC_STEP;
-		pthread_mutex_unlock(&rd->lock);
-		ret = log_grow(rd, off, len);
-		pthread_mutex_lock(&rd->lock);
-		if (!ret) {
-			rd->ready = off + len;
-			pthread_cond_broadcast(&rd->space_cv);
-		} else if ((ret == -ENOSPC || ret == -EFBIG) && !rd->tight) {
-			rd->tight = true;	/* what fits still goes in */
-		} else {
-			fail_locked(rd, -ret, "growing the log");
-		}
 	}
 	pthread_mutex_unlock(&rd->lock);
 	return NULL;
@@ -204,7 +215,10 @@ static void *writer_main(void *arg)
 
 /*
  * Room for @need bytes at the tail, or NULL (the recording stopped
- * meanwhile). May wait for the writer (drops and retakes the lock).
+ * meanwhile). When the writer fell behind (a busy machine does not run it
+ * in time), the completion grows the map itself rather than sleep until
+ * the writer runs; while another grows it, it waits. Drops and retakes
+ * the lock then.
  */
 static unsigned char *reserve_locked(struct rec_dev *rd, uint64_t need)
 {
@@ -214,8 +228,10 @@ static unsigned char *reserve_locked(struct rec_dev *rd, uint64_t need)
 		if (rd->want < rd->tail + need)
 			rd->want = rd->tail + need;
 		rd->nr_waits++;
-		pthread_cond_signal(&rd->writer_cv);
-		pthread_cond_wait(&rd->space_cv, &rd->lock);
+		if (!rd->growing)
+			grow_locked(rd, rd->want);
+		else
+			pthread_cond_wait(&rd->space_cv, &rd->lock);
 	}
 	if (rd->state != REC_ON)
 		return NULL;
@@ -346,7 +362,9 @@ static int writer_finish(struct rec_dev *rd)
 	pthread_mutex_unlock(&rd->lock);
 	pthread_join(rd->writer, NULL);
 	pthread_mutex_lock(&rd->lock);
-	/* state is no longer REC_ON: nothing stores into the map any more */
+	/* state is no longer REC_ON: nothing stores into the map, nor grows it, once a grow ends */
+	while (rd->growing)
+		pthread_cond_wait(&rd->space_cv, &rd->lock);
 	rd->writer_running = false;
 	rd->writer_stop = false;
 	ret = rd->state == REC_FAILED ? -rd->err : 0;
@@ -388,6 +406,7 @@ static int log_begin(struct rec_dev *rd)
 	rd->fd = fd;
 	rd->no_falloc = false;
 	rd->tight = false;
+	rd->growing = false;
 	ret = log_grow(rd, 0, len);
 	if (ret == -ENOSPC || ret == -EFBIG) {
 		rd->tight = true;
