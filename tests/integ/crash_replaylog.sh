@@ -82,6 +82,7 @@ replay-log --log "$log" --replay "$TDIR/replay.img" --check flush \
 [ -s "$TDIR/replay.sums" ] || fail "replay-log ran no check: $(cat "$TDIR/replay.out")"
 
 info "blkfs's in-order state at every flush"
+# shellcheck disable=SC2016  # the checker's shell expands it
 "$BLKFS" crashcheck "$log" --base "$TDIR/base.img" --states 1 --json --scratch "$TDIR" \
 	--check 'echo "$BLKFS_CRASH_STATE" >> '"'$TDIR/ids'" >"$TDIR/cc.json" 2>"$TDIR/cc.err" ||
 	fail "crashcheck failed: $(cat "$TDIR/cc.err")"
