@@ -16,24 +16,32 @@
  * completed before that flush was submitted, and writes completing while
  * the flush is in flight come after it, as the format requires.
  *
- * Buffering. Entries are copied into chunks of REC_CHUNK bytes; a writer
- * thread writes full chunks to the log file (and a partial one every
- * REC_TICK_MS, or at a mark or stop) and then the super block with the
- * number of entries written so far, so the file is a valid log at every
- * moment and the I/O path makes no system call. When the writer falls
- * REC_MAX_QUEUED bytes behind, completions wait for it (back pressure).
- * A log that cannot be written (ENOSPC, EIO) stops the recording: the
- * error goes to the daemon log and to the stat counters, and the device
- * goes on serving.
+ * The log is mapped. The file is mapped into one reserved range of
+ * address space, and an entry is copied straight into the file's pages at
+ * the log's tail, under rd->lock, the super block's entry count updated
+ * after it: the file is a valid log at every moment and the I/O path makes
+ * no system call and copies each byte once. A writer thread keeps
+ * REC_AHEAD bytes past the tail allocated (fallocate), mapped and faulted
+ * in (MADV_POPULATE_WRITE), REC_STEP at a time, so the I/O path takes no
+ * page fault and a full disk shows as an error of fallocate, never as a
+ * SIGBUS. (Measured against the chunks it replaced, which a thread wrote
+ * with pwrite: BENCHMARKS.md, "Recording cost".) When the tail reaches
+ * the end of what is mapped, the completion grows the map itself (or waits
+ * for whoever does): back pressure. When a step cannot be allocated (ENOSPC, EFBIG), the writer
+ * allocates only what a waiting entry needs; when that fails too the
+ * recording stops: the error goes to the daemon log and to the stat
+ * counters, the log keeps every entry logged so far, and the device goes
+ * on serving. stop truncates the file to its last entry.
  *
  * start (`echo NAME > .sys/DEV/record/start`; `-` for no snapshot): new writes wait, those in
  * flight drain, the layer below takes snapshot NAME, the log file
  * record.path is created with an empty log, and writes go on: no write
  * falls between the snapshot and the log.
  *
- * Lock: rd->lock covers the state, the chunks and the counters; it is
- * never held across a submit, an end_io or a file write. A submitter may
- * wait on rd->cv (a start draining); a completion may wait on rd->space_cv.
+ * Lock: rd->lock covers the state, the tail, the mapped length and the
+ * counters, and every store into the map; it is never held across a
+ * submit, an end_io or a system call. A submitter may wait on rd->cv (a
+ * start draining); a completion may wait on rd->space_cv (the writer).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,25 +49,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backends_int.h"
 #include "logwrites.h"
 
-#define REC_CHUNK	(1u << 20)
-#define REC_MAX_QUEUED	(64u << 20)
-#define REC_TICK_MS	100u
-#define REC_FREE_MAX	80		/* chunks kept for reuse: past warm-up no page faults */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23		/* Linux 5.14 */
+#endif
+
+#define REC_STEP	(4ull << 20)	/* the file grows by this much at a time */
+#define REC_AHEAD	(16ull << 20)	/* allocated and faulted in past the tail */
+#define REC_VA		(1ull << 40)	/* address space reserved: the longest log */
+#define REC_PAGE	4096ull
 
 enum rec_state { REC_OFF, REC_ON, REC_FAILED };
-
-struct rec_chunk {
-	struct rec_chunk *next;
-	size_t len, cap;
-	uint64_t nr_entries;		/* entries that end in this chunk */
-	unsigned char *data;
-};
 
 struct rec_dev {
 	struct blk_backend be;		/* must come first */
@@ -70,26 +76,25 @@ struct rec_dev {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv;		/* in-flight writes drained, the gate opened */
-	pthread_cond_t space_cv;	/* the writer took chunks off the queue */
-	pthread_cond_t writer_cv;	/* to the writer: work, or stop */
+	pthread_cond_t space_cv;	/* the writer mapped more, or the recording ended */
+	pthread_cond_t writer_cv;	/* to the writer: the tail nears the end, or stop */
 	enum rec_state state;		/* lock */
 	bool gate;			/* lock: a start is draining; new writes wait */
 	uint64_t inflight;		/* lock: writes passed down, not completed */
-	struct rec_chunk *cur;		/* lock: being filled */
-	struct rec_chunk *q_head, *q_tail;	/* lock: full, for the writer */
-	size_t q_bytes;			/* lock */
-	struct rec_chunk *free;		/* lock: for reuse */
-	int nr_free;			/* lock */
+	unsigned char *map;		/* REC_VA bytes reserved; [0, ready) maps the file */
+	uint64_t tail;			/* lock: the next entry's offset */
+	uint64_t ready;			/* lock: bytes allocated, mapped, faulted in */
+	uint64_t want;			/* lock: an entry waits until ready reaches this */
+	bool tight;			/* lock: a step failed; grow by what is wanted only */
+	bool growing;			/* lock: someone grows the map (outside the lock) */
 	bool writer_stop;		/* lock */
-	bool writer_busy;		/* lock: writing chunks now */
 	bool writer_running;		/* lock */
 	pthread_t writer;
-	int fd;				/* writer's (and start/stop's) */
-	uint64_t file_off;		/* writer */
-	uint64_t nr_written;		/* writer: entries in the file */
+	int fd;				/* the writer's (and start/stop's) */
+	bool no_falloc;			/* writer: the file system has no fallocate */
 
 	/* Counters (lock). */
-	uint64_t nr_entries, nr_marks, nr_flushes, log_bytes, nr_starts;
+	uint64_t nr_entries, nr_marks, nr_flushes, log_bytes, nr_starts, nr_waits;
 	int err;			/* lock: why the recording failed; 0 */
 };
 
@@ -99,67 +104,9 @@ struct rec_io {
 	struct rec_dev *rd;
 };
 
-/* ---- chunks (lock held) ---- */
-
-static struct rec_chunk *chunk_get_locked(struct rec_dev *rd, size_t need)
+static uint64_t page_up(uint64_t n)
 {
-	struct rec_chunk *c = rd->free;
-	size_t cap = need > REC_CHUNK ? need : REC_CHUNK;
-
-	if (c && c->cap >= need) {
-		rd->free = c->next;
-		rd->nr_free--;
-		c->next = NULL;
-		c->len = 0;
-		c->nr_entries = 0;
-		return c;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	c->data = malloc(cap);
-	if (!c->data) {
-		free(c);
-		return NULL;
-	}
-	c->cap = cap;
-	return c;
-}
-
-static void chunk_free(struct rec_chunk *c)
-{
-	if (c) {
-		free(c->data);
-		free(c);
-	}
-}
-
-static void chunk_put_locked(struct rec_dev *rd, struct rec_chunk *c)
-{
-	if (rd->nr_free < REC_FREE_MAX) {
-		c->next = rd->free;
-		rd->free = c;
-		rd->nr_free++;
-	} else {
-		chunk_free(c);
-	}
-}
-
-/* Hand the current chunk to the writer. */
-static void queue_cur_locked(struct rec_dev *rd)
-{
-	struct rec_chunk *c = rd->cur;
-
-	if (!c || !c->len)
-		return;
-	rd->cur = NULL;
-	if (rd->q_tail)
-		rd->q_tail->next = c;
-	else
-		rd->q_head = c;
-	rd->q_tail = c;
-	rd->q_bytes += c->len;
-	pthread_cond_signal(&rd->writer_cv);
+	return (n + REC_PAGE - 1) & ~(REC_PAGE - 1);
 }
 
 static void fail_locked(struct rec_dev *rd, int err, const char *what)
@@ -174,33 +121,124 @@ static void fail_locked(struct rec_dev *rd, int err, const char *what)
 	pthread_cond_signal(&rd->writer_cv);
 }
 
+/* ---- the map ---- */
+
 /*
- * Room for @need bytes at the end of the current chunk, or NULL (the
- * recording stopped meanwhile, or memory ran out: then it fails). May wait
- * for the writer (drops and retakes the lock).
+ * Make [@off, @off + @len) of the log file allocated, mapped at map + @off
+ * and faulted in. No lock: one grows the file at a time (rd->growing, or
+ * start before anyone else), and nothing reads or writes that range until
+ * ready says so.
  */
-static unsigned char *reserve_locked(struct rec_dev *rd, size_t need)
+static int log_grow(struct rec_dev *rd, uint64_t off, uint64_t len)
+{
+	void *p;
+
+	if (off + len > REC_VA)
+		return -EFBIG;
+	if (!rd->no_falloc) {
+		if (fallocate(rd->fd, 0, (off_t)off, (off_t)len) == 0)
+			goto map;
+		if (errno != EOPNOTSUPP)
+			return -errno;
+		rd->no_falloc = true;
+	}
+	if (ftruncate(rd->fd, (off_t)(off + len)))
+		return -errno;
+map:
+	p = mmap(rd->map + off, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, rd->fd,
+		 (off_t)off);
+	if (p == MAP_FAILED) {
+		int e = errno;
+
+		/* keep the range reserved, so the final munmap hits nothing of others */
+		mmap(rd->map + off, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+		     MAP_FIXED, -1, 0);
+		return -e;
+	}
+	/*
+	 * The page faults here, in this thread, not in the I/O path. Without
+	 * fallocate the file system allocates now, and a full one fails the
+	 * populate (EFAULT, the SIGBUS a store would get): say ENOSPC.
+	 */
+	if (madvise(p, len, MADV_POPULATE_WRITE)) {
+		if (errno == EFAULT)
+			return -ENOSPC;
+		if (errno != EINVAL)	/* a kernel before 5.14: the copies fault */
+			return -errno;
+	}
+	return 0;
+}
+
+/*
+ * Grow the map toward @goal: a step, or only what is wanted when tight.
+ * Lock held; dropped while the file grows (rd->growing keeps others out).
+ */
+static void grow_locked(struct rec_dev *rd, uint64_t goal)
+{
+	uint64_t off = rd->ready, len = page_up(goal - off);
+	int ret;
+
+	if (!rd->tight && len < REC_STEP)
+		len = REC_STEP;
+	rd->growing = true;
+	pthread_mutex_unlock(&rd->lock);
+	ret = log_grow(rd, off, len);
+	pthread_mutex_lock(&rd->lock);
+	rd->growing = false;
+	if (!ret)
+		rd->ready = off + len;
+	else if ((ret == -ENOSPC || ret == -EFBIG) && !rd->tight)
+		rd->tight = true;	/* what fits still goes in */
+	else
+		fail_locked(rd, -ret, "growing the log");
+	pthread_cond_broadcast(&rd->space_cv);
+	pthread_cond_signal(&rd->writer_cv);
+}
+
+static void *writer_main(void *arg)
+{
+	struct rec_dev *rd = arg;
+
+	pthread_mutex_lock(&rd->lock);
+	while (!rd->writer_stop) {
+		uint64_t goal = rd->tight ? rd->want :
+				(rd->want > rd->tail + REC_AHEAD ? rd->want : rd->tail + REC_AHEAD);
+
+		if (rd->state == REC_ON && goal > rd->ready && !rd->growing)
+			grow_locked(rd, goal);
+		else
+			pthread_cond_wait(&rd->writer_cv, &rd->lock);
+	}
+	pthread_mutex_unlock(&rd->lock);
+	return NULL;
+}
+
+/*
+ * Room for @need bytes at the tail, or NULL (the recording stopped
+ * meanwhile). When the writer fell behind (a busy machine does not run it
+ * in time), the completion grows the map itself rather than sleep until
+ * the writer runs; while another grows it, it waits. Drops and retakes
+ * the lock then.
+ */
+static unsigned char *reserve_locked(struct rec_dev *rd, uint64_t need)
 {
 	unsigned char *p;
 
-	while (rd->state == REC_ON && rd->q_bytes >= REC_MAX_QUEUED)
-		pthread_cond_wait(&rd->space_cv, &rd->lock);
+	while (rd->state == REC_ON && rd->tail + need > rd->ready) {
+		if (rd->want < rd->tail + need)
+			rd->want = rd->tail + need;
+		rd->nr_waits++;
+		if (!rd->growing)
+			grow_locked(rd, rd->want);
+		else
+			pthread_cond_wait(&rd->space_cv, &rd->lock);
+	}
 	if (rd->state != REC_ON)
 		return NULL;
-	if (rd->cur && rd->cur->cap - rd->cur->len < need)
-		queue_cur_locked(rd);
-	if (!rd->cur) {
-		rd->cur = chunk_get_locked(rd, need);
-		if (!rd->cur) {
-			fail_locked(rd, ENOMEM, "buffering the log");
-			return NULL;
-		}
-	}
-	p = rd->cur->data + rd->cur->len;
-	rd->cur->len += need;
-	rd->cur->nr_entries++;
-	rd->nr_entries++;
-	rd->log_bytes += need;
+	p = rd->map + rd->tail;
+	rd->tail += need;
+	if (!rd->tight && rd->ready - rd->tail < REC_AHEAD - REC_STEP)
+		pthread_cond_signal(&rd->writer_cv);
 	return p;
 }
 
@@ -223,95 +261,11 @@ static void log_entry_locked(struct rec_dev *rd, const struct lw_entry *e, const
 		p += n;
 		dlen -= n;
 	}
-}
-
-/* ---- the writer thread ---- */
-
-static int write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -ENOSPC;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-static int write_super(struct rec_dev *rd, uint64_t nr_entries)
-{
-	unsigned char sb[65536];
-
-	lw_encode_super(sb, rd->geo.lbs, nr_entries);
-	return write_all(rd->fd, sb, rd->geo.lbs, 0);
-}
-
-static void *writer_main(void *arg)
-{
-	struct rec_dev *rd = arg;
-
-	pthread_mutex_lock(&rd->lock);
-	for (;;) {
-		struct rec_chunk *list, *c;
-		int ret = 0;
-
-		if (!rd->q_head) {
-			if (rd->writer_stop)
-				break;
-			if (rd->cur && rd->cur->len) {
-				/* A partial chunk goes out at each tick. */
-				struct timespec ts;
-				uint64_t due = blk_now_ns() + REC_TICK_MS * 1000000ull;
-
-				ts.tv_sec = (time_t)(due / 1000000000ull);
-				ts.tv_nsec = (long)(due % 1000000000ull);
-				if (pthread_cond_timedwait(&rd->writer_cv, &rd->lock, &ts) == ETIMEDOUT)
-					queue_cur_locked(rd);
-			} else {
-				pthread_cond_wait(&rd->writer_cv, &rd->lock);
-			}
-			continue;
-		}
-		list = rd->q_head;
-		rd->q_head = rd->q_tail = NULL;
-		rd->writer_busy = true;
-		pthread_mutex_unlock(&rd->lock);
-
-		for (c = list; c && !ret; c = c->next) {
-			ret = write_all(rd->fd, c->data, c->len, rd->file_off);
-			if (!ret) {
-				rd->file_off += c->len;
-				rd->nr_written += c->nr_entries;
-			}
-		}
-		/* The entries are in the file before the super block counts them. */
-		if (!ret)
-			ret = write_super(rd, rd->nr_written);
-
-		pthread_mutex_lock(&rd->lock);
-		while (list) {
-			c = list;
-			list = c->next;
-			rd->q_bytes -= c->len;
-			chunk_put_locked(rd, c);
-		}
-		rd->writer_busy = false;
-		if (ret)
-			fail_locked(rd, -ret, "writing the log");
-		pthread_cond_broadcast(&rd->space_cv);
-	}
-	pthread_mutex_unlock(&rd->lock);
-	return NULL;
+	rd->nr_entries++;
+	rd->log_bytes += s + (iov ? (size_t)(e->nr_sectors * s) : 0);
+	/* The entry is in the file before the super block counts it (x86: stores in order). */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	lw_put64(rd->map + 16, rd->nr_entries);
 }
 
 /* ---- I/O ---- */
@@ -393,33 +347,33 @@ static int rec_submit(struct blk_backend *be, struct blk_io *io)
 
 /* ---- start, stop, mark ---- */
 
-/* Stop the writer after it wrote everything; the file gets its final count. */
+/*
+ * Stop the writer, unmap, cut the file at its last entry (the super block
+ * counts them all already), fsync and close it.
+ */
 static int writer_finish(struct rec_dev *rd)
 {
+	uint64_t tail;
 	int ret;
 
 	pthread_mutex_lock(&rd->lock);
-	queue_cur_locked(rd);
 	rd->writer_stop = true;
 	pthread_cond_signal(&rd->writer_cv);
 	pthread_mutex_unlock(&rd->lock);
 	pthread_join(rd->writer, NULL);
 	pthread_mutex_lock(&rd->lock);
+	/* state is no longer REC_ON: nothing stores into the map, nor grows it, once a grow ends */
+	while (rd->growing)
+		pthread_cond_wait(&rd->space_cv, &rd->lock);
 	rd->writer_running = false;
 	rd->writer_stop = false;
 	ret = rd->state == REC_FAILED ? -rd->err : 0;
-	/* A failed log drops what was still queued. */
-	while (rd->q_head) {
-		struct rec_chunk *c = rd->q_head;
-
-		rd->q_head = c->next;
-		rd->q_bytes -= c->len;
-		chunk_free(c);
-	}
-	rd->q_tail = NULL;
-	chunk_free(rd->cur);
-	rd->cur = NULL;
+	tail = rd->tail;
 	pthread_mutex_unlock(&rd->lock);
+	munmap(rd->map, REC_VA);
+	rd->map = NULL;
+	if (ftruncate(rd->fd, (off_t)tail) && !ret)
+		ret = -errno;
 	if (!ret && fsync(rd->fd))
 		ret = -errno;
 	if (close(rd->fd) && !ret)
@@ -428,9 +382,56 @@ static int writer_finish(struct rec_dev *rd)
 	return ret;
 }
 
+/* The log's first bytes: the file, the reserved range, the super block. */
+static int log_begin(struct rec_dev *rd)
+{
+	uint64_t len = REC_STEP;
+	int ret, fd;
+
+	fd = open(rd->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		blk_err("record: %s: cannot create %s: %s", rd->dev, rd->path, strerror(errno));
+		return ret;
+	}
+	rd->map = mmap(NULL, REC_VA, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (rd->map == MAP_FAILED) {
+		ret = -errno;
+		rd->map = NULL;
+		blk_err("record: %s: cannot reserve address space for the log: %s", rd->dev,
+			strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	rd->fd = fd;
+	rd->no_falloc = false;
+	rd->tight = false;
+	rd->growing = false;
+	ret = log_grow(rd, 0, len);
+	if (ret == -ENOSPC || ret == -EFBIG) {
+		rd->tight = true;
+		len = page_up(rd->geo.lbs);
+		ret = log_grow(rd, 0, len);
+	}
+	if (ret) {
+		blk_err("record: %s: cannot write %s: %s", rd->dev, rd->path, strerror(-ret));
+		munmap(rd->map, REC_VA);
+		rd->map = NULL;
+		close(fd);
+		unlink(rd->path);
+		rd->fd = -1;
+		return ret;
+	}
+	lw_encode_super(rd->map, rd->geo.lbs, 0);
+	rd->ready = len;
+	rd->tail = rd->geo.lbs;
+	rd->want = 0;
+	return 0;
+}
+
 static int rec_start(struct rec_dev *rd, const char *snap)
 {
-	int ret, fd;
+	int ret;
 
 	if (!rd->path)
 		return -EINVAL;
@@ -448,39 +449,31 @@ static int rec_start(struct rec_dev *rd, const char *snap)
 	ret = *snap ? blk_snap_create(rd->be.next, snap) : 0;
 	if (ret)
 		goto out_open_gate;
-	fd = open(rd->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = -errno;
-		blk_err("record: %s: cannot create %s: %s", rd->dev, rd->path, strerror(errno));
+	ret = log_begin(rd);
+	if (ret)
 		goto out_destroy_snap;
-	}
-	rd->fd = fd;
-	rd->file_off = rd->geo.lbs;
-	rd->nr_written = 0;
-	ret = write_super(rd, 0);
-	if (ret) {
-		blk_err("record: %s: cannot write %s: %s", rd->dev, rd->path, strerror(-ret));
-		goto out_close;
-	}
 	ret = -pthread_create(&rd->writer, NULL, writer_main, rd);
 	if (ret)
-		goto out_close;
+		goto out_unmap;
 	pthread_mutex_lock(&rd->lock);
 	rd->writer_running = true;
 	rd->state = REC_ON;
 	rd->err = 0;
-	rd->nr_entries = rd->nr_marks = rd->nr_flushes = 0;
+	rd->nr_entries = rd->nr_marks = rd->nr_flushes = rd->nr_waits = 0;
 	rd->log_bytes = rd->geo.lbs;
 	rd->nr_starts++;
 	rd->gate = false;
 	pthread_cond_broadcast(&rd->cv);
+	pthread_cond_signal(&rd->writer_cv);
 	pthread_mutex_unlock(&rd->lock);
 	blk_info("record: %s: recording to %s%s%s", rd->dev, rd->path,
 		 *snap ? " from snapshot " : "", snap);
 	return 0;
 
-out_close:
-	close(fd);
+out_unmap:
+	munmap(rd->map, REC_VA);
+	rd->map = NULL;
+	close(rd->fd);
 	rd->fd = -1;
 out_destroy_snap:
 	if (*snap)
@@ -505,6 +498,7 @@ static int rec_stop(struct rec_dev *rd)
 	}
 	if (rd->state == REC_ON)
 		rd->state = REC_OFF;	/* nothing more is logged */
+	pthread_cond_broadcast(&rd->space_cv);
 	n = rd->nr_entries;
 	pthread_mutex_unlock(&rd->lock);
 	ret = writer_finish(rd);
@@ -530,10 +524,9 @@ static int rec_mark(struct rec_dev *rd, const char *buf, size_t len)
 		return -EBADFD;
 	}
 	e.data_len = len;
+	/* In the file at once (mapped): a reader sees the mark when this returns. */
 	log_entry_locked(rd, &e, buf, NULL, 0);
 	rd->nr_marks++;
-	/* A mark is a moment someone waits for: write it out now. */
-	queue_cur_locked(rd);
 	pthread_mutex_unlock(&rd->lock);
 	return 0;
 }
@@ -674,12 +667,6 @@ static void rec_close(struct blk_backend *be)
 	pthread_mutex_unlock(&rd->lock);
 	if (running)
 		writer_finish(rd);
-	while (rd->free) {
-		struct rec_chunk *c = rd->free;
-
-		rd->free = c->next;
-		chunk_free(c);
-	}
 	be_pool_destroy(&rd->io_pool);
 	pthread_cond_destroy(&rd->writer_cv);
 	pthread_cond_destroy(&rd->space_cv);
@@ -698,12 +685,13 @@ static size_t rec_stat(struct blk_backend *be, char *buf, size_t len)
 	n = be_stat_printf(buf, len,
 			   "record_recording %d\nrecord_failed %d\nrecord_error_errno %d\n"
 			   "record_entries %llu\nrecord_marks %llu\nrecord_flushes %llu\n"
-			   "record_log_bytes %llu\nrecord_queued_bytes %zu\nrecord_starts %llu\n",
+			   "record_log_bytes %llu\nrecord_mapped_ahead_bytes %llu\nrecord_starts %llu\n"
+			   "record_waits %llu\n",
 			   rd->state == REC_ON, rd->state == REC_FAILED, rd->err,
 			   (unsigned long long)rd->nr_entries, (unsigned long long)rd->nr_marks,
 			   (unsigned long long)rd->nr_flushes, (unsigned long long)rd->log_bytes,
-			   rd->q_bytes + (rd->cur ? rd->cur->len : 0),
-			   (unsigned long long)rd->nr_starts);
+			   (unsigned long long)(rd->writer_running ? rd->ready - rd->tail : 0),
+			   (unsigned long long)rd->nr_starts, (unsigned long long)rd->nr_waits);
 	pthread_mutex_unlock(&rd->lock);
 	return n + be_pool_stat(&rd->io_pool, "record_io", buf + n, len - n);
 }

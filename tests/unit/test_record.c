@@ -331,7 +331,9 @@ Test(record, a_log_that_cannot_be_written_stops_the_recording)
 	fill_pattern(a, sizeof(a), 0, 3);
 	for (i = 0; i < 4; i++)
 		cr_assert_eq(tio_do(be, BLK_WRITE, (uint64_t)i * 65536, 65536, a, 0, NULL), 0);
-	cr_assert_eq(attr_store(be, "mark", "m"), 0);	/* wakes the writer */
+	/* the log is mapped: the failure may have come at the first write already */
+	i = attr_store(be, "mark", "m");
+	cr_assert(i == 0 || i == -EBADFD, "mark: %d", i);
 	while (strcmp(attr_show(be, "state"), "recording\n") == 0) {
 		cr_assert_lt(blk_now_ns(), end, "the recording went on past the file size limit");
 		usleep(1000);

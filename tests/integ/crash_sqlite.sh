@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# crash_sqlite.sh: a real database under `blkfs crashcheck`: Debian's
+# sqlite3 on ext4 over `blkfs attach` on a 32 MiB ram device (512/4096)
+# with the record filter.
+#  - Setup (not recorded): mkfs.ext4 with the options attach prints, a
+#    table t(id, v) and a one-row table s(total), sync; then record/start
+#    takes snapshot `base` and the workload runs: 50 transactions, each
+#    inserting row N (2000 bytes) and adding N to s.total, each COMMIT
+#    followed by the mark "committed N" (the sqlite3 shell's .system).
+#  - The checker (crashcheck --attach) mounts the state's loop device
+#    (ext4 replays its journal), opens the database (sqlite rolls back a hot
+#    journal or recovers the WAL), and requires PRAGMA integrity_check =
+#    ok, rows 1..M with their bytes and s.total = 1+..+M (each transaction
+#    whole or absent), and M >= every N whose mark is in BLKFS_CRASH_MARKS.
+#  - synchronous = OFF: failing states (sqlite promises nothing).
+#    synchronous = FULL in WAL mode and in rollback-journal mode with
+#    journal_mode = TRUNCATE: no failing state over the default bounds.
+#    journal_mode = DELETE (the default) needs synchronous = EXTRA for the
+#    same (sqlite's documentation: FULL does not sync the directory after
+#    the journal's unlink, which is the commit, so a power cut right after
+#    COMMIT returns may bring the journal back and roll the transaction
+#    back); with FULL the explorer finds exactly that: the failing states
+#    are at "committed N" marks and the state holds the hot journal.
+# Env: BLKFS_SQLITE_MODES (default "off delete-full delete-extra truncate-full
+# wal-full"), BLKFS_SQLITE_TXNS (default 50).
+# integ-timeout: 900
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require sqlite3 mkfs.ext4 losetup mount umount
+[ -e /dev/loop-control ] || skip "no /dev/loop-control"
+
+modes=${BLKFS_SQLITE_MODES:-off delete-full delete-extra truncate-full wal-full}
+txns=${BLKFS_SQLITE_TXNS:-50}
+log=$TDIR/sql.log
+scratch=$TDIR/scratch
+fs=$TDIR/fs
+mkdir -p "$scratch" "$fs"
+
+start_blkfs "[cache]
+size = 32M
+
+[device r]
+backend = ram
+size = 32M
+logical_block_size = 512
+physical_block_size = 4096
+filters = record
+record.path = $log"
+rec=$MNT/.sys/r/record
+blkfs_attach "$MNT" r
+read -ra mkfs_opts <<<"$(attach_mkfs_opts ext4)"
+
+# The checker: $1 is nothing; the state comes in the environment.
+cat >"$TDIR/check.sh" <<'SH'
+#!/bin/bash
+d=$(mktemp -d "$CHECK_TMP/m.XXXXXX")
+trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
+mount -t ext4 "$BLKFS_CRASH_LOOP" "$d" || { echo "state $BLKFS_CRASH_STATE: mount failed"; exit 1; }
+want=0
+for n in $(printf '%s\n' "$BLKFS_CRASH_MARKS" | sed -n 's/^committed //p'); do
+	[ "$n" -gt "$want" ] && want=$n
+done
+ls -la "$d"
+out=$(sqlite3 "$d/db" "PRAGMA integrity_check;
+	SELECT count(*), coalesce(max(id), 0), coalesce(sum(id), 0),
+		(SELECT total FROM s), count(*) FILTER (WHERE v = printf('%0*d', 2000, id)) FROM t;" 2>&1)
+echo "state $BLKFS_CRASH_STATE, marks up to committed $want: $out"
+[ "$(printf '%s\n' "$out" | head -n 1)" = ok ] || exit 1
+IFS='|' read -r cnt max sum total good <<<"$(printf '%s\n' "$out" | sed -n 2p)"
+[ "$cnt" = "$max" ] && [ "$good" = "$cnt" ] || { echo "rows are not 1..$max whole"; exit 1; }
+[ "$sum" = "$total" ] || { echo "s.total $total, rows sum to $sum: a torn transaction"; exit 1; }
+[ "$max" -ge "$want" ] || { echo "committed $want is lost: the last row is $max"; exit 1; }
+SH
+chmod +x "$TDIR/check.sh"
+export CHECK_TMP=$TDIR
+
+# record MODE: mkfs, set up, record the workload; leaves the log in $log.
+record() {
+	local jm=${1%-*} sync=${1#*-} i sql=$TDIR/work.sql
+	case $1 in off) jm=delete sync=off ;; esac
+	mkfs.ext4 -q -F "${mkfs_opts[@]}" "$LOOP"
+	mount_top "$LOOP" "$fs"
+	sqlite3 "$fs/db" "PRAGMA journal_mode = $jm;
+		CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+		CREATE TABLE s(total INTEGER); INSERT INTO s VALUES (0);" >/dev/null
+	sync -f "$fs"
+	{
+		echo ".bail on"
+		echo "PRAGMA journal_mode = $jm;"
+		echo "PRAGMA synchronous = $sync;"
+		for ((i = 1; i <= txns; i++)); do
+			echo "BEGIN; INSERT INTO t VALUES ($i, printf('%0*d', 2000, $i));"
+			echo "UPDATE s SET total = total + $i; COMMIT;"
+			echo ".system echo 'committed $i' > $rec/mark"
+		done
+	} >"$sql"
+	echo base >"$rec/start"
+	sqlite3 "$fs/db" <"$sql" >/dev/null
+	echo 1 >"$rec/stop"
+	umount "$fs"
+	_TOPMNTS=()
+	"$BLKFS" save "$MNT" r "$TDIR/base.img" base
+	"$BLKFS" snapshot -d "$MNT" r base
+}
+
+# explore MODE: crashcheck the log; sets ST (exit status) and JSON.
+explore() {
+	local t0=$SECONDS
+	set +e
+	"$BLKFS" crashcheck "$log" --base "$TDIR/base.img" --attach --jobs 2 --json \
+		--scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
+		>"$TDIR/$1.json" 2>"$TDIR/$1.err"
+	ST=$?
+	set -e
+	JSON=$TDIR/$1.json
+	info "$1: exit $ST in $((SECONDS - t0)) s: $(python3 -c "
+import json,sys; j=json.load(open('$JSON'))
+print(j['states'], 'states', j['failures'], 'failed', j['timeouts'], 'timeouts')" 2>&1)"
+	# where the failures are, and what the first one saw
+	python3 - "$JSON" <<'PY' || true
+import collections, json, sys
+j = json.load(open(sys.argv[1]))
+kinds = collections.Counter()
+for p in j['points']:
+    if p['failures']:
+        kinds[(p['kind'], (p['mark'] or '').split(' ')[0])] += p['failures']
+print('#   failures by crash point kind:', dict(kinds) or 'none')
+for f in j['failed'][:1]:
+    print('#   first failing state', f['state'], '(' + f['verdict'] + '):')
+    for line in open(f['output']).read().splitlines()[-6:]:
+        print('#     ' + line)
+PY
+}
+
+for m in $modes; do
+	info "mode $m"
+	record "$m"
+	explore "$m"
+	case $m in
+	off | delete-full)
+		assert_eq "$m: exit status (failing states found)" 1 "$ST"
+		# a committed transaction lost, never a corrupt database; with
+		# DELETE, because the journal came back
+		python3 - "$JSON" "$m" <<'PY' || fail "$m: failures of another kind (above)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for f in j['failed']:
+    out = open(f['output']).read()
+    assert f['verdict'] == 'failed' and 'is lost' in out, (f['state'], out)
+    if sys.argv[2] == 'delete-full':
+        assert ' db-journal\n' in out, (f['state'], 'no journal', out)
+PY
+		;;
+	*)
+		[ "$ST" -eq 0 ] || fail "$m: failing states: $(head -c 3000 "$JSON"; cat "$TDIR/$m.err")"
+		;;
+	esac
+	rm -f "$TDIR/base.img"
+done
+"$BLKFS" detach "$LOOP"
+stop_blkfs
