@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../backends/list.h"
+#include "../backends/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
@@ -609,6 +610,10 @@ struct bf_req {
 	int state;		/* atomic: REQ_* */
 	struct bf_req *next;	/* bd->req_free */
 	struct pc_read rd;
+	/* the FUSE level's record of it (backends/trace.h): begun at receipt, ended at the reply */
+	uint64_t bt_start, bt_pos, bt_len;
+	uint32_t bt_pid;
+	enum blk_op bt_op;
 };
 
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
@@ -656,10 +661,16 @@ void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, ui
 /*
  * A slot, waiting for one when all are taken, as the block layer waits for
  * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
+ * @op, @pos, @len: the request, for the FUSE level's trace and counts: it
+ * begins here, before any wait for a slot (the time the caller waited),
+ * and ends at its reply (req_trace_end()).
  */
 static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
-			      void (*done)(struct pc_aio *aio, ssize_t res))
+			      void (*done)(struct pc_aio *aio, ssize_t res), enum blk_op op,
+			      uint64_t pos, uint64_t len)
 {
+	uint32_t pid = (uint32_t)fuse_req_ctx(req)->pid;
+	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
 	struct bf_req *r;
 
 	pthread_mutex_lock(&bd->req_lock);
@@ -682,8 +693,19 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	r->aio.done = done;
 	r->aio.waited = false;
 	r->aio.fua = false;
+	r->bt_start = start;
+	r->bt_pos = pos;
+	r->bt_len = len;
+	r->bt_pid = pid;
+	r->bt_op = op;
 	req_here = r;
 	return r;
+}
+
+/* The request is answered with @res (bytes, 0 or -errno): the FUSE level's C, just before the reply. */
+static void req_trace_end(struct bf_req *r, ssize_t res)
+{
+	bt_req_end(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start, (long)res);
 }
 
 static void req_put(struct bf_req *r)
@@ -808,6 +830,7 @@ static void read_done(struct pc_aio *aio, ssize_t res)
 {
 	struct bf_req *r = req_of(aio);
 
+	req_trace_end(r, res);
 	if (res < 0) {
 		fuse_reply_err(r->req, (int)-res);
 	} else if (res == 0) {
@@ -824,6 +847,7 @@ static void dread_done(struct pc_aio *aio, ssize_t res)
 {
 	struct bf_req *r = req_of(aio);
 
+	req_trace_end(r, res);
 	if (res < 0)
 		fuse_reply_err(r->req, (int)-res);
 	else
@@ -835,6 +859,7 @@ static void write_done(struct pc_aio *aio, ssize_t res)
 {
 	struct bf_req *r = req_of(aio);
 
+	req_trace_end(r, res);
 	if (res < 0)
 		fuse_reply_err(r->req, (int)-res);
 	else
@@ -846,6 +871,7 @@ static void status_done(struct pc_aio *aio, ssize_t res)
 {
 	struct bf_req *r = req_of(aio);
 
+	req_trace_end(r, res);
 	reply_result(r, res);
 	req_finish(r);
 }
@@ -909,13 +935,13 @@ static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		r = req_get(f->dev, req, dread_done);
+		r = req_get(f->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
 		r->data = buf;
 		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
 		req_returned(r, buf, size);
 		return;
 	}
-	r = req_get(f->dev, req, read_done);
+	r = req_get(f->dev, req, read_done, BLK_READ, (uint64_t)off, size);
 	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
 	req_returned(r, NULL, 0);
 }
@@ -1217,12 +1243,13 @@ static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		sys_write(req, f, buf, size, off);
 		return;
 	}
-	r = req_get(f->dev, req, write_done);
+	r = req_get(f->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
 	if (!bf_rawio_in_thread_buf(buf, size)) {
 		/* the data is not where the request could take it along: a copy */
 		char *k = bf_rawio_keep(&buf, size);
 
 		if (IS_ERR(k)) {
+			req_trace_end(r, -ENOMEM);
 			req_put(r);
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -1257,7 +1284,7 @@ static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 		fuse_reply_err(req, 0);
 		return;
 	}
-	r = req_get(f->dev, req, status_done);
+	r = req_get(f->dev, req, status_done, BLK_FLUSH, 0, 0);
 	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
 	req_returned(r, NULL, 0);
 }
@@ -1305,11 +1332,11 @@ static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done);
+		r = req_get(f->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
 		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done);
+		r = req_get(f->dev, req, status_done, BLK_DISCARD, start, n);
 		pc_discard_async(f->dev->pc, &r->aio, start, n);
 		break;
 	default:
