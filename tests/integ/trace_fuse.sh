@@ -70,7 +70,12 @@ read -r -a fs0 <"$MNT/.sys/ram0/fuse_stat"
 
 # ---- the FUSE level alone
 trace_start f ram0 --fuse
-dd if=/dev/zero of="$MNT/ram0" bs=4k count=64 oflag=direct conv=nocreat status=none &
+# the trace thread names a pid from /proc/PID/comm when it first meets it (at
+# most a few ms after the I/O, more under load): the writer outlives its writes
+{
+	head -c 262144 /dev/zero
+	sleep 2
+} | dd of="$MNT/ram0" bs=4k iflag=fullblock oflag=direct conv=nocreat status=none &
 wpid=$!
 wait "$wpid" || fail "the direct writer failed"
 dd if="$MNT/ram0" of=/dev/null bs=64k count=8 iflag=direct status=none &
