@@ -172,7 +172,7 @@ struct.pack_into('<Q',b,16,5)
 open('$TDIR/trunc.log','wb').write(b)"
 bad "truncated" "$TDIR/trunc.log" --base zeros --check true
 bad "at byte" "$TDIR/trunc.log" --base zeros --check true
-bad "cannot save snapshot nosuch" "$log" --base "$MNT/r@nosuch" --check true
+bad "r has no snapshot named nosuch" "$log" --base "$MNT/r@nosuch" --check true
 bad "not an executable command" "$log" --base zeros --check /nonexistent/checker
 "$BLKFS" snapshot "$MNT" big x
 bad "but the base's logical block size is 4096" "$log" --base "$MNT/big@x" --check true
