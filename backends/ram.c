@@ -234,6 +234,13 @@ struct ram_snap {
 	struct ram_snap *next;		/* ctl_lock: rd->snaps, oldest first */
 	struct ram_node *root;		/* a reference to its tree; NULL: empty */
 	uint64_t created;		/* CLOCK_REALTIME seconds */
+	/*
+	 * ctl_lock: its data pages, counted by the first list (the tree never
+	 * changes); UINT64_MAX: not yet. A list is what a reset checks the
+	 * name with, and a walk of every leaf of a large snapshot cost more
+	 * than the reset itself (crashcheck resets a clone per state).
+	 */
+	uint64_t data_pages;
 	char name[BLK_SNAP_NAME_MAX + 1];
 };
 
@@ -1581,6 +1588,7 @@ static int ram_snap_create(struct blk_backend *be, const char *name)
 		return -ENOMEM;
 	snprintf(snap->name, sizeof(snap->name), "%s", name);
 	snap->created = (uint64_t)time(NULL);
+	snap->data_pages = UINT64_MAX;
 
 	pthread_mutex_lock(&rd->ctl_lock);
 	if (snap_find_locked(rd, name, NULL)) {
@@ -1682,8 +1690,9 @@ static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr
 		info->created = snap->created;
 		if (!snap->root)
 			continue;
-		info->data_bytes = min_u64(ram_count_pages(snap->root, rd->root_shift) << RAM_PAGE_SHIFT,
-					   rd->geo.size);
+		if (snap->data_pages == UINT64_MAX)
+			snap->data_pages = ram_count_pages(snap->root, rd->root_shift);
+		info->data_bytes = min_u64(snap->data_pages << RAM_PAGE_SHIFT, rd->geo.size);
 		if (ref_load(snap->root) == 1)
 			info->own_bytes = ram_own_bytes(snap->root, rd->root_shift);
 	}
