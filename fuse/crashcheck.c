@@ -118,7 +118,7 @@ struct cc {
 	size_t nr_tasks;
 
 	/* after the run: the jobs' times, summed (see struct cc_job) */
-	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns;
+	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns, nr_diffs;
 
 	pthread_mutex_t lock;
 	size_t next;		/* lock: next task to take */
@@ -604,6 +604,21 @@ struct cc_job {
 	unsigned int nr_snaps;	/* snapshots taken: the next one's number */
 	char snap[32];		/* "" before the first */
 	bool at_snap;		/* the clone holds exactly snap: no reset needed */
+	/*
+	 * The clone holds snap plus state kch[] of the crash point with
+	 * knr_ev events (blocks kblk[]): the next state of the same durable
+	 * prefix that only adds writes to it costs those writes, no reset.
+	 * Known only when the checker wrote nothing: wbytes, the clone's
+	 * written bytes (blkfs_stat), came out as predicted. diff_ok: writes
+	 * reach the daemon when made (no kernel writeback cache), so they can
+	 * be counted.
+	 */
+	bool known, diff_ok;
+	size_t knr_ev, knr;
+	uint64_t *kblk;
+	uint32_t *kch;
+	uint64_t wbytes, wpending;	/* the counter last read; bytes written since */
+	uint64_t nr_diffs;
 
 	/* time: building states (reset, pieces, moving forward), and the checker */
 	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns;
@@ -677,8 +692,11 @@ static int clone_reset(struct cc_job *j)
 	ret = job_ctl2(j, "reset", j->name, j->snap, NULL);
 	j->reset_ns += now_ns() - t0;
 	j->nr_resets++;
-	if (!ret)
+	if (!ret) {
 		j->at_snap = true;
+		j->known = true;	/* the snapshot: no unflushed write kept */
+		j->knr = j->knr_ev = 0;
+	}
 	return ret;
 }
 
@@ -696,6 +714,126 @@ static int clone_snapshot(struct cc_job *j)
 		return -EIO;
 	snprintf(j->snap, sizeof(j->snap), "%s", name);
 	j->at_snap = true;
+	j->known = true;
+	j->knr = j->knr_ev = 0;
+	return 0;
+}
+
+/* The bytes written to the clone so far, as its blkfs_stat counts them (sum of the write counters). */
+static int clone_wbytes(struct cc_job *j, uint64_t *out)
+{
+	static const char *const keys[] = { "user_write_bytes ", "direct_write_bytes ",
+					    "backend_discard_bytes ", "backend_discards " };
+	char path[PATH_MAX], line[128];
+	uint64_t sum = 0;
+	int found = 0;
+	size_t k;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.sys/%s/blkfs_stat", j->cc->snap_mnt, j->name);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+			if (!strncmp(line, keys[k], strlen(keys[k]))) {
+				sum += strtoull(line + strlen(keys[k]), NULL, 10);
+				found++;
+			}
+	fclose(f);
+	if (found != (int)(sizeof(keys) / sizeof(keys[0])))
+		return -ENODATA;
+	*out = sum;
+	return 0;
+}
+
+struct piece_ctx {
+	int fd;
+	uint64_t bytes;
+};
+
+static int write_piece_counted(void *ctx, uint64_t pos, uint64_t len, const void *data)
+{
+	struct piece_ctx *pc = ctx;
+
+	pc->bytes += len;
+	return pwrite_all(pc->fd, data, len, pos);
+}
+
+/*
+ * The known state of the clone extends to @choice at @pt: every block it
+ * kept a prefix of keeps at least as much. Then write only the pieces
+ * that extend it (per block, in completion order). 1 done, 0 not an
+ * extension (nothing written), or -errno.
+ */
+static int clone_extend(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice,
+			uint64_t *bytes)
+{
+	uint64_t pbs = pt->log->pbs;
+	size_t b, k = 0;
+	uint32_t *old;
+	int ret = 0;
+
+	if (!j->known || !j->diff_ok || pt->nr_events < j->knr_ev)
+		return 0;
+	old = calloc(pt->nr_blocks + 1, sizeof(*old));
+	if (!old)
+		return -ENOMEM;
+	for (b = 0; b < pt->nr_blocks; b++) {
+		while (k < j->knr && j->kblk[k] < pt->b[b].blk)
+			k++;	/* a block of the known state that is not here: not the same epoch */
+		if (k < j->knr && j->kblk[k] == pt->b[b].blk)
+			old[b] = j->kch[k++];
+		if (old[b] > choice[b])
+			goto out_not;
+	}
+	/* every block of the known state must be among this point's */
+	for (b = 0, k = 0; k < j->knr; k++) {
+		while (b < pt->nr_blocks && pt->b[b].blk < j->kblk[k])
+			b++;
+		if (b == pt->nr_blocks || pt->b[b].blk != j->kblk[k])
+			goto out_not;
+	}
+	for (b = 0; b < pt->nr_blocks && !ret; b++) {
+		uint64_t lo = pt->b[b].blk * pbs, hi = lo + pbs;
+		uint32_t r;
+
+		for (r = old[b]; r < choice[b] && !ret; r++) {
+			const struct blk_cm_event *e = &pt->log->ev[pt->b[b].ev[r]];
+			uint64_t s = e->pos > lo ? e->pos : lo;
+			uint64_t t = e->pos + e->len < hi ? e->pos + e->len : hi;
+
+			if (s >= t)
+				continue;
+			ret = pwrite_all(j->fd, e->data ? (const char *)e->data + (s - e->pos) : NULL,
+					 t - s, s);
+			*bytes += t - s;
+		}
+	}
+	free(old);
+	return ret ? ret : 1;
+out_not:
+	free(old);
+	return 0;
+}
+
+/* Remember the clone's contents: @choice at @pt (valid only if the checker writes nothing). */
+static int clone_remember(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice)
+{
+	size_t b;
+
+	free(j->kblk);
+	free(j->kch);
+	j->kblk = malloc((pt->nr_blocks + 1) * sizeof(*j->kblk));
+	j->kch = malloc((pt->nr_blocks + 1) * sizeof(*j->kch));
+	if (!j->kblk || !j->kch)
+		return -ENOMEM;
+	for (b = 0; b < pt->nr_blocks; b++) {
+		j->kblk[b] = pt->b[b].blk;
+		j->kch[b] = choice[b];
+	}
+	j->knr = pt->nr_blocks;
+	j->knr_ev = pt->nr_events;
 	return 0;
 }
 
@@ -738,9 +876,28 @@ static int clone_add(struct cc_job *j, char *why, size_t wlen)
 		return ret;
 	}
 	ret = clone_snapshot(j);
-	if (ret)
+	if (ret) {
 		snprintf(why, wlen, "cannot take a snapshot of %s", j->name);
-	return ret;
+		return ret;
+	}
+	/*
+	 * Can the clone's write counters tell whether a checker wrote? Only
+	 * if a write reaches the daemon when it is made: a block written back
+	 * as it is must count its bytes at once (not with kernel_cache =
+	 * writeback, where the kernel holds it).
+	 */
+	{
+		uint64_t c0 = 0, c1 = 0;
+		char buf[4096];
+
+		if (!clone_wbytes(j, &c0) && pread(j->fd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) &&
+		    pwrite(j->fd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) &&
+		    !clone_wbytes(j, &c1) && c1 - c0 == sizeof(buf)) {
+			j->diff_ok = true;
+			j->wbytes = c1;
+		}
+	}
+	return 0;
 }
 
 static void detach_loop(struct cc_job *j);
@@ -772,6 +929,10 @@ static void clone_remove(struct cc_job *j)
 	if (j->ctl_fd >= 0)
 		close(j->ctl_fd);
 	j->ctl_fd = -1;
+	free(j->kblk);
+	free(j->kch);
+	j->kblk = NULL;
+	j->kch = NULL;
 }
 
 static int attach_loop(struct cc_job *j)
@@ -831,6 +992,7 @@ static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
 				return ret;
 		}
 		moved = true;
+		j->wpending += e->len;
 		ret = pwrite_all(j->fd, e->data, e->len, e->pos);
 		if (!ret && j->dfd >= 0)
 			ret = pwrite_all(j->dfd, e->data, e->len, e->pos);
@@ -871,7 +1033,22 @@ static int run_state(struct cc_job *j, size_t ti)
 		goto out;
 	blk_cm_state_nth(&pt, t->nth, choice);
 	if (j->added) {
-		/* what the last state and its checker wrote goes */
+		uint64_t bytes = 0;
+
+		/* the clone holds a state this one only adds writes to: write those */
+		ret = clone_extend(j, &pt, choice, &bytes);
+		if (ret < 0)
+			goto out;
+		j->wpending += bytes;
+		if (ret) {
+			j->nr_diffs++;
+			ret = clone_remember(j, &pt, choice);
+			if (ret)
+				goto out;
+			j->at_snap = false;
+			goto built;
+		}
+		/* else what the last state and its checker wrote goes */
 		ret = clone_reset(j);
 		if (ret)
 			goto out;
@@ -881,9 +1058,22 @@ static int run_state(struct cc_job *j, size_t ti)
 				  (off_t)(pt.b[b].blk * cc->pbs)) != (ssize_t)cc->pbs)
 				memset(saved + b * cc->pbs, 0, cc->pbs);
 	}
-	ret = blk_cm_apply_volatile(&pt, choice, write_piece, &j->fd);
-	if (ret)
-		goto out;
+	{
+		struct piece_ctx pc = { .fd = j->fd };
+
+		ret = blk_cm_apply_volatile(&pt, choice, write_piece_counted, &pc);
+		j->wpending += pc.bytes;
+		if (ret)
+			goto out;
+		if (j->added) {
+			ret = clone_remember(j, &pt, choice);
+			if (ret)
+				goto out;
+			if (pc.bytes)
+				j->at_snap = false;
+		}
+	}
+built:
 	if (j->loop_fd >= 0)
 		ioctl(j->loop_fd, BLKFLSBUF, 0);	/* the loop device's own cache is stale */
 	/*
@@ -904,7 +1094,6 @@ static int run_state(struct cc_job *j, size_t ti)
 	t1 = now_ns();
 	j->build_ns += t1 - t0;
 	j->nr_built++;
-	j->at_snap = false;	/* the state's pieces, and whatever the checker writes */
 	t->verdict = run_checker(cc, j->path, j->loop[0] ? j->loop : NULL, id, marks, outp,
 				 &t->status);
 	j->check_ns += now_ns() - t1;
@@ -916,8 +1105,25 @@ static int run_state(struct cc_job *j, size_t ti)
 			t->out = strdup(keep);
 	}
 	unlink(outp);
-	if (j->added)
-		goto out;	/* the next state resets */
+	if (j->added) {
+		uint64_t now = 0;
+
+		/*
+		 * Did the checker write? Its loop device's cache first (a write
+		 * it left there would land in a later state), then the clone's
+		 * counters against what this job wrote itself. If it did, or
+		 * nobody can tell, the next state starts with a reset.
+		 */
+		if (j->loop_fd >= 0)
+			ioctl(j->loop_fd, BLKFLSBUF, 0);
+		if (!j->diff_ok || clone_wbytes(j, &now) || now != j->wbytes + j->wpending) {
+			j->known = false;
+			j->at_snap = false;
+		}
+		j->wbytes = now;
+		j->wpending = 0;
+		goto out;
+	}
 	/* Put back the physical blocks the state touched, or all of it if the checker wrote. */
 	{
 		struct stat st;
@@ -1028,8 +1234,10 @@ static void report(struct cc *cc, double secs)
 		json_str(stdout, cc->log_path);
 		printf(", \"states\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"timeouts\": %" PRIu64
 		       ", \"seconds\": %.3f, \"scratch\": \"%s\", \"build_ms\": %.3f, \"reset_ms\": %.3f"
-		       ", \"check_ms\": %.3f, \"points\": [", cc->done, cc->failed, timeouts, secs,
-		       cc->clone ? "clone" : "file", build_ms, reset_ms, check_ms);
+		       ", \"check_ms\": %.3f, \"resets\": %" PRIu64 ", \"extended\": %" PRIu64
+		       ", \"points\": [", cc->done, cc->failed, timeouts, secs,
+		       cc->clone ? "clone" : "file", build_ms, reset_ms, check_ms, cc->nr_resets,
+		       cc->nr_diffs);
 		for (i = 0; i < cc->nr_pts; i++) {
 			struct cc_point *p = &cc->pts[i];
 
@@ -1084,9 +1292,10 @@ static void report(struct cc *cc, double secs)
 	}
 	printf("%" PRIu64 " states, %" PRIu64 " failed (%" PRIu64 " timed out), %.1f s, %.0f states/s\n",
 	       cc->done, cc->failed, timeouts, secs, secs > 0 ? (double)cc->done / secs : 0.0);
-	printf("per state: %.3f ms to build (in %s; %" PRIu64 " resets, %.3f ms each), %.3f ms "
-	       "in the checker\n", build_ms, cc->clone ? "ram clones" : "scratch files",
-	       cc->nr_resets, reset_ms, check_ms);
+	printf("per state: %.3f ms to build (in %s; %" PRIu64 " resets, %.3f ms each; %" PRIu64
+	       " by adding writes to the state before), %.3f ms in the checker\n", build_ms,
+	       cc->clone ? "ram clones" : "scratch files", cc->nr_resets, reset_ms, cc->nr_diffs,
+	       check_ms);
 	for (t = 0; t < cc->nr_tasks; t++)
 		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out)
 			printf("failed %zu:%" PRIu64 " (%s, status %d): output in %s\n",
@@ -1562,6 +1771,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			cc.reset_ns += jobs[i].reset_ns;
 			cc.nr_resets += jobs[i].nr_resets;
 			cc.check_ns += jobs[i].check_ns;
+			cc.nr_diffs += jobs[i].nr_diffs;
 		}
 		if (jerr) {
 			usage_err("building a state failed: %s", strerror(-jerr));
