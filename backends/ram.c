@@ -1215,10 +1215,11 @@ static int ram_zero_partial_locked(struct ram_dev *rd, uint64_t pos, uint64_t n)
 /* DISCARD and WRITE_ZEROES: whole pages are dropped, partial ones zeroed. */
 static int ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len)
 {
+	struct ram_arena *ar = rd->ar;
 	uint64_t end = pos + len;
 	int ret = 0;
 
-	pthread_mutex_lock(&rd->ar->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	if (pos & RAM_PAGE_MASK) {
 		uint64_t n = min_u64(end - pos, RAM_PAGE_SIZE - (pos & RAM_PAGE_MASK));
 
@@ -1234,7 +1235,7 @@ static int ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len)
 	}
 	if (!ret && pos < end)
 		ret = ram_zero_partial_locked(rd, pos, end - pos);
-	pthread_mutex_unlock(&rd->ar->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 	return ret;
 }
 
@@ -1257,23 +1258,24 @@ static inline void ram_io_leave(struct ram_dev *rd)
 static int ram_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	int ret = 0;
 
 	assert(blk_io_valid(&rd->geo, io));
 	switch (io->op) {
 	case BLK_READ:
-		pthread_rwlock_rdlock(&rd->ar->lock);
+		pthread_rwlock_rdlock(&ar->lock);
 		ram_io_enter(rd);
 		ram_read(rd, io);
 		ram_io_leave(rd);
-		pthread_rwlock_unlock(&rd->ar->lock);
+		pthread_rwlock_unlock(&ar->lock);
 		break;
 	case BLK_WRITE:
-		pthread_rwlock_rdlock(&rd->ar->lock);
+		pthread_rwlock_rdlock(&ar->lock);
 		ram_io_enter(rd);
 		ret = ram_write(rd, io);
 		ram_io_leave(rd);
-		pthread_rwlock_unlock(&rd->ar->lock);
+		pthread_rwlock_unlock(&ar->lock);
 		break;
 	case BLK_FLUSH:
 		/* RAM is as stable as this device gets. */
@@ -1290,11 +1292,11 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 		while (pos < end && !ret) {
 			uint64_t n = min_u64(end - pos, RAM_ZERO_CHUNK - (pos & (RAM_ZERO_CHUNK - 1)));
 
-			pthread_rwlock_wrlock(&rd->ar->lock);
+			pthread_rwlock_wrlock(&ar->lock);
 			ram_io_enter(rd);
 			ret = ram_zero_range_locked(rd, pos, n);
 			ram_io_leave(rd);
-			pthread_rwlock_unlock(&rd->ar->lock);
+			pthread_rwlock_unlock(&ar->lock);
 			pos += n;
 		}
 		break;
@@ -1549,30 +1551,32 @@ static struct ram_snap *snap_find_locked(struct ram_dev *rd, const char *name, s
 /* A reference to the device's tree, counted in nr_snaps and nr_trees (ar->lock exclusive inside). */
 static struct ram_node *ram_tree_share(struct ram_dev *rd)
 {
+	struct ram_arena *ar = rd->ar;
 	struct ram_node *root;
 
-	pthread_rwlock_wrlock(&rd->ar->lock);
+	pthread_rwlock_wrlock(&ar->lock);
 	root = rd->root;
 	if (root)
 		ref_get(root);
 	rd->nr_snaps++;
-	rd->ar->nr_trees++;
-	pthread_rwlock_unlock(&rd->ar->lock);
+	ar->nr_trees++;
+	pthread_rwlock_unlock(&ar->lock);
 	return root;
 }
 
 /* Drop a tree taken by ram_tree_share() or a snapshot's. */
 static void ram_tree_drop(struct ram_dev *rd, struct ram_node *root)
 {
-	pthread_rwlock_wrlock(&rd->ar->lock);
-	pthread_mutex_lock(&rd->ar->alloc_lock);
+	struct ram_arena *ar = rd->ar;
+	pthread_rwlock_wrlock(&ar->lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	if (root)
 		ram_tree_put_locked(rd, root, rd->root_shift);
-	assert(rd->nr_snaps > 0 && rd->ar->nr_trees > 1);
+	assert(rd->nr_snaps > 0 && ar->nr_trees > 1);
 	rd->nr_snaps--;
-	rd->ar->nr_trees--;
-	pthread_mutex_unlock(&rd->ar->alloc_lock);
-	pthread_rwlock_unlock(&rd->ar->lock);
+	ar->nr_trees--;
+	pthread_mutex_unlock(&ar->alloc_lock);
+	pthread_rwlock_unlock(&ar->lock);
 }
 
 static int ram_snap_create(struct blk_backend *be, const char *name)
@@ -1635,6 +1639,7 @@ static int ram_snap_destroy(struct blk_backend *be, const char *name)
 static int ram_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	struct ram_node *old;
 	struct ram_snap *snap;
 	int ret;
@@ -1655,8 +1660,8 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 	 */
 	ret = (int)__atomic_load_n(&rd->nr_inside, __ATOMIC_RELAXED);
 	assert(ret == 0 && "ram: reset with I/O in flight: the device was not quiesced");
-	pthread_rwlock_wrlock(&rd->ar->lock);
-	pthread_mutex_lock(&rd->ar->alloc_lock);
+	pthread_rwlock_wrlock(&ar->lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	/* Take the snapshot's tree first: it may be the very root we drop. */
 	if (snap->root)
 		ref_get(snap->root);
@@ -1664,8 +1669,8 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 	__atomic_store_n(&rd->root, snap->root, __ATOMIC_RELEASE);
 	if (old)
 		ram_tree_put_locked(rd, old, rd->root_shift);
-	pthread_mutex_unlock(&rd->ar->alloc_lock);
-	pthread_rwlock_unlock(&rd->ar->lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
+	pthread_rwlock_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return 0;
 }
@@ -1673,12 +1678,13 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	struct ram_snap *snap;
 	int n = 0;
 
 	pthread_mutex_lock(&rd->ctl_lock);
 	/* Shared: no count reaches 0 and nothing is freed meanwhile. */
-	pthread_rwlock_rdlock(&rd->ar->lock);
+	pthread_rwlock_rdlock(&ar->lock);
 	for (snap = rd->snaps; snap; snap = snap->next, n++) {
 		struct blk_snap_info *info;
 
@@ -1696,7 +1702,7 @@ static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr
 		if (ref_load(snap->root) == 1)
 			info->own_bytes = ram_own_bytes(snap->root, rd->root_shift);
 	}
-	pthread_rwlock_unlock(&rd->ar->lock);
+	pthread_rwlock_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return n;
 }
@@ -1761,6 +1767,7 @@ static const struct blk_snap_ops ram_snap_ops = {
 static int ram_resize(struct blk_backend *be, uint64_t *size)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	uint64_t new = *size, pages, old;
 	unsigned int shift, levels, nr_roots = 0, need, i, got = 0;
 	struct ram_node **fresh = NULL;
@@ -1793,13 +1800,13 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 			goto out_ctl;
 		}
 	}
-	pthread_rwlock_wrlock(&rd->ar->lock);
-	if (new < old && rd->ar->nr_trees > 1) {
+	pthread_rwlock_wrlock(&ar->lock);
+	if (new < old && ar->nr_trees > 1) {
 		/* A clone's or its origin's: pages past the end may be shared (see the top). */
 		ret = -EBUSY;
 		goto out_lock;
 	}
-	pthread_mutex_lock(&rd->ar->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	for (got = 0; got < need; got++) {
 		bool zero;
 
@@ -1812,7 +1819,7 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 	if (got < need) {
 		while (got)
 			ram_page_free_locked(rd->ar, fresh[--got]);
-		pthread_mutex_unlock(&rd->ar->alloc_lock);
+		pthread_mutex_unlock(&ar->alloc_lock);
 		ret = -ENOMEM;
 		goto out_lock;
 	}
@@ -1830,9 +1837,9 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 		fresh[i]->slot[0] = *rootp;
 		__atomic_store_n(rootp, (void *)fresh[i], __ATOMIC_RELEASE);
 	}
-	__atomic_add_fetch(&rd->ar->nr_nodes, need, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&ar->nr_nodes, need, __ATOMIC_RELAXED);
 	rd->root_shift = shift;
-	pthread_mutex_unlock(&rd->ar->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 	if (new < old) {
 		uint64_t end = (old + RAM_PAGE_SIZE - 1) & ~(uint64_t)RAM_PAGE_MASK;
 
@@ -1844,7 +1851,7 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 	}
 	rd->geo.size = new;
 out_lock:
-	pthread_rwlock_unlock(&rd->ar->lock);
+	pthread_rwlock_unlock(&ar->lock);
 out_ctl:
 	pthread_mutex_unlock(&rd->ctl_lock);
 	free(fresh);

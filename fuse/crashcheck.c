@@ -264,6 +264,7 @@ static int base_save(struct cc *cc)
 		unlink(img);
 		return 2;
 	}
+	free(cc->base_img);
 	cc->base_img = strdup(img);
 	cc->base_tmp = true;
 	return cc->base_img ? 0 : 2;
@@ -644,6 +645,7 @@ static int job_ctl(struct cc_job *j, char *msg, size_t len, int argc, char **arg
 	ssize_t n;
 	int l, err;
 
+	msg[0] = 0;
 	l = bf_ctl_format(argc, argv, line, sizeof(line));
 	if (l < 0)
 		return l;
@@ -1724,7 +1726,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	{
-		pthread_t *th = calloc(cc.jobs, sizeof(*th));
+		pthread_t *th = calloc(cc.jobs ? cc.jobs : 1, sizeof(*th));
 		bool tty = isatty(2);
 		double last = t0, now;
 		unsigned int started = 0;
