@@ -60,7 +60,7 @@
  * in place after reading two counts (a device with no snapshot skips even
  * those: invariant 5).
  *
- * Invariants (rd->lock held shared, as READ and WRITE hold it; the device's
+ * Invariants (ar->lock held shared, as READ and WRITE hold it; the device's
  * "own region" is what its root reaches through counts that are all 1):
  *  1. Shared is immutable: a node or page whose count is above 1 is never
  *     written, by a writer or anyone else. Only the own region is written in
@@ -75,7 +75,7 @@
  *     the original from >= 2 to >= 1 (the other tree keeps it: asserted), so
  *     a reader or writer that loaded a pointer before the swap keeps
  *     reading memory that is valid and unchanged. Counts reach 0 only under
- *     rd->lock exclusive (DISCARD, WRITE_ZEROES, snapshot delete, reset, the
+ *     ar->lock exclusive (DISCARD, WRITE_ZEROES, snapshot delete, reset, the
  *     end of a save), and only then is memory freed.
  *  4. A writer that sees count 1 re-reads the slot it came from: if the
  *     slot still holds it, it is the device's own for the rest of the I/O
@@ -85,11 +85,14 @@
  *     swaps the slot (release) before it drops the count (release), and the
  *     writer loads the count with acquire: a 1 that comes from that drop
  *     makes the new slot value visible to the re-read.
- *  5. With no tree besides the device's (rd->nr_snaps == 0: no snapshot,
- *     no save under way) every count is 1 by 2 and 3, so WRITE skips the
- *     checks of 4: the path of a device without snapshots is the plain
- *     write path (one more load, of nr_snaps, per I/O). nr_snaps changes
- *     only under rd->lock exclusive, so it is stable during an I/O.
+ *  5. With no tree besides the device's in its arena (ar->nr_trees == 1:
+ *     no snapshot, no save under way, no clone) every count is 1 by 2 and
+ *     3, so WRITE skips the checks of 4: the path of a device without
+ *     snapshots is the plain write path (one more load, of nr_trees, per
+ *     I/O). nr_trees changes only under ar->lock exclusive, so it is
+ *     stable during an I/O. It counts the trees of every device of the
+ *     arena, not the device's own snapshots: an origin whose snapshot was
+ *     deleted still shares nodes with the clone taken from it.
  *
  * Who reads what:
  *  - A page being copied is shared, so by 1 it is not changing: its readers
@@ -100,31 +103,52 @@
  *    whole, never a mix from a copy. (A write to an own page is in place, as
  *    without snapshots: a read racing it may see part of it, as on any
  *    block device.)
- *  - Snapshot calls change trees only under rd->lock exclusive, when no I/O
+ *  - Snapshot calls change trees only under ar->lock exclusive, when no I/O
  *    is inside the backend; every I/O is before or after them, whole.
  *    Create and delete may come at any time; the daemon holds writes for a
  *    create so that the snapshot is the point its users wrote. A reset must
  *    come with no I/O in flight on the device at all (the daemon quiesces
  *    it, and drops the caches above afterwards, since they describe contents
- *    that are gone): ram_snap_reset() takes the lock with trywrlock and
- *    asserts it got it, so a reset racing I/O inside the backend aborts
+ *    that are gone): ram_snap_reset() asserts that no I/O of the device is
+ *    inside the lock (rd->nr_inside: the lock itself may be busy with a
+ *    clone's I/O), so a reset racing I/O inside the backend aborts
  *    instead of tearing it.
- *  - A list walks the snapshots' trees under rd->lock shared (counts may
+ *  - A list walks the snapshots' trees under ar->lock shared (counts may
  *    move under it; nothing is freed). A save walks its tree with no lock
  *    on it: a snapshot's tree, or the save's own reference to the device's,
  *    is never written (1), and ctl_lock keeps it from being dropped.
  *
- * Resize (ram_resize()): with ctl_lock and rd->lock exclusive, under a
+ * Resize (ram_resize()): with ctl_lock and ar->lock exclusive, under a
  * device the daemon quiesced. A grow that needs more levels puts every
  * tree's root (the device's and each snapshot's) into slot 0 of a new root,
  * so all trees keep the one height; a shrink (refused while snapshots
- * exist, which would bring the data back) drops the pages past the end.
+ * exist, which would bring the data back, or the arena holds other trees,
+ * which may share the pages past the end) drops the pages past the end.
  * Snapshots have no size of their own: they read as the device's size.
+ * Heights are per device: a clone starts at its origin's, and a node
+ * shared by two trees sits at the same level in both, whatever their
+ * roots' heights become.
  *
- * Lock order: rd->ctl_lock (snapshot calls, one at a time; the snapshot
- * list) -> rd->lock (shared for READ/WRITE, which only add to the tree and
+ * Clones (clone = DEV@SNAP): a device whose tree starts as a reference to
+ * a snapshot's root of another device, DEV. Its nodes and pages are DEV's,
+ * so the two devices share one arena (struct ram_arena): the slabs, the
+ * allocator, the counts and ar->lock, under which every rule above holds
+ * for all trees of all its devices at once. That is why the lock is the
+ * arena's, not the device's: a count is touched without a locked
+ * instruction only under ar->lock exclusive (ref_put_locked()), which
+ * must keep out the writers of every device that may share the page. The
+ * cost: a DISCARD, reset or snapshot call on one device holds up the I/O
+ * of the others for as long as it runs (short: what it frees). The arena
+ * lives until its last device closes (clone or origin first, either way):
+ * a device that is not the last drops its own trees under ar->lock
+ * exclusive, so that only what it alone held is freed; the last unmaps
+ * the slabs. A process-wide registry (ram_registry) finds DEV by name.
+ *
+ * Lock order: ram_registry_lock (the open devices, by name: a clone's
+ * open and a close) -> rd->ctl_lock (snapshot calls, one at a time; the
+ * snapshot list; a clone's open takes its origin's) -> ar->lock (shared for READ/WRITE, which only add to the tree and
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
- * calls, which drop references and free) -> rd->alloc_lock (slabs, the
+ * calls, which drop references and free) -> ar->alloc_lock (slabs, the
  * reserve). The arena thread takes only alloc_lock. None is held when
  * end_io runs.
  *
@@ -164,7 +188,7 @@
 #define RAM_SLAB_SIZE	(1ul << RAM_SLAB_SHIFT)
 #define RAM_SLAB_PAGES	(RAM_SLAB_SIZE >> RAM_PAGE_SHIFT)	/* page 0 is the header */
 
-/* DISCARD and WRITE_ZEROES hold rd->lock exclusive for at most this much. */
+/* DISCARD and WRITE_ZEROES hold rd->ar->lock exclusive for at most this much. */
 #define RAM_ZERO_CHUNK	(1ull << 30)
 
 /* Pages a writer takes from the allocator per acquisition of alloc_lock. */
@@ -180,8 +204,8 @@
 /*
  * An interior node's slots point to nodes, a leaf's to pages. A node is one
  * slab page. Slots of the device's own nodes go from NULL to a pointer, or
- * from a shared child to its copy, by compare-and-swap under rd->lock
- * shared; they are cleared only under rd->lock exclusive.
+ * from a shared child to its copy, by compare-and-swap under rd->ar->lock
+ * shared; they are cleared only under rd->ar->lock exclusive.
  */
 struct ram_node {
 	void *slot[RAM_NODE_SLOTS];
@@ -189,14 +213,14 @@ struct ram_node {
 
 _Static_assert(sizeof(struct ram_node) == RAM_PAGE_SIZE, "a node is one page");
 
-/* Lives in page 0 of its slab; every field under rd->alloc_lock but ref[]. */
+/* Lives in page 0 of its slab; every field under rd->ar->alloc_lock but ref[]. */
 struct ram_slab {
-	struct ram_slab *prev, *next;		/* rd->partial: has freed pages; rd->spare */
-	struct ram_slab *all_prev, *all_next;	/* rd->slabs: every slab */
+	struct ram_slab *prev, *next;		/* rd->ar->partial: has freed pages; rd->ar->spare */
+	struct ram_slab *all_prev, *all_next;	/* rd->ar->slabs: every slab */
 	unsigned int nr_used;	/* pages handed out (in a tree or a stash) */
 	unsigned int next_fresh; /* first page never handed out; 1..RAM_SLAB_PAGES */
 	unsigned int nr_freed;	/* entries in freed[] */
-	bool listed;		/* on rd->partial */
+	bool listed;		/* on rd->ar->partial */
 	bool dirty;		/* pages never handed out may hold old data (reused slab) */
 	uint16_t freed[RAM_SLAB_PAGES];	/* pages handed out once and given back */
 	/* Per page: references to the node or data page (atomic; see the top). */
@@ -210,39 +234,41 @@ struct ram_snap {
 	struct ram_snap *next;		/* ctl_lock: rd->snaps, oldest first */
 	struct ram_node *root;		/* a reference to its tree; NULL: empty */
 	uint64_t created;		/* CLOCK_REALTIME seconds */
+	/*
+	 * ctl_lock: its data pages, counted by the first list (the tree never
+	 * changes); UINT64_MAX: not yet. A list is what a reset checks the
+	 * name with, and a walk of every leaf of a large snapshot cost more
+	 * than the reset itself (crashcheck resets a clone per state).
+	 */
+	uint64_t data_pages;
 	char name[BLK_SNAP_NAME_MAX + 1];
 };
 
-struct ram_dev {
-	struct blk_backend be;		/* must come first */
-	/* set at open; size changes only in ram_resize(), with ctl_lock and rd->lock exclusive */
-	struct blk_geometry geo;
-	/* page-index bits below the root's slots: grows with the size (ram_resize()) */
-	unsigned int root_shift;
-	char dev[64];			/* device name, for messages */
-
+/*
+ * The memory a device's trees live in, and the lock over them: one per
+ * device opened from nothing or an image, shared by the devices cloned
+ * from it (clone = DEV@SNAP) and by theirs, since their trees share nodes
+ * and pages (see "Clones" at the top). It goes with the last of them.
+ */
+struct ram_arena {
 	/*
-	 * The device's tree (NULL: nothing written). Loaded with acquire;
-	 * swapped by a writer copying a shared root (CAS, under rd->lock
-	 * shared) or by a snapshot call (under rd->lock exclusive). A
-	 * struct ram_node, typed as a slot is.
-	 */
-	void *root;
-
-	/*
-	 * Shared by READ/WRITE (which only add to the tree and copy what is
-	 * shared), exclusive for DISCARD/WRITE_ZEROES and snapshot calls
-	 * (which free): one acquisition per I/O, and no page can vanish under
-	 * a reader's memcpy. Writer-preferring, so a stream of reads cannot
-	 * starve a discard.
+	 * Shared by READ/WRITE of every device of the arena (which only add
+	 * to their trees and copy what is shared), exclusive for
+	 * DISCARD/WRITE_ZEROES, snapshot calls, clones and closes (which drop
+	 * references and free): one acquisition per I/O, and no page can
+	 * vanish under a reader's memcpy. Writer-preferring, so a stream of
+	 * reads cannot starve a discard.
 	 */
 	pthread_rwlock_t lock;
-	/* Trees other than the device's: snapshots and a save's (rd->lock). */
-	unsigned int nr_snaps;
-
-	pthread_mutex_t ctl_lock;	/* one snapshot call at a time */
-	struct ram_snap *snaps;		/* ctl_lock: named snapshots, oldest first */
-	unsigned int nr_named;		/* ctl_lock */
+	/*
+	 * lock: the trees of the arena: each device's own, its snapshots',
+	 * and a save's. With one, nothing is shared (invariant 5).
+	 */
+	unsigned int nr_trees;
+	/* lock: the devices that use the arena; written under registry_lock too */
+	unsigned int nr_devs;
+	/* the device that made the arena, for ram_test_slab_mapped (never dereferenced) */
+	struct blk_backend *first;
 
 	pthread_mutex_t alloc_lock;	/* the slab fields below and in each slab */
 	struct ram_slab *cur;		/* alloc_lock: slab fresh pages come from */
@@ -262,10 +288,40 @@ struct ram_dev {
 	uint64_t nr_pages;		/* data pages, all trees */
 	uint64_t nr_nodes;		/* nodes, all trees */
 	uint64_t nr_slabs;		/* slabs mapped, the reserve included */
-	uint64_t nr_cow_pages;		/* pages copied on a write to shared data */
-	uint64_t nr_cow_nodes;		/* nodes copied on the way */
 	uint64_t nr_reserve_misses;	/* a writer mapped a slab: the reserve was empty */
 	uint64_t nr_spare_stat;		/* nr_spare, for ->stat */
+};
+
+struct ram_dev {
+	struct blk_backend be;		/* must come first */
+	/* set at open; size changes only in ram_resize(), with ctl_lock and ar->lock exclusive */
+	struct blk_geometry geo;
+	/* page-index bits below the root's slots: grows with the size (ram_resize()) */
+	unsigned int root_shift;
+	char dev[64];			/* device name, for messages and clone = DEV@SNAP */
+	char clone_of[64 + BLK_SNAP_NAME_MAX + 2];	/* "DEV@SNAP", or "" */
+
+	/*
+	 * The device's tree (NULL: nothing written). Loaded with acquire;
+	 * swapped by a writer copying a shared root (CAS, under ar->lock
+	 * shared) or by a snapshot call (under ar->lock exclusive). A
+	 * struct ram_node, typed as a slot is.
+	 */
+	void *root;
+	struct ram_arena *ar;		/* set at open */
+	/* ar->lock: this device's trees besides its own: snapshots and a save's */
+	unsigned int nr_snaps;
+	/* Atomic: READ/WRITE/DISCARD of this device inside ram_submit() (ram_snap_reset()'s check). */
+	unsigned int nr_inside;
+
+	pthread_mutex_t ctl_lock;	/* one snapshot call at a time */
+	struct ram_snap *snaps;		/* ctl_lock: named snapshots, oldest first */
+	unsigned int nr_named;		/* ctl_lock */
+	struct ram_dev *reg_next;	/* registry_lock: ram_registry */
+
+	/* Counters for ->stat; atomic, read without a lock. */
+	uint64_t nr_cow_pages;		/* pages copied on a write to shared data */
+	uint64_t nr_cow_nodes;		/* nodes copied on the way */
 };
 
 /* Pages a writer holds between taking them from the allocator and using them. */
@@ -409,7 +465,7 @@ static inline void ref_drop_shared(const void *page)
 }
 
 /*
- * Drop a reference; true when it was the last. rd->lock exclusive: no one
+ * Drop a reference; true when it was the last. rd->ar->lock exclusive: no one
  * else touches a count, so no locked instruction (a reset drops a count
  * per page it frees: 262144 of them for 1 GiB).
  */
@@ -422,22 +478,22 @@ static inline bool ref_put_locked(const void *page)
 	return old == 1;
 }
 
-static void partial_add_locked(struct ram_dev *rd, struct ram_slab *s)
+static void partial_add_locked(struct ram_arena *ar, struct ram_slab *s)
 {
 	s->prev = NULL;
-	s->next = rd->partial;
-	if (rd->partial)
-		rd->partial->prev = s;
-	rd->partial = s;
+	s->next = ar->partial;
+	if (ar->partial)
+		ar->partial->prev = s;
+	ar->partial = s;
 	s->listed = true;
 }
 
-static void partial_del_locked(struct ram_dev *rd, struct ram_slab *s)
+static void partial_del_locked(struct ram_arena *ar, struct ram_slab *s)
 {
 	if (s->prev)
 		s->prev->next = s->next;
 	else
-		rd->partial = s->next;
+		ar->partial = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
 	s->listed = false;
@@ -483,8 +539,8 @@ static struct ram_slab *ram_slab_map(bool populate)
 	return (struct ram_slab *)a;
 }
 
-/* A slab, new or from the reserve, joins rd->slabs with every page unused. */
-static void ram_slab_init_locked(struct ram_dev *rd, struct ram_slab *s, bool dirty)
+/* A slab, new or from the reserve, joins rd->ar->slabs with every page unused. */
+static void ram_slab_init_locked(struct ram_arena *ar, struct ram_slab *s, bool dirty)
 {
 	s->nr_used = 0;
 	s->next_fresh = 1;
@@ -493,32 +549,32 @@ static void ram_slab_init_locked(struct ram_dev *rd, struct ram_slab *s, bool di
 	s->dirty = dirty;
 	s->prev = s->next = NULL;
 	s->all_prev = NULL;
-	s->all_next = rd->slabs;
-	if (rd->slabs)
-		rd->slabs->all_prev = s;
-	rd->slabs = s;
+	s->all_next = ar->slabs;
+	if (ar->slabs)
+		ar->slabs->all_prev = s;
+	ar->slabs = s;
 }
 
-static void ram_slab_unlink_locked(struct ram_dev *rd, struct ram_slab *s)
+static void ram_slab_unlink_locked(struct ram_arena *ar, struct ram_slab *s)
 {
 	if (s->listed)
-		partial_del_locked(rd, s);
+		partial_del_locked(ar, s);
 	if (s->all_prev)
 		s->all_prev->all_next = s->all_next;
 	else
-		rd->slabs = s->all_next;
+		ar->slabs = s->all_next;
 	if (s->all_next)
 		s->all_next->all_prev = s->all_prev;
-	if (rd->cur == s)
-		rd->cur = NULL;
+	if (ar->cur == s)
+		ar->cur = NULL;
 }
 
-static void spare_push_locked(struct ram_dev *rd, struct ram_slab *s)
+static void spare_push_locked(struct ram_arena *ar, struct ram_slab *s)
 {
-	s->next = rd->spare;
-	rd->spare = s;
-	rd->nr_spare++;
-	__atomic_store_n(&rd->nr_spare_stat, rd->nr_spare, __ATOMIC_RELAXED);
+	s->next = ar->spare;
+	ar->spare = s;
+	ar->nr_spare++;
+	__atomic_store_n(&ar->nr_spare_stat, ar->nr_spare, __ATOMIC_RELAXED);
 }
 
 /*
@@ -527,28 +583,28 @@ static void spare_push_locked(struct ram_dev *rd, struct ram_slab *s)
  * refill thread. First touch of a slab mapped here faults it in (one huge
  * page) under alloc_lock; only writers that need new pages wait for it.
  */
-static struct ram_slab *ram_slab_get_locked(struct ram_dev *rd)
+static struct ram_slab *ram_slab_get_locked(struct ram_arena *ar)
 {
-	struct ram_slab *s = rd->spare;
+	struct ram_slab *s = ar->spare;
 	bool dirty = false;
 
 	if (s) {
-		rd->spare = s->next;
-		rd->nr_spare--;
-		__atomic_store_n(&rd->nr_spare_stat, rd->nr_spare, __ATOMIC_RELAXED);
+		ar->spare = s->next;
+		ar->nr_spare--;
+		__atomic_store_n(&ar->nr_spare_stat, ar->nr_spare, __ATOMIC_RELAXED);
 		dirty = s->dirty;
 	} else {
-		if (rd->reserve && rd->reserve_on)
-			__atomic_add_fetch(&rd->nr_reserve_misses, 1, __ATOMIC_RELAXED);
+		if (ar->reserve && ar->reserve_on)
+			__atomic_add_fetch(&ar->nr_reserve_misses, 1, __ATOMIC_RELAXED);
 		s = ram_slab_map(false);
 		if (!s)
 			return NULL;
-		__atomic_add_fetch(&rd->nr_slabs, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ar->nr_slabs, 1, __ATOMIC_RELAXED);
 	}
-	ram_slab_init_locked(rd, s, dirty);
-	if (rd->reserve) {
-		rd->reserve_on = true;
-		pthread_cond_signal(&rd->thread_cv);
+	ram_slab_init_locked(ar, s, dirty);
+	if (ar->reserve) {
+		ar->reserve_on = true;
+		pthread_cond_signal(&ar->thread_cv);
 	}
 	return s;
 }
@@ -558,25 +614,25 @@ static struct ram_slab *ram_slab_get_locked(struct ram_dev *rd)
  * memory is touched already; its pages are not zero), else to the arena
  * thread, which gives it back to the system: unmapping costs 0.05-0.3 ms a
  * slab here, 25-150 ms for the 1 GiB a reset may drop, which neither a
- * reset nor a discard (rd->lock exclusive) should wait for.
+ * reset nor a discard (ar->lock exclusive) should wait for.
  */
-static void ram_slab_release_locked(struct ram_dev *rd, struct ram_slab *s)
+static void ram_slab_release_locked(struct ram_arena *ar, struct ram_slab *s)
 {
-	ram_slab_unlink_locked(rd, s);
-	if (rd->nr_spare < rd->reserve && !rd->stopping) {
+	ram_slab_unlink_locked(ar, s);
+	if (ar->nr_spare < ar->reserve && !ar->stopping) {
 		s->dirty = true;
-		spare_push_locked(rd, s);
+		spare_push_locked(ar, s);
 		return;
 	}
-	s->next = rd->release;
-	rd->release = s;
-	pthread_cond_signal(&rd->thread_cv);
+	s->next = ar->release;
+	ar->release = s;
+	pthread_cond_signal(&ar->thread_cv);
 }
 
 void (*ram_test_slab_mapped)(struct blk_backend *be);
 
 /*
- * The arena thread: unmaps the slabs released, and keeps rd->reserve slabs
+ * The arena thread: unmaps the slabs released, and keeps ar->reserve slabs
  * mapped and touched, so that a write that needs a new slab finds one
  * without a system call or a fault. It maps, touches and unmaps outside
  * alloc_lock; when memory is short it waits and tries again, and writers
@@ -584,36 +640,36 @@ void (*ram_test_slab_mapped)(struct blk_backend *be);
  */
 static void *ram_thread_fn(void *arg)
 {
-	struct ram_dev *rd = arg;
+	struct ram_arena *ar = arg;
 
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	for (;;) {
 		struct ram_slab *s;
 
-		while (!rd->stopping && !rd->release &&
-		       !(rd->reserve_on && rd->nr_spare < rd->reserve))
-			pthread_cond_wait(&rd->thread_cv, &rd->alloc_lock);
-		if (rd->stopping)
+		while (!ar->stopping && !ar->release &&
+		       !(ar->reserve_on && ar->nr_spare < ar->reserve))
+			pthread_cond_wait(&ar->thread_cv, &ar->alloc_lock);
+		if (ar->stopping)
 			break;
-		if (rd->release) {
-			s = rd->release;
-			rd->release = NULL;
-			pthread_mutex_unlock(&rd->alloc_lock);
+		if (ar->release) {
+			s = ar->release;
+			ar->release = NULL;
+			pthread_mutex_unlock(&ar->alloc_lock);
 			while (s) {
 				struct ram_slab *next = s->next;
 
 				munmap(s, RAM_SLAB_SIZE);
-				__atomic_sub_fetch(&rd->nr_slabs, 1, __ATOMIC_RELAXED);
+				__atomic_sub_fetch(&ar->nr_slabs, 1, __ATOMIC_RELAXED);
 				s = next;
 			}
-			pthread_mutex_lock(&rd->alloc_lock);
+			pthread_mutex_lock(&ar->alloc_lock);
 			continue;
 		}
-		pthread_mutex_unlock(&rd->alloc_lock);
+		pthread_mutex_unlock(&ar->alloc_lock);
 		s = ram_slab_map(true);
 		if (s && ram_test_slab_mapped)
-			ram_test_slab_mapped(&rd->be);
-		pthread_mutex_lock(&rd->alloc_lock);
+			ram_test_slab_mapped(ar->first);
+		pthread_mutex_lock(&ar->alloc_lock);
 		if (!s) {
 			struct timespec ts;
 
@@ -623,24 +679,24 @@ static void *ram_thread_fn(void *arg)
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000;
 			}
-			pthread_cond_timedwait(&rd->thread_cv, &rd->alloc_lock, &ts);
+			pthread_cond_timedwait(&ar->thread_cv, &ar->alloc_lock, &ts);
 			continue;
 		}
-		__atomic_add_fetch(&rd->nr_slabs, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ar->nr_slabs, 1, __ATOMIC_RELAXED);
 		/*
 		 * The reserve may have filled while the lock was dropped (a
 		 * discard's slabs go there first): a slab it has no room for
 		 * is released, so the reserve never holds more than its size.
 		 */
-		if (rd->nr_spare >= rd->reserve || rd->stopping) {
-			s->next = rd->release;
-			rd->release = s;
+		if (ar->nr_spare >= ar->reserve || ar->stopping) {
+			s->next = ar->release;
+			ar->release = s;
 			continue;
 		}
 		s->dirty = false;
-		spare_push_locked(rd, s);
+		spare_push_locked(ar, s);
 	}
-	pthread_mutex_unlock(&rd->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 	return NULL;
 }
 
@@ -648,23 +704,23 @@ static void *ram_thread_fn(void *arg)
  * One page (for a node or data) with one reference: freed pages (already
  * touched) first, then fresh ones. *@zero: known to be all zeros.
  */
-static void *ram_page_take_locked(struct ram_dev *rd, bool *zero)
+static void *ram_page_take_locked(struct ram_arena *ar, bool *zero)
 {
-	struct ram_slab *s = rd->partial;
+	struct ram_slab *s = ar->partial;
 	unsigned int idx;
 
 	if (s) {
 		idx = s->freed[--s->nr_freed];
 		*zero = false;
 		if (!s->nr_freed)
-			partial_del_locked(rd, s);
+			partial_del_locked(ar, s);
 	} else {
-		s = rd->cur;
+		s = ar->cur;
 		if (!s || s->next_fresh == RAM_SLAB_PAGES) {
-			s = ram_slab_get_locked(rd);
+			s = ram_slab_get_locked(ar);
 			if (!s)
 				return NULL;
-			rd->cur = s;
+			ar->cur = s;
 		}
 		idx = s->next_fresh++;
 		*zero = !s->dirty;
@@ -679,7 +735,7 @@ static void *ram_page_take_locked(struct ram_dev *rd, bool *zero)
  * leaves (ram_slab_release_locked()), except the one fresh pages are
  * carved from.
  */
-static void ram_page_free_locked(struct ram_dev *rd, void *page)
+static void ram_page_free_locked(struct ram_arena *ar, void *page)
 {
 	struct ram_slab *s = slab_of(page);
 
@@ -687,43 +743,43 @@ static void ram_page_free_locked(struct ram_dev *rd, void *page)
 	__atomic_store_n(&s->ref[slab_idx(s, page)], 0, __ATOMIC_RELAXED);
 	s->freed[s->nr_freed++] = (uint16_t)slab_idx(s, page);
 	s->nr_used--;
-	if (!s->nr_used && s != rd->cur) {
-		ram_slab_release_locked(rd, s);
+	if (!s->nr_used && s != ar->cur) {
+		ram_slab_release_locked(ar, s);
 		return;
 	}
 	if (!s->listed)
-		partial_add_locked(rd, s);
+		partial_add_locked(ar, s);
 }
 
 /* Top @st up to @want pages. */
-static void ram_stash_fill(struct ram_dev *rd, struct ram_stash *st, unsigned int want)
+static void ram_stash_fill(struct ram_arena *ar, struct ram_stash *st, unsigned int want)
 {
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	while (st->nr < want) {
-		void *page = ram_page_take_locked(rd, &st->zero[st->nr]);
+		void *page = ram_page_take_locked(ar, &st->zero[st->nr]);
 
 		if (!page)
 			break;
 		st->page[st->nr++] = page;
 	}
-	pthread_mutex_unlock(&rd->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 }
 
-static void ram_stash_drain(struct ram_dev *rd, struct ram_stash *st)
+static void ram_stash_drain(struct ram_arena *ar, struct ram_stash *st)
 {
 	if (!st->nr)
 		return;
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	while (st->nr)
-		ram_page_free_locked(rd, st->page[--st->nr]);
-	pthread_mutex_unlock(&rd->alloc_lock);
+		ram_page_free_locked(ar, st->page[--st->nr]);
+	pthread_mutex_unlock(&ar->alloc_lock);
 }
 
 /* A page from @st, refilled with up to @want when empty; NULL on ENOMEM. */
-static void *stash_take(struct ram_dev *rd, struct ram_stash *st, uint64_t want, bool *zero)
+static void *stash_take(struct ram_arena *ar, struct ram_stash *st, uint64_t want, bool *zero)
 {
 	if (!st->nr) {
-		ram_stash_fill(rd, st, (unsigned int)min_u64(want ? want : 1, RAM_STASH));
+		ram_stash_fill(ar, st, (unsigned int)min_u64(want ? want : 1, RAM_STASH));
 		if (!st->nr)
 			return NULL;
 	}
@@ -740,7 +796,7 @@ static void stash_give(struct ram_stash *st, void *page, bool zero)
 	st->zero[st->nr++] = zero;
 }
 
-/* ---- the tree under rd->lock shared: READ and WRITE ---- */
+/* ---- the tree under rd->ar->lock shared: READ and WRITE ---- */
 
 /* The slots of the leaf that holds page @pg in the tree at @root, or NULL. */
 static void **ram_leaf_find(struct ram_node *root, unsigned int root_shift, uint64_t pg)
@@ -766,14 +822,14 @@ static struct ram_node *ram_node_insert(struct ram_dev *rd, struct ram_stash *st
 	void *old = NULL;
 	bool zero;
 
-	node = stash_take(rd, st, want, &zero);
+	node = stash_take(rd->ar, st, want, &zero);
 	if (!node)
 		return NULL;
 	if (!zero)
 		memset(node, 0, sizeof(*node));
 	if (__atomic_compare_exchange_n(slot, &old, (void *)node, false,
 					__ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
-		__atomic_add_fetch(&rd->nr_nodes, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&rd->ar->nr_nodes, 1, __ATOMIC_RELAXED);
 		return node;
 	}
 	stash_give(st, node, true);
@@ -795,7 +851,7 @@ static int ram_node_cow(struct ram_dev *rd, struct ram_stash *st, void **slot,
 	unsigned int i;
 	bool zero;
 
-	copy = stash_take(rd, st, want, &zero);
+	copy = stash_take(rd->ar, st, want, &zero);
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, node, sizeof(*copy));	/* shared: not changing (invariant 1) */
@@ -805,7 +861,7 @@ static int ram_node_cow(struct ram_dev *rd, struct ram_stash *st, void **slot,
 	if (__atomic_compare_exchange_n(slot, &old, (void *)copy, false,
 					__ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
 		ref_drop_shared(node);
-		__atomic_add_fetch(&rd->nr_nodes, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&rd->ar->nr_nodes, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&rd->nr_cow_nodes, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
@@ -891,8 +947,8 @@ static void ram_read(struct ram_dev *rd, const struct blk_io *io)
 
 static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 {
-	/* Stable during the I/O: it changes only under rd->lock exclusive. */
-	bool cow = rd->nr_snaps != 0;
+	/* Stable during the I/O: it changes only under ar->lock exclusive. */
+	bool cow = rd->ar->nr_trees > 1;
 	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
 	uint64_t pos = io->pos, end = io->pos + io->len;
 	uint64_t last_pg = (end - 1) >> RAM_PAGE_SHIFT;
@@ -927,7 +983,7 @@ static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 			 * Shared: write a copy (the old bytes around the new)
 			 * and publish it whole.
 			 */
-			np = stash_take(rd, &st, want, &zero);
+			np = stash_take(rd->ar, &st, want, &zero);
 			if (!np) {
 				ret = -ENOMEM;
 				break;
@@ -960,7 +1016,7 @@ static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 			continue;
 		}
 
-		page = stash_take(rd, &st, want, &zero);
+		page = stash_take(rd->ar, &st, want, &zero);
 		if (!page) {
 			ret = -ENOMEM;
 			break;
@@ -987,21 +1043,21 @@ static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 			it = saved;
 		}
 	}
-	ram_stash_drain(rd, &st);
+	ram_stash_drain(rd->ar, &st);
 	if (added)
-		__atomic_add_fetch(&rd->nr_pages, added, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&rd->ar->nr_pages, added, __ATOMIC_RELAXED);
 	if (cowed)
 		__atomic_add_fetch(&rd->nr_cow_pages, cowed, __ATOMIC_RELAXED);
 	return ret;
 }
 
-/* ---- the tree under rd->lock exclusive (and alloc_lock) ---- */
+/* ---- the tree under rd->ar->lock exclusive (and alloc_lock) ---- */
 
 /* Drop a reference to a data page; free it with the last (counted in *@nr_freed). */
 static void ram_data_put_locked(struct ram_dev *rd, void *page, uint64_t *nr_freed)
 {
 	if (ref_put_locked(page)) {
-		ram_page_free_locked(rd, page);
+		ram_page_free_locked(rd->ar, page);
 		(*nr_freed)++;
 	}
 }
@@ -1023,7 +1079,7 @@ static void ram_subtree_put_locked(struct ram_dev *rd, struct ram_node *node, un
 		else
 			ram_data_put_locked(rd, child, nr_pages);
 	}
-	ram_page_free_locked(rd, node);
+	ram_page_free_locked(rd->ar, node);
 	(*nr_nodes)++;
 }
 
@@ -1033,8 +1089,8 @@ static void ram_tree_put_locked(struct ram_dev *rd, struct ram_node *node, unsig
 	uint64_t nr_pages = 0, nr_nodes = 0;
 
 	ram_subtree_put_locked(rd, node, shift, &nr_pages, &nr_nodes);
-	__atomic_sub_fetch(&rd->nr_pages, nr_pages, __ATOMIC_RELAXED);
-	__atomic_sub_fetch(&rd->nr_nodes, nr_nodes, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&rd->ar->nr_pages, nr_pages, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&rd->ar->nr_nodes, nr_nodes, __ATOMIC_RELAXED);
 }
 
 /* Make the node in *@slotp the device's own: copy it if it is shared. NULL on ENOMEM. */
@@ -1046,7 +1102,7 @@ static struct ram_node *ram_node_own_locked(struct ram_dev *rd, void **slotp)
 
 	if (ref_load(node) == 1)
 		return node;
-	copy = ram_page_take_locked(rd, &zero);
+	copy = ram_page_take_locked(rd->ar, &zero);
 	if (!copy)
 		return NULL;
 	memcpy(copy, node, sizeof(*copy));
@@ -1055,7 +1111,7 @@ static struct ram_node *ram_node_own_locked(struct ram_dev *rd, void **slotp)
 			ref_get(copy->slot[i]);
 	ref_drop_shared(node);
 	__atomic_store_n(slotp, (void *)copy, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&rd->nr_nodes, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&rd->ar->nr_nodes, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&rd->nr_cow_nodes, 1, __ATOMIC_RELAXED);
 	return copy;
 }
@@ -1106,7 +1162,7 @@ static int ram_punch_locked(struct ram_dev *rd, void **slotp, unsigned int shift
 			uint64_t nr_freed = 0;
 
 			ram_data_put_locked(rd, node->slot[i], &nr_freed);
-			__atomic_sub_fetch(&rd->nr_pages, nr_freed, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(&rd->ar->nr_pages, nr_freed, __ATOMIC_RELAXED);
 			__atomic_store_n(&node->slot[i], NULL, __ATOMIC_RELAXED);
 		}
 	}
@@ -1142,13 +1198,13 @@ static int ram_zero_partial_locked(struct ram_dev *rd, uint64_t pos, uint64_t n)
 	}
 	page = *slot;
 	if (ref_load(page) > 1) {
-		copy = ram_page_take_locked(rd, &zero);
+		copy = ram_page_take_locked(rd->ar, &zero);
 		if (!copy)
 			return -ENOMEM;
 		memcpy(copy, page, RAM_PAGE_SIZE);
 		ref_drop_shared(page);
 		__atomic_store_n(slot, (void *)copy, __ATOMIC_RELEASE);
-		__atomic_add_fetch(&rd->nr_pages, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&rd->ar->nr_pages, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&rd->nr_cow_pages, 1, __ATOMIC_RELAXED);
 		page = copy;
 	}
@@ -1159,10 +1215,11 @@ static int ram_zero_partial_locked(struct ram_dev *rd, uint64_t pos, uint64_t n)
 /* DISCARD and WRITE_ZEROES: whole pages are dropped, partial ones zeroed. */
 static int ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len)
 {
+	struct ram_arena *ar = rd->ar;
 	uint64_t end = pos + len;
 	int ret = 0;
 
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	if (pos & RAM_PAGE_MASK) {
 		uint64_t n = min_u64(end - pos, RAM_PAGE_SIZE - (pos & RAM_PAGE_MASK));
 
@@ -1178,26 +1235,47 @@ static int ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len)
 	}
 	if (!ret && pos < end)
 		ret = ram_zero_partial_locked(rd, pos, end - pos);
-	pthread_mutex_unlock(&rd->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 	return ret;
+}
+
+/*
+ * An I/O of @rd is inside ar->lock (taken before enter, released after
+ * leave). A reset asserts that none is: the lock alone cannot say whose
+ * I/O holds it once clones share it (ram_snap_reset()). Two uncontended
+ * atomic adds on the device's own counter, beside the lock's two.
+ */
+static inline void ram_io_enter(struct ram_dev *rd)
+{
+	__atomic_add_fetch(&rd->nr_inside, 1, __ATOMIC_RELAXED);
+}
+
+static inline void ram_io_leave(struct ram_dev *rd)
+{
+	__atomic_sub_fetch(&rd->nr_inside, 1, __ATOMIC_RELAXED);
 }
 
 static int ram_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	int ret = 0;
 
 	assert(blk_io_valid(&rd->geo, io));
 	switch (io->op) {
 	case BLK_READ:
-		pthread_rwlock_rdlock(&rd->lock);
+		pthread_rwlock_rdlock(&ar->lock);
+		ram_io_enter(rd);
 		ram_read(rd, io);
-		pthread_rwlock_unlock(&rd->lock);
+		ram_io_leave(rd);
+		pthread_rwlock_unlock(&ar->lock);
 		break;
 	case BLK_WRITE:
-		pthread_rwlock_rdlock(&rd->lock);
+		pthread_rwlock_rdlock(&ar->lock);
+		ram_io_enter(rd);
 		ret = ram_write(rd, io);
-		pthread_rwlock_unlock(&rd->lock);
+		ram_io_leave(rd);
+		pthread_rwlock_unlock(&ar->lock);
 		break;
 	case BLK_FLUSH:
 		/* RAM is as stable as this device gets. */
@@ -1214,9 +1292,11 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 		while (pos < end && !ret) {
 			uint64_t n = min_u64(end - pos, RAM_ZERO_CHUNK - (pos & (RAM_ZERO_CHUNK - 1)));
 
-			pthread_rwlock_wrlock(&rd->lock);
+			pthread_rwlock_wrlock(&ar->lock);
+			ram_io_enter(rd);
 			ret = ram_zero_range_locked(rd, pos, n);
-			pthread_rwlock_unlock(&rd->lock);
+			ram_io_leave(rd);
+			pthread_rwlock_unlock(&ar->lock);
 			pos += n;
 		}
 		break;
@@ -1468,31 +1548,35 @@ static struct ram_snap *snap_find_locked(struct ram_dev *rd, const char *name, s
 	return NULL;
 }
 
-/* A reference to the device's tree, counted in nr_snaps (rd->lock exclusive inside). */
+/* A reference to the device's tree, counted in nr_snaps and nr_trees (ar->lock exclusive inside). */
 static struct ram_node *ram_tree_share(struct ram_dev *rd)
 {
+	struct ram_arena *ar = rd->ar;
 	struct ram_node *root;
 
-	pthread_rwlock_wrlock(&rd->lock);
+	pthread_rwlock_wrlock(&ar->lock);
 	root = rd->root;
 	if (root)
 		ref_get(root);
 	rd->nr_snaps++;
-	pthread_rwlock_unlock(&rd->lock);
+	ar->nr_trees++;
+	pthread_rwlock_unlock(&ar->lock);
 	return root;
 }
 
 /* Drop a tree taken by ram_tree_share() or a snapshot's. */
 static void ram_tree_drop(struct ram_dev *rd, struct ram_node *root)
 {
-	pthread_rwlock_wrlock(&rd->lock);
-	pthread_mutex_lock(&rd->alloc_lock);
+	struct ram_arena *ar = rd->ar;
+	pthread_rwlock_wrlock(&ar->lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	if (root)
 		ram_tree_put_locked(rd, root, rd->root_shift);
-	assert(rd->nr_snaps > 0);
+	assert(rd->nr_snaps > 0 && ar->nr_trees > 1);
 	rd->nr_snaps--;
-	pthread_mutex_unlock(&rd->alloc_lock);
-	pthread_rwlock_unlock(&rd->lock);
+	ar->nr_trees--;
+	pthread_mutex_unlock(&ar->alloc_lock);
+	pthread_rwlock_unlock(&ar->lock);
 }
 
 static int ram_snap_create(struct blk_backend *be, const char *name)
@@ -1508,6 +1592,7 @@ static int ram_snap_create(struct blk_backend *be, const char *name)
 		return -ENOMEM;
 	snprintf(snap->name, sizeof(snap->name), "%s", name);
 	snap->created = (uint64_t)time(NULL);
+	snap->data_pages = UINT64_MAX;
 
 	pthread_mutex_lock(&rd->ctl_lock);
 	if (snap_find_locked(rd, name, NULL)) {
@@ -1554,6 +1639,7 @@ static int ram_snap_destroy(struct blk_backend *be, const char *name)
 static int ram_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	struct ram_node *old;
 	struct ram_snap *snap;
 	int ret;
@@ -1567,15 +1653,15 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 		return -ENOENT;
 	}
 	/*
-	 * The caller quiesced the device (blk_snap_reset()): no I/O can be
-	 * inside the backend, so the lock is free. If it is not, an I/O races
-	 * the reset, and which contents it touched is anyone's guess.
+	 * The caller quiesced the device (blk_snap_reset()): no I/O of its
+	 * can be inside the backend. If one is, it races the reset, and which
+	 * contents it touched is anyone's guess. The arena's lock may be busy
+	 * with the I/O of other devices (clones share it): wait for those.
 	 */
-	ret = pthread_rwlock_trywrlock(&rd->lock);
+	ret = (int)__atomic_load_n(&rd->nr_inside, __ATOMIC_RELAXED);
 	assert(ret == 0 && "ram: reset with I/O in flight: the device was not quiesced");
-	if (ret)
-		pthread_rwlock_wrlock(&rd->lock);
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_rwlock_wrlock(&ar->lock);
+	pthread_mutex_lock(&ar->alloc_lock);
 	/* Take the snapshot's tree first: it may be the very root we drop. */
 	if (snap->root)
 		ref_get(snap->root);
@@ -1583,8 +1669,8 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 	__atomic_store_n(&rd->root, snap->root, __ATOMIC_RELEASE);
 	if (old)
 		ram_tree_put_locked(rd, old, rd->root_shift);
-	pthread_mutex_unlock(&rd->alloc_lock);
-	pthread_rwlock_unlock(&rd->lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
+	pthread_rwlock_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return 0;
 }
@@ -1592,12 +1678,13 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	struct ram_snap *snap;
 	int n = 0;
 
 	pthread_mutex_lock(&rd->ctl_lock);
 	/* Shared: no count reaches 0 and nothing is freed meanwhile. */
-	pthread_rwlock_rdlock(&rd->lock);
+	pthread_rwlock_rdlock(&ar->lock);
 	for (snap = rd->snaps; snap; snap = snap->next, n++) {
 		struct blk_snap_info *info;
 
@@ -1609,12 +1696,13 @@ static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr
 		info->created = snap->created;
 		if (!snap->root)
 			continue;
-		info->data_bytes = min_u64(ram_count_pages(snap->root, rd->root_shift) << RAM_PAGE_SHIFT,
-					   rd->geo.size);
+		if (snap->data_pages == UINT64_MAX)
+			snap->data_pages = ram_count_pages(snap->root, rd->root_shift);
+		info->data_bytes = min_u64(snap->data_pages << RAM_PAGE_SHIFT, rd->geo.size);
 		if (ref_load(snap->root) == 1)
 			info->own_bytes = ram_own_bytes(snap->root, rd->root_shift);
 	}
-	pthread_rwlock_unlock(&rd->lock);
+	pthread_rwlock_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return n;
 }
@@ -1673,12 +1761,13 @@ static const struct blk_snap_ops ram_snap_ops = {
  * (reads of a later grow see zeros there, as on a fresh device); it is
  * refused while snapshots exist (-EBUSY), whose trees hold data past the
  * new end that a reset would bring back. The tree never loses levels.
- * ctl_lock keeps snapshot calls and saves out; rd->lock exclusive, the
+ * ctl_lock keeps snapshot calls and saves out; rd->ar->lock exclusive, the
  * I/O (none is in flight: the caller quiesced the device).
  */
 static int ram_resize(struct blk_backend *be, uint64_t *size)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
+	struct ram_arena *ar = rd->ar;
 	uint64_t new = *size, pages, old;
 	unsigned int shift, levels, nr_roots = 0, need, i, got = 0;
 	struct ram_node **fresh = NULL;
@@ -1711,12 +1800,17 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 			goto out_ctl;
 		}
 	}
-	pthread_rwlock_wrlock(&rd->lock);
-	pthread_mutex_lock(&rd->alloc_lock);
+	pthread_rwlock_wrlock(&ar->lock);
+	if (new < old && ar->nr_trees > 1) {
+		/* A clone's or its origin's: pages past the end may be shared (see the top). */
+		ret = -EBUSY;
+		goto out_lock;
+	}
+	pthread_mutex_lock(&ar->alloc_lock);
 	for (got = 0; got < need; got++) {
 		bool zero;
 
-		fresh[got] = ram_page_take_locked(rd, &zero);
+		fresh[got] = ram_page_take_locked(rd->ar, &zero);
 		if (!fresh[got])
 			break;
 		if (!zero)
@@ -1724,8 +1818,8 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 	}
 	if (got < need) {
 		while (got)
-			ram_page_free_locked(rd, fresh[--got]);
-		pthread_mutex_unlock(&rd->alloc_lock);
+			ram_page_free_locked(rd->ar, fresh[--got]);
+		pthread_mutex_unlock(&ar->alloc_lock);
 		ret = -ENOMEM;
 		goto out_lock;
 	}
@@ -1743,13 +1837,13 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 		fresh[i]->slot[0] = *rootp;
 		__atomic_store_n(rootp, (void *)fresh[i], __ATOMIC_RELEASE);
 	}
-	__atomic_add_fetch(&rd->nr_nodes, need, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&ar->nr_nodes, need, __ATOMIC_RELAXED);
 	rd->root_shift = shift;
-	pthread_mutex_unlock(&rd->alloc_lock);
+	pthread_mutex_unlock(&ar->alloc_lock);
 	if (new < old) {
 		uint64_t end = (old + RAM_PAGE_SIZE - 1) & ~(uint64_t)RAM_PAGE_MASK;
 
-		/* No snapshot: nothing is shared, so nothing is copied and this cannot fail. */
+		/* One tree: nothing is shared, so nothing is copied and this cannot fail. */
 		ret = ram_zero_range_locked(rd, new, end - new);
 		assert(!ret);
 		if (ret)
@@ -1757,7 +1851,7 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 	}
 	rd->geo.size = new;
 out_lock:
-	pthread_rwlock_unlock(&rd->lock);
+	pthread_rwlock_unlock(&ar->lock);
 out_ctl:
 	pthread_mutex_unlock(&rd->ctl_lock);
 	free(fresh);
@@ -1916,98 +2010,278 @@ static int ram_load_image(struct ram_dev *rd, struct blk_params *p, const char *
 
 /* ---- open, close, geometry, stat ---- */
 
-static void ram_free(struct ram_dev *rd)
-{
-	struct ram_snap *snap;
+/*
+ * Every ram device open in the process, by name, so that `clone =
+ * DEV@SNAP` finds its origin. registry_lock is outermost: registry_lock
+ * -> the origin's ctl_lock -> ar->lock -> ar->alloc_lock (a clone's open
+ * takes them in this order; nothing takes registry_lock under another).
+ */
+static pthread_mutex_t ram_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ram_dev *ram_registry;	/* registry_lock: newest first */
 
-	if (rd->have_thread) {
-		pthread_mutex_lock(&rd->alloc_lock);
-		rd->stopping = true;
-		pthread_cond_signal(&rd->thread_cv);
-		pthread_mutex_unlock(&rd->alloc_lock);
-		pthread_join(rd->thread, NULL);
+static void ram_registry_add(struct ram_dev *rd)
+{
+	pthread_mutex_lock(&ram_registry_lock);
+	rd->reg_next = ram_registry;
+	ram_registry = rd;
+	pthread_mutex_unlock(&ram_registry_lock);
+}
+
+static void ram_registry_del(struct ram_dev *rd)
+{
+	struct ram_dev **pp;
+
+	pthread_mutex_lock(&ram_registry_lock);
+	for (pp = &ram_registry; *pp; pp = &(*pp)->reg_next)
+		if (*pp == rd) {
+			*pp = rd->reg_next;
+			break;
+		}
+	pthread_mutex_unlock(&ram_registry_lock);
+}
+
+static void ram_arena_free(struct ram_arena *ar)
+{
+	if (ar->have_thread) {
+		pthread_mutex_lock(&ar->alloc_lock);
+		ar->stopping = true;
+		pthread_cond_signal(&ar->thread_cv);
+		pthread_mutex_unlock(&ar->alloc_lock);
+		pthread_join(ar->thread, NULL);
 	}
 	/* Nodes and pages all live in slabs: unmapping them frees the trees. */
-	while (rd->slabs) {
-		struct ram_slab *s = rd->slabs;
+	while (ar->slabs) {
+		struct ram_slab *s = ar->slabs;
 
-		ram_slab_unlink_locked(rd, s);
+		ram_slab_unlink_locked(ar, s);
 		munmap(s, RAM_SLAB_SIZE);
 	}
-	while (rd->spare) {
-		struct ram_slab *s = rd->spare;
+	while (ar->spare) {
+		struct ram_slab *s = ar->spare;
 
-		rd->spare = s->next;
+		ar->spare = s->next;
 		munmap(s, RAM_SLAB_SIZE);
 	}
-	while (rd->release) {
-		struct ram_slab *s = rd->release;
+	while (ar->release) {
+		struct ram_slab *s = ar->release;
 
-		rd->release = s->next;
+		ar->release = s->next;
 		munmap(s, RAM_SLAB_SIZE);
+	}
+	pthread_cond_destroy(&ar->thread_cv);
+	pthread_mutex_destroy(&ar->alloc_lock);
+	pthread_rwlock_destroy(&ar->lock);
+	free(ar);
+}
+
+/*
+ * A device leaves its arena. The last one frees the arena whole (its trees
+ * go with the slabs); any other drops its own trees, the device's and its
+ * snapshots', under ar->lock exclusive, so that what a clone or an origin
+ * still shares stays and only what this device alone held is freed.
+ */
+static void ram_free(struct ram_dev *rd)
+{
+	struct ram_arena *ar = rd->ar;
+	struct ram_snap *snap;
+	bool last = true;
+
+	if (ar) {
+		/* No clone can find it from here on (one that found it has joined). */
+		ram_registry_del(rd);
+		pthread_rwlock_wrlock(&ar->lock);
+		assert(ar->nr_devs >= 1 && ar->nr_trees >= 1 + rd->nr_snaps);
+		last = --ar->nr_devs == 0;
+		if (!last) {
+			pthread_mutex_lock(&ar->alloc_lock);
+			if (rd->root)
+				ram_tree_put_locked(rd, rd->root, rd->root_shift);
+			for (snap = rd->snaps; snap; snap = snap->next)
+				if (snap->root)
+					ram_tree_put_locked(rd, snap->root, rd->root_shift);
+			pthread_mutex_unlock(&ar->alloc_lock);
+			ar->nr_trees -= 1 + rd->nr_snaps;
+		}
+		pthread_rwlock_unlock(&ar->lock);
+		if (last)
+			ram_arena_free(ar);
 	}
 	while ((snap = rd->snaps)) {
 		rd->snaps = snap->next;
 		free(snap);
 	}
-	pthread_cond_destroy(&rd->thread_cv);
-	pthread_mutex_destroy(&rd->alloc_lock);
 	pthread_mutex_destroy(&rd->ctl_lock);
-	pthread_rwlock_destroy(&rd->lock);
 	free(rd);
 }
 
-/* A device with nothing written, its locks and its arena thread; ERR_PTR with p->err. */
-static struct ram_dev *ram_dev_new(struct blk_params *p, const struct blk_geometry *geo,
-				   uint64_t reserve)
+/* An arena with nothing in it, its locks and its thread; ERR_PTR with p->err. */
+static struct ram_arena *ram_arena_new(struct blk_params *p, uint64_t reserve)
 {
 	pthread_rwlockattr_t attr;
 	pthread_attr_t ta;
-	struct ram_dev *rd;
-	uint64_t dev_pages;
+	struct ram_arena *ar;
 	int ret;
 
-	rd = calloc(1, sizeof(*rd));
-	if (!rd) {
+	ar = calloc(1, sizeof(*ar));
+	if (!ar) {
 		blk_param_error(p, NULL, "cannot set up the ram backend: out of memory");
 		return ERR_PTR(-ENOMEM);
 	}
-	rd->geo = *geo;
-	rd->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
-	snprintf(rd->dev, sizeof(rd->dev), "%s", p->dev ? p->dev : "?");
-
-	/* Levels so that the root's slots cover every page index (ram_resize() adds more). */
-	dev_pages = (rd->geo.size + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
-	while (dev_pages > 1ull << (rd->root_shift + RAM_NODE_SHIFT))
-		rd->root_shift += RAM_NODE_SHIFT;
-
+	ar->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
+	ar->nr_devs = 1;
+	ar->nr_trees = 1;
 	pthread_rwlockattr_init(&attr);
 	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = -pthread_rwlock_init(&rd->lock, &attr);
+	ret = -pthread_rwlock_init(&ar->lock, &attr);
 	pthread_rwlockattr_destroy(&attr);
 	if (ret) {
-		free(rd);
+		free(ar);
 		blk_param_error(p, NULL, "cannot set up the ram backend: %s", strerror(-ret));
 		return ERR_PTR(ret);
 	}
-	pthread_mutex_init(&rd->alloc_lock, NULL);
-	pthread_mutex_init(&rd->ctl_lock, NULL);
-	pthread_cond_init(&rd->thread_cv, NULL);
-	rd->be.ops = &ram_backend_ops;
+	pthread_mutex_init(&ar->alloc_lock, NULL);
+	pthread_cond_init(&ar->thread_cv, NULL);
 
 	/* It sleeps until there is a reserve to fill or a slab to unmap. */
 	pthread_attr_init(&ta);
 	pthread_attr_setstacksize(&ta, 64 << 10);
-	ret = -pthread_create(&rd->thread, &ta, ram_thread_fn, rd);
+	ret = -pthread_create(&ar->thread, &ta, ram_thread_fn, ar);
 	pthread_attr_destroy(&ta);
 	if (ret) {
-		ram_free(rd);
+		ram_arena_free(ar);
 		blk_param_error(p, NULL, "cannot start the ram backend's thread: %s", strerror(-ret));
 		return ERR_PTR(ret);
 	}
-	rd->have_thread = true;
-	pthread_setname_np(rd->thread, "blkfs-ram");
+	ar->have_thread = true;
+	pthread_setname_np(ar->thread, "blkfs-ram");
+	return ar;
+}
+
+/* A device with nothing written and no arena yet; NULL with p->err. */
+static struct ram_dev *ram_dev_alloc(struct blk_params *p, const struct blk_geometry *geo)
+{
+	struct ram_dev *rd = calloc(1, sizeof(*rd));
+	uint64_t dev_pages;
+
+	if (!rd) {
+		blk_param_error(p, NULL, "cannot set up the ram backend: out of memory");
+		return NULL;
+	}
+	rd->geo = *geo;
+	snprintf(rd->dev, sizeof(rd->dev), "%s", p->dev ? p->dev : "?");
+	/* Levels so that the root's slots cover every page index (ram_resize() adds more). */
+	dev_pages = (rd->geo.size + RAM_PAGE_SIZE - 1) >> RAM_PAGE_SHIFT;
+	while (dev_pages > 1ull << (rd->root_shift + RAM_NODE_SHIFT))
+		rd->root_shift += RAM_NODE_SHIFT;
+	pthread_mutex_init(&rd->ctl_lock, NULL);
+	rd->be.ops = &ram_backend_ops;
 	return rd;
+}
+
+/* A device with nothing written, in an arena of its own; ERR_PTR with p->err. */
+static struct ram_dev *ram_dev_new(struct blk_params *p, const struct blk_geometry *geo,
+				   uint64_t reserve)
+{
+	struct ram_dev *rd = ram_dev_alloc(p, geo);
+	struct ram_arena *ar;
+
+	if (!rd)
+		return ERR_PTR(-ENOMEM);
+	ar = ram_arena_new(p, reserve);
+	if (IS_ERR(ar)) {
+		ram_free(rd);
+		return (struct ram_dev *)ar;
+	}
+	ar->first = &rd->be;
+	rd->ar = ar;
+	return rd;
+}
+
+/*
+ * clone = DEV@SNAP: a device whose contents start as snapshot SNAP of the
+ * ram device DEV (open in this process), sharing its pages: the clone's
+ * tree is a reference to the snapshot's root in DEV's arena, which the
+ * clone joins. Nothing is copied; a write to either copies what it
+ * touches (ram_write()). Geometry the config leaves out is DEV's; the
+ * size must be DEV's (one tree height; resize the clone after).
+ */
+static struct blk_backend *ram_clone_open(struct blk_params *p, const char *spec)
+{
+	char devname[sizeof(((struct ram_dev *)0)->dev)];
+	const char *at = strchr(spec, '@');
+	struct ram_dev *origin, *rd = NULL;
+	struct blk_params q = *p;
+	struct blk_geometry geo;
+	struct ram_snap *snap;
+	int ret;
+
+	if (blk_param_get(p, "image"))
+		return ERR_PTR(blk_param_error(p, "clone", "cannot go with image (a clone's "
+					       "contents are its origin's snapshot)"));
+	if (blk_param_get(p, "reserve"))
+		return ERR_PTR(blk_param_error(p, "clone", "cannot go with reserve (a clone "
+					       "uses its origin's memory and reserve)"));
+	if (!at || at == spec || !at[1] || (size_t)(at - spec) >= sizeof(devname))
+		return ERR_PTR(blk_param_error(p, "clone", "'%s' is not DEV@SNAP (a ram device "
+					       "of this mount and one of its snapshots)", spec));
+	snprintf(devname, sizeof(devname), "%.*s", (int)(at - spec), spec);
+	if (!blk_snap_name_valid(at + 1))
+		return ERR_PTR(blk_param_error(p, "clone", "'%s' is not a snapshot name", at + 1));
+
+	pthread_mutex_lock(&ram_registry_lock);
+	for (origin = ram_registry; origin; origin = origin->reg_next)
+		if (!strcmp(origin->dev, devname))
+			break;
+	if (!origin) {
+		ret = blk_param_error(p, "clone", "no ram device named %s (allowed: DEV@SNAP, DEV a "
+				      "ram device of this mount)", devname);
+		goto out_registry;
+	}
+	/* ctl_lock: the snapshot stays, and so do the origin's size and height */
+	pthread_mutex_lock(&origin->ctl_lock);
+	snap = snap_find_locked(origin, at + 1, NULL);
+	if (!snap) {
+		ret = blk_param_error(p, "clone", "%s has no snapshot named %s", devname, at + 1);
+		goto out_ctl;
+	}
+	if (q.geo.size && q.geo.size != origin->geo.size) {
+		ret = blk_param_error(p, "size", "%llu is not the size of %s (%llu): a clone has "
+				      "its origin's size (leave size out; resize the clone after)",
+				      (unsigned long long)q.geo.size, devname,
+				      (unsigned long long)origin->geo.size);
+		goto out_ctl;
+	}
+	if (!q.geo.size) {
+		/* without a size nothing was given (conf): all of it is the origin's */
+		q.geo = origin->geo;
+		q.geo.dma_align = 0;
+	}
+	ret = be_geo_from_params(&q, "ram", &geo);
+	if (ret)
+		goto out_ctl;
+	rd = ram_dev_alloc(p, &geo);
+	if (!rd) {
+		ret = -ENOMEM;
+		goto out_ctl;
+	}
+	assert(rd->root_shift == origin->root_shift);
+	snprintf(rd->clone_of, sizeof(rd->clone_of), "%s", spec);
+	rd->ar = origin->ar;
+	pthread_rwlock_wrlock(&rd->ar->lock);
+	if (snap->root)
+		ref_get(snap->root);
+	rd->root = snap->root;
+	rd->ar->nr_trees++;
+	rd->ar->nr_devs++;
+	pthread_rwlock_unlock(&rd->ar->lock);
+	rd->reg_next = ram_registry;
+	ram_registry = rd;
+	ret = 0;
+out_ctl:
+	pthread_mutex_unlock(&origin->ctl_lock);
+out_registry:
+	pthread_mutex_unlock(&ram_registry_lock);
+	return ret ? ERR_PTR(ret) : &rd->be;
 }
 
 static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *next)
@@ -2015,11 +2289,14 @@ static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *ne
 	char path[PATH_MAX];
 	struct blk_geometry geo;
 	struct ram_dev *rd;
-	const char *image;
+	const char *image, *clone;
 	uint64_t reserve, isize = 0;
 	int ret, fd = -1;
 
 	(void)next;
+	clone = blk_param_get(p, "clone");
+	if (clone)
+		return ram_clone_open(p, clone);
 	ret = blk_param_size(p, "reserve", RAM_RESERVE_DEF, &reserve);
 	if (ret)
 		return ERR_PTR(ret);
@@ -2076,6 +2353,7 @@ static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *ne
 			return ERR_PTR(ret);
 		}
 	}
+	ram_registry_add(rd);
 	return &rd->be;
 
 out_close:
@@ -2097,29 +2375,32 @@ static void ram_geometry(struct blk_backend *be, struct blk_geometry *geo)
 static size_t ram_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct ram_dev *rd = (struct ram_dev *)be;
-	unsigned long long pages = __atomic_load_n(&rd->nr_pages, __ATOMIC_RELAXED);
-	unsigned long long nodes = __atomic_load_n(&rd->nr_nodes, __ATOMIC_RELAXED);
-	unsigned long long slabs = __atomic_load_n(&rd->nr_slabs, __ATOMIC_RELAXED);
-	unsigned long long spare = __atomic_load_n(&rd->nr_spare_stat, __ATOMIC_RELAXED);
+	unsigned long long pages = __atomic_load_n(&rd->ar->nr_pages, __ATOMIC_RELAXED);
+	unsigned long long nodes = __atomic_load_n(&rd->ar->nr_nodes, __ATOMIC_RELAXED);
+	unsigned long long slabs = __atomic_load_n(&rd->ar->nr_slabs, __ATOMIC_RELAXED);
+	unsigned long long spare = __atomic_load_n(&rd->ar->nr_spare_stat, __ATOMIC_RELAXED);
 
 	/*
 	 * arena_bytes: data pages held, by the device and its snapshots (each
 	 * page once); node_bytes: the index; slab_bytes: what is mapped to
-	 * hold them, the reserve (slab_spare_bytes) included.
+	 * hold them, the reserve (slab_spare_bytes) included. A clone and its
+	 * origin share one arena (arena_devices of them): these are its
+	 * totals, the same on each.
 	 */
 	return be_stat_printf(buf, len,
 			      "arena_bytes %llu\narena_pages %llu\nslab_bytes %llu\n"
 			      "slab_spare_bytes %llu\nnode_bytes %llu\narena_nodes %llu\n"
 			      "snapshot_cow_pages %llu\nsnapshot_cow_nodes %llu\n"
-			      "reserve_misses %llu\n",
+			      "reserve_misses %llu\narena_devices %u\n",
 			      pages << RAM_PAGE_SHIFT, pages, slabs * RAM_SLAB_SIZE,
 			      spare * RAM_SLAB_SIZE, nodes << RAM_PAGE_SHIFT, nodes,
 			      (unsigned long long)__atomic_load_n(&rd->nr_cow_pages, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&rd->nr_cow_nodes, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&rd->nr_reserve_misses, __ATOMIC_RELAXED));
+			      (unsigned long long)__atomic_load_n(&rd->ar->nr_reserve_misses, __ATOMIC_RELAXED),
+			      __atomic_load_n(&rd->ar->nr_devs, __ATOMIC_RELAXED));
 }
 
-static const char *const ram_keys[] = { "image", "reserve", NULL };
+static const char *const ram_keys[] = { "image", "reserve", "clone", NULL };
 
 const struct blk_backend_ops ram_backend_ops = {
 	.name = "ram",

@@ -17,14 +17,24 @@
  * model's events), and its number N in the state set's mixed-radix order
  * (blk_cm_state_nth()), so an id names the same bytes on every run.
  *
- * States are built in scratch image files (one per job, beside each other
- * in --scratch, default /dev/shm): each holds the durable contents of the
- * crash point its job is at (base plus every durable write, applied once
- * as the job moves forward), a state adds its unflushed pieces, and the
- * physical blocks they touched are put back after the checker ran. Jobs
- * take states in crash-point order from one queue, so each job's scratch
- * only moves forward. This needs no mount and never touches the recording
- * device: a base MNT/DEV@SNAP is saved to an image first (`blkfs save`).
+ * Where states are built. A base MNT/DEV@SNAP of a ram device: each job
+ * adds a ram device to that mount cloned from the snapshot (`blkfs add
+ * MNT cc-PID-J backend=ram clone=DEV@SNAP`: it shares the base's pages
+ * copy on write, so a job costs only the memory it writes), keeps the
+ * durable contents of the crash point it is at as a snapshot of its clone
+ * (taken at each new durable prefix, the old one deleted), and builds a
+ * state as a reset to that snapshot plus the state's unflushed pieces: at
+ * most one epoch of writes, whatever the checker wrote meanwhile. The
+ * clones are removed at the end; the recording device is never written.
+ * Any other base (an image file, zeros, a snapshot of a backend that
+ * cannot clone: saved to an image first with `blkfs save`) builds in
+ * scratch image files (one per job, in --scratch, default /dev/shm), each
+ * holding the durable contents of its crash point, a state adding its
+ * unflushed pieces and the physical blocks they touched put back after
+ * the checker ran (the whole file copied again if the checker wrote).
+ * That path needs no mount, and costs the base's size per job in
+ * --scratch: a file system of its own cannot share pages. Jobs take states
+ * in crash-point order from one queue, so each job only moves forward.
  *
  * Threads: the main thread prints progress; --jobs workers each run one
  * checker at a time. cc->lock covers the queue index and the results.
@@ -39,6 +49,7 @@
 #include <stdarg.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +64,7 @@
 
 #include "../backends/crashmodel.h"
 #include "../backends/logwrites.h"
+#include "control.h"
 #include "crashcheck.h"
 
 #define CC_DEF_N	10	/* 2^10 states when each block has one write: a few seconds of checks */
@@ -94,6 +106,9 @@ struct cc {
 	struct blk_cm_log m;
 	char *base_img;		/* the base as an image file; NULL: zeros */
 	bool base_tmp;		/* base_img is ours to delete */
+	char *snap_mnt;		/* a base MNT/DEV@SNAP: MNT, DEV and SNAP (one allocation) */
+	const char *snap_dev, *snap_name;
+	bool clone;		/* jobs build states in clones of it (else in files) */
 	uint64_t dev_size;
 	const char **mark_text;	/* per model event: a mark's text (owned) or NULL */
 
@@ -101,6 +116,9 @@ struct cc {
 	size_t nr_pts;
 	struct cc_task *tasks;
 	size_t nr_tasks;
+
+	/* after the run: the jobs' times, summed (see struct cc_job) */
+	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns, nr_diffs;
 
 	pthread_mutex_t lock;
 	size_t next;		/* lock: next task to take */
@@ -141,40 +159,93 @@ static int read_sys_u32(const char *mnt, const char *dev, const char *file, uint
 	return 0;
 }
 
-/* MNT/DEV@SNAP: `blkfs save MNT DEV TMP SNAP` into the scratch folder. */
+/* Does MNT/.sys/DEV/snapshots list @snap? 1, 0, or -errno (no such file: the backend keeps none). */
+static int snapshot_listed(const char *mnt, const char *dev, const char *snap)
+{
+	char path[PATH_MAX], line[512];
+	size_t n = strlen(snap);
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.sys/%s/snapshots", mnt, dev);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, snap, n) && (line[n] == ' ' || line[n] == '\n'))
+			found = 1;
+	fclose(f);
+	return found;
+}
+
+/*
+ * MNT/DEV@SNAP: the device's block sizes and size, and the snapshot must
+ * exist. Nothing is copied here: the jobs clone it, or base_save() saves
+ * it to an image.
+ */
 static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
 {
-	char *spec = strdup(cc->base), *at, *slash, img[PATH_MAX];
-	const char *mnt, *dev, *snap;
-	char self[PATH_MAX];
-	ssize_t n;
-	pid_t pid;
-	int st, ret = 2;
+	char *spec = strdup(cc->base), *at, *slash, path[PATH_MAX];
+	struct stat st;
+	int ret;
 
 	if (!spec)
 		return 2;
 	at = strrchr(spec, '@');
 	*at = 0;
-	snap = at + 1;
 	slash = strrchr(spec, '/');
-	if (!slash || !slash[1] || !*snap) {
+	if (!slash || !slash[1] || !at[1]) {
 		usage_err("--base %s: expected MNT/DEV@SNAP, an image file, or zeros", cc->base);
-		goto out;
+		free(spec);
+		return 2;
 	}
 	*slash = 0;
-	mnt = *spec ? spec : "/";
-	dev = slash + 1;
-	if (read_sys_u32(mnt, dev, "logical_block_size", lbs)) {
-		usage_err("--base %s: %s is not a device of a blkfs mount at %s", cc->base, dev, mnt);
-		goto out;
+	cc->snap_mnt = spec;
+	cc->snap_dev = slash + 1;
+	cc->snap_name = at + 1;
+	if (!*spec)
+		cc->snap_mnt = strcpy(spec, "/");	/* "/DEV@SNAP": the mount is / */
+	if (read_sys_u32(cc->snap_mnt, cc->snap_dev, "logical_block_size", lbs)) {
+		usage_err("--base %s: %s is not a device of a blkfs mount at %s", cc->base,
+			  cc->snap_dev, cc->snap_mnt);
+		return 2;
 	}
-	if (!cc->pbs && read_sys_u32(mnt, dev, "physical_block_size", &cc->pbs))
+	if (!cc->pbs && read_sys_u32(cc->snap_mnt, cc->snap_dev, "physical_block_size", &cc->pbs))
 		cc->pbs = 0;
+	snprintf(path, sizeof(path), "%s/%s", cc->snap_mnt, cc->snap_dev);
+	if (stat(path, &st)) {
+		usage_err("--base %s: %s: %s", cc->base, path, strerror(errno));
+		return 2;
+	}
+	cc->size = (uint64_t)st.st_size;
+	ret = snapshot_listed(cc->snap_mnt, cc->snap_dev, cc->snap_name);
+	if (ret <= 0) {
+		if (ret == -ENOENT)
+			usage_err("--base %s: %s keeps no snapshots", cc->base, cc->snap_dev);
+		else if (ret)
+			usage_err("--base %s: %s/.sys/%s/snapshots: %s", cc->base, cc->snap_mnt,
+				  cc->snap_dev, strerror(-ret));
+		else
+			usage_err("--base %s: %s has no snapshot named %s", cc->base, cc->snap_dev,
+				  cc->snap_name);
+		return 2;
+	}
+	return 0;
+}
+
+/* The snapshot to an image in the scratch folder (`blkfs save MNT DEV TMP SNAP`). */
+static int base_save(struct cc *cc)
+{
+	char img[PATH_MAX], self[PATH_MAX];
+	ssize_t n;
+	pid_t pid;
+	int st;
+
 	snprintf(img, sizeof(img), "%s/blkfs-crash-%d-base.img", cc->scratch, (int)getpid());
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0) {
 		usage_err("cannot find the blkfs binary: %s", strerror(errno));
-		goto out;
+		return 2;
 	}
 	self[n] = 0;
 	pid = fork();
@@ -183,20 +254,20 @@ static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
 
 		if (fd >= 0)
 			dup2(fd, 1);
-		execl(self, "blkfs", "save", mnt, dev, img, snap, (char *)NULL);
+		execl(self, "blkfs", "save", cc->snap_mnt, cc->snap_dev, img, cc->snap_name,
+		      (char *)NULL);
 		_exit(127);
 	}
 	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-		usage_err("--base %s: cannot save snapshot %s of %s (does it exist?)", cc->base, snap, dev);
+		usage_err("--base %s: cannot save snapshot %s of %s", cc->base, cc->snap_name,
+			  cc->snap_dev);
 		unlink(img);
-		goto out;
+		return 2;
 	}
+	free(cc->base_img);
 	cc->base_img = strdup(img);
 	cc->base_tmp = true;
-	ret = cc->base_img ? 0 : 2;
-out:
-	free(spec);
-	return ret;
+	return cc->base_img ? 0 : 2;
 }
 
 static int resolve_base(struct cc *cc, uint32_t *lbs)
@@ -444,30 +515,53 @@ static int marks_env(struct cc *cc, size_t upto, char **out)
 static int run_checker(struct cc *cc, const char *dev, const char *loop, const char *id,
 		       const char *marks, const char *outp, int *status)
 {
+	static const char *const names[] = { "BLKFS_CRASH_DEV=", "BLKFS_CRASH_LOOP=",
+					     "BLKFS_CRASH_STATE=", "BLKFS_CRASH_MARKS=" };
+	const char *vals[] = { dev, loop, id, marks };
+	char *argv[] = { "sh", "-c", (char *)cc->check, NULL }, **envp, *own[4];
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
 	struct pollfd pfd;
+	size_t nenv = 0, e = 0, i, nown = 0;
 	pid_t pid;
 	int pidfd, st, ret, ms;
 
-	pid = fork();
-	if (pid < 0)
+	/*
+	 * posix_spawn (a vfork underneath), not fork: a fork copies the page
+	 * tables of this process, whose log and model grow with the log; the
+	 * spawn costs the same whatever their size.
+	 */
+	while (environ[nenv])
+		nenv++;
+	envp = calloc(nenv + 5, sizeof(*envp));
+	if (!envp)
 		return CC_ERROR;
-	if (pid == 0) {
-		int fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-		setpgid(0, 0);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		setenv("BLKFS_CRASH_DEV", dev, 1);
-		if (loop)
-			setenv("BLKFS_CRASH_LOOP", loop, 1);
-		setenv("BLKFS_CRASH_STATE", id, 1);
-		setenv("BLKFS_CRASH_MARKS", marks, 1);
-		execl("/bin/sh", "sh", "-c", cc->check, (char *)NULL);
-		_exit(127);
+	for (i = 0; i < nenv; i++)
+		if (strncmp(environ[i], "BLKFS_CRASH_", 12))
+			envp[e++] = environ[i];
+	for (i = 0; i < 4; i++) {
+		if (!vals[i])
+			continue;
+		own[nown] = malloc(strlen(names[i]) + strlen(vals[i]) + 1);
+		if (!own[nown])
+			break;
+		sprintf(own[nown], "%s%s", names[i], vals[i]);
+		envp[e++] = own[nown++];
 	}
-	setpgid(pid, pid);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+	posix_spawnattr_setpgroup(&attr, 0);
+	ret = i == 4 ? posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp) : ENOMEM;
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&fa);
+	while (nown)
+		free(own[--nown]);
+	free(envp);
+	if (ret)
+		return CC_ERROR;
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	ms = cc->timeout_s > 0 ? (int)(cc->timeout_s * 1000) : -1;
 	if (pidfd >= 0) {
@@ -503,7 +597,345 @@ struct cc_job {
 	size_t ev_done;		/* durable writes applied: events before this index */
 	uint64_t durable;
 	int err;
+
+	/* a clone: its name in the mount, the control file, its durable snapshot */
+	char name[64];
+	int ctl_fd;
+	bool added;
+	unsigned int nr_snaps;	/* snapshots taken: the next one's number */
+	char snap[32];		/* "" before the first */
+	bool at_snap;		/* the clone holds exactly snap: no reset needed */
+	/*
+	 * The clone holds snap plus state kch[] of the crash point with
+	 * knr_ev events (blocks kblk[]): the next state of the same durable
+	 * prefix that only adds writes to it costs those writes, no reset.
+	 * Known only when the checker wrote nothing: wbytes, the clone's
+	 * written bytes (blkfs_stat), came out as predicted. diff_ok: writes
+	 * reach the daemon when made (no kernel writeback cache), so they can
+	 * be counted.
+	 */
+	bool known, diff_ok;
+	size_t knr_ev, knr;
+	uint64_t *kblk;
+	uint32_t *kch;
+	uint64_t wbytes, wpending;	/* the counter last read; bytes written since */
+	uint64_t nr_diffs;
+
+	/* time: building states (reset, pieces, moving forward), and the checker */
+	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns;
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * One control command on the job's descriptor of MNT/.sys/control: the
+ * line written and, when it failed, the daemon's message read back (into
+ * @msg; "" on success). 0 or -errno.
+ */
+static int job_ctl(struct cc_job *j, char *msg, size_t len, int argc, char **argv)
+{
+	char line[BF_CTL_MAX_LINE + 1];
+	size_t got = 0;
+	ssize_t n;
+	int l, err;
+
+	msg[0] = 0;
+	l = bf_ctl_format(argc, argv, line, sizeof(line));
+	if (l < 0)
+		return l;
+	n = write(j->ctl_fd, line, (size_t)l);
+	err = n < 0 ? -errno : n != l ? -EIO : 0;
+	msg[0] = 0;
+	/* a success's message is not needed: one FUSE round trip less per reset */
+	for (; err; ) {
+		ssize_t r = read(j->ctl_fd, msg + got, len - 1 - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+		if (got == len - 1)
+			break;
+	}
+	msg[got] = 0;
+	if (got && msg[got - 1] == '\n')
+		msg[got - 1] = 0;
+	return err;
+}
+
+static int job_ctl2(struct cc_job *j, const char *verb, const char *a, const char *b,
+		    const char *c)
+{
+	char *argv[] = { (char *)verb, (char *)a, (char *)b, (char *)c, NULL };
+	char msg[BF_CTL_MSG_MAX + 1];
+	int argc = c ? 4 : b ? 3 : 2, ret;
+
+	ret = job_ctl(j, msg, sizeof(msg), argc, argv);
+	if (ret)
+		usage_err("%s %s %s: %s", verb, a, b ? b : "", msg[0] ? msg : strerror(-ret));
+	return ret;
+}
+
+/* The clone back to its durable snapshot (what a state and a checker wrote goes). */
+static int clone_reset(struct cc_job *j)
+{
+	uint64_t t0 = now_ns();
+	int ret;
+
+	if (j->at_snap)
+		return 0;
+	ret = job_ctl2(j, "reset", j->name, j->snap, NULL);
+	j->reset_ns += now_ns() - t0;
+	j->nr_resets++;
+	if (!ret) {
+		j->at_snap = true;
+		j->known = true;	/* the snapshot: no unflushed write kept */
+		j->knr = j->knr_ev = 0;
+	}
+	return ret;
+}
+
+/* Take the clone's contents now as its durable snapshot; the one before goes. */
+static int clone_snapshot(struct cc_job *j)
+{
+	char name[32];
+	int ret;
+
+	snprintf(name, sizeof(name), "d%u", j->nr_snaps++);
+	ret = job_ctl2(j, "snapshot", j->name, name, NULL);
+	if (ret)
+		return ret;
+	if (j->snap[0] && job_ctl2(j, "snapshot", "-d", j->name, j->snap))
+		return -EIO;
+	snprintf(j->snap, sizeof(j->snap), "%s", name);
+	j->at_snap = true;
+	j->known = true;
+	j->knr = j->knr_ev = 0;
+	return 0;
+}
+
+/* The bytes written to the clone so far, as its blkfs_stat counts them (sum of the write counters). */
+static int clone_wbytes(struct cc_job *j, uint64_t *out)
+{
+	static const char *const keys[] = { "user_write_bytes ", "direct_write_bytes ",
+					    "backend_discard_bytes ", "backend_discards " };
+	char path[PATH_MAX], line[128];
+	uint64_t sum = 0;
+	int found = 0;
+	size_t k;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.sys/%s/blkfs_stat", j->cc->snap_mnt, j->name);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+			if (!strncmp(line, keys[k], strlen(keys[k]))) {
+				sum += strtoull(line + strlen(keys[k]), NULL, 10);
+				found++;
+			}
+	fclose(f);
+	if (found != (int)(sizeof(keys) / sizeof(keys[0])))
+		return -ENODATA;
+	*out = sum;
+	return 0;
+}
+
+struct piece_ctx {
+	int fd;
+	uint64_t bytes;
+};
+
+static int write_piece_counted(void *ctx, uint64_t pos, uint64_t len, const void *data)
+{
+	struct piece_ctx *pc = ctx;
+
+	pc->bytes += len;
+	return pwrite_all(pc->fd, data, len, pos);
+}
+
+/*
+ * The known state of the clone extends to @choice at @pt: every block it
+ * kept a prefix of keeps at least as much. Then write only the pieces
+ * that extend it (per block, in completion order). 1 done, 0 not an
+ * extension (nothing written), or -errno.
+ */
+static int clone_extend(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice,
+			uint64_t *bytes)
+{
+	uint64_t pbs = pt->log->pbs;
+	size_t b, k = 0;
+	uint32_t *old;
+	int ret = 0;
+
+	if (!j->known || !j->diff_ok || pt->nr_events < j->knr_ev)
+		return 0;
+	old = calloc(pt->nr_blocks + 1, sizeof(*old));
+	if (!old)
+		return -ENOMEM;
+	for (b = 0; b < pt->nr_blocks; b++) {
+		while (k < j->knr && j->kblk[k] < pt->b[b].blk)
+			k++;	/* a block of the known state that is not here: not the same epoch */
+		if (k < j->knr && j->kblk[k] == pt->b[b].blk)
+			old[b] = j->kch[k++];
+		if (old[b] > choice[b])
+			goto out_not;
+	}
+	/* every block of the known state must be among this point's */
+	for (b = 0, k = 0; k < j->knr; k++) {
+		while (b < pt->nr_blocks && pt->b[b].blk < j->kblk[k])
+			b++;
+		if (b == pt->nr_blocks || pt->b[b].blk != j->kblk[k])
+			goto out_not;
+	}
+	for (b = 0; b < pt->nr_blocks && !ret; b++) {
+		uint64_t lo = pt->b[b].blk * pbs, hi = lo + pbs;
+		uint32_t r;
+
+		for (r = old[b]; r < choice[b] && !ret; r++) {
+			const struct blk_cm_event *e = &pt->log->ev[pt->b[b].ev[r]];
+			uint64_t s = e->pos > lo ? e->pos : lo;
+			uint64_t t = e->pos + e->len < hi ? e->pos + e->len : hi;
+
+			if (s >= t)
+				continue;
+			ret = pwrite_all(j->fd, e->data ? (const char *)e->data + (s - e->pos) : NULL,
+					 t - s, s);
+			*bytes += t - s;
+		}
+	}
+	free(old);
+	return ret ? ret : 1;
+out_not:
+	free(old);
+	return 0;
+}
+
+/* Remember the clone's contents: @choice at @pt (valid only if the checker writes nothing). */
+static int clone_remember(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice)
+{
+	size_t b;
+
+	free(j->kblk);
+	free(j->kch);
+	j->kblk = malloc((pt->nr_blocks + 1) * sizeof(*j->kblk));
+	j->kch = malloc((pt->nr_blocks + 1) * sizeof(*j->kch));
+	if (!j->kblk || !j->kch)
+		return -ENOMEM;
+	for (b = 0; b < pt->nr_blocks; b++) {
+		j->kblk[b] = pt->b[b].blk;
+		j->kch[b] = choice[b];
+	}
+	j->knr = pt->nr_blocks;
+	j->knr_ev = pt->nr_events;
+	return 0;
+}
+
+/*
+ * The job's clone: `add NAME backend=ram clone=DEV@SNAP` on the base's
+ * mount, its file open, its first durable snapshot (the base). -ENODEV
+ * (with @why) when the base's device cannot be cloned (not ram).
+ */
+static int clone_add(struct cc_job *j, char *why, size_t wlen)
+{
+	struct cc *cc = j->cc;
+	char path[PATH_MAX], spec[PATH_MAX], msg[BF_CTL_MSG_MAX + 1];
+	char *argv[4];
+	int ret;
+
+	snprintf(j->name, sizeof(j->name), "cc-%d-%u", (int)getpid(), j->id);
+	snprintf(j->path, sizeof(j->path), "%s/%s", cc->snap_mnt, j->name);
+	snprintf(path, sizeof(path), "%s/.sys/control", cc->snap_mnt);
+	j->ctl_fd = open(path, O_RDWR | O_CLOEXEC);
+	if (j->ctl_fd < 0) {
+		ret = -errno;
+		snprintf(why, wlen, "%s: %s", path, strerror(-ret));
+		return ret;
+	}
+	snprintf(spec, sizeof(spec), "clone=%s@%s", cc->snap_dev, cc->snap_name);
+	argv[0] = "add";
+	argv[1] = j->name;
+	argv[2] = "backend=ram";
+	argv[3] = spec;
+	ret = job_ctl(j, msg, sizeof(msg), 4, argv);
+	if (ret) {
+		snprintf(why, wlen, "%s", msg[0] ? msg : strerror(-ret));
+		return strstr(msg, "no ram device named") ? -ENODEV : ret;
+	}
+	j->added = true;
+	j->fd = open(j->path, O_RDWR | O_CLOEXEC);
+	if (j->fd < 0) {
+		ret = -errno;
+		snprintf(why, wlen, "%s: %s", j->path, strerror(-ret));
+		return ret;
+	}
+	ret = clone_snapshot(j);
+	if (ret) {
+		snprintf(why, wlen, "cannot take a snapshot of %s", j->name);
+		return ret;
+	}
+	/*
+	 * Can the clone's write counters tell whether a checker wrote? Only
+	 * if a write reaches the daemon when it is made: a block written back
+	 * as it is must count its bytes at once (not with kernel_cache =
+	 * writeback, where the kernel holds it).
+	 */
+	{
+		uint64_t c0 = 0, c1 = 0;
+		char buf[4096];
+
+		if (!clone_wbytes(j, &c0) && pread(j->fd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) &&
+		    pwrite(j->fd, buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) &&
+		    !clone_wbytes(j, &c1) && c1 - c0 == sizeof(buf)) {
+			j->diff_ok = true;
+			j->wbytes = c1;
+		}
+	}
+	return 0;
+}
+
+static void detach_loop(struct cc_job *j);
+
+static void clone_remove(struct cc_job *j)
+{
+	int i, ret = 0;
+
+	detach_loop(j);
+	j->loop[0] = 0;
+	if (j->fd >= 0)
+		close(j->fd);
+	j->fd = -1;
+	if (j->added) {
+		char *argv[] = { "remove", j->name, NULL };
+		char msg[BF_CTL_MSG_MAX + 1];
+
+		/* the kernel releases a file closed a moment ago in the background */
+		for (i = 0; i < 10; i++) {
+			ret = job_ctl(j, msg, sizeof(msg), 2, argv);
+			if (ret != -EBUSY)
+				break;
+			usleep(200000);
+		}
+		if (ret)
+			usage_err("remove %s: %s (remove it with blkfs remove %s %s)", j->name,
+				  msg[0] ? msg : strerror(-ret), j->cc->snap_mnt, j->name);
+	}
+	if (j->ctl_fd >= 0)
+		close(j->ctl_fd);
+	j->ctl_fd = -1;
+	free(j->kblk);
+	free(j->kch);
+	j->kblk = NULL;
+	j->kch = NULL;
+}
 
 static int attach_loop(struct cc_job *j)
 {
@@ -537,10 +969,15 @@ static void detach_loop(struct cc_job *j)
 		fprintf(stderr, "blkfs crashcheck: %s: cannot detach\n", j->loop);
 }
 
-/* Move the job's scratch forward to the durable contents of @pt. */
+/*
+ * Move the job's scratch forward to the durable contents of @pt. A clone
+ * is reset to its durable snapshot first, and the new durable contents
+ * become its snapshot.
+ */
 static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
 {
 	const struct blk_cm_log *m = pt->log;
+	bool moved = false;
 	size_t i;
 	int ret;
 
@@ -551,13 +988,22 @@ static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
 			continue;
 		if (e->seq >= pt->durable)
 			break;
+		if (!moved && j->added) {
+			ret = clone_reset(j);
+			if (ret)
+				return ret;
+		}
+		moved = true;
+		j->wpending += e->len;
 		ret = pwrite_all(j->fd, e->data, e->len, e->pos);
-		if (!ret)
+		if (!ret && j->dfd >= 0)
 			ret = pwrite_all(j->dfd, e->data, e->len, e->pos);
 		if (ret)
 			return ret;
 	}
 	j->ev_done = i;
+	if (moved && j->added)
+		return clone_snapshot(j);
 	return 0;
 }
 
@@ -570,6 +1016,7 @@ static int run_state(struct cc_job *j, size_t ti)
 	uint32_t *choice = NULL;
 	unsigned char *saved = NULL;
 	char id[64], outp[PATH_MAX], *marks = NULL;
+	uint64_t t0, t1;
 	size_t b;
 	int ret;
 
@@ -582,24 +1029,61 @@ static int run_state(struct cc_job *j, size_t ti)
 		ret = -ENOMEM;
 		goto out;
 	}
+	t0 = now_ns();
 	ret = job_advance(j, &pt);
 	if (ret)
 		goto out;
 	blk_cm_state_nth(&pt, t->nth, choice);
-	for (b = 0; b < pt.nr_blocks; b++)
-		if (pread(j->fd, saved + b * cc->pbs, cc->pbs, (off_t)(pt.b[b].blk * cc->pbs)) !=
-		    (ssize_t)cc->pbs)
-			memset(saved + b * cc->pbs, 0, cc->pbs);
-	ret = blk_cm_apply_volatile(&pt, choice, write_piece, &j->fd);
-	if (ret)
-		goto out;
+	if (j->added) {
+		uint64_t bytes = 0;
+
+		/* the clone holds a state this one only adds writes to: write those */
+		ret = clone_extend(j, &pt, choice, &bytes);
+		if (ret < 0)
+			goto out;
+		j->wpending += bytes;
+		if (ret) {
+			j->nr_diffs++;
+			ret = clone_remember(j, &pt, choice);
+			if (ret)
+				goto out;
+			j->at_snap = false;
+			goto built;
+		}
+		/* else what the last state and its checker wrote goes */
+		ret = clone_reset(j);
+		if (ret)
+			goto out;
+	} else {
+		for (b = 0; b < pt.nr_blocks; b++)
+			if (pread(j->fd, saved + b * cc->pbs, cc->pbs,
+				  (off_t)(pt.b[b].blk * cc->pbs)) != (ssize_t)cc->pbs)
+				memset(saved + b * cc->pbs, 0, cc->pbs);
+	}
+	{
+		struct piece_ctx pc = { .fd = j->fd };
+
+		ret = blk_cm_apply_volatile(&pt, choice, write_piece_counted, &pc);
+		j->wpending += pc.bytes;
+		if (ret)
+			goto out;
+		if (j->added) {
+			ret = clone_remember(j, &pt, choice);
+			if (ret)
+				goto out;
+			if (pc.bytes)
+				j->at_snap = false;
+		}
+	}
+built:
 	if (j->loop_fd >= 0)
 		ioctl(j->loop_fd, BLKFLSBUF, 0);	/* the loop device's own cache is stale */
 	/*
 	 * A checker may write to the state (a journal replay at mount): the
 	 * file's mtime, set to 1 s past the epoch here, says whether it did.
+	 * A clone needs no telling: every state starts with a reset.
 	 */
-	{
+	if (!j->added) {
 		const struct timespec tv[2] = { { .tv_sec = 1 }, { .tv_sec = 1 } };
 
 		futimens(j->fd, tv);
@@ -609,8 +1093,12 @@ static int run_state(struct cc_job *j, size_t ti)
 	ret = marks_env(cc, cp->ev + 1, &marks);
 	if (ret)
 		goto out;
+	t1 = now_ns();
+	j->build_ns += t1 - t0;
+	j->nr_built++;
 	t->verdict = run_checker(cc, j->path, j->loop[0] ? j->loop : NULL, id, marks, outp,
 				 &t->status);
+	j->check_ns += now_ns() - t1;
 	if (t->verdict != CC_OK) {
 		char keep[PATH_MAX];
 
@@ -619,6 +1107,25 @@ static int run_state(struct cc_job *j, size_t ti)
 			t->out = strdup(keep);
 	}
 	unlink(outp);
+	if (j->added) {
+		uint64_t now = 0;
+
+		/*
+		 * Did the checker write? Its loop device's cache first (a write
+		 * it left there would land in a later state), then the clone's
+		 * counters against what this job wrote itself. If it did, or
+		 * nobody can tell, the next state starts with a reset.
+		 */
+		if (j->loop_fd >= 0)
+			ioctl(j->loop_fd, BLKFLSBUF, 0);
+		if (!j->diff_ok || clone_wbytes(j, &now) || now != j->wbytes + j->wpending) {
+			j->known = false;
+			j->at_snap = false;
+		}
+		j->wbytes = now;
+		j->wpending = 0;
+		goto out;
+	}
 	/* Put back the physical blocks the state touched, or all of it if the checker wrote. */
 	{
 		struct stat st;
@@ -705,6 +1212,10 @@ static void json_str(FILE *f, const char *s)
 
 static void report(struct cc *cc, double secs)
 {
+	double built = cc->nr_built ? (double)cc->nr_built : 1;
+	double build_ms = (double)cc->build_ns / 1e6 / built;
+	double reset_ms = cc->nr_resets ? (double)cc->reset_ns / 1e6 / (double)cc->nr_resets : 0;
+	double check_ms = (double)cc->check_ns / 1e6 / built;
 	size_t i, t;
 	uint64_t timeouts = 0;
 
@@ -724,7 +1235,11 @@ static void report(struct cc *cc, double secs)
 		printf("{\"log\": ");
 		json_str(stdout, cc->log_path);
 		printf(", \"states\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"timeouts\": %" PRIu64
-		       ", \"seconds\": %.3f, \"points\": [", cc->done, cc->failed, timeouts, secs);
+		       ", \"seconds\": %.3f, \"scratch\": \"%s\", \"build_ms\": %.3f, \"reset_ms\": %.3f"
+		       ", \"check_ms\": %.3f, \"resets\": %" PRIu64 ", \"extended\": %" PRIu64
+		       ", \"points\": [", cc->done, cc->failed, timeouts, secs,
+		       cc->clone ? "clone" : "file", build_ms, reset_ms, check_ms, cc->nr_resets,
+		       cc->nr_diffs);
 		for (i = 0; i < cc->nr_pts; i++) {
 			struct cc_point *p = &cc->pts[i];
 
@@ -779,6 +1294,10 @@ static void report(struct cc *cc, double secs)
 	}
 	printf("%" PRIu64 " states, %" PRIu64 " failed (%" PRIu64 " timed out), %.1f s, %.0f states/s\n",
 	       cc->done, cc->failed, timeouts, secs, secs > 0 ? (double)cc->done / secs : 0.0);
+	printf("per state: %.3f ms to build (in %s; %" PRIu64 " resets, %.3f ms each; %" PRIu64
+	       " by adding writes to the state before), %.3f ms in the checker\n", build_ms,
+	       cc->clone ? "ram clones" : "scratch files", cc->nr_resets, reset_ms, cc->nr_diffs,
+	       check_ms);
 	for (t = 0; t < cc->nr_tasks; t++)
 		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out)
 			printf("failed %zu:%" PRIu64 " (%s, status %d): output in %s\n",
@@ -1052,6 +1571,9 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	}
 	if (resolve_base(&cc, &lbs))
 		goto out;
+	/* --materialize writes a file: the snapshot as an image to start from */
+	if (cc.snap_mnt && cc.materialize && base_save(&cc))
+		goto out;
 	if (!cc.size && !cc.base_img) {
 		/* zeros: as large as the log reaches, unless --size says */
 		cc.size = UINT64_MAX;
@@ -1158,12 +1680,36 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	if (!jobs)
 		goto out;
 	for (i = 0; i < cc.jobs; i++) {
+		jobs[i].cc = &cc;
+		jobs[i].id = (unsigned int)i;
+		jobs[i].loop_fd = jobs[i].fd = jobs[i].dfd = jobs[i].ctl_fd = -1;
+	}
+	/* A ram snapshot: a clone per job; another backend's: saved to an image. */
+	cc.clone = cc.snap_mnt != NULL;
+	for (i = 0; cc.clone && i < cc.jobs; i++) {
+		struct cc_job *j = &jobs[i];
+		char why[BF_CTL_MSG_MAX + 64];
+
+		ret = clone_add(j, why, sizeof(why));
+		if (ret == -ENODEV && i == 0) {
+			clone_remove(j);
+			cc.clone = false;
+			if (base_save(&cc)) {
+				ret = 2;
+				goto out_jobs;
+			}
+			break;
+		}
+		if (ret || (cc.attach && attach_loop(j))) {
+			usage_err("scratch clone %s of %s@%s: %s", j->name, cc.snap_dev, cc.snap_name,
+				  ret ? why : "cannot attach a loop device");
+			ret = 2;
+			goto out_jobs;
+		}
+	}
+	for (i = 0; !cc.clone && i < cc.jobs; i++) {
 		struct cc_job *j = &jobs[i];
 
-		j->cc = &cc;
-		j->id = (unsigned int)i;
-		j->loop_fd = -1;
-		j->dfd = -1;
 		snprintf(j->path, sizeof(j->path), "%s/blkfs-crash-%d-%zu.img", cc.scratch,
 			 (int)getpid(), i);
 		snprintf(j->dpath, sizeof(j->dpath), "%s/blkfs-crash-%d-%zu.durable", cc.scratch,
@@ -1173,7 +1719,6 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		if (j->fd < 0 || j->dfd < 0 || copy_base(&cc, j->fd) || copy_base(&cc, j->dfd) ||
 		    (cc.attach && attach_loop(j))) {
 			usage_err("scratch image %s: %s", j->path, strerror(errno));
-			cc.jobs = (unsigned int)i + 1;
 			ret = 1;
 			goto out_jobs;
 		}
@@ -1181,7 +1726,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	{
-		pthread_t *th = calloc(cc.jobs, sizeof(*th));
+		pthread_t *th = calloc(cc.jobs ? cc.jobs : 1, sizeof(*th));
 		bool tty = isatty(2);
 		double last = t0, now;
 		unsigned int started = 0;
@@ -1220,9 +1765,16 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		for (i = 0; i < started; i++)
 			pthread_join(th[i], NULL);
 		free(th);
-		for (i = 0; i < cc.jobs; i++)
+		for (i = 0; i < cc.jobs; i++) {
 			if (jobs[i].err)
 				jerr = jobs[i].err;
+			cc.nr_built += jobs[i].nr_built;
+			cc.build_ns += jobs[i].build_ns;
+			cc.reset_ns += jobs[i].reset_ns;
+			cc.nr_resets += jobs[i].nr_resets;
+			cc.check_ns += jobs[i].check_ns;
+			cc.nr_diffs += jobs[i].nr_diffs;
+		}
 		if (jerr) {
 			usage_err("building a state failed: %s", strerror(-jerr));
 			ret = 2;
@@ -1234,19 +1786,26 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	}
 out_jobs:
 	for (i = 0; i < cc.jobs; i++) {
+		if (jobs[i].ctl_fd >= 0) {
+			clone_remove(&jobs[i]);
+			continue;
+		}
 		if (jobs[i].fd >= 0)
 			close(jobs[i].fd);
 		if (jobs[i].dfd >= 0)
 			close(jobs[i].dfd);
-		unlink(jobs[i].dpath);
+		if (jobs[i].dpath[0])
+			unlink(jobs[i].dpath);
 		detach_loop(&jobs[i]);
-		unlink(jobs[i].path);
+		if (jobs[i].path[0])
+			unlink(jobs[i].path);
 	}
 	free(jobs);
 out:
 	if (cc.base_tmp && cc.base_img)
 		unlink(cc.base_img);
 	free(cc.base_img);
+	free(cc.snap_mnt);
 	free(l.v);
 	if (cc.mark_text)
 		for (i = 0; i < cc.m.nr; i++)

@@ -14,7 +14,10 @@
 #    the same verdicts from the base as MNT/DEV@SNAP, as an image, with
 #    --jobs 2, and --json; a checker past --timeout counts as a timeout.
 #  - A checker that writes to its state (a journal replay at mount) leaves
-#    the next state as the model says.
+#    the next state as the model says: in scratch files, and in ram clones
+#    (through the file and through its loop device), where a state that
+#    only adds writes to the one before is built without a reset when the
+#    checker wrote nothing.
 #  - Bad input is exit 2 with a message: a file that is not a log, a
 #    truncated one (entry and byte named), a base snapshot that does not
 #    exist, a checker that is not executable, a base of another logical
@@ -142,6 +145,25 @@ SH
 chmod +x "$TDIR/writer.sh"
 cc --base zeros --size 16M --check "$TDIR/writer.sh" >"$TDIR/wout" 2>&1 ||
 	fail "a state saw what the checker wrote into the one before: $(cat "$TDIR/wout")"
+# in ram clones (a state that only adds writes to the one before is built
+# without a reset unless the checker wrote): through the file, and through
+# the loop device, whose cache holds the write when the checker exits
+cc --base "$MNT/r@base" --each-write --check "$TDIR/writer.sh" >"$TDIR/wout" 2>&1 ||
+	fail "clones: a state saw what the checker wrote into the one before: $(cat "$TDIR/wout")"
+grep -q "in ram clones" "$TDIR/wout" || fail "clones: not built in clones: $(cat "$TDIR/wout")"
+cat >"$TDIR/lwriter.sh" <<'SH'
+#!/bin/sh
+[ "$(od -An -c -j 12288 -N1 "$BLKFS_CRASH_LOOP" | tr -d ' ')" = '\0' ] || exit 1
+printf Z | dd of="$BLKFS_CRASH_LOOP" bs=1 seek=12288 conv=notrunc status=none
+SH
+chmod +x "$TDIR/lwriter.sh"
+if [ -e /dev/loop-control ]; then
+	cc --base "$MNT/r@base" --each-write --attach --check "$TDIR/lwriter.sh" >"$TDIR/wout" 2>&1 ||
+		fail "clones: a state saw what the checker wrote through its loop device: $(cat "$TDIR/wout")"
+fi
+# and a checker that writes nothing: states after the first are built by adding writes
+cc --base "$MNT/r@base" --each-write --check true --json >"$TDIR/ej" 2>&1 || fail "clones: $(cat "$TDIR/ej")"
+grep -q '"extended": [1-9]' "$TDIR/ej" || fail "clones: no state built by adding writes: $(cat "$TDIR/ej")"
 
 info "timeout"
 set +e
@@ -172,7 +194,7 @@ struct.pack_into('<Q',b,16,5)
 open('$TDIR/trunc.log','wb').write(b)"
 bad "truncated" "$TDIR/trunc.log" --base zeros --check true
 bad "at byte" "$TDIR/trunc.log" --base zeros --check true
-bad "cannot save snapshot nosuch" "$log" --base "$MNT/r@nosuch" --check true
+bad "r has no snapshot named nosuch" "$log" --base "$MNT/r@nosuch" --check true
 bad "not an executable command" "$log" --base zeros --check /nonexistent/checker
 "$BLKFS" snapshot "$MNT" big x
 bad "but the base's logical block size is 4096" "$log" --base "$MNT/big@x" --check true

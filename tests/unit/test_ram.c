@@ -134,7 +134,8 @@ Test(registry, find_and_names)
 	cr_assert_not_null(blk_backend_find("ram")->keys);
 	cr_assert_str_eq(blk_backend_find("ram")->keys[0], "image");
 	cr_assert_str_eq(blk_backend_find("ram")->keys[1], "reserve");
-	cr_assert_null(blk_backend_find("ram")->keys[2]);
+	cr_assert_str_eq(blk_backend_find("ram")->keys[2], "clone");
+	cr_assert_null(blk_backend_find("ram")->keys[3]);
 	cr_assert(!blk_backend_find("ram")->is_filter);
 }
 
@@ -2496,4 +2497,372 @@ Test(params, parse_bool)
 		cr_assert_eq(blk_parse_bool(bad[i], &b), -EINVAL, "'%s'", bad[i]);
 		cr_assert(b, "'%s' wrote *out", bad[i]);
 	}
+}
+
+/* ---- ram: clones (clone = DEV@SNAP) ---- */
+
+/* Open ram device @name: @size (0: none given) and the keys @kv, as open_geo_kv. */
+static struct blk_backend *open_named(struct test_dev *td, const char *name, uint64_t size,
+				      const char *const *kv)
+{
+	struct blk_backend *be = open_geo_kv(td, "ram", size, size ? 512 : 0, size ? 4096 : 0,
+					     size ? VM_IO : 0, kv);
+
+	td->p.dev = name;	/* kept for messages only; the registry copied it at open */
+	return be;
+}
+
+static struct blk_backend *open_origin(struct test_dev *td, const char *name, uint64_t size)
+{
+	struct blk_backend *be;
+	const struct blk_backend_ops *ops = blk_backend_find("ram");
+
+	memset(td, 0, sizeof(*td));
+	td->p.file = "test.conf";
+	td->p.line = 3;
+	td->p.dev = name;
+	td->p.geo = (struct blk_geometry){ .size = size, .lbs = 512, .pbs = 4096, .max_io = VM_IO };
+	td->p.err = td->err;
+	td->p.errlen = sizeof(td->err);
+	td->p.v = td->v;
+	be = ops->open(&td->p, NULL);
+	cr_assert(!IS_ERR_OR_NULL(be), "open %s: %s", name, td->err);
+	return be;
+}
+
+static struct blk_backend *open_clone(struct test_dev *td, const char *name, const char *spec)
+{
+	const char *kv[] = { "clone", spec, NULL };
+	const struct blk_backend_ops *ops = blk_backend_find("ram");
+	struct blk_backend *be;
+
+	memset(td, 0, sizeof(*td));
+	td->p.file = "test.conf";
+	td->p.line = 3;
+	td->p.dev = name;
+	td->p.err = td->err;
+	td->p.errlen = sizeof(td->err);
+	td->p.v = td->v;
+	td->v[0] = (struct blk_param){ .key = kv[0], .value = kv[1], .line = 4 };
+	td->p.n = 1;
+	be = ops->open(&td->p, NULL);
+	cr_assert(!IS_ERR_OR_NULL(be), "open %s clone=%s: %s", name, spec, td->err);
+	return be;
+}
+
+/*
+ * Isolation both ways: a clone reads its origin's snapshot, not what the
+ * origin wrote before or after it was taken; the origin and the snapshot
+ * never see what the clone writes, nor the clone what the origin writes.
+ */
+Test(clone, isolation_both_ways)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev to, tc;
+	struct blk_backend *o = open_origin(&to, "cl-origin", size), *c;
+	struct blk_geometry go, gc;
+	struct vmodel mo, mc;
+	uint16_t *snap;
+
+	vm_init(&mo, size);
+	vm_write(o, &mo, 0, 2 * MiB, 1);
+	vm_write(o, &mo, 4 * MiB + 512, 1024, 2);
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	snap = vm_copy(&mo);
+	vm_write(o, &mo, 1 * MiB, 4096, 3);		/* after the snapshot: not the clone's */
+
+	c = open_clone(&tc, "cl-clone", "cl-origin@s");
+	o->ops->geometry(o, &go);
+	c->ops->geometry(c, &gc);
+	cr_assert_eq(gc.size, go.size);
+	cr_assert_eq(gc.lbs, go.lbs);
+	cr_assert_eq(gc.pbs, go.pbs);
+	mc.size = size;
+	mc.ver = vm_copy(&(struct vmodel){ .size = size, .ver = snap });
+	vm_check(c, mc.ver, size, "the clone as taken");
+
+	vm_write(c, &mc, 0, 8192, 10);			/* shared pages: copied */
+	vm_write(c, &mc, 1 * MiB - 512, 4096, 11);	/* across two pages, one the origin rewrote */
+	vm_write(c, &mc, 6 * MiB, 4096, 12);		/* never written anywhere */
+	vm_zero(c, &mc, BLK_DISCARD, 4 * MiB, 4096);	/* a shared page dropped by the clone */
+	vm_write(o, &mo, 2 * 4096, 4096, 4);		/* the origin, after the clone */
+	vm_zero(o, &mo, BLK_WRITE_ZEROES, 1 * MiB + 8192, 8192);
+
+	vm_check(c, mc.ver, size, "the clone");
+	vm_check(o, mo.ver, size, "the origin");
+	snap_check(o, "s", snap, size);
+	cr_assert_eq(stat_get(c, "arena_devices"), 2);
+	cr_assert_eq(stat_get(o, "arena_devices"), 2);
+
+	/* The clone's own snapshots and resets stay its own. */
+	cr_assert_eq(blk_snap_create(c, "c1"), 0);
+	vm_write(c, &mc, 0, 4096, 13);
+	cr_assert_eq(blk_snap_reset(c, "c1"), 0);
+	mc.ver[0] = 10;
+	for (int i = 1; i < 8; i++)
+		mc.ver[i] = 10;
+	vm_check(c, mc.ver, size, "the clone after its reset");
+	vm_check(o, mo.ver, size, "the origin after the clone's reset");
+	cr_assert_eq(blk_snap_reset(o, "s"), 0);
+	vm_check(o, snap, size, "the origin reset to s");
+	vm_check(c, mc.ver, size, "the clone after the origin's reset");
+
+	c->ops->close(c);
+	vm_check(o, snap, size, "the origin after the clone closed");
+	cr_assert_eq(stat_get(o, "arena_devices"), 1);
+	o->ops->close(o);
+	free(snap);
+	free(mo.ver);
+	free(mc.ver);
+}
+
+/* A clone costs no data memory; each page it writes costs one. */
+Test(clone, memory_only_for_written_pages)
+{
+	const uint64_t size = 64 * MiB;
+	struct test_dev to, tc;
+	struct blk_backend *o = open_origin(&to, "mem-origin", size), *c;
+	uint64_t pages, nodes;
+	struct vmodel mo, mc;
+
+	vm_init(&mo, size);
+	vm_write(o, &mo, 0, 32 * MiB, 1);
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	pages = stat_get(o, "arena_pages");
+	nodes = stat_get(o, "arena_nodes");
+	cr_assert_eq(pages, 32 * MiB / 4096);
+
+	c = open_clone(&tc, "mem-clone", "mem-origin@s");
+	cr_assert_eq(stat_get(c, "arena_pages"), pages, "a clone copies nothing");
+	cr_assert_eq(stat_get(c, "arena_nodes"), nodes, "nor any index");
+	mc.size = size;
+	mc.ver = vm_copy(&mo);
+	vm_write(c, &mc, 5 * MiB, 4096, 2);		/* one shared page */
+	vm_write(c, &mc, 40 * MiB, 4096, 3);		/* one new page */
+	cr_assert_eq(stat_get(c, "arena_pages"), pages + 2);
+	cr_assert_eq(stat_get(c, "snapshot_cow_pages"), 1);
+	cr_assert_eq(stat_get(o, "snapshot_cow_pages"), 0);
+	/* Index: the root and one leaf copied, one leaf (and what is above it) added. */
+	cr_assert_leq(stat_get(c, "arena_nodes"), nodes + 4);
+	vm_write(c, &mc, 5 * MiB, 4096, 4);		/* its own now: in place */
+	cr_assert_eq(stat_get(c, "arena_pages"), pages + 2);
+	vm_check(c, mc.ver, size, "the clone");
+
+	/* The clone's close frees what it alone held, and only that. */
+	c->ops->close(c);
+	cr_assert_eq(stat_get(o, "arena_pages"), pages);
+	cr_assert_eq(stat_get(o, "arena_nodes"), nodes);
+	vm_check(o, mo.ver, size, "the origin");
+	o->ops->close(o);
+	free(mo.ver);
+	free(mc.ver);
+}
+
+/* The origin goes first: the clone keeps every page it reads, shared or not. */
+Test(clone, origin_removed_first)
+{
+	const uint64_t size = 16 * MiB;
+	struct test_dev to, tc, t2;
+	struct blk_backend *o = open_origin(&to, "rm-origin", size), *c, *c2;
+	struct vmodel mo, mc;
+
+	vm_init(&mo, size);
+	vm_write(o, &mo, 0, 4 * MiB, 1);
+	vm_write(o, &mo, 9 * MiB, 8192, 2);
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	c = open_clone(&tc, "rm-clone", "rm-origin@s");
+	mc.size = size;
+	mc.ver = vm_copy(&mo);
+	vm_write(o, &mo, 0, 1 * MiB, 3);		/* the origin's own pages, after */
+	vm_write(c, &mc, 2 * MiB, 4096, 4);
+	cr_assert_eq(blk_snap_create(o, "t"), 0);
+	o->ops->close(o);
+
+	cr_assert_eq(stat_get(c, "arena_devices"), 1);
+	/* The snapshot's pages the clone did not overwrite, and no more. */
+	cr_assert_eq(stat_get(c, "arena_pages"), vm_pages(mc.ver, size));
+	vm_check(c, mc.ver, size, "the clone after its origin closed");
+	vm_write(c, &mc, 0, 2 * MiB, 5);		/* shared no more: written in place */
+	vm_zero(c, &mc, BLK_DISCARD, 9 * MiB, 4096);
+	vm_check(c, mc.ver, size, "the clone, written after");
+	cr_assert_eq(stat_get(c, "arena_pages"), vm_pages(mc.ver, size));
+
+	/* The origin's name is free: a clone of it no longer finds it. */
+	memset(&t2, 0, sizeof(t2));
+	{
+		const char *kv[] = { "clone", "rm-origin@s", NULL };
+
+		c2 = open_named(&t2, "rm-clone2", 0, kv);
+		cr_assert(IS_ERR(c2));
+		cr_assert(strstr(t2.err, "no ram device named rm-origin"), "%s", t2.err);
+	}
+	c->ops->close(c);
+	free(mo.ver);
+	free(mc.ver);
+}
+
+/* A clone of a clone shares the one arena; any order of closes works. */
+Test(clone, chain_and_any_close_order)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev to, t1, t2;
+	struct blk_backend *o = open_origin(&to, "ch-origin", size), *c1, *c2;
+	struct vmodel mo, m1, m2;
+
+	vm_init(&mo, size);
+	vm_write(o, &mo, 0, 1 * MiB, 1);
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	c1 = open_clone(&t1, "ch-c1", "ch-origin@s");
+	m1.size = size;
+	m1.ver = vm_copy(&mo);
+	vm_write(c1, &m1, 4096, 4096, 2);
+	cr_assert_eq(blk_snap_create(c1, "t"), 0);
+	c2 = open_clone(&t2, "ch-c2", "ch-c1@t");
+	m2.size = size;
+	m2.ver = vm_copy(&m1);
+	cr_assert_eq(stat_get(o, "arena_devices"), 3);
+	/* The snapshot the first clone came from may go: the clone holds its pages. */
+	cr_assert_eq(blk_snap_destroy(o, "s"), 0);
+	vm_write(o, &mo, 0, 8192, 3);
+	vm_write(c2, &m2, 0, 4096, 4);
+	vm_write(c1, &m1, 8192, 4096, 5);
+	vm_check(o, mo.ver, size, "the origin");
+	vm_check(c1, m1.ver, size, "the first clone");
+	vm_check(c2, m2.ver, size, "the clone of the clone");
+	c1->ops->close(c1);			/* the middle one first */
+	vm_check(o, mo.ver, size, "the origin, the first clone closed");
+	vm_check(c2, m2.ver, size, "the second clone, the first closed");
+	o->ops->close(o);
+	vm_check(c2, m2.ver, size, "the second clone alone");
+	cr_assert_eq(stat_get(c2, "arena_pages"), vm_pages(m2.ver, size));
+	c2->ops->close(c2);
+	free(mo.ver);
+	free(m1.ver);
+	free(m2.ver);
+}
+
+Test(clone, errors)
+{
+	const uint64_t size = 8 * MiB;
+	struct test_dev to, tc;
+	struct blk_backend *o = open_origin(&to, "er-origin", size), *c;
+	static const struct {
+		const char *kv[5];
+		uint64_t size;
+		const char *msg;
+	} bad[] = {
+		{ { "clone", "er-origin", NULL }, 0, "is not DEV@SNAP" },
+		{ { "clone", "@s", NULL }, 0, "is not DEV@SNAP" },
+		{ { "clone", "er-origin@", NULL }, 0, "is not DEV@SNAP" },
+		{ { "clone", "er-origin@.x", NULL }, 0, "is not a snapshot name" },
+		{ { "clone", "nosuch@s", NULL }, 0, "no ram device named nosuch" },
+		{ { "clone", "er-origin@nosnap", NULL }, 0, "has no snapshot named nosnap" },
+		{ { "clone", "er-origin@s", NULL }, 16 * MiB, "is not the size of er-origin" },
+		{ { "clone", "er-origin@s", "image", "/dev/null", NULL }, 0, "cannot go with image" },
+		{ { "clone", "er-origin@s", "reserve", "0", NULL }, 0, "cannot go with reserve" },
+	};
+	size_t i;
+
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		c = open_named(&tc, "er-clone", bad[i].size, bad[i].kv);
+		cr_assert(IS_ERR(c), "case %zu opened", i);
+		cr_assert(strstr(tc.err, bad[i].msg), "case %zu: %s", i, tc.err);
+	}
+	cr_assert_eq(stat_get(o, "arena_devices"), 1);
+	/* A shrink is refused while a clone shares the arena; a grow is not. */
+	c = open_clone(&tc, "er-clone", "er-origin@s");
+	{
+		uint64_t s = 4 * MiB;
+
+		cr_assert_eq(blk_resize(c, &s), -EBUSY);
+		s = 4 * GiB;
+		cr_assert_eq(blk_resize(c, &s), 0);
+	}
+	c->ops->close(c);
+	o->ops->close(o);
+}
+
+/*
+ * Writers of an origin and of two clones copy the same shared pages at
+ * once, while the origin's snapshots come and go and a clone resets: a
+ * count shared by two devices' trees moves under both (ar->lock is the
+ * arena's, not a device's). Each device has one writer, so its model is
+ * exact; every device and the snapshot read as their models at the end.
+ */
+#define XC_SIZE		(32 * MiB)
+#define XC_WRITES	3000
+
+struct xc_dev {
+	struct blk_backend *be;
+	struct vmodel m;
+	unsigned int seed;
+	uint16_t ver;
+};
+
+static void *xc_writer(void *arg)
+{
+	struct xc_dev *x = arg;
+	int i;
+
+	for (i = 0; i < XC_WRITES; i++) {
+		uint64_t pos = (uint64_t)(rand_r(&x->seed) % (XC_SIZE / 512 - 16)) * 512;
+		uint64_t len = (uint64_t)(1 + rand_r(&x->seed) % 16) * 512;
+
+		vm_write(x->be, &x->m, pos, len, (uint16_t)(x->ver + i % 100));
+	}
+	return NULL;
+}
+
+Test(clone, concurrent_across_devices, .timeout = 300)
+{
+	struct test_dev to, t1, t2;
+	struct xc_dev x[3];
+	pthread_t tid[3];
+	uint16_t *snap;
+	int i, round;
+
+	x[0].be = open_origin(&to, "xc-origin", XC_SIZE);
+	vm_init(&x[0].m, XC_SIZE);
+	vm_write(x[0].be, &x[0].m, 0, XC_SIZE, 1);
+	cr_assert_eq(blk_snap_create(x[0].be, "s"), 0);
+	snap = vm_copy(&x[0].m);
+	x[1].be = open_clone(&t1, "xc-c1", "xc-origin@s");
+	x[2].be = open_clone(&t2, "xc-c2", "xc-origin@s");
+	for (i = 0; i < 3; i++) {
+		x[i].m.size = XC_SIZE;
+		if (i)
+			x[i].m.ver = vm_copy(&x[0].m);
+		x[i].seed = 77u + (unsigned int)i;
+		x[i].ver = (uint16_t)(100 * (i + 1));
+	}
+	for (i = 0; i < 3; i++)
+		cr_assert_eq(pthread_create(&tid[i], NULL, xc_writer, &x[i]), 0);
+	for (round = 0; round < 200; round++) {
+		char name[16], prev[16];
+
+		snprintf(name, sizeof(name), "x%d", round);
+		snprintf(prev, sizeof(prev), "x%d", round - 1);
+		cr_assert_eq(blk_snap_create(x[0].be, name), 0);
+		if (round)
+			cr_assert_eq(blk_snap_destroy(x[0].be, prev), 0);
+		cr_assert_eq(blk_snap_create(x[2].be, "c"), 0);
+		cr_assert_eq(blk_snap_destroy(x[2].be, "c"), 0);
+		usleep(500);
+	}
+	for (i = 0; i < 3; i++)
+		pthread_join(tid[i], NULL);
+	for (i = 0; i < 3; i++)
+		vm_check(x[i].be, x[i].m.ver, XC_SIZE, i ? "a clone" : "the origin");
+	snap_check(x[0].be, "s", snap, XC_SIZE);
+	/* The snapshot the clones came from goes; they keep their pages. */
+	cr_assert_eq(blk_snap_destroy(x[0].be, "s"), 0);
+	x[0].be->ops->close(x[0].be);
+	vm_check(x[1].be, x[1].m.ver, XC_SIZE, "the first clone, its origin closed");
+	vm_check(x[2].be, x[2].m.ver, XC_SIZE, "the second clone, its origin closed");
+	x[1].be->ops->close(x[1].be);
+	x[2].be->ops->close(x[2].be);
+	for (i = 0; i < 3; i++)
+		free(x[i].m.ver);
+	free(snap);
 }
