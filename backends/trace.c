@@ -355,11 +355,19 @@ fail:
  * time, and the next update covers the rest. Called before the in-flight
  * count changes.
  */
+/*
+ * Busy time as the kernel's update_io_ticks() keeps it, at its granularity:
+ * the kernel moves the stamp once a jiffy, so it takes the shared line once
+ * a jiffy, not per request; here once per BT_TICK_NS (a request seen within
+ * it of the stamp leaves it alone, and its time is counted at the next move).
+ */
+#define BT_TICK_NS 65536u
+
 static void fuse_ticks(struct bt_dev *d, uint64_t now, bool end)
 {
 	uint64_t stamp = __atomic_load_n(&d->fuse_stamp_ns, __ATOMIC_RELAXED);
 
-	if (now > stamp &&
+	if (now >= stamp + BT_TICK_NS &&
 	    __atomic_compare_exchange_n(&d->fuse_stamp_ns, &stamp, now, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED) &&
 	    (end || __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED)))
