@@ -237,6 +237,12 @@ struct bt_tl {
 	struct bt_dev *d;
 	uint64_t epoch;			/* atomic (release): d->fuse_epoch @hist counts since */
 	uint64_t ios[BT_NR_OPS], bytes[BT_NR_OPS], ticks_ns[BT_NR_OPS];
+	/*
+	 * begun here less ended here (modulo 2^64: a parked request ends in
+	 * another thread); the sum over the device's blocks is its requests
+	 * in flight, as the kernel sums its per-CPU in-flight counts
+	 */
+	uint64_t in_flight;
 	struct blk_hist hist[BT_NR_OPS];
 };
 
@@ -268,6 +274,7 @@ static void tl_exit(void *p)
 		for (pp = &d->fuse_tl; *pp != t; pp = &(*pp)->next)
 			;
 		*pp = t->next;
+		__atomic_add_fetch(&d->fuse.in_flight, t->in_flight, __ATOMIC_RELAXED);
 		for (o = 0; o < BT_NR_OPS; o++) {
 			__atomic_add_fetch(&d->fuse.ios[o], t->ios[o], __ATOMIC_RELAXED);
 			__atomic_add_fetch(&d->fuse.bytes[o], t->bytes[o], __ATOMIC_RELAXED);
@@ -363,6 +370,19 @@ fail:
  */
 #define BT_TICK_NS 65536u
 
+/* The FUSE level's requests in flight: the shared count and every thread's. */
+static uint64_t fuse_in_flight(struct bt_dev *d)
+{
+	uint64_t n = __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED);
+	struct bt_tl *t;
+
+	pthread_mutex_lock(&reg_lock);
+	for (t = d->fuse_tl; t; t = t->next)
+		n += __atomic_load_n(&t->in_flight, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&reg_lock);
+	return n;
+}
+
 static void fuse_ticks(struct bt_dev *d, uint64_t now, bool end)
 {
 	uint64_t stamp = __atomic_load_n(&d->fuse_stamp_ns, __ATOMIC_RELAXED);
@@ -370,8 +390,19 @@ static void fuse_ticks(struct bt_dev *d, uint64_t now, bool end)
 	if (now >= stamp + BT_TICK_NS &&
 	    __atomic_compare_exchange_n(&d->fuse_stamp_ns, &stamp, now, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED) &&
-	    (end || __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED)))
+	    (end || fuse_in_flight(d)))
 		__atomic_add_fetch(&d->fuse.io_ticks_ns, now - stamp, __ATOMIC_RELAXED);
+}
+
+/* One more (@delta 1) or one fewer (-1) in flight, in this thread's block when it has one. */
+static void fuse_in_flight_add(struct bt_dev *d, uint64_t delta)
+{
+	struct bt_tl *t = tl_get(d);
+
+	if (__builtin_expect(t != NULL, 1))
+		OWNED_ADD(&t->in_flight, delta);
+	else
+		__atomic_add_fetch(&d->fuse.in_flight, delta, __ATOMIC_RELAXED);
 }
 
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
@@ -382,7 +413,7 @@ uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t l
 	if (!d)
 		return now;
 	fuse_ticks(d, now, false);
-	__atomic_add_fetch(&d->fuse.in_flight, 1, __ATOMIC_RELAXED);
+	fuse_in_flight_add(d, 1);
 	if (bt_on(d, BT_LEVEL_FUSE)) {
 		uint32_t cat = bt_op_cat(op, 0);
 
@@ -401,7 +432,7 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 	if (!d)
 		return;
 	fuse_ticks(d, now, true);
-	__atomic_sub_fetch(&d->fuse.in_flight, 1, __ATOMIC_RELAXED);
+	fuse_in_flight_add(d, (uint64_t)-1);
 	if (res >= 0) {
 		/* a read or write counts the bytes it moved (a read at the end: fewer) */
 		uint64_t bytes = op == BLK_FLUSH ? 0 :
@@ -452,7 +483,7 @@ void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
 		}
 	}
 	pthread_mutex_unlock(&reg_lock);
-	out->in_flight = __atomic_load_n(&d->fuse.in_flight, __ATOMIC_RELAXED);
+	out->in_flight = fuse_in_flight(d);
 	out->io_ticks_ns = __atomic_load_n(&d->fuse.io_ticks_ns, __ATOMIC_RELAXED);
 	if (out->in_flight) {
 		/* the busy time since the last update counts too */
