@@ -10,8 +10,8 @@
 #include <pthread.h>
 
 #include "backend.h"
-#include "clock.h"
-#include "list.h"
+#include "lib/clock.h"
+#include "lib/list.h"
 
 /* One line per backend; registry.c lists them in the same order. */
 extern const struct blk_backend_ops ram_backend_ops;

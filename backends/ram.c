@@ -174,7 +174,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
-#include "copy.h"
+#include "lib/copy.h"
 
 #define RAM_PAGE_SHIFT	12
 #define RAM_PAGE_SIZE	(1u << RAM_PAGE_SHIFT)

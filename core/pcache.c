@@ -78,7 +78,7 @@
 #include <unistd.h>
 #include <stdio.h>
 
-#include "../backends/copy.h"
+#include "../backends/lib/copy.h"
 #ifdef __SANITIZE_THREAD__
 /* ThreadSanitizer's runtime has them; gcc 12's sanitizer headers do not declare them */
 void __tsan_ignore_thread_begin(void);

@@ -10,9 +10,9 @@
 
 #include <pthread.h>
 
-#include "../backends/clock.h"
-#include "../backends/list.h"
-#include "../backends/trace.h"
+#include "../backends/lib/clock.h"
+#include "../backends/lib/list.h"
+#include "../backends/lib/trace.h"
 #include "bitmap.h"
 #include "pcache.h"
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backends/trace.h"
+#include "../backends/lib/trace.h"
 #include "stack.h"
 
 static struct blk_backend *open_layer(const struct conf *c, struct conf_device *d,

@@ -62,8 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/crashmodel.h"
-#include "../backends/logwrites.h"
+#include "../backends/lib/crashmodel.h"
+#include "../backends/lib/logwrites.h"
 #include "control.h"
 #include "crashcheck.h"
 

@@ -20,8 +20,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../backends/list.h"
-#include "../backends/trace.h"
+#include "../backends/lib/list.h"
+#include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"

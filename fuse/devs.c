@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/trace.h"
+#include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/clock.h"
+#include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "control.h"

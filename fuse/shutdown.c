@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../backends/clock.h"
+#include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 

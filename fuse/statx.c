@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/clock.h"
+#include "../backends/lib/clock.h"
 #include "bf.h"
 
 #define MAX_DEVS 256

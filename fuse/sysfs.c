@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backends/trace.h"
+#include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
 

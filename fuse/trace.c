@@ -37,8 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/clock.h"
-#include "../backends/trace.h"
+#include "../backends/lib/clock.h"
+#include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "control.h"

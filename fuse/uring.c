@@ -77,7 +77,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/clock.h"
+#include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "fuse_uring_abi.h"
 #include "uring.h"

@@ -16,8 +16,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../../backends/crashmodel.h"
-#include "../../backends/logwrites.h"
+#include "../../backends/lib/crashmodel.h"
+#include "../../backends/lib/logwrites.h"
 #include "fuzz.h"
 
 static const uint64_t sizes[4] = { 64 * 1024, 1 << 20, 4096, 512 * 3 };

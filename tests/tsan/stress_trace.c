@@ -28,8 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../backends/clock.h"
-#include "../../backends/trace.h"
+#include "../../backends/lib/clock.h"
+#include "../../backends/lib/trace.h"
 
 #define DEPTH 4
 #define MAX_THREADS 64

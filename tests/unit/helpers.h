@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "../../backends/backend.h"
-#include "../../backends/clock.h"
+#include "../../backends/lib/clock.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)

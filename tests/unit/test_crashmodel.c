@@ -26,7 +26,7 @@
 
 #include <criterion/criterion.h>
 
-#include "../../backends/crashmodel.h"
+#include "../../backends/lib/crashmodel.h"
 
 #define PBS	4096u
 #define NBLK	4u

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../backends/list.h"
+#include "../../backends/lib/list.h"
 
 struct item {
 	int v;

@@ -11,8 +11,8 @@
 
 #include <criterion/criterion.h>
 
-#include "../../backends/crashmodel.h"
-#include "../../backends/logwrites.h"
+#include "../../backends/lib/crashmodel.h"
+#include "../../backends/lib/logwrites.h"
 
 #define SS 512u
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../backends/clock.h"
+#include "../../backends/lib/clock.h"
 #include "../../core/pcache.h"
 #include "cache_fixture.h"
 #include "fake_backend.h"

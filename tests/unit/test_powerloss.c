@@ -29,7 +29,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
-#include "../../backends/crashmodel.h"
+#include "../../backends/lib/crashmodel.h"
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"

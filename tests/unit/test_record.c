@@ -20,7 +20,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backend.h"
-#include "../../backends/logwrites.h"
+#include "../../backends/lib/logwrites.h"
 #include "../../core/conf.h"
 #include "../../core/stack.h"
 #include "fake_backend.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../backends/trace.h"
+#include "../../backends/lib/trace.h"
 
 Test(blktrace, layout_is_the_kernels)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/trace.h - blkfs's block trace: events in blktrace's format
+ * backends/lib/trace.h - blkfs's block trace: events in blktrace's format
  * (blktrace.h) from any layer (the cache, a filter, the FUSE glue), per
  * device and level, and the latency histograms of each level.
  *
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "../backend.h"
 #include "blktrace.h"
 #include "hist.h"
 

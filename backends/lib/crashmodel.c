@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/crashmodel.c - the state set of a crash (crashmodel.h has the
+ * backends/lib/crashmodel.c - the state set of a crash (crashmodel.h has the
  * promise in words). A point groups the unflushed writes by the physical
  * blocks they touch; a state is a prefix length per block, so the set is a
  * product and its states are numbered in mixed radix.

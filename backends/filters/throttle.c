@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/throttle.c - the throttle filter: a disk's bandwidth and queue,
+ * backends/filters/throttle.c - the throttle filter: a disk's bandwidth and queue,
  * modelled. A bandwidth cap per direction (null_blk's mbps, nbdkit's rate
  * filter), a concurrency limit (at most N I/Os at the layer below, the rest
  * wait in order, as a disk with a queue depth of N), and latency that grows
@@ -62,8 +62,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends_int.h"
-#include "trace.h"
+#include "../backends_int.h"
+#include "../lib/trace.h"
 
 #define THROTTLE_MAX_MBPS	1000000u		/* 1 TiB/s: no cap, in effect */
 #define THROTTLE_MAX_QD		65536u

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/powerloss.c - the powerloss filter: a simulated power cut under
+ * backends/filters/powerloss.c - the powerloss filter: a simulated power cut under
  * everything above the device (SQLite's test6.c crash simulation is the
  * model). It keeps an undo journal of the writes not yet covered by a flush;
  * `echo 1 > .sys/DEV/powerloss/trigger` cuts the power: volatile memory
@@ -61,8 +61,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends_int.h"
-#include "trace.h"
+#include "../backends_int.h"
+#include "../lib/trace.h"
 
 #define PL_ALIGN	4096		/* saved-data buffers: fine for O_DIRECT below */
 

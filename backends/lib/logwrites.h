@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/logwrites.h - the on-disk format of the kernel's dm-log-writes
+ * backends/lib/logwrites.h - the on-disk format of the kernel's dm-log-writes
  * target (drivers/md/dm-log-writes.c; xfstests' src/log-writes reads it),
  * which the record filter writes and the crash explorer reads.
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/clock.h - the one clock: CLOCK_MONOTONIC in nanoseconds and in
+ * backends/lib/clock.h - the one clock: CLOCK_MONOTONIC in nanoseconds and in
  * milliseconds, for time stamps, latencies, deadlines and rate limits. The
  * cache (core/) and the backends both use it; it lives here because a
  * backend includes nothing from core/.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/util.c - small pieces every backend or filter would otherwise
+ * backends/lib/util.c - small pieces every backend or filter would otherwise
  * write again: an op's name, the ->stat text, an attr's one-line value in
  * and out, a filter's geometry (the layer below's), a filter's snapshot
  * calls (which go to the layer below), and what the fault and latency
@@ -17,7 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "backends_int.h"
+#include "../backends_int.h"
 
 const char *blk_op_name(enum blk_op op)
 {

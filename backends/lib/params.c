@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/params.c - what a backend's open() uses to read its config keys:
+ * backends/lib/params.c - what a backend's open() uses to read its config keys:
  * lookup (marking a key used, so the config can name keys nobody took),
  * sizes, durations, numbers and booleans, and "FILE:LINE: KEY: message" errors. Also the
  * geometry-from-config helper shared by the ram and null backends.
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "backends_int.h"
+#include "../backends_int.h"
 
 /* A filter asks for "write"; its line in the config says "delay.write". */
 static struct blk_param *param_find(const struct blk_params *p, const char *key)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/crashmodel.h - the disk's promise, written once: what a power
+ * backends/lib/crashmodel.h - the disk's promise, written once: what a power
  * cut may leave on a device, given the writes and flushes that completed
  * before it. The powerloss filter's cuts are checked against it (its unit
  * test), and the crash explorer enumerates it. It lives in backends/

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/record.c - the record filter: a log of every write, discard,
+ * backends/filters/record.c - the record filter: a log of every write, discard,
  * write-zeroes and flush that reaches the backend, in the kernel's
  * dm-log-writes format (backends/logwrites.h), for the crash explorer
  * (`blkfs crashcheck`) or xfstests' replay-log.
@@ -53,8 +53,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends_int.h"
-#include "logwrites.h"
+#include "../backends_int.h"
+#include "../lib/logwrites.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23		/* Linux 5.14 */

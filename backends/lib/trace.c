@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/trace.c - the block trace (trace.h): the registry of devices,
+ * backends/lib/trace.c - the block trace (trace.h): the registry of devices,
  * the per-thread event rings, the trace thread that drains them into each
  * session's descriptor, and the FUSE level's accounting.
  *

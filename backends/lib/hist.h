@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/hist.h - latency histograms: log2 buckets of microseconds, as
+ * backends/lib/hist.h - latency histograms: log2 buckets of microseconds, as
  * bcc's biolatency prints them (0 -> 1, 2 -> 3, 4 -> 7, ...), and a finer
  * log-linear histogram of nanoseconds (8 steps per power of two, so within
  * 12.5%) that the percentiles come from. Adding is a few relaxed atomic

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/fault.c - the fault filter: fails chosen I/O with a chosen errno,
+ * backends/filters/fault.c - the fault filter: fails chosen I/O with a chosen errno,
  * or holds it (a hang), so a test (or a person) can see what the cache, the
  * daemon and the software above make of a failing disk. A failed I/O is
  * completed with the error and never passed to the layer below: a failed
@@ -74,8 +74,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "backends_int.h"
-#include "trace.h"
+#include "../backends_int.h"
+#include "../lib/trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX
 #define FAULT_MAX_BAD	256		/* the listing fits a .sys read */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/hist.c - latency histograms (hist.h): biolatency's log2 buckets
+ * backends/lib/hist.c - latency histograms (hist.h): biolatency's log2 buckets
  * for show, a log-linear one for percentiles.
  */
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/logwrites.c - the strict reader of dm-log-writes logs
+ * backends/lib/logwrites.c - the strict reader of dm-log-writes logs
  * (logwrites.h has the format): a pure buffer-to-struct parser with no I/O,
  * so the fuzz target drives it as it is, and the explorer hands it a
  * mapped file. Everything it refuses is named by entry number and byte

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/log.c - the log filter: one line per I/O, written when the I/O
+ * backends/filters/log.c - the log filter: one line per I/O, written when the I/O
  * completes, to a trace file (nbdkit's log filter is the model). Tests read
  * the trace to prove what reached the layer below (aligned, limit-sized
  * writes, a flush after them); a person reads it for latency per op.
@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends_int.h"
+#include "../backends_int.h"
 
 #define LOG_LINE_MAX	128	/* the longest line: 20-digit numbers everywhere */
 /*

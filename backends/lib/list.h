@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/list.h - intrusive doubly linked lists, as the kernel's list_head,
+ * backends/lib/list.h - intrusive doubly linked lists, as the kernel's list_head,
  * with its names and argument order: the entry (or the list to move) first,
  * the list it goes to second. The cache (core/) and the backends use this
  * one implementation; it lives here because a backend includes nothing

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/flakey.c - the flakey filter: dm-flakey's unreliable device, in
+ * backends/filters/flakey.c - the flakey filter: dm-flakey's unreliable device, in
  * its own names. From open the device is up for up_interval, then down for
  * down_interval, over and over; in a down window it fails reads and/or
  * writes, acknowledges writes and drops them, or corrupts data silently
@@ -59,8 +59,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "backends_int.h"
-#include "trace.h"
+#include "../backends_int.h"
+#include "../lib/trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
 #define FLAKEY_MAX_RANGES	256		/* the listing fits a .sys read */

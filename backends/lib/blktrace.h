@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/blktrace.h - the on-disk format of blktrace (struct blk_io_trace,
+ * backends/lib/blktrace.h - the on-disk format of blktrace (struct blk_io_trace,
  * version 7), as blkparse, btt, iowatcher and fio's --read_iolog read it:
  * one 48-byte record in the writer's native byte order, followed by
  * pdu_len bytes of payload. Written from the layout the kernel's

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/delay.c - the delay filter: holds each I/O for a set time before
+ * backends/filters/delay.c - the delay filter: holds each I/O for a set time before
  * passing it on, so latency = delay + the layer below. A slow HDD, a
  * stalling SSD, a far-away NBD server, a slow region of a disk, an SSD's
  * garbage-collection tail, without one (nbdkit's delay filter and dm-delay
@@ -52,7 +52,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "backends_int.h"
+#include "../backends_int.h"
 
 #define DELAY_MAX_NS	(3600ull * 1000000000)	/* 1h: longer is surely a typo */
 #define DELAY_TEXT_MAX	64			/* the longest value taken */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/copy.h - copying whole aligned pieces with non-temporal stores. Data
+ * backends/lib/copy.h - copying whole aligned pieces with non-temporal stores. Data
  * the writer hands over is not read again soon (writeback reads it once,
  * long after it left the CPU cache), so skipping the cache's
  * read-for-ownership makes the copy cheaper and leaves the cache to others.
