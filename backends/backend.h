@@ -401,7 +401,7 @@ static inline int blk_resize(struct blk_backend *be, uint64_t *size)
 	return be->ops->resize ? be->ops->resize(be, size) : -EOPNOTSUPP;
 }
 
-/* backends/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
+/* backends/lib/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
 bool blk_snap_name_valid(const char *name);
 
 /*
@@ -418,7 +418,7 @@ void blk_logl(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 #define blk_warn(...)	blk_logl(BLK_LOG_WARNING, __VA_ARGS__)
 #define blk_info(...)	blk_logl(BLK_LOG_INFO, __VA_ARGS__)
 
-/* backends/util.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
+/* backends/lib/util.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
 const char *blk_op_name(enum blk_op op);
 
 /* backends/registry.c */
@@ -428,7 +428,7 @@ const char *blk_backend_names(void);
 /* "log, delay, ..." (filters only) */
 const char *blk_filter_names(void);
 
-/* backends/params.c: helpers for a backend's open() */
+/* backends/lib/params.c: helpers for a backend's open() */
 /* The value of @key (and mark it used), or NULL if the section has none. */
 const char *blk_param_get(struct blk_params *p, const char *key);
 /* The line @key is on, or the section's line when absent. */

@@ -73,7 +73,7 @@ int be_geo_from_params(struct blk_params *p, const char *backend,
  */
 bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
 
-/* backends/util.c, and inline */
+/* backends/lib/util.c, and inline */
 
 /**
  * be_stat_printf - format a ->stat text (see struct blk_backend_ops)

@@ -36,7 +36,7 @@ struct bf_dev {
 	struct blk_backend *be;		/* top of the filter stack */
 	struct pc_dev *pc;
 	struct blk_geometry geo;
-	struct bt_dev *bt;		/* its trace state, for the FUSE level (backends/trace.h) */
+	struct bt_dev *bt;		/* its trace state, for the FUSE level (backends/lib/trace.h) */
 	uint32_t cblk;
 	uint64_t ino;
 	uid_t uid;			/* owner of the device file */

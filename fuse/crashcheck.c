@@ -2,7 +2,7 @@
 /*
  * fuse/crashcheck.c - `blkfs crashcheck LOG --base BASE --check CMD`: run a
  * checker on the crash states of a recorded workload (a dm-log-writes log:
- * the record filter's, or the kernel's), as backends/crashmodel.h defines
+ * the record filter's, or the kernel's), as backends/lib/crashmodel.h defines
  * them, and `--state ID --materialize FILE` to write one state out.
  *
  * Crash points: after every flush and every mark (with --each-write, after

@@ -610,7 +610,7 @@ struct bf_req {
 	int state;		/* atomic: REQ_* */
 	struct bf_req *next;	/* bd->req_free */
 	struct pc_read rd;
-	/* the FUSE level's record of it (backends/trace.h): begun at receipt, ended at the reply */
+	/* the FUSE level's record of it (backends/lib/trace.h): begun at receipt, ended at the reply */
 	uint64_t bt_start, bt_pos, bt_len;
 	uint32_t bt_pid;
 	enum blk_op bt_op;

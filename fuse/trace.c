@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuse/trace.c - `blkfs trace MNT DEV`: a device's events in blktrace's
- * format (backends/trace.h), the daemon's side and the client.
+ * format (backends/lib/trace.h), the daemon's side and the client.
  *
  * How the events reach the client: the client opens its output itself
  * (stdout, or NAME.blktrace.0 in its own directory, with its own rights)

@@ -20,7 +20,7 @@
  * is exactly the contents left by the writes before it.
  *
  * The cut. Entries are decided in completion order from the seed (the
- * order the disk got them; backends/crashmodel.h is the promise every cut
+ * order the disk got them; backends/lib/crashmodel.h is the promise every cut
  * keeps, checked in the unit test): a write within
  * one physical block is kept or dropped (1/2 each); a longer one is kept,
  * dropped or torn (1/3 each), a torn write keeping a prefix of whole
@@ -787,7 +787,7 @@ static int pl_trigger(struct pl_dev *pd)
 
 	/*
 	 * Decide and undo in completion order, the order the disk got them
-	 * (backends/crashmodel.h), not the journal's submission order: two
+	 * (backends/lib/crashmodel.h), not the journal's submission order: two
 	 * writes to one physical block that do not overlap byte for byte may
 	 * be in flight together and complete the other way round, and the
 	 * block must never keep the later without the earlier.

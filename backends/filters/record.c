@@ -2,7 +2,7 @@
 /*
  * backends/filters/record.c - the record filter: a log of every write, discard,
  * write-zeroes and flush that reaches the backend, in the kernel's
- * dm-log-writes format (backends/logwrites.h), for the crash explorer
+ * dm-log-writes format (backends/lib/logwrites.h), for the crash explorer
  * (`blkfs crashcheck`) or xfstests' replay-log.
  *
  * It sits directly above the backend (listed last in `filters`; open

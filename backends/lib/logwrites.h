@@ -138,7 +138,7 @@ void lw_log_free(struct lw_log *log);
 
 struct blk_cm_log;
 /*
- * The model's events (backends/crashmodel.h) of @log, for physical block
+ * The model's events (backends/lib/crashmodel.h) of @log, for physical block
  * size @pbs: each write, discard (zeros), flush (covering every write
  * logged before it) and mark; FUA carried. Sets each entry's last_ev.
  * Returns 0 or -ENOMEM (and @m is empty).

@@ -3,7 +3,7 @@
  * tests/fuzz/attr_fuzz.c - libFuzzer target for the attribute parsers: the
  * live knobs every filter shows under .sys/DEV/FILTER/ (their blk_attr
  * store and show), the config values a filter's open() parses, and the
- * helpers of backends/params.c (blk_parse_size, blk_param_size/bool/error).
+ * helpers of backends/lib/params.c (blk_parse_size, blk_param_size/bool/error).
  *
  * Only backend.h is used: every filter the registry has (blk_filter_names()
  * lists them, so fault, powerloss and later ones join by themselves) is

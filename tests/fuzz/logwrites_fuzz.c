@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/fuzz/logwrites_fuzz.c - libFuzzer target for the dm-log-writes
- * reader (backends/logwrites.c) and what the explorer does with a log it
+ * reader (backends/lib/logwrites.c) and what the explorer does with a log it
  * took: the model's events (lw_log_model) and the state set of a crash
- * after the last of them (backends/crashmodel.h).
+ * after the last of them (backends/lib/crashmodel.h).
  *
  * Input: one byte choosing the base (its size and logical block size: the
  * low two bits index sizes[], the next two want_ss[]), then the log file.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/tsan/stress_trace.c - the FUSE level's accounting (bt_req_begin,
- * bt_req_end in backends/trace.c) from many threads at once, for
+ * bt_req_end in backends/lib/trace.c) from many threads at once, for
  * ThreadSanitizer (`make tsan`) and as the microbenchmark of its cost per
  * request (BENCHMARKS.md, "Tracing cost").
  *

@@ -902,7 +902,7 @@ Test(conf, dirty_expire)
 }
 
 /* ------------------------------------------------------------------ */
-/* the duration grammar (backends/params.c), which every duration key uses */
+/* the duration grammar (backends/lib/params.c), which every duration key uses */
 
 TestSuite(duration);
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/unit/test_crashmodel.c - the disk's promise (backends/crashmodel.h)
+ * tests/unit/test_crashmodel.c - the disk's promise (backends/lib/crashmodel.h)
  * against a hand-written log whose state sets are written out by hand.
  *
  * The device: 4 physical blocks of 4096 bytes (logical 512). A block's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/unit/test_list.c - backends/list.h, the one intrusive list of the
+ * tests/unit/test_list.c - backends/lib/list.h, the one intrusive list of the
  * cache and the backends: order after each operation, walked both ways
  * (every prev pointer must mirror a next pointer), empty lists left usable.
  */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/unit/test_logwrites.c - the strict dm-log-writes reader
- * (backends/logwrites.c): a log built here with the encoder reads back
+ * (backends/lib/logwrites.c): a log built here with the encoder reads back
  * entry by entry and turns into the model's events; each refusal names
  * what is wrong, with the entry number and byte offset.
  */

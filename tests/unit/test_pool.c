@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/unit/test_pool.c - struct be_pool (backends/util.c): the per-I/O
+ * tests/unit/test_pool.c - struct be_pool (backends/lib/util.c): the per-I/O
  * objects of the filters come from memory filled at open; taking one
  * allocates nothing while the pool has one free; past it the pool still
  * serves, from malloc, and counts it; the peak in use is kept.

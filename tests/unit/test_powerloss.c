@@ -967,7 +967,7 @@ Test(powerloss, reset_to_snapshot_drops_journal)
 	}
 }
 
-/* ---- against the shared model (backends/crashmodel.h) ---- */
+/* ---- against the shared model (backends/lib/crashmodel.h) ---- */
 
 /* The cut's result must be a state of the model's set for the log @log. */
 static void cut_in_model(const struct blk_cm_log *log, const uint8_t *base, uint64_t seed)

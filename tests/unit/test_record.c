@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/unit/test_record.c - the record filter (backends/record.c) and the
- * dm-log-writes layout it writes (backends/logwrites.h): the encoder's
+ * tests/unit/test_record.c - the record filter (backends/filters/record.c) and the
+ * dm-log-writes layout it writes (backends/lib/logwrites.h): the encoder's
  * bytes against the kernel's struct layout, a recording over ram and over
  * the fake read back entry by entry, the order of writes around a flush in
  * flight, marks and their limit, and a log that cannot be written.

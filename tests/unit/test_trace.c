@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/unit/test_trace.c - the blktrace encoder (backends/blktrace.h,
+ * tests/unit/test_trace.c - the blktrace encoder (backends/lib/blktrace.h,
  * trace.c) against the layout blkparse reads: struct blk_io_trace is 48
  * bytes with every field at the kernel's offset, magic and version 7,
  * the action codes and categories with their values; a session writes
  * the records a thread emitted, in time order, and counts what a full
- * ring drops. And the latency histograms (backends/hist.c): biolatency's
+ * ring drops. And the latency histograms (backends/lib/hist.c): biolatency's
  * log2 buckets and the percentiles against known inputs.
  */
 #include <criterion/criterion.h>
