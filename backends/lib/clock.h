@@ -4,10 +4,18 @@
  * milliseconds, for time stamps, latencies, deadlines and rate limits. The
  * cache (core/) and the backends both use it; it lives here because a
  * backend includes nothing from core/.
+ *
+ * Timed waits use the same clock: every condition variable that is ever
+ * waited on with a timeout is made by blk_cond_init() (CLOCK_MONOTONIC, so
+ * a step of the wall clock neither stretches nor cuts a bound), and waited
+ * on through blk_cond_wait_until() or blk_cond_wait_ms(). A condition
+ * variable made with PTHREAD_COND_INITIALIZER or a plain pthread_cond_init()
+ * measures a timeout on CLOCK_REALTIME: never pass one here.
  */
 #ifndef BLKFS_CLOCK_H
 #define BLKFS_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -22,6 +30,51 @@ static inline uint64_t blk_now_ns(void)
 static inline uint64_t blk_now_ms(void)
 {
 	return blk_now_ns() / 1000000u;
+}
+
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC. */
+static inline int blk_cond_init(pthread_cond_t *c)
+{
+	pthread_condattr_t ca;
+	int ret;
+
+	ret = pthread_condattr_init(&ca);
+	if (ret)
+		return ret;
+	ret = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (!ret)
+		ret = pthread_cond_init(c, &ca);
+	pthread_condattr_destroy(&ca);
+	return ret;
+}
+
+/* The absolute CLOCK_MONOTONIC time @ns (blk_now_ns()'s scale) as a timespec. */
+static inline struct timespec blk_ns_to_timespec(uint64_t ns)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)(ns / 1000000000u),
+		.tv_nsec = (long)(ns % 1000000000u),
+	};
+
+	return ts;
+}
+
+/*
+ * Wait on @c (made by blk_cond_init) until signalled or until @deadline_ns
+ * (blk_now_ns()'s scale) has passed: 0, or ETIMEDOUT. Callers loop on their
+ * condition as with any condition variable wait.
+ */
+static inline int blk_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	struct timespec ts = blk_ns_to_timespec(deadline_ns);
+
+	return pthread_cond_timedwait(c, m, &ts);
+}
+
+/* blk_cond_wait_until() @ms milliseconds from now. */
+static inline int blk_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
+{
+	return blk_cond_wait_until(c, m, blk_now_ns() + ms * 1000000u);
 }
 
 #endif
