@@ -492,7 +492,20 @@ static struct pc_folio *folio_find_locked(struct pc_dev *dev, uint64_t index)
 	return f;
 }
 
-#ifndef NDEBUG
+/*
+ * folio_check(): folio_sanity() under assert(), where BLKFS_FOLIO_SANITY is
+ * 1 (GNUmakefile's CHECKS=1; tools/blkfs-checkcost measures what it costs).
+ */
+#ifndef BLKFS_FOLIO_SANITY
+#define BLKFS_FOLIO_SANITY 1
+#endif
+#if BLKFS_FOLIO_SANITY
+#define folio_check(dev, f) assert(folio_sanity(dev, f))
+#else
+#define folio_check(dev, f) ((void)0)
+#endif
+
+#if !defined(NDEBUG) && BLKFS_FOLIO_SANITY
 /* Invariants 2 and 6 for one folio. Caller holds f->lock. */
 static bool folio_sanity(const struct pc_dev *dev, const struct pc_folio *f)
 {
@@ -961,7 +974,7 @@ static void folio_set_written_locked(struct pc_dev *dev, struct pc_folio *f,
 	if (up)
 		__atomic_add_fetch(&dev->uptodate_blks, up, __ATOMIC_RELAXED);
 	folio_account_dirty_locked(dev, f, (long)dirty);
-	assert(folio_sanity(dev, f));
+	folio_check(dev, f);
 }
 
 /* A head or tail block of a write that it covers in part, and is not uptodate. */
@@ -1205,7 +1218,7 @@ int folio_complete_parts(struct pc_dev *dev, struct pc_folio *f, uint32_t b0, ui
 		memcpy(f->data + ((size_t)b << sh) + e, scratch + e, cb - e);
 		pthread_mutex_lock(&f->lock);
 		(void)folio_part_merge_locked(dev, f, b, 0, cb);	/* turns uptodate */
-		assert(folio_sanity(dev, f));
+		folio_check(dev, f);
 		pthread_mutex_unlock(&f->lock);
 		__atomic_add_fetch(&dev->uptodate_blks, 1, __ATOMIC_RELAXED);
 	}
@@ -2360,7 +2373,7 @@ static void folio_zero(struct pc_dev *dev, struct pc_folio *f, void *arg)
 		}
 	}
 	folio_account_dirty_locked(dev, f, -(long)dirty);
-	assert(folio_sanity(dev, f));
+	folio_check(dev, f);
 	clean = !f->nr_dirty;
 	folio_excl_end_locked(f);
 	pthread_mutex_unlock(&f->lock);
