@@ -264,14 +264,14 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	pthread_mutex_init(&dev->err_lock, NULL);
 	pthread_mutex_init(&dev->acct_lock, NULL);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
-	err = pc_pool_init(&dev->sio_pool, pc_sio_size(), PC_SIO_POOL);
+	err = be_pool_init(&dev->sio_pool, PC_SIO_POOL, pc_sio_size(), 64);
 	if (!err)
-		err = pc_pool_init(&dev->wb_pool, wb_io_size(wb_io_cap(dev, geo.max_io)), PC_WB_POOL);
+		err = be_pool_init(&dev->wb_pool, PC_WB_POOL, wb_io_size(wb_io_cap(dev, geo.max_io)), 64);
 	if (!err)
 		err = pc_workers_start(dev);
 	if (err) {
-		pc_pool_destroy(&dev->sio_pool);
-		pc_pool_destroy(&dev->wb_pool);
+		be_pool_destroy(&dev->sio_pool);
+		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
 		pthread_mutex_destroy(&dev->acct_lock);
 		free(dev->name);
@@ -284,8 +284,8 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	if (pc->nr_devs == PC_MAX_DEVS) {
 		pthread_mutex_unlock(&pc->lock);
 		pc_workers_stop(dev);
-		pc_pool_destroy(&dev->sio_pool);
-		pc_pool_destroy(&dev->wb_pool);
+		be_pool_destroy(&dev->sio_pool);
+		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
 		pthread_mutex_destroy(&dev->acct_lock);
 		free(dev->name);
@@ -384,8 +384,8 @@ void pc_dev_remove(struct pc_dev *dev)
 		list_move_tail(&f->lru, &pc->free);
 	}
 	pthread_mutex_unlock(&pc->lock);
-	pc_pool_destroy(&dev->sio_pool);
-	pc_pool_destroy(&dev->wb_pool);
+	be_pool_destroy(&dev->sio_pool);
+	be_pool_destroy(&dev->wb_pool);
 	pthread_mutex_destroy(&dev->err_lock);
 	pthread_mutex_destroy(&dev->acct_lock);
 	free(dev->hash);
@@ -472,8 +472,8 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;
-	st->pool_fallback_allocs = __atomic_load_n(&dev->sio_pool.fallback, __ATOMIC_RELAXED) +
-				   __atomic_load_n(&dev->wb_pool.fallback, __ATOMIC_RELAXED);
+	st->pool_fallback_allocs = __atomic_load_n(&dev->sio_pool.nr_allocs, __ATOMIC_RELAXED) +
+				   __atomic_load_n(&dev->wb_pool.nr_allocs, __ATOMIC_RELAXED);
 }
 
 /* ----------------------------------------------------------------- folios */

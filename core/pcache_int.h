@@ -12,6 +12,7 @@
 
 #include "../backends/lib/clock.h"
 #include "../backends/lib/list.h"
+#include "../backends/lib/pool.h"
 #include "../backends/lib/trace.h"
 #include "bitmap.h"
 #include "pcache.h"
@@ -67,16 +68,6 @@ struct pc_folio {
 	struct pc_part part[PC_PART_SLOTS];
 
 	char *data;			/* folio_size bytes of pool memory */
-};
-
-/* A bounded pool of same-size objects taken once (submit.c). */
-struct pc_pool {
-	pthread_mutex_t lock;
-	void *free;		/* lock: a list through each object's first word */
-	char *mem;
-	size_t size;
-	uint32_t nr;
-	uint64_t fallback;	/* atomic: taken from malloc instead */
 };
 
 #define PC_SIO_IOV 32		/* slices a pooled submission I/O holds */
@@ -135,8 +126,8 @@ struct pc_dev {
 	int nr_workers;
 	pthread_t workers[PC_DEV_WORKERS];
 
-	struct pc_pool sio_pool;	/* submit.c's per-I/O state */
-	struct pc_pool wb_pool;		/* writeback I/Os */
+	struct be_pool sio_pool;	/* submit.c's per-I/O state */
+	struct be_pool wb_pool;		/* writeback I/Os */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -295,11 +286,6 @@ void pc_errseq_set(struct pc_dev *dev, int err);
 void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
 
 /* submit.c */
-int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr);
-void pc_pool_destroy(struct pc_pool *p);
-/* An object of @size bytes, zeroed: from the pool, else from malloc (NULL when neither). */
-void *pc_pool_get(struct pc_pool *p, size_t size);
-void pc_pool_put(struct pc_pool *p, void *obj);
 /* The object the pool of submission I/Os holds. */
 size_t pc_sio_size(void);
 /* writeback.c: a writeback I/O's segments for @max_io, and its size. */

@@ -66,7 +66,7 @@ size_t wb_io_size(uint32_t cap)
 static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
 	uint32_t cap = wb_io_cap(dev, max_io);
-	struct wb_io *w = pc_pool_get(&dev->wb_pool, wb_io_size(cap));
+	struct wb_io *w = be_pool_get_size(&dev->wb_pool, wb_io_size(cap));
 
 	if (!w)
 		return NULL;
@@ -294,7 +294,7 @@ static void wb_end_io(struct blk_io *io, int res)
 	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	wb_note_result(dev, w->io.pos, w->io.len, res);
 	batch = w->batch;
-	pc_pool_put(&dev->wb_pool, w);
+	be_pool_put(&dev->wb_pool, w);
 	if (batch)
 		pc_batch_done(batch, res);
 }
