@@ -847,6 +847,17 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 	return total;
 }
 
+/* Has wb_flusher_stop() asked the flusher to end? fl_stop is fl_lock's. */
+static bool flusher_stopping(struct pc_cache *pc)
+{
+	bool stop;
+
+	pthread_mutex_lock(&pc->fl_lock);
+	stop = pc->fl_stop;
+	pthread_mutex_unlock(&pc->fl_lock);
+	return stop;
+}
+
 static void *flusher_main(void *arg)
 {
 	struct pc_cache *pc = arg;
@@ -880,7 +891,7 @@ static void *flusher_main(void *arg)
 			break;
 		do {
 			pressure = under_pressure(pc);
-		} while (flusher_pass(pc, pressure) && pressure && !pc->fl_stop);
+		} while (flusher_pass(pc, pressure) && pressure && !flusher_stopping(pc));
 	}
 	return NULL;
 }
@@ -891,7 +902,9 @@ int wb_flusher_start(struct pc_cache *pc)
 
 	if (__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return 0;
+	pthread_mutex_lock(&pc->fl_lock);
 	pc->fl_stop = false;
+	pthread_mutex_unlock(&pc->fl_lock);
 	err = pthread_create(&pc->flusher, NULL, flusher_main, pc);
 	if (err)
 		return -err;
