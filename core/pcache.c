@@ -539,13 +539,36 @@ static bool folio_sanity(const struct pc_dev *dev, const struct pc_folio *f)
 }
 #endif
 
+#ifdef BLKFS_TEST_HOOKS
+struct pc_test_hooks pc_test_hooks;
+#define PC_TEST_HOOK(name, ...) \
+	do { if (pc_test_hooks.name) pc_test_hooks.name(__VA_ARGS__); } while (0)
+#else
+#define PC_TEST_HOOK(name, ...) do { } while (0)
+#endif
+
+/*
+ * The last put of a folio wakes a thread that waits for one
+ * (pc_wait_for_folio_locked()) without taking pc->lock when none waits.
+ * No wake-up is lost: the put drops the reference and then reads
+ * alloc_waiters; a waiter raises alloc_waiters and then, under pc->lock,
+ * looks again for a folio nobody holds before it waits (folio_reusable_locked()).
+ * Both sides sequentially consistent, so one of them sees the other: the
+ * waiter sees the reference gone, or the put sees the waiter and
+ * broadcasts under pc->lock, which the waiter holds until it waits.
+ */
 void folio_put(struct pc_folio *f)
 {
 	struct pc_dev *dev = f->dev;
-	int ref = __atomic_sub_fetch(&f->ref, 1, __ATOMIC_ACQ_REL);
+	int ref = __atomic_sub_fetch(&f->ref, 1, __ATOMIC_SEQ_CST);
+	bool waiters;
 
 	assert(ref >= 0);
-	if (ref == 0 && dev && __atomic_load_n(&dev->pc->alloc_waiters, __ATOMIC_RELAXED)) {
+	if (ref || !dev)
+		return;
+	waiters = __atomic_load_n(&dev->pc->alloc_waiters, __ATOMIC_SEQ_CST);
+	PC_TEST_HOOK(put_idle, f);
+	if (waiters) {
 		pthread_mutex_lock(&dev->pc->lock);
 		pthread_cond_broadcast(&dev->pc->free_cond);
 		pthread_mutex_unlock(&dev->pc->lock);
@@ -668,6 +691,42 @@ static struct pc_folio *folio_alloc_locked(struct pc_cache *pc)
 }
 
 /*
+ * Is there a folio folio_alloc_locked() may take now: a free one, or one
+ * on the LRU that nobody holds (dirty or not: the next scan parks a dirty
+ * one)? Called after raising alloc_waiters (see folio_put()). Caller holds
+ * pc->lock.
+ */
+static bool folio_reusable_locked(struct pc_cache *pc)
+{
+	struct pc_folio *f;
+
+	if (!list_empty(&pc->free))
+		return true;
+	list_for_each_entry(f, &pc->lru, lru)
+		if (!__atomic_load_n(&f->ref, __ATOMIC_SEQ_CST))
+			return true;
+	return false;
+}
+
+/*
+ * Wait on free_cond for @ms at most: the bound covers what signals no one
+ * (a device's writes failing, dirty data dropping); a folio freed by its
+ * last put or turned clean by writeback wakes the waiter at once. A test
+ * build can make the wait unbounded (pc_test_hooks.no_poll), to show that
+ * the wake-ups alone suffice.
+ */
+static void pc_wait_free_locked(struct pc_cache *pc, unsigned int ms)
+{
+#ifdef BLKFS_TEST_HOOKS
+	if (pc_test_hooks.no_poll) {
+		pthread_cond_wait(&pc->free_cond, &pc->lock);
+		return;
+	}
+#endif
+	pc_timed_wait_ms(&pc->free_cond, &pc->lock, ms);
+}
+
+/*
  * No folio is free or clean: get writeback going and wait for it. Caller
  * holds pc->lock; it is dropped and retaken. Returns -errno when waiting
  * cannot help (the dirty data belongs to @dev and its writes fail).
@@ -685,15 +744,19 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 			return err;	/* our own data cannot leave: waiting would loop forever */
 		if (!bytes) {
 			/* nothing to write: folios are held by other threads */
-			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-			pc_timed_wait_ms(&pc->free_cond, &pc->lock, 10);
+			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_SEQ_CST);
+			PC_TEST_HOOK(before_wait, pc);
+			if (!folio_reusable_locked(pc))
+				pc_wait_free_locked(pc, 10);
 			__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		}
 		return 0;
 	}
-	__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_SEQ_CST);
 	wb_kick(pc);
-	pc_timed_wait_ms(&pc->free_cond, &pc->lock, 100);
+	PC_TEST_HOOK(before_wait, pc);
+	if (!folio_reusable_locked(pc))
+		pc_wait_free_locked(pc, 100);
 	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = wb_dev_failing(dev)))
 		return -err;

@@ -266,6 +266,23 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
  * -errno; with @nowait, -EAGAIN where it would pause or wait.
  */
 int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait);
+#ifdef BLKFS_TEST_HOOKS
+/*
+ * Test builds only (-DBLKFS_TEST_HOOKS, GNUmakefile's CHECKS=1): points where
+ * a unit test steps into a race window of core/pcache.c to make it happen
+ * every time. NULL or false: nothing changes.
+ */
+struct pc_test_hooks {
+	/* waits for a free folio are unbounded: only a wake-up ends them */
+	bool no_poll;
+	/* a thread about to wait for a free folio, pc->lock held, after its scan found none */
+	void (*before_wait)(struct pc_cache *pc);
+	/* folio_put() dropped the last reference, before it looks for waiters to wake */
+	void (*put_idle)(struct pc_folio *f);
+};
+extern struct pc_test_hooks pc_test_hooks;
+#endif
+
 int wb_flusher_start(struct pc_cache *pc);
 void wb_flusher_stop(struct pc_cache *pc);
 
