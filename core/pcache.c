@@ -759,7 +759,7 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 		pc_wait_free_locked(pc, 100);
 	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = wb_dev_failing(dev)))
-		return -err;
+		return err;
 	return 0;
 }
 

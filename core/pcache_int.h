@@ -257,7 +257,7 @@ int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
 int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes);
 int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
 void wb_kick(struct pc_cache *pc);
-/* The errno of a device whose writeback keeps failing, else 0. */
+/* -errno of a device whose writeback keeps failing, else 0. */
 int wb_dev_failing(struct pc_dev *dev);
 /* Without a flusher: write back every device in the caller (see writeback.c). */
 int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);

@@ -663,7 +663,7 @@ int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 
 /* ------------------------------------------------------ dirty throttling */
 
-/* The errno of a device whose writeback keeps failing, else 0. */
+/* -errno of a device whose writeback keeps failing, else 0 (dev->failing holds errno). */
 int wb_dev_failing(struct pc_dev *dev)
 {
 	int err;
@@ -671,7 +671,7 @@ int wb_dev_failing(struct pc_dev *dev)
 	pthread_mutex_lock(&dev->err_lock);
 	err = dev->failing;
 	pthread_mutex_unlock(&dev->err_lock);
-	return err;
+	return -err;
 }
 
 /* Dirty bytes that belong to devices whose writeback keeps failing. */
@@ -766,7 +766,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 		}
 		err = wb_dev_failing(dev);
 		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
-			return -err;
+			return err;
 		pthread_mutex_lock(&pc->lock);
 		/* data that cannot leave does not hold up healthy devices */
 		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
