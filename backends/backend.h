@@ -2,11 +2,13 @@
 /*
  * backends/backend.h - the one contract between blkfs's page cache and storage.
  *
- * A backend (ram, aio, nbd, null) or a filter (log, delay, fault, powerloss)
- * implements struct blk_backend_ops. core/ talks to storage only through this
- * header, and this header includes nothing from core/.
+ * A backend (ram, aio, nbd, null, rbd: backends/) or a filter (log, delay,
+ * fault, flakey, throttle, powerloss, record: backends/filters/) implements
+ * struct blk_backend_ops. core/ talks to storage only through this header,
+ * and this header includes nothing from core/.
  *
- * Rules the cache keeps, and a backend may assert():
+ * Rules every submitter keeps (the cache, and a filter for what it passes
+ * on or issues itself), checked at blk_submit() in the test builds:
  *  - READ/WRITE: pos and len are multiples of geo.lbs, 0 < len <= geo.max_io,
  *    pos + len <= geo.size; every iovec base and length is a multiple of
  *    geo.dma_align; the iovec lengths add up to len.
@@ -27,6 +29,18 @@
  *    it, and a filter ending its parent from a child copies the child's.
  *  - Neither side holds a lock across submit() or inside end_io that the
  *    other side could need.
+ *  - When submit() may sleep: it takes the layer's own locks for short
+ *    stretches and may allocate, but it does not wait for I/O: its caller
+ *    may be a thread that completions need (a FUSE ring's queue thread, a
+ *    backend's reaper inside end_io submitting the next piece), and end_io
+ *    may run inside it. A layer that must hold an I/O back (a delay, a
+ *    rate) queues it and submits it later from a thread of its own. The
+ *    one wait allowed: with BLK_IO_WAITED the backend may do the transfer
+ *    in the calling thread (aio's preadv/pwritev), since the submitter
+ *    sleeps until end_io anyway. Two filters still wait in submit(), each
+ *    bounded by the layer below: powerloss reads what a write overwrites
+ *    synchronously from it and waits for an overlapping write in flight,
+ *    and record waits while its gate is shut for a cut.
  */
 #ifndef BLKFS_BACKEND_H
 #define BLKFS_BACKEND_H

@@ -122,10 +122,10 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 	if (!pc)
 		return ERR_PTR(-ENOMEM);
 	pthread_mutex_init(&pc->lock, NULL);
-	pthread_cond_init(&pc->free_cond, NULL);
+	blk_cond_init(&pc->free_cond);	/* waited on with a timeout */
 	pthread_cond_init(&pc->dev_cond, NULL);
 	pthread_mutex_init(&pc->fl_lock, NULL);
-	pthread_cond_init(&pc->fl_cond, NULL);
+	blk_cond_init(&pc->fl_cond);	/* waited on with a timeout */
 	list_init(&pc->free);
 	list_init(&pc->lru);
 	list_init(&pc->parked);
@@ -723,7 +723,7 @@ static void pc_wait_free_locked(struct pc_cache *pc, unsigned int ms)
 		return;
 	}
 #endif
-	pc_timed_wait_ms(&pc->free_cond, &pc->lock, ms);
+	blk_cond_wait_ms(&pc->free_cond, &pc->lock, ms);
 }
 
 /*

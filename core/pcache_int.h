@@ -2,7 +2,9 @@
 /*
  * core/pcache_int.h - private structures of the page cache, shared by
  * pcache.c (index, folios, read/write paths), writeback.c (writeback,
- * throttling, flusher) and submit.c (backend I/O). The lock order is in
+ * throttling, flusher), submit.c (backend I/O, batches, accounting) and
+ * aio.c (asynchronous requests and the device's workers). Each group of
+ * declarations below names the file that defines it. The lock order is in
  * pcache.h.
  */
 #ifndef BLKFS_PCACHE_INT_H
@@ -182,6 +184,7 @@ static inline void folio_get(struct pc_folio *f)
 	__atomic_add_fetch(&f->ref, 1, __ATOMIC_RELAXED);
 }
 
+/* pcache.c: folios (references, holds, block state, reads), buffers, the device list */
 void folio_put(struct pc_folio *f);
 /* Move a folio that turned clean from the parked list back to the LRU. */
 void folio_unpark(struct pc_cache *pc, struct pc_folio *f);
@@ -299,8 +302,6 @@ void pc_workers_stop(struct pc_dev *dev);
 /* A worker runs punted requests @v (n > 1: fsyncs queued together). */
 void pc_aio_run(struct pc_aio **v, int n);
 void pc_errseq_set(struct pc_dev *dev, int err);
-/* pthread_cond_timedwait() for @ms milliseconds from now. */
-void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
 
 /* submit.c */
 /* The object the pool of submission I/Os holds. */
@@ -308,6 +309,8 @@ size_t pc_sio_size(void);
 /* writeback.c: a writeback I/O's segments for @max_io, and its size. */
 uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io);
 size_t wb_io_size(uint32_t cap);
+
+/* submit.c: batches, submission split at max_io, accounting, the trace of each I/O */
 void pc_batch_init(struct pc_batch *b);
 /* An asynchronous batch: @end runs when the last I/O ends; the caller's +1 bias is taken. */
 void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));

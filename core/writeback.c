@@ -714,20 +714,6 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 	return err;
 }
 
-void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(c, m, &ts);
-}
-
 /*
  * Writers are slowed when dirty data passes the limit; the flusher starts
  * at the background level. A device whose writeback keeps failing gets its
@@ -789,7 +775,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 			continue;
 		}
 		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		pc_timed_wait_ms(&pc->free_cond, &pc->lock, 50);
+		blk_cond_wait_ms(&pc->free_cond, &pc->lock, 50);
 		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->lock);
 	}
@@ -867,23 +853,14 @@ static void *flusher_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	for (;;) {
-		struct timespec ts;
 		bool stop, pressure;
 		uint64_t wait_ms = pc->dirty_expire_ms / 5 ? pc->dirty_expire_ms / 5 : 100;
 
 		if (wait_ms > 1000)
 			wait_ms = 1000;
 		pthread_mutex_lock(&pc->fl_lock);
-		if (!pc->fl_kick && !pc->fl_stop) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += (time_t)(wait_ms / 1000);
-			ts.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&pc->fl_cond, &pc->fl_lock, &ts);
-		}
+		if (!pc->fl_kick && !pc->fl_stop)
+			blk_cond_wait_ms(&pc->fl_cond, &pc->fl_lock, wait_ms);
 		stop = pc->fl_stop;
 		__atomic_store_n(&pc->fl_kick, false, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->fl_lock);
