@@ -6,7 +6,7 @@
  * step into the race window on purpose: every folio of the cache is held
  * by a read parked in the fake backend; a ninth read finds none and, at
  * the moment between its scan and its wait (before_wait, pc->lock held),
- * one parked read is completed and its reader drops the folio
+ * the oldest parked read is completed and its reader drops the folio
  * (put_idle): the put must not miss the waiter. Before the fix the put
  * read alloc_waiters before the waiter raised it and woke no one, and only
  * the 10/100 ms polls ended the wait: with them off, it never ends.
@@ -121,23 +121,24 @@ static void last_put_wakes(bool flusher)
 	}
 	cr_assert(fake_wait_pending(fb, NR_FOLIOS, WAIT_MS), "the %d reads did not reach the fake",
 		  NR_FOLIOS);
-	/* a ninth read: no folio; in its window, the first read ends and drops its folio */
+	/* a ninth read: no folio; in its window, the oldest parked read ends and drops its folio */
 	atomic_store(&armed, true);
 	r[NR_FOLIOS] = (struct reader){ .pos = (uint64_t)NR_FOLIOS * FOLIO, .buf = talloc(4096) };
 	cr_assert_eq(pthread_create(&r[NR_FOLIOS].tid, NULL, reader_main, &r[NR_FOLIOS]), 0);
 	pthread_mutex_lock(&hk_lock);
 	cr_assert(hk_wait_locked(&in_window, WAIT_MS), "the ninth read never waited for a folio");
 	pthread_mutex_unlock(&hk_lock);
+	/* the oldest parked read, whichever reader's it is, ends and drops its folio */
 	cr_assert(fake_complete_one(fb, 0));
-	pthread_join(r[0].tid, NULL);
-	cr_assert(atomic_load(&put_seen), "the first read ended without putting its folio");
+	pthread_mutex_lock(&hk_lock);
+	cr_assert(hk_wait_locked(&put_seen, WAIT_MS), "the read that ended did not put its folio");
+	pthread_mutex_unlock(&hk_lock);
 	/* the waiter must take the folio and read: its I/O reaches the fake */
 	cr_assert(fake_wait_pending(fb, NR_FOLIOS, WAIT_MS),
 		  "the waiter for a folio was not woken by the last put (a lost wake-up)");
 	fake_complete_all(fb, false);
 	for (i = 0; i <= NR_FOLIOS; i++) {
-		if (i)
-			pthread_join(r[i].tid, NULL);
+		pthread_join(r[i].tid, NULL);
 		cr_assert_eq(r[i].ret, 4096, "read %d: %zd", i, r[i].ret);
 	}
 	memset(&pc_test_hooks, 0, sizeof(pc_test_hooks));
