@@ -540,7 +540,6 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 	bool to_sq = false, wake = false;
 	int ret;
 
-	assert(blk_io_valid(&ad->geo, io));
 	if (io->op > BLK_WRITE_ZEROES)
 		return -EOPNOTSUPP;
 	if ((io->flags & BLK_IO_WAITED) && (io->op == BLK_READ || io->op == BLK_WRITE) &&

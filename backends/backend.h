@@ -2,11 +2,13 @@
 /*
  * backends/backend.h - the one contract between blkfs's page cache and storage.
  *
- * A backend (ram, aio, nbd, null) or a filter (log, delay, fault, powerloss)
- * implements struct blk_backend_ops. core/ talks to storage only through this
- * header, and this header includes nothing from core/.
+ * A backend (ram, aio, nbd, null, rbd: backends/) or a filter (log, delay,
+ * fault, flakey, throttle, powerloss, record: backends/filters/) implements
+ * struct blk_backend_ops. core/ talks to storage only through this header,
+ * and this header includes nothing from core/.
  *
- * Rules the cache keeps, and a backend may assert():
+ * Rules every submitter keeps (the cache, and a filter for what it passes
+ * on or issues itself), checked at blk_submit() in the test builds:
  *  - READ/WRITE: pos and len are multiples of geo.lbs, 0 < len <= geo.max_io,
  *    pos + len <= geo.size; every iovec base and length is a multiple of
  *    geo.dma_align; the iovec lengths add up to len.
@@ -27,6 +29,18 @@
  *    it, and a filter ending its parent from a child copies the child's.
  *  - Neither side holds a lock across submit() or inside end_io that the
  *    other side could need.
+ *  - When submit() may sleep: it takes the layer's own locks for short
+ *    stretches and may allocate, but it does not wait for I/O: its caller
+ *    may be a thread that completions need (a FUSE ring's queue thread, a
+ *    backend's reaper inside end_io submitting the next piece), and end_io
+ *    may run inside it. A layer that must hold an I/O back (a delay, a
+ *    rate) queues it and submits it later from a thread of its own. The
+ *    one wait allowed: with BLK_IO_WAITED the backend may do the transfer
+ *    in the calling thread (aio's preadv/pwritev), since the submitter
+ *    sleeps until end_io anyway. Two filters still wait in submit(), each
+ *    bounded by the layer below: powerloss reads what a write overwrites
+ *    synchronously from it and waits for an overlapping write in flight,
+ *    and record waits while its gate is shut for a cut.
  */
 #ifndef BLKFS_BACKEND_H
 #define BLKFS_BACKEND_H
@@ -78,6 +92,24 @@ enum blk_op {
  */
 #define BLK_IO_WAITED	(1u << 0)
 
+#ifdef BLKFS_CONTRACT_CHECK
+/*
+ * What blk_submit() keeps in each I/O to check its completion (see
+ * blk_submit()): the submitter's end_io, the layer the I/O was first passed
+ * to, and whether it is in flight. In the I/O itself, so the check
+ * allocates nothing; absent without the switch, so it costs nothing there.
+ */
+struct blk_io;
+struct blk_backend;
+struct blk_io_check {
+	void (*end_io)(struct blk_io *io, int res);	/* the submitter's */
+	struct blk_backend *be;		/* the outermost layer it was passed to */
+	const struct blk_io *self;	/* this I/O while in flight (a copy is not) */
+	uint32_t lbs;			/* that layer's, for done */
+	uint32_t state;			/* BLK_CHECK_* */
+};
+#endif
+
 struct blk_io {
 	enum blk_op op;
 	unsigned int flags;		/* BLK_IO_* */
@@ -88,6 +120,9 @@ struct blk_io {
 	void (*end_io)(struct blk_io *io, int res);
 	void *private;			/* the submitter's */
 	uint64_t done;			/* with res < 0: bytes from pos that completed */
+#ifdef BLKFS_CONTRACT_CHECK
+	struct blk_io_check check;	/* blk_submit()'s own: no one else touches it */
+#endif
 };
 
 /* One `key = value` line of a [device NAME] section that core/ did not take. */
@@ -233,6 +268,13 @@ struct blk_backend_ops {
 	 * size is fixed. Call it through blk_resize() on the top of the stack.
 	 */
 	int (*resize)(struct blk_backend *be, uint64_t *size);
+	/*
+	 * Optional: the geometry blk_submit()'s check holds I/O to where the
+	 * backend takes more than ->geometry says (rbd: for a moment after a
+	 * shrink from outside, writeback may still reach past the new end,
+	 * and fails in the backend); NULL: ->geometry.
+	 */
+	void (*check_geometry)(struct blk_backend *be, struct blk_geometry *geo);
 };
 
 struct blk_backend {
@@ -240,10 +282,36 @@ struct blk_backend {
 	struct blk_backend *next;	/* filters only */
 };
 
+/**
+ * blk_submit - pass @io to the layer @be: the one door every I/O goes through
+ * @be: the layer (a backend, a filter, the top of a stack)
+ * @io: the I/O, the caller's until its end_io
+ *
+ * The cache (core/submit.c, core/writeback.c) and every filter, for the
+ * I/O it passes on and for the I/O it issues itself, call this, never
+ * ops->submit directly. Built with -DBLKFS_CONTRACT_CHECK (the test,
+ * sanitizer and fuzz builds; GNUmakefile's CHECKS=1), it checks the rules
+ * at the top of this file on every hop, as nbdkit's server/backend.c does
+ * for every call into a plugin or a filter: blk_io_valid() against @be's
+ * geometry; end_io called exactly once, with 0 or -errno and done <= len
+ * (with -errno, a multiple of lbs); no end_io from a submit() that returned
+ * -errno. A violation aborts, naming the layer, the op, pos and len.
+ *
+ * Returns: what ops->submit returns (0, or -errno: the I/O was not taken).
+ */
+#ifdef BLKFS_CONTRACT_CHECK
+int blk_submit_checked(struct blk_backend *be, struct blk_io *io);
+
+static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
+{
+	return blk_submit_checked(be, io);
+}
+#else
 static inline int blk_submit(struct blk_backend *be, struct blk_io *io)
 {
 	return be->ops->submit(be, io);
 }
+#endif
 
 /**
  * blk_snap_create - take a snapshot of the device's current contents
@@ -473,8 +541,8 @@ int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out);
 
 /*
  * The contract's rules for @io against @geo (the list at the top of this
- * file), for a backend's assert(): alignment, bounds, max_io, dma_align,
- * and the iovec adding up to len.
+ * file): alignment, bounds, max_io, dma_align, and the iovec adding up to
+ * len. blk_submit() checks it on every hop under BLKFS_CONTRACT_CHECK.
  */
 bool blk_io_valid(const struct blk_geometry *geo, const struct blk_io *io);
 

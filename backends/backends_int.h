@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "lib/clock.h"
 #include "lib/list.h"
+#include "lib/pool.h"
 
 /* One line per backend; registry.c lists them in the same order. */
 extern const struct blk_backend_ops ram_backend_ops;
@@ -188,36 +189,7 @@ int be_param_seed(struct blk_params *p, uint64_t *seed);
  */
 int be_entries(const char **s, size_t *n, char sep, char tok[][32], int max);
 
-/*
- * A bounded pool of fixed-size objects, filled at open, for what a filter
- * needs per I/O: the I/O path takes from it without asking the allocator
- * (a daemon under a loop device must make progress when memory is short).
- * Past its size the pool still serves, from malloc, and counts it: an
- * I/O is never refused for want of a slot (a submitter that waited for
- * one could be the completion thread that frees it).
- */
-struct be_pool {
-	pthread_mutex_t lock;
-	char *mem;			/* nr objects of size bytes, touched at init */
-	void *free;			/* lock: free objects, linked through their first word */
-	size_t size, nr, align;
-	uint64_t nr_allocs;		/* atomic: objects malloc'ed when the pool was empty */
-	uint64_t nr_used;		/* lock: objects out now (pool and malloc) */
-	uint64_t max_used;		/* lock: the most ever out at once */
-};
-
-/*
- * @nr objects of @size bytes (at least a pointer), each aligned to @align
- * (a power of two; 64 keeps them off each other's cache lines). 0 or -errno.
- */
-int be_pool_init(struct be_pool *pool, size_t nr, size_t size, size_t align);
-void be_pool_destroy(struct be_pool *pool);
-/* An object, zeroed, or NULL only when the pool is empty and malloc fails. */
-void *be_pool_get(struct be_pool *pool);
-/* Back to the pool (NULL: nothing). */
-void be_pool_put(struct be_pool *pool, void *obj);
-/* "PREFIX_pool N\nPREFIX_pool_allocs N\nPREFIX_pool_max_used N\n" for ->stat */
-size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len);
+/* The per-I/O object pool (struct be_pool): lib/pool.h. */
 
 /* The `pool` key every filter with per-I/O state takes: 1..65536, default 256. */
 #define BE_POOL_DEF	256u

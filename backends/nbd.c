@@ -1150,7 +1150,6 @@ static int nbd_submit(struct blk_backend *be, struct blk_io *io)
 	uint64_t t = blk_now_ns();
 	int ret;
 
-	assert(blk_io_valid(&nd->geo, io));
 	if (io->op > BLK_WRITE_ZEROES)
 		return -EOPNOTSUPP;
 

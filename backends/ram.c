@@ -671,15 +671,7 @@ static void *ram_thread_fn(void *arg)
 			ram_test_slab_mapped(ar->first);
 		pthread_mutex_lock(&ar->alloc_lock);
 		if (!s) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&ar->thread_cv, &ar->alloc_lock, &ts);
+			blk_cond_wait_ms(&ar->thread_cv, &ar->alloc_lock, 100);
 			continue;
 		}
 		__atomic_add_fetch(&ar->nr_slabs, 1, __ATOMIC_RELAXED);
@@ -1261,7 +1253,6 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 	struct ram_arena *ar = rd->ar;
 	int ret = 0;
 
-	assert(blk_io_valid(&rd->geo, io));
 	switch (io->op) {
 	case BLK_READ:
 		pthread_rwlock_rdlock(&ar->lock);
@@ -2140,7 +2131,7 @@ static struct ram_arena *ram_arena_new(struct blk_params *p, uint64_t reserve)
 		return ERR_PTR(ret);
 	}
 	pthread_mutex_init(&ar->alloc_lock, NULL);
-	pthread_cond_init(&ar->thread_cv, NULL);
+	blk_cond_init(&ar->thread_cv);	/* waited on with a timeout */
 
 	/* It sleeps until there is a reserve to fill or a slab to unmap. */
 	pthread_attr_init(&ta);

@@ -212,18 +212,6 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	struct rbd_req *rq;
 	bool now;
 
-	{
-		/*
-		 * After a shrink from outside the cache may still write back
-		 * past the new end in the moment between blk_resize() and its
-		 * dropping what lies there (fuse/live.c, outside_resize()): that
-		 * fails in rbd_start(), it is no caller's bug.
-		 */
-		struct blk_geometry g = rd->geo;
-
-		g.size = rd->max_size;
-		assert(blk_io_valid(&g, io));
-	}
 	rq = be_pool_get(&rd->pool);
 	if (!rq)
 		return -ENOMEM;
@@ -258,6 +246,20 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	*geo = ((struct rbd_dev *)be)->geo;
+}
+
+/*
+ * What blk_submit()'s check holds I/O to: after a shrink from outside the
+ * cache may still write back past the new end in the moment between
+ * blk_resize() and its dropping what lies there (fuse/live.c,
+ * outside_resize()): that fails in rbd_start(), it is no caller's bug.
+ */
+static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
+{
+	struct rbd_dev *rd = (struct rbd_dev *)be;
+
+	*geo = rd->geo;
+	geo->size = rd->max_size;
 }
 
 /* ---------------------------------------------------------------- watch */
@@ -884,6 +886,7 @@ const struct blk_backend_ops rbd_backend_ops = {
 #ifdef BLKFS_HAVE_RBD
 	.close = rbd_be_close,
 	.geometry = rbd_be_geometry,
+	.check_geometry = rbd_check_geometry,
 	.submit = rbd_be_submit,
 	.stat = rbd_be_stat,
 	.snap = &rbd_snap_ops,

@@ -2,7 +2,9 @@
 /*
  * core/pcache_int.h - private structures of the page cache, shared by
  * pcache.c (index, folios, read/write paths), writeback.c (writeback,
- * throttling, flusher) and submit.c (backend I/O). The lock order is in
+ * throttling, flusher), submit.c (backend I/O, batches, accounting) and
+ * aio.c (asynchronous requests and the device's workers). Each group of
+ * declarations below names the file that defines it. The lock order is in
  * pcache.h.
  */
 #ifndef BLKFS_PCACHE_INT_H
@@ -12,6 +14,7 @@
 
 #include "../backends/lib/clock.h"
 #include "../backends/lib/list.h"
+#include "../backends/lib/pool.h"
 #include "../backends/lib/trace.h"
 #include "bitmap.h"
 #include "pcache.h"
@@ -67,16 +70,6 @@ struct pc_folio {
 	struct pc_part part[PC_PART_SLOTS];
 
 	char *data;			/* folio_size bytes of pool memory */
-};
-
-/* A bounded pool of same-size objects taken once (submit.c). */
-struct pc_pool {
-	pthread_mutex_t lock;
-	void *free;		/* lock: a list through each object's first word */
-	char *mem;
-	size_t size;
-	uint32_t nr;
-	uint64_t fallback;	/* atomic: taken from malloc instead */
 };
 
 #define PC_SIO_IOV 32		/* slices a pooled submission I/O holds */
@@ -135,8 +128,8 @@ struct pc_dev {
 	int nr_workers;
 	pthread_t workers[PC_DEV_WORKERS];
 
-	struct pc_pool sio_pool;	/* submit.c's per-I/O state */
-	struct pc_pool wb_pool;		/* writeback I/Os */
+	struct be_pool sio_pool;	/* submit.c's per-I/O state */
+	struct be_pool wb_pool;		/* writeback I/Os */
 
 	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
 	pthread_mutex_t acct_lock;
@@ -191,6 +184,7 @@ static inline void folio_get(struct pc_folio *f)
 	__atomic_add_fetch(&f->ref, 1, __ATOMIC_RELAXED);
 }
 
+/* pcache.c: folios (references, holds, block state, reads), buffers, the device list */
 void folio_put(struct pc_folio *f);
 /* Move a folio that turned clean from the parked list back to the LRU. */
 void folio_unpark(struct pc_cache *pc, struct pc_folio *f);
@@ -266,7 +260,7 @@ int wb_dev(struct pc_dev *dev, enum wb_mode mode, bool wait);
 int wb_dev_bytes(struct pc_dev *dev, enum wb_mode mode, bool sync, uint64_t *bytes);
 int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len);
 void wb_kick(struct pc_cache *pc);
-/* The errno of a device whose writeback keeps failing, else 0. */
+/* -errno of a device whose writeback keeps failing, else 0. */
 int wb_dev_failing(struct pc_dev *dev);
 /* Without a flusher: write back every device in the caller (see writeback.c). */
 int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
@@ -275,6 +269,23 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes);
  * -errno; with @nowait, -EAGAIN where it would pause or wait.
  */
 int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait);
+#ifdef BLKFS_TEST_HOOKS
+/*
+ * Test builds only (-DBLKFS_TEST_HOOKS, GNUmakefile's CHECKS=1): points where
+ * a unit test steps into a race window of core/pcache.c to make it happen
+ * every time. NULL or false: nothing changes.
+ */
+struct pc_test_hooks {
+	/* waits for a free folio are unbounded: only a wake-up ends them */
+	bool no_poll;
+	/* a thread about to wait for a free folio, pc->lock held, after its scan found none */
+	void (*before_wait)(struct pc_cache *pc);
+	/* folio_put() dropped the last reference, before it looks for waiters to wake */
+	void (*put_idle)(struct pc_folio *f);
+};
+extern struct pc_test_hooks pc_test_hooks;
+#endif
+
 int wb_flusher_start(struct pc_cache *pc);
 void wb_flusher_stop(struct pc_cache *pc);
 
@@ -291,20 +302,15 @@ void pc_workers_stop(struct pc_dev *dev);
 /* A worker runs punted requests @v (n > 1: fsyncs queued together). */
 void pc_aio_run(struct pc_aio **v, int n);
 void pc_errseq_set(struct pc_dev *dev, int err);
-/* pthread_cond_timedwait() for @ms milliseconds from now. */
-void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms);
 
 /* submit.c */
-int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr);
-void pc_pool_destroy(struct pc_pool *p);
-/* An object of @size bytes, zeroed: from the pool, else from malloc (NULL when neither). */
-void *pc_pool_get(struct pc_pool *p, size_t size);
-void pc_pool_put(struct pc_pool *p, void *obj);
 /* The object the pool of submission I/Os holds. */
 size_t pc_sio_size(void);
 /* writeback.c: a writeback I/O's segments for @max_io, and its size. */
 uint32_t wb_io_cap(const struct pc_dev *dev, uint64_t max_io);
 size_t wb_io_size(uint32_t cap);
+
+/* submit.c: batches, submission split at max_io, accounting, the trace of each I/O */
 void pc_batch_init(struct pc_batch *b);
 /* An asynchronous batch: @end runs when the last I/O ends; the caller's +1 bias is taken. */
 void pc_batch_init_async(struct pc_batch *b, void (*end)(struct pc_batch *b));

@@ -14,81 +14,6 @@
 #include "log.h"
 #include "pcache_int.h"
 
-/* ------------------------------------------------------------------ pools */
-
-/*
- * A bounded pool of same-size objects, allocated and touched once (as the
- * kernel's mempool): the I/O path takes its per-I/O state from here, so
- * that under memory pressure (a loop device over a device file, reclaim
- * writing through blkfs) I/O still gets what it needs from what earlier
- * I/O gives back. An object bigger than the pool's, or one taken while the
- * pool is empty, comes from malloc instead (counted).
- */
-int pc_pool_init(struct pc_pool *p, size_t size, uint32_t nr)
-{
-	uint32_t i;
-
-	size = (size + 63) & ~(size_t)63;
-	p->mem = calloc(nr, size);	/* calloc touches nothing: memset does */
-	if (!p->mem)
-		return -ENOMEM;
-	memset(p->mem, 0, (size_t)nr * size);
-	pthread_mutex_init(&p->lock, NULL);
-	p->size = size;
-	p->nr = nr;
-	p->free = NULL;
-	for (i = 0; i < nr; i++) {
-		void **obj = (void **)(p->mem + (size_t)i * size);
-
-		*obj = p->free;
-		p->free = obj;
-	}
-	p->fallback = 0;
-	return 0;
-}
-
-void pc_pool_destroy(struct pc_pool *p)
-{
-	if (!p->mem)
-		return;
-	pthread_mutex_destroy(&p->lock);
-	free(p->mem);
-	p->mem = NULL;
-}
-
-void *pc_pool_get(struct pc_pool *p, size_t size)
-{
-	void **obj = NULL;
-
-	if (size <= p->size) {
-		pthread_mutex_lock(&p->lock);
-		obj = p->free;
-		if (obj)
-			p->free = *obj;
-		pthread_mutex_unlock(&p->lock);
-	}
-	if (obj) {
-		memset(obj, 0, size);
-		return obj;
-	}
-	__atomic_add_fetch(&p->fallback, 1, __ATOMIC_RELAXED);
-	return calloc(1, size);
-}
-
-void pc_pool_put(struct pc_pool *p, void *obj)
-{
-	char *c = obj;
-
-	if (c < p->mem || c >= p->mem + (size_t)p->nr * p->size) {
-		free(obj);
-		return;
-	}
-	pthread_mutex_lock(&p->lock);
-	*(void **)obj = p->free;
-	p->free = obj;
-	pthread_mutex_unlock(&p->lock);
-}
-
 /* ---------------------------------------------------------------- batches */
 
 /*
@@ -306,7 +231,7 @@ static void sio_end_io(struct blk_io *io, int res)
 		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
 			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
 	acct_end(dev, io->op, io->len, s->start_ns, res);
-	pc_pool_put(&dev->sio_pool, s);
+	be_pool_put(&dev->sio_pool, s);
 	pc_batch_done_at(b, res, fail_pos);
 }
 
@@ -352,7 +277,7 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 			left -= avail < left ? avail : left;
 			cnt++;
 		}
-		s = pc_pool_get(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
+		s = be_pool_get_size(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
 		if (!s) {
 			pc_batch_add(batch);
 			pc_batch_done(batch, -ENOMEM);
@@ -439,7 +364,7 @@ int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, ui
 void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		      struct pc_batch *batch)
 {
-	struct pc_sio *s = pc_pool_get(&dev->sio_pool, sizeof(*s));
+	struct pc_sio *s = be_pool_get_size(&dev->sio_pool, sizeof(*s));
 
 	if (!s) {
 		pc_batch_add(batch);

@@ -66,7 +66,7 @@ size_t wb_io_size(uint32_t cap)
 static struct wb_io *wb_io_alloc(struct pc_dev *dev, uint64_t max_io)
 {
 	uint32_t cap = wb_io_cap(dev, max_io);
-	struct wb_io *w = pc_pool_get(&dev->wb_pool, wb_io_size(cap));
+	struct wb_io *w = be_pool_get_size(&dev->wb_pool, wb_io_size(cap));
 
 	if (!w)
 		return NULL;
@@ -294,7 +294,7 @@ static void wb_end_io(struct blk_io *io, int res)
 	acct_end(dev, BLK_WRITE, w->io.len, w->start_ns, res);
 	wb_note_result(dev, w->io.pos, w->io.len, res);
 	batch = w->batch;
-	pc_pool_put(&dev->wb_pool, w);
+	be_pool_put(&dev->wb_pool, w);
 	if (batch)
 		pc_batch_done(batch, res);
 }
@@ -663,7 +663,7 @@ int wb_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 
 /* ------------------------------------------------------ dirty throttling */
 
-/* The errno of a device whose writeback keeps failing, else 0. */
+/* -errno of a device whose writeback keeps failing, else 0 (dev->failing holds errno). */
 int wb_dev_failing(struct pc_dev *dev)
 {
 	int err;
@@ -671,7 +671,7 @@ int wb_dev_failing(struct pc_dev *dev)
 	pthread_mutex_lock(&dev->err_lock);
 	err = dev->failing;
 	pthread_mutex_unlock(&dev->err_lock);
-	return err;
+	return -err;
 }
 
 /* Dirty bytes that belong to devices whose writeback keeps failing. */
@@ -714,20 +714,6 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 	return err;
 }
 
-void pc_timed_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(c, m, &ts);
-}
-
 /*
  * Writers are slowed when dirty data passes the limit; the flusher starts
  * at the background level. A device whose writeback keeps failing gets its
@@ -766,7 +752,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 		}
 		err = wb_dev_failing(dev);
 		if (err && __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED))
-			return -err;
+			return err;
 		pthread_mutex_lock(&pc->lock);
 		/* data that cannot leave does not hold up healthy devices */
 		if (dirty - stuck_dirty_bytes(pc) <= pc->dirty_limit) {
@@ -789,7 +775,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 			continue;
 		}
 		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		pc_timed_wait_ms(&pc->free_cond, &pc->lock, 50);
+		blk_cond_wait_ms(&pc->free_cond, &pc->lock, 50);
 		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->lock);
 	}
@@ -847,6 +833,17 @@ static uint64_t flusher_pass(struct pc_cache *pc, bool pressure)
 	return total;
 }
 
+/* Has wb_flusher_stop() asked the flusher to end? fl_stop is fl_lock's. */
+static bool flusher_stopping(struct pc_cache *pc)
+{
+	bool stop;
+
+	pthread_mutex_lock(&pc->fl_lock);
+	stop = pc->fl_stop;
+	pthread_mutex_unlock(&pc->fl_lock);
+	return stop;
+}
+
 static void *flusher_main(void *arg)
 {
 	struct pc_cache *pc = arg;
@@ -856,23 +853,14 @@ static void *flusher_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	for (;;) {
-		struct timespec ts;
 		bool stop, pressure;
 		uint64_t wait_ms = pc->dirty_expire_ms / 5 ? pc->dirty_expire_ms / 5 : 100;
 
 		if (wait_ms > 1000)
 			wait_ms = 1000;
 		pthread_mutex_lock(&pc->fl_lock);
-		if (!pc->fl_kick && !pc->fl_stop) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += (time_t)(wait_ms / 1000);
-			ts.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&pc->fl_cond, &pc->fl_lock, &ts);
-		}
+		if (!pc->fl_kick && !pc->fl_stop)
+			blk_cond_wait_ms(&pc->fl_cond, &pc->fl_lock, wait_ms);
 		stop = pc->fl_stop;
 		__atomic_store_n(&pc->fl_kick, false, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->fl_lock);
@@ -880,7 +868,7 @@ static void *flusher_main(void *arg)
 			break;
 		do {
 			pressure = under_pressure(pc);
-		} while (flusher_pass(pc, pressure) && pressure && !pc->fl_stop);
+		} while (flusher_pass(pc, pressure) && pressure && !flusher_stopping(pc));
 	}
 	return NULL;
 }
@@ -891,7 +879,9 @@ int wb_flusher_start(struct pc_cache *pc)
 
 	if (__atomic_load_n(&pc->flusher_running, __ATOMIC_ACQUIRE))
 		return 0;
+	pthread_mutex_lock(&pc->fl_lock);
 	pc->fl_stop = false;
+	pthread_mutex_unlock(&pc->fl_lock);
 	err = pthread_create(&pc->flusher, NULL, flusher_main, pc);
 	if (err)
 		return -err;

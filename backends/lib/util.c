@@ -5,7 +5,7 @@
  * and out, a filter's geometry (the layer below's), a filter's snapshot
  * calls (which go to the layer below), and what the fault and latency
  * filters share: errno names, probabilities, seeds, list entries, the
- * per-I/O object pool and the timer queue.
+ * `pool` key (the pool itself: lib/pool.c) and the timer queue.
  */
 #include <errno.h>
 #include <math.h>
@@ -284,112 +284,7 @@ int be_entries(const char **sp, size_t *np, char sep, char tok[][32], int max)
 	return nt;
 }
 
-/* ---- the per-I/O object pool ---- */
-
-int be_pool_init(struct be_pool *pool, size_t nr, size_t size, size_t align)
-{
-	size_t i;
-	int ret;
-
-	memset(pool, 0, sizeof(*pool));
-	if (align < sizeof(void *))
-		align = sizeof(void *);
-	size = (size < sizeof(void *) ? sizeof(void *) : size);
-	size = (size + align - 1) & ~(align - 1);
-	pool->size = size;
-	pool->nr = nr;
-	pool->align = align;
-	if (nr) {
-		pool->mem = aligned_alloc(align, nr * size);
-		if (!pool->mem)
-			return -ENOMEM;
-		/* Touched now, not on the I/O path (first touch is slow here). */
-		memset(pool->mem, 0, nr * size);
-		for (i = nr; i-- > 0;) {
-			void *o = pool->mem + i * size;
-
-			*(void **)o = pool->free;
-			pool->free = o;
-		}
-	}
-	ret = -pthread_mutex_init(&pool->lock, NULL);
-	if (ret) {
-		free(pool->mem);
-		pool->mem = NULL;
-	}
-	return ret;
-}
-
-void be_pool_destroy(struct be_pool *pool)
-{
-	pthread_mutex_destroy(&pool->lock);
-	free(pool->mem);
-	pool->mem = NULL;
-}
-
-static bool pool_owns(const struct be_pool *pool, const void *obj)
-{
-	const char *o = obj;
-
-	return pool->nr && o >= pool->mem && o < pool->mem + pool->nr * pool->size;
-}
-
-void *be_pool_get(struct be_pool *pool)
-{
-	void *o;
-
-	pthread_mutex_lock(&pool->lock);
-	o = pool->free;
-	if (o)
-		pool->free = *(void **)o;
-	if (++pool->nr_used > pool->max_used)
-		pool->max_used = pool->nr_used;
-	pthread_mutex_unlock(&pool->lock);
-	if (!o) {
-		/* Empty: serve anyway, and say so in the counters. */
-		__atomic_add_fetch(&pool->nr_allocs, 1, __ATOMIC_RELAXED);
-		o = aligned_alloc(pool->align, pool->size);
-		if (!o) {
-			pthread_mutex_lock(&pool->lock);
-			pool->nr_used--;
-			pthread_mutex_unlock(&pool->lock);
-			return NULL;
-		}
-	}
-	memset(o, 0, pool->size);
-	return o;
-}
-
-void be_pool_put(struct be_pool *pool, void *obj)
-{
-	bool mine;
-
-	if (!obj)
-		return;
-	mine = pool_owns(pool, obj);
-	pthread_mutex_lock(&pool->lock);
-	pool->nr_used--;
-	if (mine) {
-		*(void **)obj = pool->free;
-		pool->free = obj;
-	}
-	pthread_mutex_unlock(&pool->lock);
-	if (!mine)
-		free(obj);
-}
-
-size_t be_pool_stat(struct be_pool *pool, const char *prefix, char *buf, size_t len)
-{
-	uint64_t max_used;
-
-	pthread_mutex_lock(&pool->lock);
-	max_used = pool->max_used;
-	pthread_mutex_unlock(&pool->lock);
-	return be_stat_printf(buf, len, "%s_pool %zu\n%s_pool_allocs %llu\n%s_pool_max_used %llu\n",
-			      prefix, pool->nr, prefix,
-			      (unsigned long long)__atomic_load_n(&pool->nr_allocs, __ATOMIC_RELAXED),
-			      prefix, (unsigned long long)max_used);
-}
+/* ---- the per-I/O object pool: lib/pool.c; its config key ---- */
 
 int be_param_pool(struct blk_params *p, unsigned int *nr)
 {

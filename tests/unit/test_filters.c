@@ -400,10 +400,12 @@ static int refuse_submit(struct blk_backend *be, struct blk_io *io)
 	return -EBUSY;
 }
 
+/* A real geometry: blk_submit() checks each I/O against it on the way in. */
 static void refuse_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	(void)be;
-	memset(geo, 0, sizeof(*geo));
+	*geo = (struct blk_geometry){ .size = 1 << 20, .lbs = 512, .pbs = 512, .io_min = 512,
+				      .io_opt = 512, .max_io = 1 << 20, .dma_align = 1 };
 }
 
 static const struct blk_backend_ops refuse_ops = {

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/unit/test_pool.c - struct be_pool (backends/lib/util.c): the per-I/O
- * objects of the filters come from memory filled at open; taking one
- * allocates nothing while the pool has one free; past it the pool still
- * serves, from malloc, and counts it; the peak in use is kept.
+ * tests/unit/test_pool.c - struct be_pool (backends/lib/pool.c), the one pool
+ * of per-I/O objects: the cache's submission and writeback I/Os and the
+ * filters' state come from memory filled at open; taking one allocates
+ * nothing while the pool has one free; past it the pool still serves, from
+ * malloc, and counts it; the peak in use is kept. The cache takes objects
+ * of varying size (a submission I/O with its vector): one that fits comes
+ * from the pool with what it asked for zeroed, a bigger one from malloc.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -11,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../backends/backends_int.h"
+#include "../../backends/lib/pool.h"
 
 struct obj {
 	void *link;	/* the pool's, while free */
@@ -120,5 +123,55 @@ Test(pool, threads)
 	}
 	cr_assert_leq(pool.max_used, THREADS * HELD);
 	cr_assert_eq(pool.nr_used, 0);
+	be_pool_destroy(&pool);
+}
+
+/* The cache's use: objects of the size asked for, up to the pool's and past it. */
+Test(pool, sized_gets_fit_or_come_from_malloc)
+{
+	struct be_pool pool;
+	unsigned char *a, *b, *c;
+	size_t i;
+
+	cr_assert_eq(be_pool_init(&pool, 2, 200, 64), 0);
+	cr_assert_eq(pool.size, 256, "the size rounds up to the alignment");
+	a = be_pool_get_size(&pool, 100);
+	cr_assert_not_null(a);
+	memset(a, 0x77, 256);
+	be_pool_put(&pool, a);
+	b = be_pool_get_size(&pool, 150);
+	cr_assert_eq(b, a, "the object just given back comes first");
+	for (i = 0; i < 150; i++)
+		cr_assert_eq(b[i], 0, "byte %zu of what was asked for is not zeroed", i);
+	cr_assert_eq(pool.nr_allocs, 0);
+	/* bigger than the pool's objects: malloc, counted, aligned, zeroed, freed on put */
+	c = be_pool_get_size(&pool, 1000);
+	cr_assert_not_null(c);
+	cr_assert_eq((uintptr_t)c % 64, 0);
+	for (i = 0; i < 1000; i++)
+		cr_assert_eq(c[i], 0);
+	memset(c, 1, 1000);
+	cr_assert_eq(pool.nr_allocs, 1);
+	cr_assert_eq(pool.nr_used, 2);
+	be_pool_put(&pool, c);
+	be_pool_put(&pool, b);
+	cr_assert_eq(pool.nr_used, 0);
+	be_pool_destroy(&pool);
+}
+
+/* An error path destroys a pool it never filled, and destroys twice. */
+Test(pool, destroy_of_a_zeroed_pool_is_nothing)
+{
+	struct be_pool pool;
+	void *o;
+
+	memset(&pool, 0, sizeof(pool));
+	be_pool_destroy(&pool);
+	cr_assert_eq(be_pool_init(&pool, 0, 64, 64), 0);
+	o = be_pool_get(&pool);
+	cr_assert_not_null(o, "an empty pool serves from malloc");
+	cr_assert_eq(pool.nr_allocs, 1);
+	be_pool_put(&pool, o);
+	be_pool_destroy(&pool);
 	be_pool_destroy(&pool);
 }
