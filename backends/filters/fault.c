@@ -612,16 +612,10 @@ static void *hang_main(void *arg)
 			for (h = fd->hung; h; h = h->next)
 				if (h->since_ns + fd->hang_timeout_ns < due)
 					due = h->since_ns + fd->hang_timeout_ns;
-		if (due == UINT64_MAX) {
+		if (due == UINT64_MAX)
 			pthread_cond_wait(&fd->hang_cv, &fd->lock);
-		} else {
-			struct timespec ts = {
-				.tv_sec = (time_t)(due / 1000000000ull),
-				.tv_nsec = (long)(due % 1000000000ull),
-			};
-
-			pthread_cond_timedwait(&fd->hang_cv, &fd->lock, &ts);
-		}
+		else
+			blk_cond_wait_until(&fd->hang_cv, &fd->lock, due);
 	}
 	pthread_mutex_unlock(&fd->lock);
 	return NULL;
@@ -695,7 +689,6 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 {
 	struct blk_geometry geo;
 	struct fault_dev *fd;
-	pthread_condattr_t ca;
 	unsigned int pool;
 	const char *s;
 	int ret;
@@ -796,10 +789,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	if (ret)
 		goto out_destroy_pool;
 	/* Hang timeouts are CLOCK_MONOTONIC: a wall-clock jump must not end one. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	ret = -pthread_cond_init(&fd->hang_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	ret = -blk_cond_init(&fd->hang_cv);
 	if (ret)
 		goto out_destroy_lock;
 	ret = -pthread_create(&fd->hang_thread, NULL, hang_main, fd);

@@ -605,7 +605,6 @@ static struct blk_backend *rec_open(struct blk_params *p, struct blk_backend *ne
 {
 	struct rec_dev *rd;
 	const char *path;
-	pthread_condattr_t ca;
 	int ret;
 
 	if (!next || next->ops->is_filter) {
@@ -630,10 +629,8 @@ static struct blk_backend *rec_open(struct blk_params *p, struct blk_backend *ne
 		goto out_free;
 	pthread_cond_init(&rd->cv, NULL);
 	pthread_cond_init(&rd->space_cv, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&rd->writer_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	/* never waited on with a timeout; plain, as the other two */
+	pthread_cond_init(&rd->writer_cv, NULL);
 	ret = be_pool_init(&rd->io_pool, BE_POOL_DEF, sizeof(struct rec_io), 64);
 	if (ret)
 		goto out_destroy;

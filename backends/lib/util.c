@@ -448,12 +448,7 @@ static void *timerq_main(void *arg)
 		}
 		/* Stopping fires everything now: nobody waits for the time. */
 		if (!q->stop && q->heap[0]->due_ns > blk_now_ns()) {
-			struct timespec ts = {
-				.tv_sec = (time_t)(q->heap[0]->due_ns / 1000000000ull),
-				.tv_nsec = (long)(q->heap[0]->due_ns % 1000000000ull),
-			};
-
-			pthread_cond_timedwait(&q->cv, &q->lock, &ts);
+			blk_cond_wait_until(&q->cv, &q->lock, q->heap[0]->due_ns);
 			continue;
 		}
 		t = timerq_pop_locked(q);
@@ -467,7 +462,6 @@ static void *timerq_main(void *arg)
 
 int be_timerq_init(struct be_timerq *q, size_t cap)
 {
-	pthread_condattr_t ca;
 	int ret;
 
 	memset(q, 0, sizeof(*q));
@@ -479,10 +473,7 @@ int be_timerq_init(struct be_timerq *q, size_t cap)
 	if (ret)
 		goto out_free;
 	/* Due times are CLOCK_MONOTONIC: a wall-clock jump must not stall I/O. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	ret = -pthread_cond_init(&q->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	ret = -blk_cond_init(&q->cv);
 	if (ret)
 		goto out_destroy_lock;
 	ret = -pthread_create(&q->thread, NULL, timerq_main, q);
