@@ -31,6 +31,31 @@ static pthread_mutex_t *lock_of(const struct bk_table *t, struct blk_backend *st
 	return field_of(state, t->lock_off);
 }
 
+/*
+ * Fields of the sizes an atomic access takes are copied with one (see
+ * knobs.h: the I/O path may read them without the lock); others whole,
+ * under the lock.
+ */
+static void field_get(void *dst, const void *f, size_t size)
+{
+	switch (size) {
+	case 1: *(uint8_t *)dst = __atomic_load_n((const uint8_t *)f, __ATOMIC_RELAXED); break;
+	case 4: *(uint32_t *)dst = __atomic_load_n((const uint32_t *)f, __ATOMIC_RELAXED); break;
+	case 8: *(uint64_t *)dst = __atomic_load_n((const uint64_t *)f, __ATOMIC_RELAXED); break;
+	default: memcpy(dst, f, size);
+	}
+}
+
+static void field_set(void *f, const void *src, size_t size)
+{
+	switch (size) {
+	case 1: __atomic_store_n((uint8_t *)f, *(const uint8_t *)src, __ATOMIC_RELAXED); break;
+	case 4: __atomic_store_n((uint32_t *)f, *(const uint32_t *)src, __ATOMIC_RELAXED); break;
+	case 8: __atomic_store_n((uint64_t *)f, *(const uint64_t *)src, __ATOMIC_RELAXED); break;
+	default: memcpy(f, src, size);
+	}
+}
+
 /* ---- unsigned int ---- */
 
 static void uint_def(const struct bk_knob *k, void *f)
@@ -396,7 +421,7 @@ int bk_show(const struct bk_table *t, const struct bk_knob *k, struct blk_backen
 	if (k->type->size > sizeof(v) || !k->type->format)
 		return -EINVAL;
 	pthread_mutex_lock(lock_of(t, state));
-	memcpy(v, field_of(state, k->off), k->type->size);
+	field_get(v, field_of(state, k->off), k->type->size);
 	pthread_mutex_unlock(lock_of(t, state));
 	n = k->type->format(k, v, s, sizeof(s));
 	if (n < 0 || (size_t)n >= sizeof(s))
@@ -411,7 +436,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 	char s[BK_TEXT_MAX];
 	int ret;
 
-	if (k->live != BK_RW || be_attr_text(buf, len, s, sizeof(s)))
+	if ((k->live != BK_RW && k->live != BK_LIVE) || be_attr_text(buf, len, s, sizeof(s)))
 		return -EINVAL;
 	if (k->type->store) {
 		ret = k->type->store(t, k, state, s);
@@ -419,7 +444,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 		if (k->type->size > sizeof(v) || !k->type->parse || k->type->parse(k, s, v))
 			return -EINVAL;
 		pthread_mutex_lock(lock_of(t, state));
-		memcpy(field_of(state, k->off), v, k->type->size);
+		field_set(field_of(state, k->off), v, k->type->size);
 		if (k->hook)
 			k->hook(state);
 		pthread_mutex_unlock(lock_of(t, state));

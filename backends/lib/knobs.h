@@ -33,6 +33,7 @@
  *			the filter's lock (then the row's hook, still under it,
  *			then the table's after hook, without it)
  *		CONF	a key only (read at open)
+ *		LIVE	an attr as RW, but no key (set at open by the filter)
  *		KEYRO	a key, and an attr that only shows
  *		RO	an attr that only shows (state, not config)
  *		OWN	a key whose open() parsing and attr the filter writes
@@ -49,6 +50,8 @@
  *
  * Lock: the filter's own (the BK_DEFINE lock member), taken by show and
  * store around the field; a row's hook runs under it, the after hook not.
+ * A field of 1, 4 or 8 bytes is written (and shown) with a relaxed atomic
+ * access, so the I/O path may read it with __atomic_load_n and no lock.
  */
 #ifndef BLKFS_KNOBS_H
 #define BLKFS_KNOBS_H
@@ -83,7 +86,7 @@ struct bk_type {
 		     const char *s);
 };
 
-enum bk_live { BK_RW, BK_CONF, BK_KEYRO, BK_RO, BK_OWN, BK_OWNKEY, BK_OWNRO, BK_ACT };
+enum bk_live { BK_RW, BK_LIVE, BK_CONF, BK_KEYRO, BK_RO, BK_OWN, BK_OWNKEY, BK_OWNRO, BK_ACT };
 
 struct bk_knob {
 	const char *name;
@@ -174,6 +177,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 #define BK_AUX_none(f_)		0
 
 #define BK_KEY_RW(s)		s,
+#define BK_KEY_LIVE(s)
 #define BK_KEY_CONF(s)		s,
 #define BK_KEY_KEYRO(s)		s,
 #define BK_KEY_RO(s)
@@ -185,6 +189,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 
 /* s: the name; gs, gw: the generic show and store; os, ow: the filter's own */
 #define BK_ATTR_RW(s, gs, gw, os, ow)		{ s, gs, gw },
+#define BK_ATTR_LIVE(s, gs, gw, os, ow)		{ s, gs, gw },
 #define BK_ATTR_CONF(s, gs, gw, os, ow)
 #define BK_ATTR_KEYRO(s, gs, gw, os, ow)	{ s, gs, NULL },
 #define BK_ATTR_RO(s, gs, gw, os, ow)		{ s, gs, NULL },
@@ -206,6 +211,7 @@ static int gw(struct blk_backend *be, const char *buf, size_t len)			\
 	return bk_store(&bk_table, &bk_knobs[i], be, buf, len);				\
 }
 #define BK_FNS_RW(gs, gw, i)		BK_SHOW_FN_(gs, i) BK_STORE_FN_(gw, i)
+#define BK_FNS_LIVE(gs, gw, i)		BK_SHOW_FN_(gs, i) BK_STORE_FN_(gw, i)
 #define BK_FNS_CONF(gs, gw, i)
 #define BK_FNS_KEYRO(gs, gw, i)		BK_SHOW_FN_(gs, i)
 #define BK_FNS_RO(gs, gw, i)		BK_SHOW_FN_(gs, i)
