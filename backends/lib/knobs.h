@@ -234,7 +234,7 @@ static int gw(struct blk_backend *be, const char *buf, size_t len)			\
 typedef state bk_state_t;								\
 enum { LIST(BK_ENUM_) bk_nr_knobs };							\
 static const struct bk_knob bk_knobs[] = { LIST(BK_ROW_) };				\
-static const struct bk_table bk_table = {						\
+static const struct bk_table bk_table __attribute__((unused)) = {			\
 	.filter = #pfx,									\
 	.knobs = bk_knobs,								\
 	.nr = bk_nr_knobs,								\
