@@ -75,6 +75,7 @@
 #include <time.h>
 
 #include "../backends_int.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX
@@ -103,13 +104,6 @@ static const struct {
 };
 
 #define NR_OP_NAMES (sizeof(fault_op_names) / sizeof(fault_op_names[0]))
-
-/* One bad range: [pos, pos + len) fails with -err. */
-struct fault_bad {
-	uint64_t pos;
-	uint64_t len;
-	int err;
-};
 
 /* The part before a bad range, passed on alone (badblocks_partial_io). From fd->part_pool. */
 #define FAULT_PART_IOV 16
@@ -158,7 +152,7 @@ struct fault_dev {
 	uint64_t hang_timeout_ns;	/* lock: 0 = until released */
 	uint64_t seed;			/* lock: the stream's seed, as shown */
 	uint64_t rng;			/* lock: splitmix64 state */
-	struct fault_bad bad[FAULT_MAX_BAD];	/* lock: the map, in the order added */
+	struct be_range bad[FAULT_MAX_BAD];	/* lock: the map, in the order added; tag: the errno */
 	size_t nr_bad;			/* lock */
 	unsigned int nr_said_clears;	/* lock */
 	struct fault_hang *hung, **hung_tail;	/* lock: oldest first */
@@ -266,33 +260,9 @@ static int parse_after(const char *s, uint64_t *out)
  * Returns how many, -EINVAL for a malformed entry, -ENOSPC past @room.
  */
 static int parse_bad_list(const char *s, size_t n, char sep, uint64_t size,
-			  struct fault_bad *out, size_t room)
+			  struct be_range *out, size_t room)
 {
-	char tok[3][32];
-	size_t cnt = 0;
-	int nt;
-
-	while ((nt = be_entries(&s, &n, sep, tok, 3)) != -ENOENT) {
-		struct fault_bad b = { .err = EIO };
-
-		if (nt < 0)
-			return -EINVAL;
-		if (!nt)
-			continue;
-		if (nt < 2 || blk_parse_size(tok[0], &b.pos) || blk_parse_size(tok[1], &b.len))
-			return -EINVAL;
-		if (!b.len || b.pos >= size || b.len > size - b.pos)
-			return -EINVAL;
-		if (nt == 3) {
-			b.err = be_parse_errno(tok[2]);
-			if (b.err < 0)
-				return -EINVAL;
-		}
-		if (cnt == room)
-			return -ENOSPC;
-		out[cnt++] = b;
-	}
-	return (int)cnt;
+	return be_ranges_parse(s, n, sep, size, be_parse_errno, EIO, out, room);
 }
 
 /* ---- deciding ---- */
@@ -306,9 +276,33 @@ struct fault_verdict {
 	uint64_t partial;	/* badblocks_partial_io: the bytes before the bad range */
 };
 
-static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
+struct clear_ctx {
+	struct fault_dev *fd;
+	uint64_t pos, len;
+	const char *why;
+};
+
+/* be_ranges_punch() cuts @r: said to the daemon log, the first few times. */
+static void clear_said(void *arg, const struct be_range *r, bool full)
 {
-	return pos < b->pos + b->len && b->pos < pos + len;
+	struct clear_ctx *c = arg;
+	struct fault_dev *fd = c->fd;
+	uint64_t end = c->pos + c->len, r_end = r->pos + r->len;
+
+	if (fd->nr_said_clears < FAULT_SAY_CLEARS) {
+		uint64_t c0 = r->pos > c->pos ? r->pos : c->pos;
+		uint64_t c1 = r_end < end ? r_end : end;
+
+		blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
+			fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), c->why,
+			++fd->nr_said_clears == FAULT_SAY_CLEARS ?
+			" (further clears are only counted: fault_badblocks_cleared)" : "");
+	}
+	if (full)
+		blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
+			fd->dev, FAULT_MAX_BAD, c->why, (unsigned long long)c->pos,
+			(unsigned long long)c->len, (unsigned long long)r->pos,
+			(unsigned long long)r->len);
 }
 
 /*
@@ -320,71 +314,16 @@ static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
 static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			     const char *why)
 {
-	uint64_t end = pos + len;
-	size_t i = 0;
+	struct clear_ctx c = { .fd = fd, .pos = pos, .len = len, .why = why };
 
-	while (i < fd->nr_bad) {
-		struct fault_bad *b = &fd->bad[i];
-		uint64_t b_end = b->pos + b->len;
-
-		if (!overlaps(b, pos, len)) {
-			i++;
-			continue;
-		}
-		if (fd->nr_said_clears < FAULT_SAY_CLEARS) {
-			uint64_t c0 = b->pos > pos ? b->pos : pos;
-			uint64_t c1 = b_end < end ? b_end : end;
-
-			blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
-				fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), why,
-				++fd->nr_said_clears == FAULT_SAY_CLEARS ?
-				" (further clears are only counted: fault_badblocks_cleared)" : "");
-		}
-		if (pos <= b->pos && end >= b_end) {
-			/* all of it: the later entries move up, order kept */
-			memmove(b, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
-			fd->nr_bad--;
-			continue;
-		}
-		if (pos <= b->pos) {
-			b->len = b_end - end;
-			b->pos = end;
-		} else if (end >= b_end) {
-			b->len = pos - b->pos;
-		} else if (fd->nr_bad < FAULT_MAX_BAD) {
-			memmove(b + 2, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
-			fd->nr_bad++;
-			b[1] = (struct fault_bad){ .pos = end, .len = b_end - end, .err = b->err };
-			b->len = pos - b->pos;
-			i++;
-		} else {
-			blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
-				fd->dev, FAULT_MAX_BAD, why, (unsigned long long)pos,
-				(unsigned long long)len, (unsigned long long)b->pos,
-				(unsigned long long)b->len);
-			if (pos - b->pos >= b_end - end) {
-				b->len = pos - b->pos;
-			} else {
-				b->len = b_end - end;
-				b->pos = end;
-			}
-		}
-		i++;
-	}
+	be_ranges_punch(fd->bad, &fd->nr_bad, FAULT_MAX_BAD, pos, len, clear_said, &c);
 }
 
 /* The whole logical blocks of @io before the first bad byte it covers. */
 static uint64_t partial_locked(const struct fault_dev *fd, const struct blk_io *io)
 {
-	uint64_t first = io->pos + io->len;
-	size_t i;
+	uint64_t first = be_ranges_first(fd->bad, fd->nr_bad, io->pos, io->len);
 
-	for (i = 0; i < fd->nr_bad; i++) {
-		uint64_t at = fd->bad[i].pos > io->pos ? fd->bad[i].pos : io->pos;
-
-		if (overlaps(&fd->bad[i], io->pos, io->len) && at < first)
-			first = at;
-	}
 	return (first - io->pos) & ~(uint64_t)(fd->lbs - 1);
 }
 
@@ -404,16 +343,14 @@ static struct fault_verdict fault_decide(struct fault_dev *fd, const struct blk_
 	if (!fd->enabled)
 		goto out_unlock;
 	if (io->op != BLK_FLUSH) {
-		for (i = 0; i < fd->nr_bad; i++)
-			if (overlaps(&fd->bad[i], io->pos, io->len))
-				break;
+		i = be_ranges_find(fd->bad, fd->nr_bad, io->pos, io->len);
 		if (i < fd->nr_bad) {
 			if (fd->clear_on_write && is_write_op(io->op)) {
 				/* remapped: the write goes on, the knobs below still apply */
 				clear_bad_locked(fd, io->pos, io->len, blk_op_name(io->op));
 				v.cleared = true;
 			} else {
-				v.err = fd->bad[i].err;
+				v.err = fd->bad[i].tag;
 				v.bad_hit = true;
 				if (fd->partial_io && (io->op == BLK_READ || io->op == BLK_WRITE))
 					v.partial = partial_locked(fd, io);
@@ -1115,28 +1052,12 @@ static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
 static int fault_badblocks_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	size_t i, off = 0;
-	int ret = 0;
+	int ret;
 
-	if (!len)
-		return -EOVERFLOW;
-	buf[0] = '\0';
 	pthread_mutex_lock(&fd->lock);
-	for (i = 0; i < fd->nr_bad; i++) {
-		char eb[16];
-		int n = snprintf(buf + off, len - off, "%llu %llu %s\n",
-				 (unsigned long long)fd->bad[i].pos,
-				 (unsigned long long)fd->bad[i].len,
-				 be_errno_name(fd->bad[i].err, eb, sizeof(eb)));
-
-		if (n < 0 || (size_t)n >= len - off) {
-			ret = -EOVERFLOW;
-			break;
-		}
-		off += (size_t)n;
-	}
+	ret = be_ranges_print(fd->bad, fd->nr_bad, buf, len, be_errno_name);
 	pthread_mutex_unlock(&fd->lock);
-	return ret ? ret : (int)off;
+	return ret;
 }
 
 /*
@@ -1146,7 +1067,7 @@ static int fault_badblocks_show(struct blk_backend *be, char *buf, size_t len)
 static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	struct fault_bad *add;
+	struct be_range *add;
 	size_t room;
 	char s[8];
 	int ret;

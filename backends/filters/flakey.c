@@ -60,6 +60,7 @@
 #include <strings.h>
 
 #include "../backends_int.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
@@ -75,11 +76,6 @@ struct flakey_point {
 	uint64_t off;		/* in the I/O */
 	int value;		/* the new value, or -1: XOR with xor */
 	uint8_t xor;		/* non-zero */
-};
-
-struct flakey_range {
-	uint64_t pos;
-	uint64_t len;
 };
 
 /* A child I/O: a read or write to corrupt. From fk->pool. */
@@ -120,7 +116,7 @@ struct flakey_dev {
 	int byte_value;			/* lock */
 	double p_read, p_write;		/* lock */
 	int err;			/* lock: positive errno */
-	struct flakey_range ranges[FLAKEY_MAX_RANGES];	/* lock: sorted, merged */
+	struct be_range ranges[FLAKEY_MAX_RANGES];	/* lock: sorted, merged */
 	size_t nr_ranges;		/* lock */
 	uint64_t seed, rng;		/* lock */
 	unsigned int nr_said;		/* lock */
@@ -179,56 +175,11 @@ static int parse_byte(const char *s, uint64_t *n, bool *write, int *value)
 	return 0;
 }
 
-static int cmp_range(const void *a, const void *b)
-{
-	const struct flakey_range *x = a, *y = b;
-
-	return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Sort and merge @v[0..n) in place; returns the new count. */
-static size_t merge_ranges(struct flakey_range *v, size_t n)
-{
-	size_t i, out = 0;
-
-	qsort(v, n, sizeof(*v), cmp_range);
-	for (i = 0; i < n; i++) {
-		if (out && v[i].pos <= v[out - 1].pos + v[out - 1].len) {
-			uint64_t end = v[i].pos + v[i].len;
-
-			if (end > v[out - 1].pos + v[out - 1].len)
-				v[out - 1].len = end - v[out - 1].pos;
-			continue;
-		}
-		v[out++] = v[i];
-	}
-	return out;
-}
-
 /* `OFFSET LENGTH` entries inside the device into @out (room @room): count or -errno. */
 static int parse_ranges(const char *s, size_t n, char sep, uint64_t size,
-			struct flakey_range *out, size_t room)
+			struct be_range *out, size_t room)
 {
-	char tok[2][32];
-	size_t cnt = 0;
-	int nt;
-
-	while ((nt = be_entries(&s, &n, sep, tok, 2)) != -ENOENT) {
-		struct flakey_range r;
-
-		if (nt < 0)
-			return -EINVAL;
-		if (!nt)
-			continue;
-		if (nt != 2 || blk_parse_size(tok[0], &r.pos) || blk_parse_size(tok[1], &r.len))
-			return -EINVAL;
-		if (!r.len || r.pos >= size || r.len > size - r.pos)
-			return -EINVAL;
-		if (cnt == room)
-			return -ENOSPC;
-		out[cnt++] = r;
-	}
-	return (int)cnt;
+	return be_ranges_parse(s, n, sep, size, NULL, 0, out, room);
 }
 
 /* ---- deciding ---- */
@@ -248,56 +199,19 @@ static bool is_down_locked(const struct flakey_dev *fk, uint64_t now)
 /* Bytes of [pos, pos + len) inside the ranges (all of it without ranges). */
 static uint64_t eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len)
 {
-	uint64_t sum = 0;
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return len;
-	for (i = 0; i < fk->nr_ranges; i++) {
-		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
-		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
-
-		if (b > pos + len)
-			b = pos + len;
-		if (a < b)
-			sum += b - a;
-	}
-	return sum;
+	return fk->nr_ranges ? be_ranges_covered(fk->ranges, fk->nr_ranges, pos, len) : len;
 }
 
 /* The offset in the I/O of the @k-th eligible byte. */
 static uint64_t nth_eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len,
 				    uint64_t k)
 {
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return k;
-	for (i = 0; i < fk->nr_ranges; i++) {
-		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
-		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
-
-		if (b > pos + len)
-			b = pos + len;
-		if (a >= b)
-			continue;
-		if (k < b - a)
-			return a + k - pos;
-		k -= b - a;
-	}
-	return 0;	/* not reached: k < eligible_locked() */
+	return fk->nr_ranges ? be_ranges_nth(fk->ranges, fk->nr_ranges, pos, len, k) : k;
 }
 
 static bool in_ranges_locked(const struct flakey_dev *fk, uint64_t at)
 {
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return true;
-	for (i = 0; i < fk->nr_ranges; i++)
-		if (at >= fk->ranges[i].pos && at - fk->ranges[i].pos < fk->ranges[i].len)
-			return true;
-	return false;
+	return !fk->nr_ranges || be_ranges_contains(fk->ranges, fk->nr_ranges, at);
 }
 
 /*
@@ -696,7 +610,7 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 				s, FLAKEY_MAX_RANGES, (unsigned long long)fk->size);
 			goto out_free;
 		}
-		fk->nr_ranges = merge_ranges(fk->ranges, (size_t)ret);
+		fk->nr_ranges = be_ranges_merge(fk->ranges, (size_t)ret);
 	}
 	update_can_go_down_locked(fk);
 
@@ -949,33 +863,19 @@ static int flakey_random_write_corrupt_store(struct blk_backend *be, const char 
 static int flakey_corrupt_ranges_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	size_t i, off = 0;
-	int ret = 0;
+	int ret;
 
-	if (!len)
-		return -EOVERFLOW;
-	buf[0] = '\0';
 	pthread_mutex_lock(&fk->lock);
-	for (i = 0; i < fk->nr_ranges; i++) {
-		int n = snprintf(buf + off, len - off, "%llu %llu\n",
-				 (unsigned long long)fk->ranges[i].pos,
-				 (unsigned long long)fk->ranges[i].len);
-
-		if (n < 0 || (size_t)n >= len - off) {
-			ret = -EOVERFLOW;
-			break;
-		}
-		off += (size_t)n;
-	}
+	ret = be_ranges_print(fk->ranges, fk->nr_ranges, buf, len, NULL);
 	pthread_mutex_unlock(&fk->lock);
-	return ret ? ret : (int)off;
+	return ret;
 }
 
 /* `clear`, or lines to add (merged with what is there); all or nothing. */
 static int flakey_corrupt_ranges_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
-	struct flakey_range *v;
+	struct be_range *v;
 	size_t have;
 	char s[8];
 	int ret;
@@ -999,7 +899,7 @@ static int flakey_corrupt_ranges_store(struct blk_backend *be, const char *buf, 
 	pthread_mutex_lock(&fk->lock);
 	have = fk->nr_ranges;
 	memcpy(v + ret, fk->ranges, have * sizeof(*v));
-	have = merge_ranges(v, have + (size_t)ret);
+	have = be_ranges_merge(v, have + (size_t)ret);
 	if (have > FLAKEY_MAX_RANGES) {
 		ret = -EINVAL;
 	} else {
