@@ -440,6 +440,11 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 		return -EINVAL;
 	if (k->type->store) {
 		ret = k->type->store(t, k, state, s);
+		if (!ret && k->hook) {
+			pthread_mutex_lock(lock_of(t, state));
+			k->hook(state);
+			pthread_mutex_unlock(lock_of(t, state));
+		}
 	} else {
 		if (k->type->size > sizeof(v) || !k->type->parse || k->type->parse(k, s, v))
 			return -EINVAL;

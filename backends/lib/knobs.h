@@ -31,7 +31,9 @@
  *	live	what the knob is at run time:
  *		RW	a key, and an attr whose store applies the value under
  *			the filter's lock (then the row's hook, still under it,
- *			then the table's after hook, without it)
+ *			then the table's after hook, without it); a type with a
+ *			store of its own (seed) takes the lock itself, and the
+ *			hook runs under it after
  *		CONF	a key only (read at open)
  *		LIVE	an attr as RW, but no key (set at open by the filter)
  *		KEYRO	a key, and an attr that only shows
