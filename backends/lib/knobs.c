@@ -3,8 +3,8 @@
  * backends/lib/knobs.c - a filter's knob table at work (knobs.h): reading
  * the keys at open, and show and store for the .sys files, with the types
  * every filter shares. The messages for bad config values are the ones
- * blk_param_*() give (params.c), so a key says the same whichever filter
- * takes it.
+ * blk_param_*() give (params.c's be_param_*_value()), so a key says the
+ * same whichever filter or backend takes it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -80,10 +80,7 @@ static int uint_parse(const struct bk_knob *k, const char *s, void *out)
 
 static int uint_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
 {
-	if (uint_parse(k, s, out))
-		return blk_param_error(p, k->name, "'%s' is not a number from %u to %u", s,
-				       (unsigned int)k->min, (unsigned int)k->max);
-	return 0;
+	return be_param_uint_value(p, k->name, s, (unsigned int)k->min, (unsigned int)k->max, out);
 }
 
 static int uint_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
@@ -126,14 +123,10 @@ static int size_parse(const struct bk_knob *k, const char *s, void *out)
 static int size_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
 {
 	uint64_t v;
-	int ret = blk_parse_size(s, &v);
+	int ret = be_param_size_value(p, k->name, s, &v);
 
-	if (ret == -ERANGE)
-		return blk_param_error(p, k->name, "'%s' is too large", s);
 	if (ret)
-		return blk_param_error(p, k->name,
-			"'%s' is not a size (digits with an optional K, M, G or T suffix, binary as dd)",
-			s);
+		return ret;
 	if (v < k->min || v > k->max)
 		return blk_param_error(p, k->name, "'%s' is out of range (allowed: %llu..%llu)", s,
 				       (unsigned long long)k->min, (unsigned long long)k->max);
@@ -159,26 +152,10 @@ static int dur_parse(const struct bk_knob *k, const char *s, uint64_t bare, void
 	return 0;
 }
 
-/* blk_param_duration()'s messages, for a value already in hand. */
 static int dur_param(struct blk_params *p, const struct bk_knob *k, const char *s,
 		     uint64_t bare, void *out)
 {
-	char lo[32], hi[32];
-	uint64_t v;
-	int ret;
-
-	blk_format_duration(lo, sizeof(lo), k->min);
-	blk_format_duration(hi, sizeof(hi), k->max);
-	ret = blk_parse_duration(s, bare, &v);
-	if (ret == -EINVAL)
-		return blk_param_error(p, k->name, "'%s' is not a duration (allowed: %s..%s; %s%s)",
-				       s, lo, hi, BLK_DURATION_HELP,
-				       bare == 1000000000 ? ", or plain seconds" : "");
-	if (ret || v < k->min || v > k->max)
-		return blk_param_error(p, k->name, "'%s' is out of range (allowed: %s..%s)", s, lo,
-				       hi);
-	*(uint64_t *)out = v;
-	return 0;
+	return be_param_duration_value(p, k->name, s, k->min, k->max, bare, out);
 }
 
 static int dur_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
@@ -240,9 +217,7 @@ static int bool_parse(const struct bk_knob *k, const char *s, void *out)
 
 static int bool_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
 {
-	if (blk_parse_bool(s, out))
-		return blk_param_error(p, k->name, "'%s' is not yes/no/true/false/1/0/on/off", s);
-	return 0;
+	return be_param_bool_value(p, k->name, s, out);
 }
 
 static int bool_format(const struct bk_knob *k, const void *v, char *buf, size_t len)

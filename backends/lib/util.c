@@ -125,15 +125,6 @@ int be_parse_probability(const char *s, double *out)
 	return 0;
 }
 
-int be_probability_out(char *buf, size_t len, double p)
-{
-	int n = snprintf(buf, len, "%.17g\n", p);
-
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
-
 uint64_t be_seed_from_clock(void)
 {
 	struct timespec ts;
@@ -199,33 +190,6 @@ int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const ch
 	*rng = v;
 	pthread_mutex_unlock(lock);
 	be_say_seed(filter, dev, v, "stored");
-	return 0;
-}
-
-int be_errno_show(pthread_mutex_t *lock, const int *err, char *buf, size_t len)
-{
-	char eb[16];
-	int e;
-
-	pthread_mutex_lock(lock);
-	e = *err;
-	pthread_mutex_unlock(lock);
-	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
-}
-
-int be_errno_store(pthread_mutex_t *lock, int *err, const char *buf, size_t len)
-{
-	char s[32];
-	int e;
-
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	e = be_parse_errno(s);
-	if (e < 0)
-		return -EINVAL;
-	pthread_mutex_lock(lock);
-	*err = e;
-	pthread_mutex_unlock(lock);
 	return 0;
 }
 
