@@ -31,7 +31,7 @@ int be_ranges_parse(const char *s, size_t n, char sep, uint64_t size, int (*tag)
 			return -EINVAL;
 		if (!r.len || r.pos >= size || r.len > size - r.pos)
 			return -EINVAL;
-		if (nt == 3) {
+		if (nt == 3 && tag) {
 			r.tag = tag(tok[2]);
 			if (r.tag < 0)
 				return -EINVAL;
