@@ -369,7 +369,7 @@ int bk_params(const struct bk_table *t, struct blk_params *p, struct blk_backend
 		int ret;
 
 		/* the filter's own rows, and attrs that are no key, are not read here */
-		if (k->live != BK_RW && k->live != BK_CONF && k->live != BK_KEYRO)
+		if (k->live != BK_RW && k->live != BK_CONF)
 			continue;
 		s = blk_param_get(p, k->name);
 		/* a type without a default reads its key itself, absent or not */

@@ -10,7 +10,7 @@
  * A filter writes its list as a macro of rows and hands it to BK_DEFINE:
  *
  *	#define THROTTLE_KNOBS(K)						\
- *		K(mbps,  uint, all.mbps, 0, THROTTLE_MAX_MBPS, 0, "MiB/s", RW, changed_locked) \
+ *		K(mbps,  uint, all.mbps, 0, THROTTLE_MAX_MBPS, 0, "MiB/s", RW, active_changed) \
  *		K(burst, size, burst,    0, UINT64_MAX,        0, "bytes", RW, NULL)	\
  *		K(pool,  pool, nr_pool,  1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)
  *	BK_DEFINE(throttle, struct throttle_dev, lock, dispatch_be, THROTTLE_KNOBS);
@@ -19,8 +19,10 @@
  * table bk_table for bk_params(). The columns of a row:
  *
  *	name	the config key (FILTER.name) and the attr (.sys/DEV/FILTER/name)
- *	type	one of the bk_type_NAME below (or the filter's own, defined
- *		before BK_DEFINE): how a value is read, checked and shown
+ *	type	one of the bk_type_NAME below, or the filter's own (a
+ *		struct bk_type bk_type_NAME and a `#define BK_AUX_NAME(f_) 0`
+ *		before BK_DEFINE, as delay's range): how a value is read,
+ *		checked and shown
  *	field	the member of the state the value lives in (offsetof)
  *	min, max
  *		the bounds, in the type's own terms (ns for a duration)
@@ -36,7 +38,6 @@
  *			hook runs under it after
  *		CONF	a key only (read at open)
  *		LIVE	an attr as RW, but no key (set at open by the filter)
- *		KEYRO	a key, and an attr that only shows
  *		RO	an attr that only shows (state, not config)
  *		OWN	a key whose open() parsing and attr the filter writes
  *			itself (attr_NAME_show, attr_NAME_store): lists, maps
@@ -72,7 +73,11 @@ struct bk_table;
  */
 struct bk_type {
 	size_t size;			/* of the field */
-	/* Set @field to the knob's default (absent key). */
+	/*
+	 * Set @field to the knob's default (absent key). NULL: param is
+	 * called when the key is absent too, with @s NULL, and finds its own
+	 * default (a seed from the clock, the pool's size).
+	 */
 	void (*set_def)(const struct bk_knob *k, void *field);
 	/* The config's text @s: 0, or blk_param_error(p, k->name, ...). */
 	int (*param)(struct blk_params *p, const struct bk_knob *k, const char *s, void *out);
@@ -88,7 +93,7 @@ struct bk_type {
 		     const char *s);
 };
 
-enum bk_live { BK_RW, BK_LIVE, BK_CONF, BK_KEYRO, BK_RO, BK_OWN, BK_OWNKEY, BK_OWNRO, BK_ACT };
+enum bk_live { BK_RW, BK_LIVE, BK_CONF, BK_RO, BK_OWN, BK_OWNKEY, BK_OWNRO, BK_ACT };
 
 struct bk_knob {
 	const char *name;
@@ -98,7 +103,7 @@ struct bk_knob {
 	const char *unit;
 	enum bk_live live;
 	void (*hook)(struct blk_backend *be);	/* after a store, under the lock; NULL: none */
-	size_t aux_off;			/* a type's second field (a seed's stream) */
+	size_t aux_off;			/* 0, or a field that starts as a copy (a seed's stream) */
 };
 
 struct bk_table {
@@ -181,7 +186,6 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 #define BK_KEY_RW(s)		s,
 #define BK_KEY_LIVE(s)
 #define BK_KEY_CONF(s)		s,
-#define BK_KEY_KEYRO(s)		s,
 #define BK_KEY_RO(s)
 #define BK_KEY_OWN(s)		s,
 #define BK_KEY_OWNKEY(s)	s,
@@ -193,7 +197,6 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 #define BK_ATTR_RW(s, gs, gw, os, ow)		{ s, gs, gw },
 #define BK_ATTR_LIVE(s, gs, gw, os, ow)		{ s, gs, gw },
 #define BK_ATTR_CONF(s, gs, gw, os, ow)
-#define BK_ATTR_KEYRO(s, gs, gw, os, ow)	{ s, gs, NULL },
 #define BK_ATTR_RO(s, gs, gw, os, ow)		{ s, gs, NULL },
 #define BK_ATTR_OWN(s, gs, gw, os, ow)		{ s, os, ow },
 #define BK_ATTR_OWNKEY(s, gs, gw, os, ow)	{ s, os, NULL },
@@ -215,7 +218,6 @@ static int gw(struct blk_backend *be, const char *buf, size_t len)			\
 #define BK_FNS_RW(gs, gw, i)		BK_SHOW_FN_(gs, i) BK_STORE_FN_(gw, i)
 #define BK_FNS_LIVE(gs, gw, i)		BK_SHOW_FN_(gs, i) BK_STORE_FN_(gw, i)
 #define BK_FNS_CONF(gs, gw, i)
-#define BK_FNS_KEYRO(gs, gw, i)		BK_SHOW_FN_(gs, i)
 #define BK_FNS_RO(gs, gw, i)		BK_SHOW_FN_(gs, i)
 #define BK_FNS_OWN(gs, gw, i)
 #define BK_FNS_OWNKEY(gs, gw, i)
