@@ -74,6 +74,18 @@ int be_geo_from_params(struct blk_params *p, const char *backend,
  */
 bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
 
+/*
+ * The messages of blk_param_size/duration/uint/bool() for a value already
+ * in hand (@s, the config's text for @key): the knob tables (lib/knobs.h)
+ * read a key once and give the same words. 0, or -EINVAL with p->err.
+ */
+int be_param_size_value(struct blk_params *p, const char *key, const char *s, uint64_t *out);
+int be_param_duration_value(struct blk_params *p, const char *key, const char *s,
+			    uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out);
+int be_param_uint_value(struct blk_params *p, const char *key, const char *s,
+			unsigned int min, unsigned int max, unsigned int *out);
+int be_param_bool_value(struct blk_params *p, const char *key, const char *s, bool *out);
+
 /* backends/lib/util.c, and inline */
 
 /**
@@ -110,8 +122,6 @@ int be_parse_errno(const char *s);
 const char *be_errno_name(int e, char *buf, size_t len);
 /* A decimal in [0, 1] ("0", "0.25", "1", "1e-3"); -EINVAL otherwise. */
 int be_parse_probability(const char *s, double *out);
-/* Shown as "%.17g\n": the text be_parse_probability() takes back exactly. */
-int be_probability_out(char *buf, size_t len, double p);
 
 /*
  * Seeds. Every random choice of a filter comes from a splitmix64 stream
@@ -161,16 +171,15 @@ uint64_t be_seed_from_clock(void);
 int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed);
 
 /*
- * The .sys knobs every seeded or erring filter has, on fields under the
- * filter's @lock: `seed` (a number, or auto: from the clock; storing one
- * restarts the stream @rng from it and says so) and `errno` (a name or a
- * number). Return what an attr's show/store returns.
+ * The .sys knob every seeded filter has, on fields under the filter's
+ * @lock: `seed` (a number, or auto: from the clock; storing one restarts
+ * the stream @rng from it and says so). Return what an attr's show/store
+ * returns. (A filter's errno and probability knobs are rows of its knob
+ * table: lib/knobs.h.)
  */
 int be_seed_show(pthread_mutex_t *lock, const uint64_t *seed, char *buf, size_t len);
 int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const char *filter,
 		  const char *dev, const char *buf, size_t len);
-int be_errno_show(pthread_mutex_t *lock, const int *err, char *buf, size_t len);
-int be_errno_store(pthread_mutex_t *lock, int *err, const char *buf, size_t len);
 /*
  * A filter's `seed` key: the seed it starts from (from the clock when the
  * key is absent or `auto`). -EINVAL with p->err when malformed.

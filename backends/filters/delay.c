@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
 
 #define DELAY_MAX_NS	(3600ull * 1000000000)	/* 1h: longer is surely a typo */
 #define DELAY_TEXT_MAX	64			/* the longest value taken */
@@ -61,24 +62,14 @@
 
 enum delay_kind { DL_READ, DL_WRITE, DL_FLUSH, DL_DISCARD, DL_NR };
 
-static const char *const delay_names[DL_NR] = {
-	[DL_READ] = "read",
-	[DL_WRITE] = "write",
-	[DL_FLUSH] = "flush",
-	[DL_DISCARD] = "discard",
-};
-
 /* Tails, the rarest first: the order one draw tests them in. */
 enum delay_tail { DT_P9999, DT_P999, DT_P99, DT_P90, DT_NR };
 
-static const struct {
-	const char *name;
-	double fraction;
-} tails[DT_NR] = {
-	[DT_P9999] = { "p9999", 0.0001 },
-	[DT_P999] = { "p999", 0.001 },
-	[DT_P99] = { "p99", 0.01 },
-	[DT_P90] = { "p90", 0.1 },
+static const double tail_fraction[DT_NR] = {
+	[DT_P9999] = 0.0001,
+	[DT_P999] = 0.001,
+	[DT_P99] = 0.01,
+	[DT_P90] = 0.1,
 };
 
 /* [lo_ns, hi_ns]; lo == hi for a fixed delay. */
@@ -125,6 +116,7 @@ struct delay_dev {
 	uint64_t seed;			/* lock: the stream's seed, as shown */
 	uint64_t rng;			/* lock: splitmix64 state */
 	uint64_t inflight;		/* lock: children not yet completed to the cache */
+	unsigned int nr_pool;		/* the pool's size (config only) */
 
 	/* Counters for ->stat; atomic, read without a lock. */
 	uint64_t nr_delayed;		/* I/Os held for a non-zero time */
@@ -287,7 +279,7 @@ static uint64_t delay_pick(struct delay_dev *dd, const struct blk_io *io)
 		for (i = 0; i < DT_NR; i++) {
 			uint64_t v;
 
-			if (!dd->tail[i].hi_ns || u >= tails[i].fraction)
+			if (!dd->tail[i].hi_ns || u >= tail_fraction[i])
 				continue;
 			v = pick_locked(dd, &dd->tail[i]);
 			if (v > ns)
@@ -391,28 +383,73 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 
 /* ---- open, close, geometry, stat ---- */
 
-static const char *const delay_keys[] = {
-	"read", "write", "flush", "discard", "map", "p90", "p99", "p999", "p9999", "seed",
-	"pool", NULL,
-};
+/* ---- the knobs: config keys and .sys/DEV/delay/ ---- */
 
-/* A delay key's value: -EINVAL with p->err when malformed or too long. */
-static int param_range(struct blk_params *p, const char *key, struct delay_range *r)
+/* A delay (or a tail): a duration or a range, as the config and .sys give it. */
+static void range_def(const struct bk_knob *k, void *f)
 {
-	const char *s = blk_param_get(p, key);
-	int ret;
+	(void)k;
+	memset(f, 0, sizeof(struct delay_range));
+}
 
-	if (!s)
-		return 0;
-	ret = parse_range(s, strlen(s), r);
+static int range_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	(void)k;
+	return parse_range(s, strlen(s), out) ? -EINVAL : 0;
+}
+
+static int range_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	int ret = parse_range(s, strlen(s), out);
+
 	if (ret == -ERANGE)
-		return blk_param_error(p, key, "'%s' is too long (allowed: at most 1h = 3600s)", s);
+		return blk_param_error(p, k->name, "'%s' is too long (allowed: at most 1h = 3600s)", s);
 	if (ret)
-		return blk_param_error(p, key,
+		return blk_param_error(p, k->name,
 			"'%s' is not a delay (allowed: 0, a duration (" BLK_DURATION_HELP "), or a range LO-HI such as 1ms-5ms)",
 			s);
 	return 0;
 }
+
+static int range_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
+{
+	(void)k;
+	format_range(buf, len, v);
+	return (int)strlen(buf);
+}
+
+static const struct bk_type bk_type_range = {
+	.size = sizeof(struct delay_range),
+	.set_def = range_def,
+	.param = range_param,
+	.parse = range_parse,
+	.format = range_format,
+};
+#define BK_AUX_range(f_)	0
+
+/* A store under dd->lock; I/Os already held keep their due time. */
+static void active_changed(struct blk_backend *be)
+{
+	update_active_locked((struct delay_dev *)be);
+}
+
+static int attr_map_show(struct blk_backend *be, char *buf, size_t len);
+static int attr_map_store(struct blk_backend *be, const char *buf, size_t len);
+
+#define DELAY_KNOBS(K)										\
+	K(read,    range, range[DL_READ],    0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(write,   range, range[DL_WRITE],   0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(flush,   range, range[DL_FLUSH],   0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(discard, range, range[DL_DISCARD], 0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(map,     none,  map,               0, DELAY_MAX_MAP, 0, "entries", OWN, NULL)		\
+	K(p90,     range, tail[DT_P90],      0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(p99,     range, tail[DT_P99],      0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(p999,    range, tail[DT_P999],     0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(p9999,   range, tail[DT_P9999],    0, DELAY_MAX_NS, 0, "ns", RW, active_changed)	\
+	K(seed,    seed,  seed,              0, 0, 0, "", RW, NULL)					\
+	K(pool,    pool,  nr_pool,           1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)
+
+BK_DEFINE(delay, struct delay_dev, lock, NULL, DELAY_KNOBS);
 
 /*
  * The device's size changed (blk_resize()): ranges given from now on are
@@ -433,9 +470,8 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 {
 	struct blk_geometry geo;
 	struct delay_dev *dd;
-	unsigned int pool;
 	const char *s;
-	int i, ret;
+	int ret;
 
 	if (!next) {
 		blk_param_error(p, NULL, "the delay filter needs a layer below it");
@@ -455,16 +491,9 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 		blk_param_error(p, NULL, "cannot set up the delay filter: out of memory");
 		goto out_free;
 	}
-	for (i = 0; i < DL_NR; i++) {
-		ret = param_range(p, delay_names[i], &dd->range[i]);
-		if (ret)
-			goto out_free;
-	}
-	for (i = 0; i < DT_NR; i++) {
-		ret = param_range(p, tails[i].name, &dd->tail[i]);
-		if (ret)
-			goto out_free;
-	}
+	ret = bk_params(&bk_table, p, &dd->be);
+	if (ret)
+		goto out_free;
 	s = blk_param_get(p, "map");
 	if (s) {
 		ret = parse_map(s, strlen(s), ',', dd->size, dd->map, DELAY_MAX_MAP);
@@ -476,16 +505,9 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 		}
 		dd->nr_map = (size_t)ret;
 	}
-	ret = be_param_seed(p, &dd->seed);
-	if (ret)
-		goto out_free;
-	dd->rng = dd->seed;
-	ret = be_param_pool(p, &pool);
-	if (ret)
-		goto out_free;
 	update_active_locked(dd);
 
-	ret = be_pool_init(&dd->pool, pool, sizeof(struct delay_io), 64);
+	ret = be_pool_init(&dd->pool, dd->nr_pool, sizeof(struct delay_io), 64);
 	if (ret)
 		goto out_err;
 	ret = -pthread_mutex_init(&dd->lock, NULL);
@@ -494,7 +516,7 @@ static struct blk_backend *delay_open(struct blk_params *p, struct blk_backend *
 	ret = -pthread_cond_init(&dd->idle_cv, NULL);
 	if (ret)
 		goto out_destroy_lock;
-	ret = be_timerq_init(&dd->tq, pool);
+	ret = be_timerq_init(&dd->tq, dd->nr_pool);
 	if (ret)
 		goto out_destroy_idle_cv;
 	dd->be.ops = &delay_filter_ops;
@@ -556,65 +578,10 @@ static size_t delay_stat(struct blk_backend *be, char *buf, size_t len)
 	return n + be_pool_stat(&dd->pool, "delay", buf + n, len - n);
 }
 
-/* ---- live attributes: .sys/DEV/delay/ ---- */
-
-static int range_show(struct delay_dev *dd, const struct delay_range *field, char *buf,
-		      size_t len)
-{
-	struct delay_range r;
-	char s[DELAY_TEXT_MAX];
-
-	pthread_mutex_lock(&dd->lock);
-	r = *field;
-	pthread_mutex_unlock(&dd->lock);
-	format_range(s, sizeof(s), &r);
-	return be_attr_out(buf, len, s);
-}
-
-/* The same syntax as the config; I/Os already held keep their due time. */
-static int range_store(struct delay_dev *dd, struct delay_range *field, const char *buf,
-		       size_t len)
-{
-	struct delay_range r;
-
-	if (len && buf[len - 1] == '\n')
-		len--;
-	if (!len || len >= DELAY_TEXT_MAX || memchr(buf, '\0', len))
-		return -EINVAL;
-	if (parse_range(buf, len, &r))
-		return -EINVAL;
-	pthread_mutex_lock(&dd->lock);
-	*field = r;
-	update_active_locked(dd);
-	pthread_mutex_unlock(&dd->lock);
-	return 0;
-}
-
-#define DELAY_ATTR(field, fn)							\
-static int delay_##fn##_show(struct blk_backend *be, char *buf, size_t len)	\
-{										\
-	struct delay_dev *dd = (struct delay_dev *)be;				\
-										\
-	return range_show(dd, &dd->field, buf, len);				\
-}										\
-static int delay_##fn##_store(struct blk_backend *be, const char *buf, size_t len) \
-{										\
-	struct delay_dev *dd = (struct delay_dev *)be;				\
-										\
-	return range_store(dd, &dd->field, buf, len);				\
-}
-
-DELAY_ATTR(range[DL_READ], read)
-DELAY_ATTR(range[DL_WRITE], write)
-DELAY_ATTR(range[DL_FLUSH], flush)
-DELAY_ATTR(range[DL_DISCARD], discard)
-DELAY_ATTR(tail[DT_P90], p90)
-DELAY_ATTR(tail[DT_P99], p99)
-DELAY_ATTR(tail[DT_P999], p999)
-DELAY_ATTR(tail[DT_P9999], p9999)
+/* ---- the map's attr: .sys/DEV/delay/map ---- */
 
 /* One `OFFSET LENGTH LATENCY` line per entry, in the order added. */
-static int delay_map_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_map_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
 	size_t i, off = 0;
@@ -643,7 +610,7 @@ static int delay_map_show(struct blk_backend *be, char *buf, size_t len)
 }
 
 /* `clear`, or lines to add; all or nothing. */
-static int delay_map_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_map_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
 	struct delay_map_ent *add;
@@ -686,35 +653,6 @@ static int delay_map_store(struct blk_backend *be, const char *buf, size_t len)
 	free(add);
 	return ret;
 }
-
-static int delay_seed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct delay_dev *dd = (struct delay_dev *)be;
-
-	return be_seed_show(&dd->lock, &dd->seed, buf, len);
-}
-
-/* A number, or auto; the stream restarts from it. */
-static int delay_seed_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct delay_dev *dd = (struct delay_dev *)be;
-
-	return be_seed_store(&dd->lock, &dd->seed, &dd->rng, "delay", dd->dev, buf, len);
-}
-
-static const struct blk_attr delay_attrs[] = {
-	{ .name = "read", .show = delay_read_show, .store = delay_read_store },
-	{ .name = "write", .show = delay_write_show, .store = delay_write_store },
-	{ .name = "flush", .show = delay_flush_show, .store = delay_flush_store },
-	{ .name = "discard", .show = delay_discard_show, .store = delay_discard_store },
-	{ .name = "map", .show = delay_map_show, .store = delay_map_store },
-	{ .name = "p90", .show = delay_p90_show, .store = delay_p90_store },
-	{ .name = "p99", .show = delay_p99_show, .store = delay_p99_store },
-	{ .name = "p999", .show = delay_p999_show, .store = delay_p999_store },
-	{ .name = "p9999", .show = delay_p9999_show, .store = delay_p9999_store },
-	{ .name = "seed", .show = delay_seed_show, .store = delay_seed_store },
-	{ .name = NULL },
-};
 
 const struct blk_backend_ops delay_filter_ops = {
 	.name = "delay",

@@ -75,6 +75,8 @@
 #include <time.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX
@@ -103,13 +105,6 @@ static const struct {
 };
 
 #define NR_OP_NAMES (sizeof(fault_op_names) / sizeof(fault_op_names[0]))
-
-/* One bad range: [pos, pos + len) fails with -err. */
-struct fault_bad {
-	uint64_t pos;
-	uint64_t len;
-	int err;
-};
 
 /* The part before a bad range, passed on alone (badblocks_partial_io). From fd->part_pool. */
 #define FAULT_PART_IOV 16
@@ -157,8 +152,9 @@ struct fault_dev {
 	bool stop;			/* lock: closing; the hang thread passes all on */
 	uint64_t hang_timeout_ns;	/* lock: 0 = until released */
 	uint64_t seed;			/* lock: the stream's seed, as shown */
+	unsigned int nr_pool;		/* the pools' size (config only) */
 	uint64_t rng;			/* lock: splitmix64 state */
-	struct fault_bad bad[FAULT_MAX_BAD];	/* lock: the map, in the order added */
+	struct be_range bad[FAULT_MAX_BAD];	/* lock: the map, in the order added; tag: the errno */
 	size_t nr_bad;			/* lock */
 	unsigned int nr_said_clears;	/* lock */
 	struct fault_hang *hung, **hung_tail;	/* lock: oldest first */
@@ -266,33 +262,9 @@ static int parse_after(const char *s, uint64_t *out)
  * Returns how many, -EINVAL for a malformed entry, -ENOSPC past @room.
  */
 static int parse_bad_list(const char *s, size_t n, char sep, uint64_t size,
-			  struct fault_bad *out, size_t room)
+			  struct be_range *out, size_t room)
 {
-	char tok[3][32];
-	size_t cnt = 0;
-	int nt;
-
-	while ((nt = be_entries(&s, &n, sep, tok, 3)) != -ENOENT) {
-		struct fault_bad b = { .err = EIO };
-
-		if (nt < 0)
-			return -EINVAL;
-		if (!nt)
-			continue;
-		if (nt < 2 || blk_parse_size(tok[0], &b.pos) || blk_parse_size(tok[1], &b.len))
-			return -EINVAL;
-		if (!b.len || b.pos >= size || b.len > size - b.pos)
-			return -EINVAL;
-		if (nt == 3) {
-			b.err = be_parse_errno(tok[2]);
-			if (b.err < 0)
-				return -EINVAL;
-		}
-		if (cnt == room)
-			return -ENOSPC;
-		out[cnt++] = b;
-	}
-	return (int)cnt;
+	return be_ranges_parse(s, n, sep, size, be_parse_errno, EIO, out, room);
 }
 
 /* ---- deciding ---- */
@@ -306,9 +278,33 @@ struct fault_verdict {
 	uint64_t partial;	/* badblocks_partial_io: the bytes before the bad range */
 };
 
-static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
+struct clear_ctx {
+	struct fault_dev *fd;
+	uint64_t pos, len;
+	const char *why;
+};
+
+/* be_ranges_punch() cuts @r: said to the daemon log, the first few times. */
+static void clear_said(void *arg, const struct be_range *r, bool full)
 {
-	return pos < b->pos + b->len && b->pos < pos + len;
+	struct clear_ctx *c = arg;
+	struct fault_dev *fd = c->fd;
+	uint64_t end = c->pos + c->len, r_end = r->pos + r->len;
+
+	if (fd->nr_said_clears < FAULT_SAY_CLEARS) {
+		uint64_t c0 = r->pos > c->pos ? r->pos : c->pos;
+		uint64_t c1 = r_end < end ? r_end : end;
+
+		blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
+			fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), c->why,
+			++fd->nr_said_clears == FAULT_SAY_CLEARS ?
+			" (further clears are only counted: fault_badblocks_cleared)" : "");
+	}
+	if (full)
+		blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
+			fd->dev, FAULT_MAX_BAD, c->why, (unsigned long long)c->pos,
+			(unsigned long long)c->len, (unsigned long long)r->pos,
+			(unsigned long long)r->len);
 }
 
 /*
@@ -320,71 +316,16 @@ static bool overlaps(const struct fault_bad *b, uint64_t pos, uint64_t len)
 static void clear_bad_locked(struct fault_dev *fd, uint64_t pos, uint64_t len,
 			     const char *why)
 {
-	uint64_t end = pos + len;
-	size_t i = 0;
+	struct clear_ctx c = { .fd = fd, .pos = pos, .len = len, .why = why };
 
-	while (i < fd->nr_bad) {
-		struct fault_bad *b = &fd->bad[i];
-		uint64_t b_end = b->pos + b->len;
-
-		if (!overlaps(b, pos, len)) {
-			i++;
-			continue;
-		}
-		if (fd->nr_said_clears < FAULT_SAY_CLEARS) {
-			uint64_t c0 = b->pos > pos ? b->pos : pos;
-			uint64_t c1 = b_end < end ? b_end : end;
-
-			blk_info("fault: %s: bad blocks %llu+%llu cleared by %s%s",
-				fd->dev, (unsigned long long)c0, (unsigned long long)(c1 - c0), why,
-				++fd->nr_said_clears == FAULT_SAY_CLEARS ?
-				" (further clears are only counted: fault_badblocks_cleared)" : "");
-		}
-		if (pos <= b->pos && end >= b_end) {
-			/* all of it: the later entries move up, order kept */
-			memmove(b, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
-			fd->nr_bad--;
-			continue;
-		}
-		if (pos <= b->pos) {
-			b->len = b_end - end;
-			b->pos = end;
-		} else if (end >= b_end) {
-			b->len = pos - b->pos;
-		} else if (fd->nr_bad < FAULT_MAX_BAD) {
-			memmove(b + 2, b + 1, (fd->nr_bad - i - 1) * sizeof(*b));
-			fd->nr_bad++;
-			b[1] = (struct fault_bad){ .pos = end, .len = b_end - end, .err = b->err };
-			b->len = pos - b->pos;
-			i++;
-		} else {
-			blk_warn("fault: %s: the bad-block map is full (%d ranges): %s of %llu+%llu clears the smaller side of %llu+%llu too",
-				fd->dev, FAULT_MAX_BAD, why, (unsigned long long)pos,
-				(unsigned long long)len, (unsigned long long)b->pos,
-				(unsigned long long)b->len);
-			if (pos - b->pos >= b_end - end) {
-				b->len = pos - b->pos;
-			} else {
-				b->len = b_end - end;
-				b->pos = end;
-			}
-		}
-		i++;
-	}
+	be_ranges_punch(fd->bad, &fd->nr_bad, FAULT_MAX_BAD, pos, len, clear_said, &c);
 }
 
 /* The whole logical blocks of @io before the first bad byte it covers. */
 static uint64_t partial_locked(const struct fault_dev *fd, const struct blk_io *io)
 {
-	uint64_t first = io->pos + io->len;
-	size_t i;
+	uint64_t first = be_ranges_first(fd->bad, fd->nr_bad, io->pos, io->len);
 
-	for (i = 0; i < fd->nr_bad; i++) {
-		uint64_t at = fd->bad[i].pos > io->pos ? fd->bad[i].pos : io->pos;
-
-		if (overlaps(&fd->bad[i], io->pos, io->len) && at < first)
-			first = at;
-	}
 	return (first - io->pos) & ~(uint64_t)(fd->lbs - 1);
 }
 
@@ -404,16 +345,14 @@ static struct fault_verdict fault_decide(struct fault_dev *fd, const struct blk_
 	if (!fd->enabled)
 		goto out_unlock;
 	if (io->op != BLK_FLUSH) {
-		for (i = 0; i < fd->nr_bad; i++)
-			if (overlaps(&fd->bad[i], io->pos, io->len))
-				break;
+		i = be_ranges_find(fd->bad, fd->nr_bad, io->pos, io->len);
 		if (i < fd->nr_bad) {
 			if (fd->clear_on_write && is_write_op(io->op)) {
 				/* remapped: the write goes on, the knobs below still apply */
 				clear_bad_locked(fd, io->pos, io->len, blk_op_name(io->op));
 				v.cleared = true;
 			} else {
-				v.err = fd->bad[i].err;
+				v.err = fd->bad[i].tag;
 				v.bad_hit = true;
 				if (fd->partial_io && (io->op == BLK_READ || io->op == BLK_WRITE))
 					v.partial = partial_locked(fd, io);
@@ -612,16 +551,10 @@ static void *hang_main(void *arg)
 			for (h = fd->hung; h; h = h->next)
 				if (h->since_ns + fd->hang_timeout_ns < due)
 					due = h->since_ns + fd->hang_timeout_ns;
-		if (due == UINT64_MAX) {
+		if (due == UINT64_MAX)
 			pthread_cond_wait(&fd->hang_cv, &fd->lock);
-		} else {
-			struct timespec ts = {
-				.tv_sec = (time_t)(due / 1000000000ull),
-				.tv_nsec = (long)(due % 1000000000ull),
-			};
-
-			pthread_cond_timedwait(&fd->hang_cv, &fd->lock, &ts);
-		}
+		else
+			blk_cond_wait_until(&fd->hang_cv, &fd->lock, due);
 	}
 	pthread_mutex_unlock(&fd->lock);
 	return NULL;
@@ -668,13 +601,143 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 	return 0;
 }
 
-/* ---- open, close, geometry, stat ---- */
+/* ---- the knobs: config keys and .sys/DEV/fault/ ---- */
 
-static const char *const fault_keys[] = {
-	"ops", "errno", "probability", "after", "persistent", "hang", "hang_timeout",
-	"badblocks", "badblocks_once", "badblocks_clear_on_write", "badblocks_partial_io", "seed",
-	"enabled", "pool", NULL,
+/* Re-arm after a knob changed. Caller holds fd->lock. */
+static void rearm_locked(struct fault_dev *fd)
+{
+	fd->passed = 0;
+	fd->fired = false;
+	fd->said = false;
+}
+
+/* The ops a fault applies to: FO_* bits, shown as "read,write" or "none". */
+static int ops_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	int ret = parse_ops(s);
+
+	(void)k;
+	if (ret < 0)
+		return -EINVAL;
+	*(unsigned int *)out = (unsigned int)ret;
+	return 0;
+}
+
+static int ops_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	if (ops_parse(k, s, out))
+		return blk_param_error(p, k->name, "'%s' is not a list of ops (allowed: %s)", s,
+				       k->unit);
+	return 0;
+}
+
+static int ops_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
+{
+	(void)k;
+	format_ops(*(const unsigned int *)v, buf, len);
+	if (!buf[0])
+		snprintf(buf, len, "none");
+	return (int)strlen(buf);
+}
+
+static void ops_def(const struct bk_knob *k, void *f)
+{
+	*(unsigned int *)f = (unsigned int)k->def;
+}
+
+static const struct bk_type bk_type_ops = {
+	.size = sizeof(unsigned int),
+	.set_def = ops_def,
+	.param = ops_param,
+	.parse = ops_parse,
+	.format = ops_format,
 };
+#define BK_AUX_ops(f_)	0
+
+/* `after`: a count of matching ops, or off (FAULT_AFTER_OFF). */
+static int after_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	(void)k;
+	return parse_after(s, out) ? -EINVAL : 0;
+}
+
+static int after_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	if (parse_after(s, out))
+		return blk_param_error(p, k->name, "'%s' is not a count of ops (allowed: %s)", s,
+				       k->unit);
+	return 0;
+}
+
+static int after_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
+{
+	uint64_t a = *(const uint64_t *)v;
+
+	(void)k;
+	if (a == FAULT_AFTER_OFF)
+		return snprintf(buf, len, "off");
+	return snprintf(buf, len, "%llu", (unsigned long long)a);
+}
+
+static void after_def(const struct bk_knob *k, void *f)
+{
+	*(uint64_t *)f = k->def;
+}
+
+static const struct bk_type bk_type_after = {
+	.size = sizeof(uint64_t),
+	.set_def = after_def,
+	.param = after_param,
+	.parse = after_parse,
+	.format = after_format,
+};
+#define BK_AUX_after(f_)	0
+
+/*
+ * Storing after, persistent, hang or enabled re-arms (the count restarts,
+ * a persistent fault that fired stops firing); a new hang_timeout applies
+ * to the I/Os hung now as well (each ends at its start + the new timeout).
+ */
+static void rearm(struct blk_backend *be)
+{
+	rearm_locked((struct fault_dev *)be);
+}
+
+static void hang_timeout_changed(struct blk_backend *be)
+{
+	pthread_cond_signal(&((struct fault_dev *)be)->hang_cv);
+}
+
+static int attr_release_show(struct blk_backend *be, char *buf, size_t len);
+static int attr_release_store(struct blk_backend *be, const char *buf, size_t len);
+static int attr_hung_show(struct blk_backend *be, char *buf, size_t len);
+static int attr_badblocks_show(struct blk_backend *be, char *buf, size_t len);
+static int attr_badblocks_store(struct blk_backend *be, const char *buf, size_t len);
+
+#define FAULT_OPS	"read, write, flush, discard, comma-separated, or all"
+#define FAULT_ERRNO	"a name such as EIO, ENOSPC, ENOMEM, EROFS, or a number"
+#define FAULT_KNOBS(K)											\
+	K(ops,          ops,         ops,         0, 0, FO_WRITE, FAULT_OPS, RW, NULL)			\
+	K(errno,        errno,       err,         0, 0, EIO, FAULT_ERRNO, RW, NULL)			\
+	K(probability,  probability, probability, 0, 1, 0, "0 to 1, such as 0.01", RW, NULL)		\
+	K(after,        after,       after,       0, 0, FAULT_AFTER_OFF, "a number, or off", RW, rearm)	\
+	K(persistent,   bool,        persistent,  0, 1, 0, "", RW, rearm)				\
+	K(hang,         bool,        hang,        0, 1, 0, "", RW, rearm)				\
+	K(hang_timeout, duration,    hang_timeout_ns, 0, FAULT_MAX_HANG_NS, 0, "ns", RW,		\
+	  hang_timeout_changed)										\
+	K(release,      none,        be,          0, 0, 0, "1, all, or an errno", ACT, NULL)		\
+	K(hung,         none,        nr_hung,     0, 0, 0, "I/Os", OWNRO, NULL)				\
+	K(badblocks,    none,        bad,         0, FAULT_MAX_BAD, 0, "OFFSET LENGTH [ERRNO]", OWN, NULL) \
+	K(badblocks_once,           bool, once,           0, 1, 0, "", RW, NULL)			\
+	K(badblocks_clear_on_write, bool, clear_on_write, 0, 1, 0, "", RW, NULL)			\
+	K(badblocks_partial_io,     bool, partial_io,     0, 1, 0, "", RW, NULL)			\
+	K(seed,         seed,        seed,        0, 0, 0, "", RW, NULL)					\
+	K(enabled,      bool,        enabled,     0, 1, 1, "", RW, rearm)				\
+	K(pool,         pool,        nr_pool,     1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)
+
+BK_DEFINE(fault, struct fault_dev, lock, NULL, FAULT_KNOBS);
+
+/* ---- open, close, geometry, stat ---- */
 
 /*
  * The device's size changed (blk_resize()): ranges given from now on are
@@ -695,8 +758,6 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 {
 	struct blk_geometry geo;
 	struct fault_dev *fd;
-	pthread_condattr_t ca;
-	unsigned int pool;
 	const char *s;
 	int ret;
 
@@ -714,65 +775,11 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	fd->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	fd->size = geo.size;
 	fd->lbs = geo.lbs;
-	fd->ops = FO_WRITE;
-	fd->err = EIO;
-	fd->after = FAULT_AFTER_OFF;
-	fd->enabled = true;
 	fd->hung_tail = &fd->hung;
 
-	s = blk_param_get(p, "ops");
-	if (s) {
-		ret = parse_ops(s);
-		if (ret < 0) {
-			ret = blk_param_error(p, "ops",
-				"'%s' is not a list of ops (allowed: read, write, flush, discard, comma-separated, or all)",
-				s);
-			goto out_free;
-		}
-		fd->ops = (unsigned int)ret;
-	}
-	s = blk_param_get(p, "errno");
-	if (s) {
-		ret = be_parse_errno(s);
-		if (ret < 0) {
-			ret = blk_param_error(p, "errno",
-				"'%s' is not an errno (allowed: a name such as EIO, ENOSPC, ENOMEM, EROFS, or a number)",
-				s);
-			goto out_free;
-		}
-		fd->err = ret;
-	}
-	s = blk_param_get(p, "probability");
-	if (s && be_parse_probability(s, &fd->probability)) {
-		ret = blk_param_error(p, "probability", "'%s' is not a probability (allowed: 0 to 1, such as 0.01)", s);
-		goto out_free;
-	}
-	s = blk_param_get(p, "after");
-	if (s && parse_after(s, &fd->after)) {
-		ret = blk_param_error(p, "after", "'%s' is not a count of ops (allowed: a number, or off)", s);
-		goto out_free;
-	}
-	ret = blk_param_bool(p, "persistent", false, &fd->persistent);
-	if (!ret)
-		ret = blk_param_bool(p, "hang", false, &fd->hang);
-	if (!ret)
-		ret = blk_param_duration(p, "hang_timeout", 0, 0, FAULT_MAX_HANG_NS, 0,
-					 &fd->hang_timeout_ns);
-	if (!ret)
-		ret = blk_param_bool(p, "enabled", true, &fd->enabled);
-	if (!ret)
-		ret = blk_param_bool(p, "badblocks_once", false, &fd->once);
-	if (!ret)
-		ret = blk_param_bool(p, "badblocks_clear_on_write", false, &fd->clear_on_write);
-	if (!ret)
-		ret = blk_param_bool(p, "badblocks_partial_io", false, &fd->partial_io);
-	if (!ret)
-		ret = be_param_seed(p, &fd->seed);
-	if (!ret)
-		ret = be_param_pool(p, &pool);
+	ret = bk_params(&bk_table, p, &fd->be);
 	if (ret)
 		goto out_free;
-	fd->rng = fd->seed;
 	s = blk_param_get(p, "badblocks");
 	if (s) {
 		ret = parse_bad_list(s, strlen(s), ',', fd->size, fd->bad, FAULT_MAX_BAD);
@@ -784,10 +791,10 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 		}
 		fd->nr_bad = (size_t)ret;
 	}
-	ret = be_pool_init(&fd->pool, pool, sizeof(struct fault_hang), 64);
+	ret = be_pool_init(&fd->pool, fd->nr_pool, sizeof(struct fault_hang), 64);
 	if (ret)
 		goto out_err;
-	ret = be_pool_init(&fd->part_pool, pool, sizeof(struct fault_part), 64);
+	ret = be_pool_init(&fd->part_pool, fd->nr_pool, sizeof(struct fault_part), 64);
 	if (ret) {
 		be_pool_destroy(&fd->pool);
 		goto out_err;
@@ -796,10 +803,7 @@ static struct blk_backend *fault_open(struct blk_params *p, struct blk_backend *
 	if (ret)
 		goto out_destroy_pool;
 	/* Hang timeouts are CLOCK_MONOTONIC: a wall-clock jump must not end one. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	ret = -pthread_cond_init(&fd->hang_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	ret = -blk_cond_init(&fd->hang_cv);
 	if (ret)
 		goto out_destroy_lock;
 	ret = -pthread_create(&fd->hang_thread, NULL, hang_main, fd);
@@ -871,193 +875,9 @@ static size_t fault_stat(struct blk_backend *be, char *buf, size_t len)
 	return n + be_pool_stat(&fd->pool, "fault", buf + n, len - n);
 }
 
-/* ---- live attributes: .sys/DEV/fault/ ---- */
+/* ---- the attrs of its own: .sys/DEV/fault/{release,hung,badblocks} ---- */
 
-/* Re-arm after a knob changed. Caller holds fd->lock. */
-static void rearm_locked(struct fault_dev *fd)
-{
-	fd->passed = 0;
-	fd->fired = false;
-	fd->said = false;
-}
-
-static int fault_ops_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[64];
-
-	pthread_mutex_lock(&fd->lock);
-	format_ops(fd->ops, s, sizeof(s));
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, s[0] ? s : "none");
-}
-
-static int fault_ops_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[64];
-	int ret;
-
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	ret = parse_ops(s);
-	if (ret < 0)
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->ops = (unsigned int)ret;
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
-}
-
-static int fault_errno_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-
-	return be_errno_show(&fd->lock, &fd->err, buf, len);
-}
-
-static int fault_errno_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-
-	return be_errno_store(&fd->lock, &fd->err, buf, len);
-}
-
-static int fault_probability_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	double p;
-
-	pthread_mutex_lock(&fd->lock);
-	p = fd->probability;
-	pthread_mutex_unlock(&fd->lock);
-	return be_probability_out(buf, len, p);
-}
-
-static int fault_probability_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[64];
-	double p;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_probability(s, &p))
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->probability = p;
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
-}
-
-static int fault_after_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	uint64_t a;
-	int n;
-
-	pthread_mutex_lock(&fd->lock);
-	a = fd->after;
-	pthread_mutex_unlock(&fd->lock);
-	if (a == FAULT_AFTER_OFF)
-		return be_attr_out(buf, len, "off");
-	n = snprintf(buf, len, "%llu\n", (unsigned long long)a);
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
-
-static int fault_after_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[32];
-	uint64_t a;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || parse_after(s, &a))
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->after = a;
-	rearm_locked(fd);
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
-}
-
-static int bool_show(struct fault_dev *fd, const bool *field, char *buf, size_t len)
-{
-	bool v;
-
-	pthread_mutex_lock(&fd->lock);
-	v = *field;
-	pthread_mutex_unlock(&fd->lock);
-	return be_attr_out(buf, len, v ? "1" : "0");
-}
-
-static int bool_store(struct fault_dev *fd, bool *field, bool rearm, const char *buf,
-		      size_t len)
-{
-	char s[8];
-	bool v;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	*field = v;
-	if (rearm)
-		rearm_locked(fd);
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
-}
-
-#define FAULT_BOOL_ATTR(field, rearm)						\
-static int fault_##field##_show(struct blk_backend *be, char *buf, size_t len)	\
-{										\
-	struct fault_dev *fd = (struct fault_dev *)be;				\
-										\
-	return bool_show(fd, &fd->field, buf, len);				\
-}										\
-static int fault_##field##_store(struct blk_backend *be, const char *buf, size_t len) \
-{										\
-	struct fault_dev *fd = (struct fault_dev *)be;				\
-										\
-	return bool_store(fd, &fd->field, rearm, buf, len);			\
-}
-
-FAULT_BOOL_ATTR(persistent, true)
-FAULT_BOOL_ATTR(partial_io, false)
-FAULT_BOOL_ATTR(enabled, true)
-FAULT_BOOL_ATTR(hang, true)
-FAULT_BOOL_ATTR(once, false)
-FAULT_BOOL_ATTR(clear_on_write, false)
-
-static int fault_hang_timeout_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[32];
-	uint64_t ns;
-
-	pthread_mutex_lock(&fd->lock);
-	ns = fd->hang_timeout_ns;
-	pthread_mutex_unlock(&fd->lock);
-	blk_format_duration(s, sizeof(s), ns);
-	return be_attr_out(buf, len, s);
-}
-
-/* Applies to the I/Os hung now as well: each ends at its start + the new timeout. */
-static int fault_hang_timeout_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-	char s[32];
-	uint64_t ns;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 0, &ns) ||
-	    ns > FAULT_MAX_HANG_NS)
-		return -EINVAL;
-	pthread_mutex_lock(&fd->lock);
-	fd->hang_timeout_ns = ns;
-	pthread_cond_signal(&fd->hang_cv);
-	pthread_mutex_unlock(&fd->lock);
-	return 0;
-}
-
-static int fault_hung_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_hung_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
 	char s[24];
@@ -1068,7 +888,7 @@ static int fault_hung_show(struct blk_backend *be, char *buf, size_t len)
 	return be_attr_out(buf, len, s);
 }
 
-static int fault_release_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_release_show(struct blk_backend *be, char *buf, size_t len)
 {
 	(void)be;
 	return be_attr_out(buf, len, "0");
@@ -1079,7 +899,7 @@ static int fault_release_show(struct blk_backend *be, char *buf, size_t len)
  * or number: each fails with it. Ends what is hung now; a later fault
  * hangs again. With nothing hung it succeeds and does nothing.
  */
-static int fault_release_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_release_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
 	struct fault_hang *taken, *h;
@@ -1106,57 +926,26 @@ static int fault_release_store(struct blk_backend *be, const char *buf, size_t l
 	return 0;
 }
 
-static int fault_seed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-
-	return be_seed_show(&fd->lock, &fd->seed, buf, len);
-}
-
-/* A number, or auto; the stream restarts from it. */
-static int fault_seed_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct fault_dev *fd = (struct fault_dev *)be;
-
-	return be_seed_store(&fd->lock, &fd->seed, &fd->rng, "fault", fd->dev, buf, len);
-}
-
 /* One `OFFSET LENGTH ERRNO` line per range, in the order added. */
-static int fault_badblocks_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_badblocks_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	size_t i, off = 0;
-	int ret = 0;
+	int ret;
 
-	if (!len)
-		return -EOVERFLOW;
-	buf[0] = '\0';
 	pthread_mutex_lock(&fd->lock);
-	for (i = 0; i < fd->nr_bad; i++) {
-		char eb[16];
-		int n = snprintf(buf + off, len - off, "%llu %llu %s\n",
-				 (unsigned long long)fd->bad[i].pos,
-				 (unsigned long long)fd->bad[i].len,
-				 be_errno_name(fd->bad[i].err, eb, sizeof(eb)));
-
-		if (n < 0 || (size_t)n >= len - off) {
-			ret = -EOVERFLOW;
-			break;
-		}
-		off += (size_t)n;
-	}
+	ret = be_ranges_print(fd->bad, fd->nr_bad, buf, len, be_errno_name);
 	pthread_mutex_unlock(&fd->lock);
-	return ret ? ret : (int)off;
+	return ret;
 }
 
 /*
  * `clear`, or lines to add. All or nothing: one bad line, a range outside
  * the device, or more than FAULT_MAX_BAD ranges in all changes nothing.
  */
-static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_badblocks_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	struct fault_dev *fd = (struct fault_dev *)be;
-	struct fault_bad *add;
+	struct be_range *add;
 	size_t room;
 	char s[8];
 	int ret;
@@ -1194,27 +983,6 @@ static int fault_badblocks_store(struct blk_backend *be, const char *buf, size_t
 	free(add);
 	return ret;
 }
-
-static const struct blk_attr fault_attrs[] = {
-	{ .name = "ops", .show = fault_ops_show, .store = fault_ops_store },
-	{ .name = "errno", .show = fault_errno_show, .store = fault_errno_store },
-	{ .name = "probability", .show = fault_probability_show, .store = fault_probability_store },
-	{ .name = "after", .show = fault_after_show, .store = fault_after_store },
-	{ .name = "persistent", .show = fault_persistent_show, .store = fault_persistent_store },
-	{ .name = "hang", .show = fault_hang_show, .store = fault_hang_store },
-	{ .name = "hang_timeout", .show = fault_hang_timeout_show, .store = fault_hang_timeout_store },
-	{ .name = "release", .show = fault_release_show, .store = fault_release_store },
-	{ .name = "hung", .show = fault_hung_show },
-	{ .name = "badblocks", .show = fault_badblocks_show, .store = fault_badblocks_store },
-	{ .name = "badblocks_once", .show = fault_once_show, .store = fault_once_store },
-	{ .name = "badblocks_clear_on_write", .show = fault_clear_on_write_show,
-	  .store = fault_clear_on_write_store },
-	{ .name = "badblocks_partial_io", .show = fault_partial_io_show,
-	  .store = fault_partial_io_store },
-	{ .name = "seed", .show = fault_seed_show, .store = fault_seed_store },
-	{ .name = "enabled", .show = fault_enabled_show, .store = fault_enabled_store },
-	{ .name = NULL },
-};
 
 const struct blk_backend_ops fault_filter_ops = {
 	.name = "fault",

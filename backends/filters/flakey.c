@@ -60,6 +60,8 @@
 #include <strings.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
@@ -75,11 +77,6 @@ struct flakey_point {
 	uint64_t off;		/* in the I/O */
 	int value;		/* the new value, or -1: XOR with xor */
 	uint8_t xor;		/* non-zero */
-};
-
-struct flakey_range {
-	uint64_t pos;
-	uint64_t len;
 };
 
 /* A child I/O: a read or write to corrupt. From fk->pool. */
@@ -120,12 +117,13 @@ struct flakey_dev {
 	int byte_value;			/* lock */
 	double p_read, p_write;		/* lock */
 	int err;			/* lock: positive errno */
-	struct flakey_range ranges[FLAKEY_MAX_RANGES];	/* lock: sorted, merged */
+	struct be_range ranges[FLAKEY_MAX_RANGES];	/* lock: sorted, merged */
 	size_t nr_ranges;		/* lock */
 	uint64_t seed, rng;		/* lock */
 	unsigned int nr_said;		/* lock */
 	char last[96];			/* lock: last_corruption */
 	uint64_t inflight;		/* lock: children not yet completed to the cache */
+	unsigned int nr_pool;		/* the pool's size (config only) */
 
 	/* Counters for ->stat; atomic, read without a lock. */
 	uint64_t nr_down_ios;		/* I/Os that came in a down window */
@@ -179,56 +177,11 @@ static int parse_byte(const char *s, uint64_t *n, bool *write, int *value)
 	return 0;
 }
 
-static int cmp_range(const void *a, const void *b)
-{
-	const struct flakey_range *x = a, *y = b;
-
-	return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Sort and merge @v[0..n) in place; returns the new count. */
-static size_t merge_ranges(struct flakey_range *v, size_t n)
-{
-	size_t i, out = 0;
-
-	qsort(v, n, sizeof(*v), cmp_range);
-	for (i = 0; i < n; i++) {
-		if (out && v[i].pos <= v[out - 1].pos + v[out - 1].len) {
-			uint64_t end = v[i].pos + v[i].len;
-
-			if (end > v[out - 1].pos + v[out - 1].len)
-				v[out - 1].len = end - v[out - 1].pos;
-			continue;
-		}
-		v[out++] = v[i];
-	}
-	return out;
-}
-
 /* `OFFSET LENGTH` entries inside the device into @out (room @room): count or -errno. */
 static int parse_ranges(const char *s, size_t n, char sep, uint64_t size,
-			struct flakey_range *out, size_t room)
+			struct be_range *out, size_t room)
 {
-	char tok[2][32];
-	size_t cnt = 0;
-	int nt;
-
-	while ((nt = be_entries(&s, &n, sep, tok, 2)) != -ENOENT) {
-		struct flakey_range r;
-
-		if (nt < 0)
-			return -EINVAL;
-		if (!nt)
-			continue;
-		if (nt != 2 || blk_parse_size(tok[0], &r.pos) || blk_parse_size(tok[1], &r.len))
-			return -EINVAL;
-		if (!r.len || r.pos >= size || r.len > size - r.pos)
-			return -EINVAL;
-		if (cnt == room)
-			return -ENOSPC;
-		out[cnt++] = r;
-	}
-	return (int)cnt;
+	return be_ranges_parse(s, n, sep, size, NULL, 0, out, room);
 }
 
 /* ---- deciding ---- */
@@ -248,56 +201,19 @@ static bool is_down_locked(const struct flakey_dev *fk, uint64_t now)
 /* Bytes of [pos, pos + len) inside the ranges (all of it without ranges). */
 static uint64_t eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len)
 {
-	uint64_t sum = 0;
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return len;
-	for (i = 0; i < fk->nr_ranges; i++) {
-		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
-		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
-
-		if (b > pos + len)
-			b = pos + len;
-		if (a < b)
-			sum += b - a;
-	}
-	return sum;
+	return fk->nr_ranges ? be_ranges_covered(fk->ranges, fk->nr_ranges, pos, len) : len;
 }
 
 /* The offset in the I/O of the @k-th eligible byte. */
 static uint64_t nth_eligible_locked(const struct flakey_dev *fk, uint64_t pos, uint64_t len,
 				    uint64_t k)
 {
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return k;
-	for (i = 0; i < fk->nr_ranges; i++) {
-		uint64_t a = fk->ranges[i].pos > pos ? fk->ranges[i].pos : pos;
-		uint64_t b = fk->ranges[i].pos + fk->ranges[i].len;
-
-		if (b > pos + len)
-			b = pos + len;
-		if (a >= b)
-			continue;
-		if (k < b - a)
-			return a + k - pos;
-		k -= b - a;
-	}
-	return 0;	/* not reached: k < eligible_locked() */
+	return fk->nr_ranges ? be_ranges_nth(fk->ranges, fk->nr_ranges, pos, len, k) : k;
 }
 
 static bool in_ranges_locked(const struct flakey_dev *fk, uint64_t at)
 {
-	size_t i;
-
-	if (!fk->nr_ranges)
-		return true;
-	for (i = 0; i < fk->nr_ranges; i++)
-		if (at >= fk->ranges[i].pos && at - fk->ranges[i].pos < fk->ranges[i].len)
-			return true;
-	return false;
+	return !fk->nr_ranges || be_ranges_contains(fk->ranges, fk->nr_ranges, at);
 }
 
 /*
@@ -583,30 +499,158 @@ static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 	return ret;
 }
 
-/* ---- open, close, stat ---- */
-
-static const char *const flakey_keys[] = {
-	"up_interval", "down_interval", "error_reads", "error_writes", "drop_writes",
-	"corrupt_bio_byte", "random_read_corrupt", "random_write_corrupt", "corrupt_ranges",
-	"errno", "seed", "pool", NULL,
-};
-
 /* Caller holds fk->lock (or owns fk alone). */
 static void update_can_go_down_locked(struct flakey_dev *fk)
 {
 	__atomic_store_n(&fk->can_go_down, fk->down_ns > 0, __ATOMIC_RELAXED);
 }
 
-static int param_probability(struct blk_params *p, const char *key, double *out)
-{
-	const char *s = blk_param_get(p, key);
+/* ---- the knobs: config keys and .sys/DEV/flakey/ ---- */
 
-	if (s && be_parse_probability(s, out))
-		return blk_param_error(p, key,
-			"'%s' is not a probability (allowed: 0 to 1, such as 0.01; dm-flakey's 1000000000 is 1)",
-			s);
+static int attr_corrupt_bio_byte_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[64];
+
+	pthread_mutex_lock(&fk->lock);
+	if (!fk->byte_n)
+		snprintf(s, sizeof(s), "off");
+	else
+		snprintf(s, sizeof(s), "%llu %c %d", (unsigned long long)fk->byte_n,
+			 fk->byte_write ? 'w' : 'r', fk->byte_value);
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, s);
+}
+
+static int attr_corrupt_bio_byte_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	uint64_t n;
+	bool w;
+	int v;
+	char s[128];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || parse_byte(s, &n, &w, &v))
+		return -EINVAL;
+	pthread_mutex_lock(&fk->lock);
+	fk->byte_n = n;
+	fk->byte_write = w;
+	fk->byte_value = v;
+	fk->nr_said = 0;
+	pthread_mutex_unlock(&fk->lock);
 	return 0;
 }
+
+/* One `OFFSET LENGTH` line per range, sorted and merged. */
+static int attr_corrupt_ranges_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	int ret;
+
+	pthread_mutex_lock(&fk->lock);
+	ret = be_ranges_print(fk->ranges, fk->nr_ranges, buf, len, NULL);
+	pthread_mutex_unlock(&fk->lock);
+	return ret;
+}
+
+/* `clear`, or lines to add (merged with what is there); all or nothing. */
+static int attr_corrupt_ranges_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	struct be_range *v;
+	size_t have;
+	char s[8];
+	int ret;
+
+	if (!len || len > FLAKEY_TEXT_MAX || memchr(buf, '\0', len))
+		return -EINVAL;
+	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
+		pthread_mutex_lock(&fk->lock);
+		fk->nr_ranges = 0;
+		pthread_mutex_unlock(&fk->lock);
+		return 0;
+	}
+	v = malloc(2 * FLAKEY_MAX_RANGES * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ret = parse_ranges(buf, len, '\n', fk->size, v, FLAKEY_MAX_RANGES);
+	if (ret <= 0) {
+		free(v);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&fk->lock);
+	have = fk->nr_ranges;
+	memcpy(v + ret, fk->ranges, have * sizeof(*v));
+	have = be_ranges_merge(v, have + (size_t)ret);
+	if (have > FLAKEY_MAX_RANGES) {
+		ret = -EINVAL;
+	} else {
+		memcpy(fk->ranges, v, have * sizeof(*v));
+		fk->nr_ranges = have;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&fk->lock);
+	free(v);
+	return ret;
+}
+
+static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	bool down;
+
+	pthread_mutex_lock(&fk->lock);
+	down = is_down_locked(fk, blk_now_ns());
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, down ? "down" : "up");
+}
+
+static int attr_last_corruption_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+	char s[sizeof(fk->last)];
+
+	pthread_mutex_lock(&fk->lock);
+	memcpy(s, fk->last, sizeof(s));
+	pthread_mutex_unlock(&fk->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* A new interval starts the cycle again, up first (as loading a dm table does). */
+static void cycle_restart(struct blk_backend *be)
+{
+	struct flakey_dev *fk = (struct flakey_dev *)be;
+
+	fk->start_ns = blk_now_ns();
+	update_can_go_down_locked(fk);
+}
+
+/* A new corruption (or stream) is told in the daemon log again. */
+static void said_reset(struct blk_backend *be)
+{
+	((struct flakey_dev *)be)->nr_said = 0;
+}
+
+#define FLAKEY_PROB	"0 to 1, such as 0.01; dm-flakey's 1000000000 is 1"
+#define FLAKEY_KNOBS(K)											\
+	K(up_interval,   seconds, up_ns,   0, FLAKEY_MAX_INTERVAL_NS, 0, "ns", RW, cycle_restart)	\
+	K(down_interval, seconds, down_ns, 0, FLAKEY_MAX_INTERVAL_NS, 0, "ns", RW, cycle_restart)	\
+	K(error_reads,   bool, error_reads,  0, 1, 0, "", RW, NULL)					\
+	K(error_writes,  bool, error_writes, 0, 1, 0, "", RW, NULL)					\
+	K(drop_writes,   bool, drop_writes,  0, 1, 0, "", RW, NULL)					\
+	K(corrupt_bio_byte, none, byte_n, 0, 0, 0, "N r|w VALUE [0], or off", OWN, NULL)		\
+	K(random_read_corrupt,  probability, p_read,  0, 1, 0, FLAKEY_PROB, RW, said_reset)		\
+	K(random_write_corrupt, probability, p_write, 0, 1, 0, FLAKEY_PROB, RW, said_reset)		\
+	K(corrupt_ranges, none, ranges, 0, FLAKEY_MAX_RANGES, 0, "OFFSET LENGTH", OWN, NULL)		\
+	K(errno, errno, err, 0, 0, EIO, "a name such as EIO, ENOSPC, or a number", RW, NULL)		\
+	K(seed,  seed,  seed, 0, 0, 0, "", RW, said_reset)						\
+	K(pool,  pool,  nr_pool, 1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)			\
+	K(state, none,  be, 0, 0, 0, "up or down", OWNRO, NULL)						\
+	K(last_corruption, none, last, 0, 0, 0, "OP OFFSET OLD NEW, or none", OWNRO, NULL)
+
+BK_DEFINE(flakey, struct flakey_dev, lock, NULL, FLAKEY_KNOBS);
+
+/* ---- open, close, stat ---- */
 
 /*
  * The device's size changed (blk_resize()): ranges given from now on are
@@ -627,7 +671,6 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 {
 	struct blk_geometry geo;
 	struct flakey_dev *fk;
-	unsigned int pool;
 	const char *s;
 	int ret;
 
@@ -645,47 +688,17 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 	fk->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	fk->size = geo.size;
 	fk->align = geo.dma_align ? geo.dma_align : 1;
-	fk->err = EIO;
 	snprintf(fk->last, sizeof(fk->last), "none");
 
-	ret = blk_param_duration(p, "up_interval", 0, 0, FLAKEY_MAX_INTERVAL_NS, 1000000000ull,
-				 &fk->up_ns);
-	if (!ret)
-		ret = blk_param_duration(p, "down_interval", 0, 0, FLAKEY_MAX_INTERVAL_NS,
-					 1000000000ull, &fk->down_ns);
-	if (!ret)
-		ret = blk_param_bool(p, "error_reads", false, &fk->error_reads);
-	if (!ret)
-		ret = blk_param_bool(p, "error_writes", false, &fk->error_writes);
-	if (!ret)
-		ret = blk_param_bool(p, "drop_writes", false, &fk->drop_writes);
-	if (!ret)
-		ret = param_probability(p, "random_read_corrupt", &fk->p_read);
-	if (!ret)
-		ret = param_probability(p, "random_write_corrupt", &fk->p_write);
-	if (!ret)
-		ret = be_param_seed(p, &fk->seed);
-	if (!ret)
-		ret = be_param_pool(p, &pool);
+	ret = bk_params(&bk_table, p, &fk->be);
 	if (ret)
 		goto out_free;
-	fk->rng = fk->seed;
 	s = blk_param_get(p, "corrupt_bio_byte");
 	if (s && parse_byte(s, &fk->byte_n, &fk->byte_write, &fk->byte_value)) {
 		ret = blk_param_error(p, "corrupt_bio_byte",
 			"'%s' is not a corruption (allowed: N r|w VALUE [0], with N from 1 and VALUE 0..255, or off)",
 			s);
 		goto out_free;
-	}
-	s = blk_param_get(p, "errno");
-	if (s) {
-		ret = be_parse_errno(s);
-		if (ret < 0) {
-			ret = blk_param_error(p, "errno",
-				"'%s' is not an errno (allowed: a name such as EIO, ENOSPC, or a number)", s);
-			goto out_free;
-		}
-		fk->err = ret;
 	}
 	s = blk_param_get(p, "corrupt_ranges");
 	if (s) {
@@ -696,11 +709,11 @@ static struct blk_backend *flakey_open(struct blk_params *p, struct blk_backend 
 				s, FLAKEY_MAX_RANGES, (unsigned long long)fk->size);
 			goto out_free;
 		}
-		fk->nr_ranges = merge_ranges(fk->ranges, (size_t)ret);
+		fk->nr_ranges = be_ranges_merge(fk->ranges, (size_t)ret);
 	}
 	update_can_go_down_locked(fk);
 
-	ret = be_pool_init(&fk->pool, pool, sizeof(struct flakey_io), 64);
+	ret = be_pool_init(&fk->pool, fk->nr_pool, sizeof(struct flakey_io), 64);
 	if (ret)
 		goto out_err;
 	ret = be_pool_init(&fk->bounces, FLAKEY_BOUNCES, fk->align, fk->align < 64 ? 64 : fk->align);
@@ -769,324 +782,6 @@ static size_t flakey_stat(struct blk_backend *be, char *buf, size_t len)
 	n += be_pool_stat(&fk->pool, "flakey", buf + n, len - n);
 	return n + be_pool_stat(&fk->bounces, "flakey_bounce", buf + n, len - n);
 }
-
-/* ---- live attributes: .sys/DEV/flakey/ ---- */
-
-static int interval_show(struct flakey_dev *fk, const uint64_t *field, char *buf, size_t len)
-{
-	char s[32];
-	uint64_t v;
-
-	pthread_mutex_lock(&fk->lock);
-	v = *field;
-	pthread_mutex_unlock(&fk->lock);
-	blk_format_duration(s, sizeof(s), v);
-	return be_attr_out(buf, len, s);
-}
-
-/* A new interval starts the cycle again, up first (as loading a dm table does). */
-static int interval_store(struct flakey_dev *fk, uint64_t *field, const char *buf, size_t len)
-{
-	char s[32];
-	uint64_t v;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 1000000000ull, &v) ||
-	    v > FLAKEY_MAX_INTERVAL_NS)
-		return -EINVAL;
-	pthread_mutex_lock(&fk->lock);
-	*field = v;
-	fk->start_ns = blk_now_ns();
-	update_can_go_down_locked(fk);
-	pthread_mutex_unlock(&fk->lock);
-	return 0;
-}
-
-static int flakey_up_interval_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return interval_show(fk, &fk->up_ns, buf, len);
-}
-
-static int flakey_up_interval_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return interval_store(fk, &fk->up_ns, buf, len);
-}
-
-static int flakey_down_interval_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return interval_show(fk, &fk->down_ns, buf, len);
-}
-
-static int flakey_down_interval_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return interval_store(fk, &fk->down_ns, buf, len);
-}
-
-#define FLAKEY_BOOL_ATTR(field)							\
-static int flakey_##field##_show(struct blk_backend *be, char *buf, size_t len)	\
-{										\
-	struct flakey_dev *fk = (struct flakey_dev *)be;			\
-	bool v;									\
-										\
-	pthread_mutex_lock(&fk->lock);						\
-	v = fk->field;								\
-	pthread_mutex_unlock(&fk->lock);					\
-	return be_attr_out(buf, len, v ? "1" : "0");				\
-}										\
-static int flakey_##field##_store(struct blk_backend *be, const char *buf, size_t len) \
-{										\
-	struct flakey_dev *fk = (struct flakey_dev *)be;			\
-	char s[8];								\
-	bool v;									\
-										\
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))	\
-		return -EINVAL;							\
-	pthread_mutex_lock(&fk->lock);						\
-	fk->field = v;								\
-	pthread_mutex_unlock(&fk->lock);					\
-	return 0;								\
-}
-
-FLAKEY_BOOL_ATTR(error_reads)
-FLAKEY_BOOL_ATTR(error_writes)
-FLAKEY_BOOL_ATTR(drop_writes)
-
-static int flakey_corrupt_bio_byte_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	char s[64];
-
-	pthread_mutex_lock(&fk->lock);
-	if (!fk->byte_n)
-		snprintf(s, sizeof(s), "off");
-	else
-		snprintf(s, sizeof(s), "%llu %c %d", (unsigned long long)fk->byte_n,
-			 fk->byte_write ? 'w' : 'r', fk->byte_value);
-	pthread_mutex_unlock(&fk->lock);
-	return be_attr_out(buf, len, s);
-}
-
-static int flakey_corrupt_bio_byte_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	uint64_t n;
-	bool w;
-	int v;
-	char s[128];
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || parse_byte(s, &n, &w, &v))
-		return -EINVAL;
-	pthread_mutex_lock(&fk->lock);
-	fk->byte_n = n;
-	fk->byte_write = w;
-	fk->byte_value = v;
-	fk->nr_said = 0;
-	pthread_mutex_unlock(&fk->lock);
-	return 0;
-}
-
-static int probability_show(struct flakey_dev *fk, const double *field, char *buf, size_t len)
-{
-	double v;
-
-	pthread_mutex_lock(&fk->lock);
-	v = *field;
-	pthread_mutex_unlock(&fk->lock);
-	return be_probability_out(buf, len, v);
-}
-
-static int probability_store(struct flakey_dev *fk, double *field, const char *buf, size_t len)
-{
-	char s[64];
-	double v;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_probability(s, &v))
-		return -EINVAL;
-	pthread_mutex_lock(&fk->lock);
-	*field = v;
-	fk->nr_said = 0;
-	pthread_mutex_unlock(&fk->lock);
-	return 0;
-}
-
-static int flakey_random_read_corrupt_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return probability_show(fk, &fk->p_read, buf, len);
-}
-
-static int flakey_random_read_corrupt_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return probability_store(fk, &fk->p_read, buf, len);
-}
-
-static int flakey_random_write_corrupt_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return probability_show(fk, &fk->p_write, buf, len);
-}
-
-static int flakey_random_write_corrupt_store(struct blk_backend *be, const char *buf,
-					     size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return probability_store(fk, &fk->p_write, buf, len);
-}
-
-/* One `OFFSET LENGTH` line per range, sorted and merged. */
-static int flakey_corrupt_ranges_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	size_t i, off = 0;
-	int ret = 0;
-
-	if (!len)
-		return -EOVERFLOW;
-	buf[0] = '\0';
-	pthread_mutex_lock(&fk->lock);
-	for (i = 0; i < fk->nr_ranges; i++) {
-		int n = snprintf(buf + off, len - off, "%llu %llu\n",
-				 (unsigned long long)fk->ranges[i].pos,
-				 (unsigned long long)fk->ranges[i].len);
-
-		if (n < 0 || (size_t)n >= len - off) {
-			ret = -EOVERFLOW;
-			break;
-		}
-		off += (size_t)n;
-	}
-	pthread_mutex_unlock(&fk->lock);
-	return ret ? ret : (int)off;
-}
-
-/* `clear`, or lines to add (merged with what is there); all or nothing. */
-static int flakey_corrupt_ranges_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	struct flakey_range *v;
-	size_t have;
-	char s[8];
-	int ret;
-
-	if (!len || len > FLAKEY_TEXT_MAX || memchr(buf, '\0', len))
-		return -EINVAL;
-	if (!be_attr_text(buf, len, s, sizeof(s)) && !strcasecmp(s, "clear")) {
-		pthread_mutex_lock(&fk->lock);
-		fk->nr_ranges = 0;
-		pthread_mutex_unlock(&fk->lock);
-		return 0;
-	}
-	v = malloc(2 * FLAKEY_MAX_RANGES * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	ret = parse_ranges(buf, len, '\n', fk->size, v, FLAKEY_MAX_RANGES);
-	if (ret <= 0) {
-		free(v);
-		return -EINVAL;
-	}
-	pthread_mutex_lock(&fk->lock);
-	have = fk->nr_ranges;
-	memcpy(v + ret, fk->ranges, have * sizeof(*v));
-	have = merge_ranges(v, have + (size_t)ret);
-	if (have > FLAKEY_MAX_RANGES) {
-		ret = -EINVAL;
-	} else {
-		memcpy(fk->ranges, v, have * sizeof(*v));
-		fk->nr_ranges = have;
-		ret = 0;
-	}
-	pthread_mutex_unlock(&fk->lock);
-	free(v);
-	return ret;
-}
-
-static int flakey_errno_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return be_errno_show(&fk->lock, &fk->err, buf, len);
-}
-
-static int flakey_errno_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return be_errno_store(&fk->lock, &fk->err, buf, len);
-}
-
-static int flakey_seed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-
-	return be_seed_show(&fk->lock, &fk->seed, buf, len);
-}
-
-/* A number, or auto; the stream restarts from it. */
-static int flakey_seed_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	int ret = be_seed_store(&fk->lock, &fk->seed, &fk->rng, "flakey", fk->dev, buf, len);
-
-	if (!ret) {
-		pthread_mutex_lock(&fk->lock);
-		fk->nr_said = 0;	/* the new stream's corruptions are told again */
-		pthread_mutex_unlock(&fk->lock);
-	}
-	return ret;
-}
-
-static int flakey_state_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	bool down;
-
-	pthread_mutex_lock(&fk->lock);
-	down = is_down_locked(fk, blk_now_ns());
-	pthread_mutex_unlock(&fk->lock);
-	return be_attr_out(buf, len, down ? "down" : "up");
-}
-
-static int flakey_last_corruption_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct flakey_dev *fk = (struct flakey_dev *)be;
-	char s[sizeof(fk->last)];
-
-	pthread_mutex_lock(&fk->lock);
-	memcpy(s, fk->last, sizeof(s));
-	pthread_mutex_unlock(&fk->lock);
-	return be_attr_out(buf, len, s);
-}
-
-#define RW(n) { .name = #n, .show = flakey_##n##_show, .store = flakey_##n##_store }
-
-static const struct blk_attr flakey_attrs[] = {
-	RW(up_interval),
-	RW(down_interval),
-	RW(error_reads),
-	RW(error_writes),
-	RW(drop_writes),
-	RW(corrupt_bio_byte),
-	RW(random_read_corrupt),
-	RW(random_write_corrupt),
-	RW(corrupt_ranges),
-	RW(errno),
-	RW(seed),
-	{ .name = "state", .show = flakey_state_show },
-	{ .name = "last_corruption", .show = flakey_last_corruption_show },
-	{ .name = NULL },
-};
 
 const struct blk_backend_ops flakey_filter_ops = {
 	.name = "flakey",

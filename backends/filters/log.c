@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
 
 #define LOG_LINE_MAX	128	/* the longest line: 20-digit numbers everywhere */
 /*
@@ -49,7 +50,9 @@
 
 struct log_dev {
 	struct blk_backend be;		/* must come first */
+	const char *dev;		/* device name; set at open */
 	char *path;			/* absolute; set at open, read-only after */
+	bool append;			/* config only */
 	int fd;				/* O_APPEND; set at open */
 	uint64_t t0_ns;			/* CLOCK_MONOTONIC at open */
 	bool enabled;			/* atomic: the `enabled` attr */
@@ -219,11 +222,29 @@ static int log_header(struct log_dev *ld, const char *dev)
 	return write_all(ld->fd, line, (size_t)n);
 }
 
+/* ---- the knobs: config keys and .sys/DEV/log/ ---- */
+
+static int attr_path_show(struct blk_backend *be, char *buf, size_t len)
+{
+	return be_attr_out(buf, len, ((struct log_dev *)be)->path);
+}
+
+/*
+ * path is resolved against the config file's directory (log_resolve), so
+ * open() reads it; enabled is on at open and read by submit() without the
+ * lock (an atomic field: knobs.h).
+ */
+#define LOG_KNOBS(K)									\
+	K(path,    none, path,    0, 0, 0, "a file", OWNKEY, NULL)			\
+	K(append,  bool, append,  0, 1, 0, "", CONF, NULL)				\
+	K(enabled, bool, enabled, 0, 1, 1, "", LIVE, NULL)
+
+BK_DEFINE(log, struct log_dev, lock, NULL, LOG_KNOBS);
+
 static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct log_dev *ld;
 	const char *path;
-	bool append;
 	int ret;
 
 	if (!next) {
@@ -236,13 +257,15 @@ static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *ne
 				      "the log filter needs a trace file (log.path = FILE; relative to the config file's directory)");
 		return ERR_PTR(ret);
 	}
-	ret = blk_param_bool(p, "append", false, &append);
-	if (ret)
-		return ERR_PTR(ret);
-
 	ld = calloc(1, sizeof(*ld));
 	if (!ld)
 		goto out_nomem;
+	ld->dev = p->dev ? p->dev : "?";
+	ret = bk_params(&bk_table, p, &ld->be);
+	if (ret) {
+		free(ld);
+		return ERR_PTR(ret);
+	}
 	ld->path = log_resolve(p->file, path);
 	if (!ld->path)
 		goto out_nomem_free;
@@ -251,7 +274,7 @@ static struct blk_backend *log_open(struct blk_params *p, struct blk_backend *ne
 	 * concurrent completions can never overwrite each other.
 	 */
 	ld->fd = open(ld->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
-			  (append ? 0 : O_TRUNC), 0644);
+			  (ld->append ? 0 : O_TRUNC), 0644);
 	if (ld->fd < 0) {
 		ret = -errno;
 		blk_param_error(p, "path", "cannot open %s: %s", ld->path, strerror(-ret));
@@ -315,41 +338,6 @@ static size_t log_stat(struct blk_backend *be, char *buf, size_t len)
 
 	return n + be_pool_stat(&ld->pool, "log", buf + n, len - n);
 }
-
-/* ---- live attributes: .sys/DEV/log/ ---- */
-
-static int log_enabled_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct log_dev *ld = (struct log_dev *)be;
-
-	return be_attr_out(buf, len, __atomic_load_n(&ld->enabled, __ATOMIC_RELAXED) ? "1" : "0");
-}
-
-/* 1/0, and the words a config takes for a boolean; one trailing newline. */
-static int log_enabled_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct log_dev *ld = (struct log_dev *)be;
-	char s[8];
-	bool v;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_bool(s, &v))
-		return -EINVAL;
-	__atomic_store_n(&ld->enabled, v, __ATOMIC_RELAXED);
-	return 0;
-}
-
-static int log_path_show(struct blk_backend *be, char *buf, size_t len)
-{
-	return be_attr_out(buf, len, ((struct log_dev *)be)->path);
-}
-
-static const struct blk_attr log_attrs[] = {
-	{ .name = "enabled", .show = log_enabled_show, .store = log_enabled_store },
-	{ .name = "path", .show = log_path_show },
-	{ .name = NULL },
-};
-
-static const char *const log_keys[] = { "path", "append", NULL };
 
 const struct blk_backend_ops log_filter_ops = {
 	.name = "log",

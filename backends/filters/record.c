@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
 #include "../lib/logwrites.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -533,7 +534,7 @@ static int rec_mark(struct rec_dev *rd, const char *buf, size_t len)
 
 /* ---- attrs ---- */
 
-static int rec_start_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_start_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	char s[BLK_SNAP_NAME_MAX + 2];
 
@@ -547,7 +548,7 @@ static int rec_start_store(struct blk_backend *be, const char *buf, size_t len)
 	return rec_start((struct rec_dev *)be, s);
 }
 
-static int rec_stop_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_stop_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	char s[4];
 
@@ -556,12 +557,12 @@ static int rec_stop_store(struct blk_backend *be, const char *buf, size_t len)
 	return rec_stop((struct rec_dev *)be);
 }
 
-static int rec_mark_store(struct blk_backend *be, const char *buf, size_t len)
+static int attr_mark_store(struct blk_backend *be, const char *buf, size_t len)
 {
 	return rec_mark((struct rec_dev *)be, buf, len);
 }
 
-static int rec_state_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct rec_dev *rd = (struct rec_dev *)be;
 	char s[160];
@@ -583,21 +584,30 @@ static int rec_empty_show(struct blk_backend *be, char *buf, size_t len)
 	return be_attr_out(buf, len, "");
 }
 
-static int rec_path_show(struct blk_backend *be, char *buf, size_t len)
+static int attr_path_show(struct blk_backend *be, char *buf, size_t len)
 {
 	struct rec_dev *rd = (struct rec_dev *)be;
 
 	return be_attr_out(buf, len, rd->path ? rd->path : "none");
 }
 
-static const struct blk_attr rec_attrs[] = {
-	{ .name = "start", .show = rec_empty_show, .store = rec_start_store },
-	{ .name = "stop", .show = rec_empty_show, .store = rec_stop_store },
-	{ .name = "mark", .show = rec_empty_show, .store = rec_mark_store },
-	{ .name = "state", .show = rec_state_show },
-	{ .name = "path", .show = rec_path_show },
-	{ .name = NULL },
-};
+/* An action's file reads empty. */
+#define attr_start_show	rec_empty_show
+#define attr_stop_show	rec_empty_show
+#define attr_mark_show	rec_empty_show
+
+/*
+ * path is the one key (read by open(): "empty file name" is its own
+ * message); the rest are actions and state.
+ */
+#define RECORD_KNOBS(K)								\
+	K(start, none, be,   0, 0, 0, "a snapshot name, or -", ACT, NULL)	\
+	K(stop,  none, be,   0, 0, 0, "1", ACT, NULL)				\
+	K(mark,  none, be,   0, 0, 0, "a mark's text", ACT, NULL)		\
+	K(state, none, be,   0, 0, 0, "", OWNRO, NULL)				\
+	K(path,  none, path, 0, 0, 0, "a file", OWNKEY, NULL)
+
+BK_DEFINE(record, struct rec_dev, lock, NULL, RECORD_KNOBS);
 
 /* ---- open, close, stat ---- */
 
@@ -605,7 +615,6 @@ static struct blk_backend *rec_open(struct blk_params *p, struct blk_backend *ne
 {
 	struct rec_dev *rd;
 	const char *path;
-	pthread_condattr_t ca;
 	int ret;
 
 	if (!next || next->ops->is_filter) {
@@ -630,10 +639,8 @@ static struct blk_backend *rec_open(struct blk_params *p, struct blk_backend *ne
 		goto out_free;
 	pthread_cond_init(&rd->cv, NULL);
 	pthread_cond_init(&rd->space_cv, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&rd->writer_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	/* never waited on with a timeout; plain, as the other two */
+	pthread_cond_init(&rd->writer_cv, NULL);
 	ret = be_pool_init(&rd->io_pool, BE_POOL_DEF, sizeof(struct rec_io), 64);
 	if (ret)
 		goto out_destroy;
@@ -696,12 +703,10 @@ static size_t rec_stat(struct blk_backend *be, char *buf, size_t len)
 	return n + be_pool_stat(&rd->io_pool, "record_io", buf + n, len - n);
 }
 
-static const char *const rec_keys[] = { "path", NULL };
-
 const struct blk_backend_ops record_filter_ops = {
 	.name = "record",
 	.is_filter = true,
-	.keys = rec_keys,
+	.keys = record_keys,
 	.help = "record: a dm-log-writes log of the device's writes and flushes "
 		"(echo SNAP > .sys/DEV/record/start, mark, stop); record.path = FILE",
 	.open = rec_open,
@@ -710,6 +715,6 @@ const struct blk_backend_ops record_filter_ops = {
 	.resize = be_filter_resize,
 	.submit = rec_submit,
 	.stat = rec_stat,
-	.attrs = rec_attrs,
+	.attrs = record_attrs,
 	.snap = &be_filter_snap_ops,
 };

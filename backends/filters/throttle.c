@@ -63,6 +63,7 @@
 #include <string.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
 #include "../lib/trace.h"
 
 #define THROTTLE_MAX_MBPS	1000000u		/* 1 TiB/s: no cap, in effect */
@@ -72,7 +73,7 @@
 
 /* A token bucket: rate bytes/s (0: off), empty at vt_ns. */
 struct throttle_bucket {
-	uint32_t mbps;
+	unsigned int mbps;
 	uint64_t vt_ns;
 };
 
@@ -109,6 +110,7 @@ struct throttle_dev {
 	size_t nr_queued;		/* lock */
 	bool dispatching;		/* lock: a thread is in dispatch()'s loop */
 	uint64_t inflight;		/* lock: children taken and not yet completed to the cache */
+	unsigned int nr_pool;		/* the pool's size (config only) */
 
 	/* Counters for ->stat; atomic, read without a lock. */
 	uint64_t nr_bw_waits;		/* I/Os held by a bucket */
@@ -120,7 +122,7 @@ struct throttle_dev {
 
 /* ---- the buckets ---- */
 
-static uint64_t cost_ns(uint64_t bytes, uint32_t mbps)
+static uint64_t cost_ns(uint64_t bytes, unsigned int mbps)
 {
 	return (uint64_t)((unsigned __int128)bytes * NS_PER_S / ((uint64_t)mbps << 20));
 }
@@ -343,17 +345,51 @@ static int throttle_submit(struct blk_backend *be, struct blk_io *io)
 	return 0;
 }
 
-/* ---- open, close, stat ---- */
+/* ---- the knobs: config keys and .sys/DEV/throttle/ ---- */
 
-static const char *const throttle_keys[] = {
-	"mbps", "read_mbps", "write_mbps", "burst", "queue_depth", "latency_per_inflight",
-	"pool", NULL,
-};
+/* A store under td->lock: a knob set to 0 everywhere turns the filter off. */
+static void active_changed(struct blk_backend *be)
+{
+	update_active_locked((struct throttle_dev *)be);
+}
+
+/* After any store: a deeper queue (or none) lets the waiting ones go now. */
+static void dispatch_be(struct blk_backend *be)
+{
+	dispatch((struct throttle_dev *)be);
+}
+
+static int attr_queued_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct throttle_dev *td = (struct throttle_dev *)be;
+	char s[24];
+
+	pthread_mutex_lock(&td->lock);
+	snprintf(s, sizeof(s), "%zu", td->nr_queued);
+	pthread_mutex_unlock(&td->lock);
+	return be_attr_out(buf, len, s);
+}
+
+/* A new limit applies to the I/O that comes next. */
+#define THROTTLE_KNOBS(K)										\
+	K(mbps,        uint, all.mbps, 0, THROTTLE_MAX_MBPS, 0, "MiB/s", RW, active_changed)		\
+	K(read_mbps,   uint, rd.mbps,  0, THROTTLE_MAX_MBPS, 0, "MiB/s", RW, active_changed)		\
+	K(write_mbps,  uint, wr.mbps,  0, THROTTLE_MAX_MBPS, 0, "MiB/s", RW, active_changed)		\
+	K(burst,       size, burst,    0, UINT64_MAX,        0, "bytes", RW, NULL)			\
+	K(queue_depth, uint, qd,       0, THROTTLE_MAX_QD,   0, "I/Os",  RW, active_changed)		\
+	K(latency_per_inflight, duration, per_inflight_ns, 0, THROTTLE_MAX_PER_NS, 0, "ns", RW,	\
+	  active_changed)										\
+	K(pool,        pool, nr_pool,  1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)			\
+	K(inflight,    uint, below,    0, 0, 0, "I/Os", RO, NULL)					\
+	K(queued,      none, nr_queued, 0, 0, 0, "I/Os", OWNRO, NULL)
+
+BK_DEFINE(throttle, struct throttle_dev, lock, dispatch_be, THROTTLE_KNOBS);
+
+/* ---- open, close, stat ---- */
 
 static struct blk_backend *throttle_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct throttle_dev *td;
-	unsigned int pool, v[3];
 	int ret;
 
 	if (!next) {
@@ -367,28 +403,12 @@ static struct blk_backend *throttle_open(struct blk_params *p, struct blk_backen
 	}
 	td->dev = p->dev ? p->dev : "?";
 	td->q_tail = &td->q_head;
-	ret = blk_param_uint(p, "mbps", 0, 0, THROTTLE_MAX_MBPS, &v[0]);
-	if (!ret)
-		ret = blk_param_uint(p, "read_mbps", 0, 0, THROTTLE_MAX_MBPS, &v[1]);
-	if (!ret)
-		ret = blk_param_uint(p, "write_mbps", 0, 0, THROTTLE_MAX_MBPS, &v[2]);
-	if (!ret)
-		ret = blk_param_size(p, "burst", 0, &td->burst);
-	if (!ret)
-		ret = blk_param_uint(p, "queue_depth", 0, 0, THROTTLE_MAX_QD, &td->qd);
-	if (!ret)
-		ret = blk_param_duration(p, "latency_per_inflight", 0, 0, THROTTLE_MAX_PER_NS, 0,
-					 &td->per_inflight_ns);
-	if (!ret)
-		ret = be_param_pool(p, &pool);
+	ret = bk_params(&bk_table, p, &td->be);
 	if (ret)
 		goto out_free;
-	td->all.mbps = v[0];
-	td->rd.mbps = v[1];
-	td->wr.mbps = v[2];
 	update_active_locked(td);
 
-	ret = be_pool_init(&td->pool, pool, sizeof(struct throttle_io), 64);
+	ret = be_pool_init(&td->pool, td->nr_pool, sizeof(struct throttle_io), 64);
 	if (ret)
 		goto out_err;
 	ret = -pthread_mutex_init(&td->lock, NULL);
@@ -397,7 +417,7 @@ static struct blk_backend *throttle_open(struct blk_params *p, struct blk_backen
 	ret = -pthread_cond_init(&td->idle_cv, NULL);
 	if (ret)
 		goto out_destroy_lock;
-	ret = be_timerq_init(&td->tq, pool);
+	ret = be_timerq_init(&td->tq, td->nr_pool);
 	if (ret)
 		goto out_destroy_cv;
 	td->be.ops = &throttle_filter_ops;
@@ -468,144 +488,6 @@ static size_t throttle_stat(struct blk_backend *be, char *buf, size_t len)
 			   below, max_below, queued, (unsigned long long)be_timerq_grows(&td->tq));
 	return n + be_pool_stat(&td->pool, "throttle", buf + n, len - n);
 }
-
-/* ---- live attributes: .sys/DEV/throttle/ ---- */
-
-static int uint_show(struct throttle_dev *td, const unsigned int *field, char *buf, size_t len)
-{
-	char s[16];
-
-	pthread_mutex_lock(&td->lock);
-	snprintf(s, sizeof(s), "%u", *field);
-	pthread_mutex_unlock(&td->lock);
-	return be_attr_out(buf, len, s);
-}
-
-/* Digits, @max at most; a new limit applies to the I/O that comes next. */
-static int uint_store(struct throttle_dev *td, unsigned int *field, unsigned int max,
-		      const char *buf, size_t len)
-{
-	unsigned long v;
-	char s[16], *end;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || s[0] < '0' || s[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v > max)
-		return -EINVAL;
-	pthread_mutex_lock(&td->lock);
-	*field = (unsigned int)v;
-	update_active_locked(td);
-	pthread_mutex_unlock(&td->lock);
-	/* a deeper queue (or none) lets the waiting ones go now */
-	dispatch(td);
-	return 0;
-}
-
-#define UINT_ATTR(name, field, max)						\
-static int throttle_##name##_show(struct blk_backend *be, char *buf, size_t len) \
-{										\
-	struct throttle_dev *td = (struct throttle_dev *)be;			\
-										\
-	return uint_show(td, &td->field, buf, len);				\
-}										\
-static int throttle_##name##_store(struct blk_backend *be, const char *buf, size_t len) \
-{										\
-	struct throttle_dev *td = (struct throttle_dev *)be;			\
-										\
-	return uint_store(td, &td->field, max, buf, len);			\
-}
-
-UINT_ATTR(mbps, all.mbps, THROTTLE_MAX_MBPS)
-UINT_ATTR(read_mbps, rd.mbps, THROTTLE_MAX_MBPS)
-UINT_ATTR(write_mbps, wr.mbps, THROTTLE_MAX_MBPS)
-UINT_ATTR(queue_depth, qd, THROTTLE_MAX_QD)
-
-static int throttle_burst_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-	char s[24];
-
-	pthread_mutex_lock(&td->lock);
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)td->burst);
-	pthread_mutex_unlock(&td->lock);
-	return be_attr_out(buf, len, s);
-}
-
-static int throttle_burst_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-	uint64_t v;
-	char s[32];
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_size(s, &v))
-		return -EINVAL;
-	pthread_mutex_lock(&td->lock);
-	td->burst = v;
-	pthread_mutex_unlock(&td->lock);
-	return 0;
-}
-
-static int throttle_latency_per_inflight_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-	char s[32];
-
-	pthread_mutex_lock(&td->lock);
-	blk_format_duration(s, sizeof(s), td->per_inflight_ns);
-	pthread_mutex_unlock(&td->lock);
-	return be_attr_out(buf, len, s);
-}
-
-static int throttle_latency_per_inflight_store(struct blk_backend *be, const char *buf,
-					       size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-	uint64_t v;
-	char s[32];
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || blk_parse_duration(s, 0, &v) ||
-	    v > THROTTLE_MAX_PER_NS)
-		return -EINVAL;
-	pthread_mutex_lock(&td->lock);
-	td->per_inflight_ns = v;
-	update_active_locked(td);
-	pthread_mutex_unlock(&td->lock);
-	return 0;
-}
-
-static int throttle_inflight_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-
-	return uint_show(td, &td->below, buf, len);
-}
-
-static int throttle_queued_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct throttle_dev *td = (struct throttle_dev *)be;
-	char s[24];
-
-	pthread_mutex_lock(&td->lock);
-	snprintf(s, sizeof(s), "%zu", td->nr_queued);
-	pthread_mutex_unlock(&td->lock);
-	return be_attr_out(buf, len, s);
-}
-
-#define RW(n) { .name = #n, .show = throttle_##n##_show, .store = throttle_##n##_store }
-
-static const struct blk_attr throttle_attrs[] = {
-	RW(mbps),
-	RW(read_mbps),
-	RW(write_mbps),
-	RW(burst),
-	RW(queue_depth),
-	RW(latency_per_inflight),
-	{ .name = "inflight", .show = throttle_inflight_show },
-	{ .name = "queued", .show = throttle_queued_show },
-	{ .name = NULL },
-};
 
 const struct blk_backend_ops throttle_filter_ops = {
 	.name = "throttle",

@@ -108,16 +108,10 @@ int blk_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out)
+int be_param_size_value(struct blk_params *p, const char *key, const char *s, uint64_t *out)
 {
-	const char *s = blk_param_get(p, key);
-	int ret;
+	int ret = blk_parse_size(s, out);
 
-	if (!s) {
-		*out = def;
-		return 0;
-	}
-	ret = blk_parse_size(s, out);
 	if (ret == -ERANGE)
 		return blk_param_error(p, key, "'%s' is too large", s);
 	if (ret)
@@ -125,6 +119,17 @@ int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t
 			"'%s' is not a size (digits with an optional K, M, G or T suffix, binary as dd)",
 			s);
 	return 0;
+}
+
+int blk_param_size(struct blk_params *p, const char *key, uint64_t def, uint64_t *out)
+{
+	const char *s = blk_param_get(p, key);
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	return be_param_size_value(p, key, s, out);
 }
 
 /* The units of a duration, largest first (the formatter's order). */
@@ -195,18 +200,13 @@ int blk_format_duration(char *buf, size_t len, uint64_t ns)
 			dur_units[u].sfx);
 }
 
-int blk_param_duration(struct blk_params *p, const char *key, uint64_t def_ns,
-		       uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out)
+int be_param_duration_value(struct blk_params *p, const char *key, const char *s,
+			    uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out)
 {
-	const char *s = blk_param_get(p, key);
 	char lo[32], hi[32];
 	uint64_t v;
 	int ret;
 
-	if (!s) {
-		*out = def_ns;
-		return 0;
-	}
 	blk_format_duration(lo, sizeof(lo), min_ns);
 	blk_format_duration(hi, sizeof(hi), max_ns);
 	ret = blk_parse_duration(s, bare_unit_ns, &v);
@@ -220,23 +220,42 @@ int blk_param_duration(struct blk_params *p, const char *key, uint64_t def_ns,
 	return 0;
 }
 
-int blk_param_uint(struct blk_params *p, const char *key, unsigned int def,
-		   unsigned int min, unsigned int max, unsigned int *out)
+int blk_param_duration(struct blk_params *p, const char *key, uint64_t def_ns,
+		       uint64_t min_ns, uint64_t max_ns, uint64_t bare_unit_ns, uint64_t *out)
 {
 	const char *s = blk_param_get(p, key);
+
+	if (!s) {
+		*out = def_ns;
+		return 0;
+	}
+	return be_param_duration_value(p, key, s, min_ns, max_ns, bare_unit_ns, out);
+}
+
+int be_param_uint_value(struct blk_params *p, const char *key, const char *s,
+			unsigned int min, unsigned int max, unsigned int *out)
+{
 	unsigned long v;
 	char *end;
 
-	if (!s) {
-		*out = def;
-		return 0;
-	}
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
 		return blk_param_error(p, key, "'%s' is not a number from %u to %u", s, min, max);
 	*out = (unsigned int)v;
 	return 0;
+}
+
+int blk_param_uint(struct blk_params *p, const char *key, unsigned int def,
+		   unsigned int min, unsigned int max, unsigned int *out)
+{
+	const char *s = blk_param_get(p, key);
+
+	if (!s) {
+		*out = def;
+		return 0;
+	}
+	return be_param_uint_value(p, key, s, min, max, out);
 }
 
 int blk_parse_bool(const char *s, bool *out)
@@ -258,6 +277,13 @@ int blk_parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+int be_param_bool_value(struct blk_params *p, const char *key, const char *s, bool *out)
+{
+	if (blk_parse_bool(s, out))
+		return blk_param_error(p, key, "'%s' is not yes/no/true/false/1/0/on/off", s);
+	return 0;
+}
+
 int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
 {
 	const char *s = blk_param_get(p, key);
@@ -266,9 +292,7 @@ int blk_param_bool(struct blk_params *p, const char *key, bool def, bool *out)
 		*out = def;
 		return 0;
 	}
-	if (blk_parse_bool(s, out))
-		return blk_param_error(p, key, "'%s' is not yes/no/true/false/1/0/on/off", s);
-	return 0;
+	return be_param_bool_value(p, key, s, out);
 }
 
 int be_geo_from_params(struct blk_params *p, const char *backend,

@@ -125,15 +125,6 @@ int be_parse_probability(const char *s, double *out)
 	return 0;
 }
 
-int be_probability_out(char *buf, size_t len, double p)
-{
-	int n = snprintf(buf, len, "%.17g\n", p);
-
-	if (n < 0 || (size_t)n >= len)
-		return -EOVERFLOW;
-	return n;
-}
-
 uint64_t be_seed_from_clock(void)
 {
 	struct timespec ts;
@@ -199,33 +190,6 @@ int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const ch
 	*rng = v;
 	pthread_mutex_unlock(lock);
 	be_say_seed(filter, dev, v, "stored");
-	return 0;
-}
-
-int be_errno_show(pthread_mutex_t *lock, const int *err, char *buf, size_t len)
-{
-	char eb[16];
-	int e;
-
-	pthread_mutex_lock(lock);
-	e = *err;
-	pthread_mutex_unlock(lock);
-	return be_attr_out(buf, len, be_errno_name(e, eb, sizeof(eb)));
-}
-
-int be_errno_store(pthread_mutex_t *lock, int *err, const char *buf, size_t len)
-{
-	char s[32];
-	int e;
-
-	if (be_attr_text(buf, len, s, sizeof(s)))
-		return -EINVAL;
-	e = be_parse_errno(s);
-	if (e < 0)
-		return -EINVAL;
-	pthread_mutex_lock(lock);
-	*err = e;
-	pthread_mutex_unlock(lock);
 	return 0;
 }
 
@@ -343,12 +307,7 @@ static void *timerq_main(void *arg)
 		}
 		/* Stopping fires everything now: nobody waits for the time. */
 		if (!q->stop && q->heap[0]->due_ns > blk_now_ns()) {
-			struct timespec ts = {
-				.tv_sec = (time_t)(q->heap[0]->due_ns / 1000000000ull),
-				.tv_nsec = (long)(q->heap[0]->due_ns % 1000000000ull),
-			};
-
-			pthread_cond_timedwait(&q->cv, &q->lock, &ts);
+			blk_cond_wait_until(&q->cv, &q->lock, q->heap[0]->due_ns);
 			continue;
 		}
 		t = timerq_pop_locked(q);
@@ -362,7 +321,6 @@ static void *timerq_main(void *arg)
 
 int be_timerq_init(struct be_timerq *q, size_t cap)
 {
-	pthread_condattr_t ca;
 	int ret;
 
 	memset(q, 0, sizeof(*q));
@@ -374,10 +332,7 @@ int be_timerq_init(struct be_timerq *q, size_t cap)
 	if (ret)
 		goto out_free;
 	/* Due times are CLOCK_MONOTONIC: a wall-clock jump must not stall I/O. */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	ret = -pthread_cond_init(&q->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	ret = -blk_cond_init(&q->cv);
 	if (ret)
 		goto out_destroy_lock;
 	ret = -pthread_create(&q->thread, NULL, timerq_main, q);

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_knobs.c - a filter's knob table (backends/lib/knobs.h) on
+ * a state of its own: the keys and attrs one list gives, defaults, every
+ * shared type read from the config and refused out of bounds with
+ * "FILE:LINE: FILTER.KEY: ..." messages, show/store round trips, a bad
+ * store changing nothing, the row's hook under the lock and the table's
+ * after hook without it, and a seed's stream restarted by a store.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "../../backends/backends_int.h"
+#include "../../backends/lib/knobs.h"
+#include "helpers.h"
+
+struct kt_dev {
+	struct blk_backend be;
+	const char *dev;
+	pthread_mutex_t lock;
+	unsigned int depth;
+	uint64_t bytes, wait_ns, period_ns;
+	bool on;
+	double p;
+	int err;
+	uint64_t seed, rng;
+	unsigned int nr_pool;
+	unsigned int hooked, afters;
+	bool hook_held_lock, after_held_lock;
+};
+
+static void kt_hook(struct blk_backend *be)
+{
+	struct kt_dev *d = (struct kt_dev *)be;
+
+	/* held by the store: trylock fails */
+	d->hook_held_lock = pthread_mutex_trylock(&d->lock) != 0;
+	if (!d->hook_held_lock)
+		pthread_mutex_unlock(&d->lock);
+	d->hooked++;
+}
+
+static void kt_after(struct blk_backend *be)
+{
+	struct kt_dev *d = (struct kt_dev *)be;
+
+	d->after_held_lock = pthread_mutex_trylock(&d->lock) != 0;
+	if (!d->after_held_lock)
+		pthread_mutex_unlock(&d->lock);
+	d->afters++;
+}
+
+static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
+{
+	(void)be;
+	return be_attr_out(buf, len, "fine");
+}
+
+#define KT_KNOBS(K)										\
+	K(depth,   uint,        depth,     1, 64, 8, "I/Os", RW, kt_hook)			\
+	K(bytes,   size,        bytes,     0, 1u << 20, 4096, "bytes", RW, NULL)		\
+	K(wait,    duration,    wait_ns,   0, 1000000000ull, 0, "ns", RW, NULL)		\
+	K(period,  seconds,     period_ns, 0, 60000000000ull, 0, "ns", CONF, NULL)		\
+	K(on,      bool,        on,        0, 1, 1, "", RW, NULL)				\
+	K(p,       probability, p,         0, 0, 0, "0 to 1", RW, NULL)			\
+	K(errno,   errno,       err,       0, 0, EIO, "a name such as EIO", RW, NULL)		\
+	K(seed,    seed,        seed,      0, 0, 0, "", RW, NULL)				\
+	K(pool,    pool,        nr_pool,   1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)	\
+	K(hooked,  uint,        hooked,    0, 0, 0, "", RO, NULL)				\
+	K(state,   none,        be,        0, 0, 0, "", OWNRO, NULL)
+
+BK_DEFINE(kt, struct kt_dev, lock, kt_after, KT_KNOBS);
+
+static struct kt_dev d;
+static struct tparams tp;
+
+static void setup(void)
+{
+	memset(&d, 0, sizeof(d));
+	d.dev = "fake0";
+	pthread_mutex_init(&d.lock, NULL);
+	filter_params_init(&tp, "kt", NULL, "/etc/blkfs.conf", 3);
+}
+
+static void teardown(void)
+{
+	pthread_mutex_destroy(&d.lock);
+}
+
+TestSuite(knobs, .init = setup, .fini = teardown);
+
+static const struct blk_attr *find(const char *name)
+{
+	const struct blk_attr *a;
+
+	for (a = kt_attrs; a->name; a++)
+		if (!strcmp(a->name, name))
+			return a;
+	return NULL;
+}
+
+static const char *show(const char *name)
+{
+	static char buf[256];
+	const struct blk_attr *a = find(name);
+
+	cr_assert_not_null(a, "no attr %s", name);
+	cr_assert_gt(a->show(&d.be, buf, sizeof(buf)), 0, "show %s", name);
+	return buf;
+}
+
+static int store(const char *name, const char *val)
+{
+	const struct blk_attr *a = find(name);
+
+	cr_assert_not_null(a, "no attr %s", name);
+	cr_assert_not_null(a->store, "%s is read-only", name);
+	return a->store(&d.be, val, strlen(val));
+}
+
+Test(knobs, keys_and_attrs_come_from_the_list)
+{
+	static const char *const keys[] = { "depth", "bytes", "wait", "period", "on", "p",
+					    "errno", "seed", "pool", NULL };
+	static const char *const rw[] = { "depth", "bytes", "wait", "on", "p", "errno", "seed" };
+	size_t i;
+
+	for (i = 0; keys[i]; i++)
+		cr_assert_str_eq(kt_keys[i], keys[i]);
+	cr_assert_null(kt_keys[i]);
+	for (i = 0; i < sizeof(rw) / sizeof(rw[0]); i++)
+		cr_assert_not_null(find(rw[i])->store, "%s", rw[i]);
+	/* config only: no attr; state: show only */
+	cr_assert_null(find("period"));
+	cr_assert_null(find("pool"));
+	cr_assert_null(find("hooked")->store);
+	cr_assert_null(find("state")->store);
+	cr_assert_str_eq(show("state"), "fine\n");
+}
+
+Test(knobs, defaults_when_absent)
+{
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0, "%s", tp.err);
+	cr_assert_eq(d.depth, 8);
+	cr_assert_eq(d.bytes, 4096);
+	cr_assert_eq(d.wait_ns, 0);
+	cr_assert(d.on);
+	cr_assert_eq(d.err, EIO);
+	cr_assert_eq(d.nr_pool, BE_POOL_DEF);
+	/* seed auto: from the clock, the stream starting from it */
+	cr_assert_eq(d.rng, d.seed);
+}
+
+Test(knobs, config_values)
+{
+	tparams_add(&tp, "kt.depth", "64", 4);
+	tparams_add(&tp, "kt.bytes", "1M", 5);
+	tparams_add(&tp, "kt.wait", "250us", 6);
+	tparams_add(&tp, "kt.period", "5", 7);
+	tparams_add(&tp, "kt.on", "off", 8);
+	tparams_add(&tp, "kt.p", "0.25", 9);
+	tparams_add(&tp, "kt.errno", "enospc", 10);
+	tparams_add(&tp, "kt.seed", "42", 11);
+	tparams_add(&tp, "kt.pool", "32", 12);
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0, "%s", tp.err);
+	for (int i = 0; i < tp.p.n; i++)
+		cr_assert(tp.v[i].used, "%s not taken", tp.v[i].key);
+	cr_assert_eq(d.depth, 64);
+	cr_assert_eq(d.bytes, 1u << 20);
+	cr_assert_eq(d.wait_ns, 250000);
+	cr_assert_eq(d.period_ns, 5000000000ull);
+	cr_assert(!d.on);
+	cr_assert_eq(d.p, 0.25);
+	cr_assert_eq(d.err, ENOSPC);
+	cr_assert_eq(d.seed, 42);
+	cr_assert_eq(d.rng, 42);
+	cr_assert_eq(d.nr_pool, 32);
+}
+
+Test(knobs, bad_config_values_name_file_line_key)
+{
+	static const struct {
+		const char *key, *value, *want;
+	} bad[] = {
+		{ "kt.depth", "0", "/etc/blkfs.conf:9: kt.depth: '0' is not a number from 1 to 64" },
+		{ "kt.depth", "65", "/etc/blkfs.conf:9: kt.depth: '65' is not a number from 1 to 64" },
+		{ "kt.depth", "-1", "/etc/blkfs.conf:9: kt.depth: '-1' is not a number from 1 to 64" },
+		{ "kt.bytes", "1Q", "/etc/blkfs.conf:9: kt.bytes: '1Q' is not a size (digits with an optional K, M, G or T suffix, binary as dd)" },
+		{ "kt.bytes", "99999999999999999999", "/etc/blkfs.conf:9: kt.bytes: '99999999999999999999' is too large" },
+		{ "kt.bytes", "2M", "/etc/blkfs.conf:9: kt.bytes: '2M' is out of range (allowed: 0..1048576)" },
+		{ "kt.wait", "5", "/etc/blkfs.conf:9: kt.wait: '5' is not a duration (allowed: 0..1s; " BLK_DURATION_HELP ")" },
+		{ "kt.wait", "2s", "/etc/blkfs.conf:9: kt.wait: '2s' is out of range (allowed: 0..1s)" },
+		{ "kt.period", "x", "/etc/blkfs.conf:9: kt.period: 'x' is not a duration (allowed: 0..1m; " BLK_DURATION_HELP ", or plain seconds)" },
+		{ "kt.on", "maybe", "/etc/blkfs.conf:9: kt.on: 'maybe' is not yes/no/true/false/1/0/on/off" },
+		{ "kt.p", "1.5", "/etc/blkfs.conf:9: kt.p: '1.5' is not a probability (allowed: 0 to 1)" },
+		{ "kt.errno", "EWHAT", "/etc/blkfs.conf:9: kt.errno: 'EWHAT' is not an errno (allowed: a name such as EIO)" },
+		{ "kt.seed", "x", "/etc/blkfs.conf:9: kt.seed: 'x' is not a seed" },
+		{ "kt.pool", "0", "/etc/blkfs.conf:9: kt.pool: '0' is not a number from 1 to 65536" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		filter_params_init(&tp, "kt", NULL, "/etc/blkfs.conf", 3);
+		tparams_add(&tp, bad[i].key, bad[i].value, 9);
+		cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), -EINVAL, "%s", bad[i].value);
+		cr_assert(!strncmp(tp.err, bad[i].want, strlen(bad[i].want)), "%s\nwant %s", tp.err,
+			  bad[i].want);
+	}
+}
+
+Test(knobs, show_store_round_trip)
+{
+	static const struct {
+		const char *name, *in, *out;
+	} v[] = {
+		{ "depth", "1\n", "1\n" }, { "depth", "64", "64\n" },
+		{ "bytes", "4K\n", "4096\n" }, { "bytes", "0", "0\n" },
+		{ "wait", "1500us", "1500us\n" }, { "wait", "1s", "1s\n" }, { "wait", "0", "0\n" },
+		{ "on", "yes", "1\n" }, { "on", "OFF\n", "0\n" },
+		{ "p", "0.1", "0.10000000000000001\n" }, { "p", "1", "1\n" },
+		{ "errno", "enomem", "ENOMEM\n" }, { "errno", "28", "ENOSPC\n" },
+		{ "seed", "7", "7\n" },
+	};
+
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0);
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		char again[64];
+
+		cr_assert_eq(store(v[i].name, v[i].in), 0, "%s = %s", v[i].name, v[i].in);
+		cr_assert_str_eq(show(v[i].name), v[i].out, "%s = %s", v[i].name, v[i].in);
+		/* what show says, store takes back to the same value */
+		snprintf(again, sizeof(again), "%s", show(v[i].name));
+		cr_assert_eq(store(v[i].name, again), 0);
+		cr_assert_str_eq(show(v[i].name), v[i].out);
+	}
+	cr_assert_eq(d.rng, 7, "a seed's store restarts the stream");
+}
+
+Test(knobs, bad_store_changes_nothing)
+{
+	static const struct {
+		const char *name, *in;
+	} bad[] = {
+		{ "depth", "0" }, { "depth", "65" }, { "depth", "" }, { "depth", "\n" },
+		{ "depth", "8x" }, { "depth", " 8" }, { "depth", "99999999999999999999" },
+		{ "bytes", "2M" }, { "bytes", "1X" }, { "wait", "5" }, { "wait", "2s" },
+		{ "on", "maybe" }, { "p", "-0.1" }, { "p", "nan" }, { "errno", "0" },
+		{ "errno", "EWHAT" }, { "seed", "-1" },
+	};
+	char before[64];
+
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(before, sizeof(before), "%s", show(bad[i].name));
+		cr_assert_eq(store(bad[i].name, bad[i].in), -EINVAL, "%s = '%s'", bad[i].name,
+			     bad[i].in);
+		cr_assert_str_eq(show(bad[i].name), before);
+	}
+	cr_assert_eq(d.hooked, 0);
+	cr_assert_eq(d.afters, 0);
+	/* a value with a NUL inside is refused */
+	cr_assert_eq(find("depth")->store(&d.be, "8\0", 2), -EINVAL);
+}
+
+Test(knobs, hooks)
+{
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0);
+	cr_assert_eq(store("depth", "4"), 0);
+	cr_assert_eq(d.hooked, 1);
+	cr_assert(d.hook_held_lock, "the row's hook runs under the lock");
+	cr_assert_eq(d.afters, 1);
+	cr_assert(!d.after_held_lock, "the after hook runs without it");
+	cr_assert_str_eq(show("hooked"), "1\n");
+	/* a row without a hook: only the after hook */
+	cr_assert_eq(store("bytes", "1K"), 0);
+	cr_assert_eq(d.hooked, 1);
+	cr_assert_eq(d.afters, 2);
+}
