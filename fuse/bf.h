@@ -15,6 +15,7 @@
 
 #include "../core/conf.h"
 #include "../core/pcache.h"
+#include "slots.h"
 
 struct bf_req;
 struct bt_dev;
@@ -25,7 +26,7 @@ struct bt_dev;
  * reference goes.
  *
  * Lock order: d->add_lock -> dev->ctl_lock -> dev->live_lock (live.c) -> d->dev_lock ->
- * dev->req_lock;
+ * dev->slots.lock (slots.h);
  * d->ref_lock is a leaf. d->dev_lock is held only to look up or to change
  * the table (never across backend I/O, a FUSE reply or a notification).
  */
@@ -58,21 +59,13 @@ struct bf_dev {
 	size_t nr_nodes, cap_nodes;
 	struct conf own;		/* an added device's config (cd points into it) */
 
-	/* requests in flight: a pool of max_pending slots (daemon.c) */
-	pthread_mutex_t req_lock;
-	pthread_cond_t req_cond;
-	struct bf_req *reqs;		/* the slots */
-	struct bf_req *req_free;	/* req_lock */
-	uint32_t req_in_use;		/* req_lock */
-	uint32_t req_peak;		/* req_lock: the most ever in use at once */
-	uint32_t req_waiters;		/* req_lock */
-	uint64_t req_waits;		/* req_lock: requests that waited for a slot */
+	/* requests in flight: a pool of max_pending slots (slots.h), the entries daemon.c's */
+	struct bf_slots slots;
+	struct bf_req *reqs;		/* the entries */
 	uint64_t req_inline;		/* atomic: answered by the thread that received them */
 	uint64_t req_parked;		/* atomic: answered later, from another thread */
-	uint32_t req_slots;
-	bool req_frozen;		/* req_lock: bf_dev_freeze(): no slot is handed out */
 
-	/* resize, snapshot, reset, save: one at a time per device (live.c); before req_lock */
+	/* resize, snapshot, reset, save: one at a time per device (live.c); before slots.lock */
 	pthread_mutex_t live_lock;
 };
 
@@ -321,21 +314,8 @@ int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
 void bf_dev_reqs_destroy(struct bf_dev *bd);
 /* Wait until every request of every device has been answered. */
 void bf_drain(struct bf_daemon *d);
-/* Requests of @bd in flight now and at most so far, requests that waited for a slot, the slots. */
-void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
-		      uint64_t *slots);
-
 /* .sys/DEV/drop_caches: the device's clean cached data, blkfs's and the kernel's, goes. */
 void bf_dev_drop_caches(struct bf_dev *bd);
-/*
- * bf_dev_freeze - hold @bd's new requests (they wait for a slot, as when all
- * are taken) and wait until those in flight have been answered, at most
- * @timeout_ms. The caller holds bd->live_lock. Returns 0 (frozen: call
- * bf_dev_thaw()) or -ETIMEDOUT (not frozen).
- */
-int bf_dev_freeze(struct bf_dev *bd, unsigned int timeout_ms);
-void bf_dev_thaw(struct bf_dev *bd);
-
 /* live.c: a mount that changes while it serves */
 /*
  * bf_dev_resize - give @bd a new size, or the size its storage has now

@@ -26,6 +26,7 @@
 #include "../core/stack.h"
 #include "bf.h"
 #include "control.h"
+#include "slots.h"
 
 /*
  * How long the kernel may keep an entry or attributes without asking.
@@ -608,7 +609,7 @@ struct bf_req {
 	char *data;		/* direct READ: the reply's data */
 	char *kept;		/* a receive buffer this request holds */
 	int state;		/* atomic: REQ_* */
-	struct bf_req *next;	/* bd->req_free */
+	struct bf_slot slot;	/* bd->slots */
 	struct pc_read rd;
 	/* the FUSE level's record of it (backends/lib/trace.h): begun at receipt, ended at the reply */
 	uint64_t bt_start, bt_pos, bt_len;
@@ -619,19 +620,22 @@ struct bf_req {
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 {
 	uint32_t i;
+	int ret;
 
 	bd->reqs = calloc(n, sizeof(*bd->reqs));
 	if (!bd->reqs)
 		return -ENOMEM;
-	pthread_mutex_init(&bd->req_lock, NULL);
-	pthread_cond_init(&bd->req_cond, NULL);
-	pthread_mutex_init(&bd->live_lock, NULL);
-	for (i = 0; i < n; i++) {
-		bd->reqs[i].bd = bd;
-		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
+	ret = bf_slots_init(&bd->slots);
+	if (ret) {
+		free(bd->reqs);
+		bd->reqs = NULL;
+		return ret;
 	}
-	bd->req_free = bd->reqs;
-	bd->req_slots = n;
+	pthread_mutex_init(&bd->live_lock, NULL);
+	for (i = n; i-- > 0;) {	/* the first entry on top, as before */
+		bd->reqs[i].bd = bd;
+		bf_slots_add(&bd->slots, &bd->reqs[i].slot);
+	}
 	return 0;
 }
 
@@ -639,30 +643,22 @@ void bf_dev_reqs_destroy(struct bf_dev *bd)
 {
 	if (!bd->reqs)
 		return;
-	assert(!bd->req_in_use);
-	pthread_mutex_destroy(&bd->req_lock);
-	pthread_cond_destroy(&bd->req_cond);
+	bf_slots_destroy(&bd->slots);
 	pthread_mutex_destroy(&bd->live_lock);
 	free(bd->reqs);
 	bd->reqs = NULL;
 }
 
-void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
-		      uint64_t *slots)
+static struct bf_req *req_of_slot(struct bf_slot *slot)
 {
-	pthread_mutex_lock(&bd->req_lock);
-	*in_flight = bd->req_in_use;
-	*peak = bd->req_peak;
-	*waits = bd->req_waits;
-	*slots = bd->req_slots;
-	pthread_mutex_unlock(&bd->req_lock);
+	return (struct bf_req *)((char *)slot - offsetof(struct bf_req, slot));
 }
 
 /*
  * A slot, waiting for one when all are taken, as the block layer waits for
- * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
- * @op, @pos, @len: the request, for the FUSE level's trace and counts: it
- * begins here, before any wait for a slot (the time the caller waited),
+ * a tag (rule R5 in core/THREADS.md: the one wait a receiving thread may
+ * do). @op, @pos, @len: the request, for the FUSE level's trace and counts:
+ * it begins here, before any wait for a slot (the time the caller waited),
  * and ends at its reply (req_trace_end()).
  */
 static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
@@ -671,21 +667,8 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 {
 	uint32_t pid = (uint32_t)fuse_req_ctx(req)->pid;
 	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
-	struct bf_req *r;
+	struct bf_req *r = req_of_slot(bf_slots_get(&bd->slots));
 
-	pthread_mutex_lock(&bd->req_lock);
-	if (!bd->req_free || bd->req_frozen)
-		bd->req_waits++;
-	while (!bd->req_free || bd->req_frozen) {
-		bd->req_waiters++;
-		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
-		bd->req_waiters--;
-	}
-	r = bd->req_free;
-	bd->req_free = r->next;
-	if (++bd->req_in_use > bd->req_peak)
-		bd->req_peak = bd->req_in_use;
-	pthread_mutex_unlock(&bd->req_lock);
 	r->req = req;
 	r->data = NULL;
 	r->kept = NULL;
@@ -718,14 +701,7 @@ static void req_put(struct bf_req *r)
 	if (r->kept)
 		bf_rawio_release(r->kept);
 	r->kept = NULL;
-	pthread_mutex_lock(&bd->req_lock);
-	r->next = bd->req_free;
-	bd->req_free = r;
-	bd->req_in_use--;
-	/* a receiving thread waits for a slot, or bf_drain() for the last one */
-	if (bd->req_waiters || !bd->req_in_use)
-		pthread_cond_broadcast(&bd->req_cond);
-	pthread_mutex_unlock(&bd->req_lock);
+	bf_slots_put(&bd->slots, &r->slot);
 }
 
 /*
@@ -767,50 +743,9 @@ void bf_drain(struct bf_daemon *d)
 	for (i = 0; i < PC_MAX_DEVS; i++) {
 		struct bf_dev *bd = d->devs[i];
 
-		if (!bd || !bd->reqs)
-			continue;
-		pthread_mutex_lock(&bd->req_lock);
-		while (bd->req_in_use)
-			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
-		pthread_mutex_unlock(&bd->req_lock);
+		if (bd && bd->reqs)
+			bf_slots_drain(&bd->slots);
 	}
-}
-
-int bf_dev_freeze(struct bf_dev *bd, unsigned int timeout_ms)
-{
-	struct timespec end;
-	int ret = 0;
-
-	clock_gettime(CLOCK_REALTIME, &end);
-	end.tv_sec += timeout_ms / 1000;
-	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (end.tv_nsec >= 1000000000) {
-		end.tv_sec++;
-		end.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&bd->req_lock);
-	assert(!bd->req_frozen);	/* live_lock makes freezes one at a time */
-	bd->req_frozen = true;
-	/* req_put() broadcasts when the last slot comes back */
-	while (bd->req_in_use && !ret)
-		ret = pthread_cond_timedwait(&bd->req_cond, &bd->req_lock, &end);
-	if (bd->req_in_use) {
-		bd->req_frozen = false;
-		pthread_cond_broadcast(&bd->req_cond);
-		ret = -ETIMEDOUT;
-	} else {
-		ret = 0;
-	}
-	pthread_mutex_unlock(&bd->req_lock);
-	return ret;
-}
-
-void bf_dev_thaw(struct bf_dev *bd)
-{
-	pthread_mutex_lock(&bd->req_lock);
-	bd->req_frozen = false;
-	pthread_cond_broadcast(&bd->req_cond);
-	pthread_mutex_unlock(&bd->req_lock);
 }
 
 static struct bf_req *req_of(struct pc_aio *aio)

@@ -238,11 +238,7 @@ static void fin_drain(struct fin_dev *fd)
 	for (;;) {
 		bool skip;
 
-		pthread_mutex_lock(&bd->req_lock);
-		if (bd->req_in_use)
-			fin_timedwait(&bd->req_cond, &bd->req_lock, FIN_TICK_MS);
-		left = bd->req_in_use;
-		pthread_mutex_unlock(&bd->req_lock);
+		left = bf_slots_drain_ms(&bd->slots, FIN_TICK_MS);
 		if (!left)
 			return;
 		pthread_mutex_lock(&fd->fin->lock);
@@ -283,7 +279,7 @@ static void *fin_thread(void *arg)
 /* @bd's progress now: a change in any field from the last look is progress. */
 static void dev_mark(struct bf_dev *bd, struct fin_mark *m)
 {
-	uint64_t peak, waits, slots;
+	struct bf_slots_stats ss;
 	struct pc_stats st;
 
 	pc_dev_stats(bd->pc, &st);
@@ -293,8 +289,10 @@ static void dev_mark(struct bf_dev *bd, struct fin_mark *m)
 	m->wb = st.writeback_bytes;
 	m->in_flight = st.in_flight;
 	m->reqs = 0;
-	if (bd->reqs)
-		bf_dev_req_stats(bd, &m->reqs, &peak, &waits, &slots);
+	if (bd->reqs) {
+		bf_slots_stats(&bd->slots, &ss);
+		m->reqs = ss.in_use;
+	}
 }
 
 static void fin_mark(struct fin_dev *fd, struct fin_mark *m)
