@@ -184,6 +184,8 @@ int bf_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 int bf_notify_inval_inode(struct bf_daemon *d, uint64_t ino, off_t off, off_t len);
 int bf_notify_store(struct bf_daemon *d, uint64_t ino, off_t off, const void *buf, size_t len);
+/* The mount is usable: tell the waiting parent and a service manager (READY=1). */
+void bf_ready(struct bf_daemon *d);
 
 /* shutdown.c */
 /* Once serving has ended: SIGTERM, SIGINT and SIGHUP are noted, never fatal. */
@@ -423,28 +425,10 @@ bool bf_sys_writable(const struct bf_node *n);
 int bf_sys_show(struct bf_node *n, char *buf, size_t len);
 int bf_sys_store(struct bf_node *n, const char *buf, size_t len);
 
-/* main.c */
-/* The mount is usable: tell the waiting parent and a service manager (READY=1). */
-void bf_ready(struct bf_daemon *d);
-/*
- * bf_canon_mnt - the canonical path of a mount point without stat()ing it
- * (a dead or hung FUSE mount blocks on stat): only its parent is resolved.
- */
-int bf_canon_mnt(const char *arg, char *out, size_t len);
-/* bf_mount_type - the type mounted on top at @mnt ("fuse.blkfs"), "" if none. */
-void bf_mount_type(const char *mnt, char *type, size_t len);
-
 /* loop.c */
 /* `blkfs attach MNT DEV` and `blkfs detach /dev/loopN | MNT DEV`: exit codes. */
 int bf_cmd_attach(int argc, char **argv);
 int bf_cmd_detach(int argc, char **argv);
-/*
- * bf_loops_over - loop devices over the file @path (@exact), or over any
- * file below the directory @path: their names ("/dev/loop3") into @devs and
- * backing files into @files (may be NULL), at most @max. Returns the count.
- */
-int bf_loops_over(const char *path, bool exact, char (*devs)[32], int max,
-		  char (*files)[PATH_MAX]);
 /*
  * bf_io_flusher - PR_SET_IO_FLUSHER for the calling thread and every thread
  * it creates later (call before the daemon's threads start); warns once

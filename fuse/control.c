@@ -19,6 +19,7 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "mnt.h"
 #include "control.h"
 
 /* One line per verb; argv[0] is the verb. */

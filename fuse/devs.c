@@ -30,6 +30,7 @@
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
+#include "mnt.h"
 
 /* a mount's config always fits the table */
 _Static_assert(CONF_MAX_DEVICES <= PC_MAX_DEVS, "the device table holds a config's devices");

@@ -39,6 +39,7 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "mnt.h"
 
 /* How long requests in flight may take to end before a freeze gives up. */
 #define BF_FREEZE_TIMEOUT_MS 10000

@@ -6,7 +6,9 @@
  * daemon is doing (bf_notify), the
  * sd_notify protocol (one datagram of "KEY=VALUE" lines to the AF_UNIX
  * socket named by $NOTIFY_SOCKET: READY=1 once the mount is usable,
- * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...).
+ * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...). A waiting parent and
+ * the service manager both: the mount is usable (bf_ready, once INIT is
+ * answered).
  *
  * Spoken directly rather than through libsystemd's sd_notify(): the
  * protocol is one sendmsg() (systemd documents it as a stable interface
@@ -103,4 +105,28 @@ int bf_notify_store(struct bf_daemon *d, uint64_t ino, off_t off, const void *bu
 		return 0;
 	bv.buf[0].mem = (void *)buf;
 	return fuse_lowlevel_notify_store(se, ino, off, &bv, 0);
+}
+
+/*
+ * Called once the kernel has taken the INIT reply: from then on the mount
+ * answers, so this is where a waiting parent and a service manager hear it.
+ */
+void bf_ready(struct bf_daemon *d)
+{
+	char nul = 0;
+
+	bf_notify("READY=1\nSTATUS=Serving %d device%s at %s%s", d->nr_devs,
+		  d->nr_devs == 1 ? "" : "s", d->mnt, d->conf.mount.read_only ? " (read-only)" : "");
+	if (d->ready_fd >= 0) {
+		/* a NUL ends the parent's echo of our stderr: success */
+		if (write(d->ready_fd, &nul, 1) < 0) {
+			/* the parent is gone; nothing to tell */
+		}
+		fflush(stderr);
+		dup2(d->log_fd, STDERR_FILENO);
+		close(d->ready_fd);
+		d->ready_fd = -1;
+	}
+	blk_info("mounted %s at %s (pid %d%s)", d->fsname, d->mnt, (int)getpid(),
+		 d->conf.mount.read_only ? ", read-only" : "");
 }
