@@ -80,6 +80,7 @@
 #include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "fuse_uring_abi.h"
+#include "opens.h"
 #include "uring.h"
 
 #define RING_PAGE 4096u
@@ -153,6 +154,7 @@ enum ring_phase { PH_CREATE, PH_ARM, PH_GO, PH_ABANDON, PH_STOP };
 
 struct bf_ring {
 	struct fuse_session *se;
+	void (*failed)(const char *why);	/* bf_ring_create's: a queue died after start */
 	unsigned nr_queues;
 	unsigned depth;
 	size_t payload;			/* each entry's payload buffer, page multiple */
@@ -285,7 +287,7 @@ static void ring_log_queue_error(struct ring_queue *q, const char *fmt, ...)
 
 		snprintf(why, sizeof(why), "FUSE ring queue %u (CPU %d) stopped: %s", q->qid, q->cpu,
 			 msg);
-		bf_rawio_ring_failed(why);
+		q->r->failed(why);
 	}
 }
 
@@ -626,7 +628,7 @@ static int lay_out(struct ring_queue *q, struct ring_ent *e)
 	__atomic_add_fetch(&q->held, 1, __ATOMIC_RELAXED);
 	table_add(r, e);
 	__atomic_add_fetch(&q->requests, 1, __ATOMIC_RELAXED);
-	bf_rawio_rx_note((const struct fuse_in_header *)start);
+	bf_opens_note(in.opcode, in.unique);
 	return 0;
 }
 
@@ -1212,7 +1214,7 @@ size_t bf_ring_entry_bytes(size_t payload)
 }
 
 struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t payload,
-			       char *err, size_t errlen)
+			       void (*failed)(const char *why), char *err, size_t errlen)
 {
 	struct bf_ring *r;
 	pthread_condattr_t ca;
@@ -1227,6 +1229,7 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 		return NULL;
 	}
 	r->se = se;
+	r->failed = failed;
 	r->depth = depth;
 	r->payload = payload;
 	r->nr_queues = possible_cpus();
@@ -1408,7 +1411,7 @@ int bf_ring_start(struct bf_ring *r, unsigned limit_ms, char *why, size_t len)
 	ret = wait_queues(r, Q_REGISTERED, &deadline, why, len);
 	/*
 	 * All registered: the ring is the kernel's transport now. A queue that
-	 * failed since has told rawio.c (bf_rawio_ring_failed), which ends the
+	 * failed since has told rawio.c (bf_ring_create's @failed), which ends the
 	 * session as for any later failure.
 	 */
 	if (!ret)

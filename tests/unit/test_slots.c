@@ -215,3 +215,49 @@ Test(slots, drain, .timeout = 30)
 	cr_assert_eq(stats().in_use, 0);
 	bf_slots_destroy(&pool);
 }
+
+/*
+ * fuse/opens.c, the other table of slots fuse/ keeps: the OPENs in flight,
+ * whose replies get FOPEN_PARALLEL_DIRECT_WRITES. More in flight than its
+ * first 64 entries: none is forgotten, none loses the flag.
+ */
+#include <linux/fuse.h>
+
+#include "../../fuse/opens.h"
+
+#define MANY_OPENS 300
+
+Test(open_slots, more_in_flight_than_first_table, .timeout = 30)
+{
+	uint64_t u;
+
+	bf_opens_free();
+	for (u = 1; u <= MANY_OPENS; u++)
+		bf_opens_note(FUSE_OPEN, u * 2);
+	bf_opens_note(FUSE_READ, 1);	/* not an OPEN: not remembered */
+	cr_assert_eq(bf_opens_pending(), MANY_OPENS);
+	cr_assert(!bf_opens_forget(1));
+	for (u = 1; u <= MANY_OPENS; u++)
+		cr_assert(bf_opens_forget(u * 2), "OPEN %llu of %d in flight lost its flag",
+			  (unsigned long long)u, MANY_OPENS);
+	cr_assert(!bf_opens_forget(2), "a reply passes once");
+	cr_assert_eq(bf_opens_pending(), 0);
+	cr_assert_eq(bf_opens_lost(), 0);
+	bf_opens_free();
+}
+
+Test(open_slots, failed_opens_leave_no_entry, .timeout = 30)
+{
+	uint64_t u;
+
+	bf_opens_free();
+	/* each OPEN's reply (an error: forgotten as rawio.c does) before the next */
+	for (u = 1; u <= MANY_OPENS; u++) {
+		bf_opens_note(FUSE_OPEN, u);
+		cr_assert(bf_opens_forget(u));
+	}
+	cr_assert_eq(bf_opens_pending(), 0);
+	bf_opens_note(FUSE_OPEN, 7777);
+	cr_assert(bf_opens_forget(7777));
+	bf_opens_free();
+}
