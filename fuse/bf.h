@@ -75,6 +75,16 @@ static inline uint64_t bf_dev_size(const struct bf_dev *bd)
 	return __atomic_load_n(&bd->geo.size, __ATOMIC_RELAXED);
 }
 
+/*
+ * How long the kernel may keep an entry or attributes without asking.
+ * Names come and go (add, remove) and sizes change (resize): each change
+ * is notified (inval_entry, delete, inval_inode), and the timeout is what
+ * bounds a stale answer when a notification cannot help: a lookup's reply
+ * built before a remove and delivered after its notify_delete is cached
+ * as it is. A second of staleness at most, one getattr a second per file.
+ */
+#define BF_TIMEOUT 1.0
+
 #define BF_MAX_WRITE (1u << 20)	/* libfuse 3.14 fails above 1 MiB (measured here) */
 
 #define BF_ROOT_INO 1
@@ -314,8 +324,6 @@ void bf_rawio_stats(uint64_t *kept, uint64_t *kept_total);
 /* The pool of @n request slots of @bd ([mount] max_pending); 0 or -ENOMEM. */
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n);
 void bf_dev_reqs_destroy(struct bf_dev *bd);
-/* Wait until every request of every device has been answered. */
-void bf_drain(struct bf_daemon *d);
 /* .sys/DEV/drop_caches: the device's clean cached data, blkfs's and the kernel's, goes. */
 void bf_dev_drop_caches(struct bf_dev *bd);
 /* live.c: a mount that changes while it serves */
@@ -373,6 +381,9 @@ bool bf_dev_removed(const struct bf_dev *dev);
 bool bf_dev_ctl_held(struct bf_dev *dev);
 /* At unmount: the commands still running are given up on (d->ctl_given_up). */
 void bf_devs_give_up(struct bf_daemon *d);
+bool bf_devs_given_up(struct bf_daemon *d);
+/* The device named @name in the table, removing or not; d->dev_lock held. */
+struct bf_dev *bf_dev_find_locked(struct bf_daemon *d, const char *name);
 /*
  * The @n-th device of the table (0 <= @n < d->nr_devs), in slot order: for
  * the final writeback, when no device comes or goes any more.

@@ -13,8 +13,8 @@
  *
  * The tokenizer and the formatter (bf_ctl_parse, bf_ctl_format) are pure
  * functions of fuse/ctl_parse.c: the unit tests and the fuzzer link them
- * alone. The daemon side (bf_ctl_exec) and the client (bf_ctl_run) are in
- * fuse/control.c.
+ * alone. The daemon side (bf_ctl_exec) is fuse/control.c, the client
+ * (bf_ctl_run) fuse/ctl_client.c.
  */
 #ifndef BLKFS_CONTROL_H
 #define BLKFS_CONTROL_H

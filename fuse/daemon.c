@@ -28,15 +28,6 @@
 #include "control.h"
 #include "slots.h"
 
-/*
- * How long the kernel may keep an entry or attributes without asking.
- * Names come and go (add, remove) and sizes change (resize): each change
- * is notified (inval_entry, delete, inval_inode), and the timeout is what
- * bounds a stale answer when a notification cannot help: a lookup's reply
- * built before a remove and delivered after its notify_delete is cached
- * as it is. A second of staleness at most, one getattr a second per file.
- */
-#define BF_TIMEOUT 1.0
 #define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
@@ -117,130 +108,6 @@ static struct bf_daemon *bf_of(fuse_req_t req)
 static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
 {
 	return bf_dev_of_ino_locked(d, ino);
-}
-
-void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name)
-{
-	struct fuse_session *se = d->se;
-	int ret;
-
-	if (!se)
-		return;
-	ret = child ? fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name)) :
-		      fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
-	/* ENOENT: the kernel had nothing cached under the name */
-	if (ret && ret != -ENOENT)
-		blk_warn("%s: cannot tell the kernel that %s %s: %s (it may see the old entry "
-			 "for up to %.0f s)", name, name, child ? "is gone" : "exists",
-			 strerror(-ret), BF_TIMEOUT);
-}
-
-/* ------------------------------------------------------------ devices */
-
-/*
- * A simulated power cut (the powerloss filter): what is volatile above the
- * device dies. blkfs's cache for the device is dropped without writeback,
- * and the kernel's page cache of the file (kernel_cache = writeback, shared
- * mmap) is invalidated so readers see the device's post-crash state. Called
- * from the filter's trigger and restart, .sys stores: over the ring in an
- * off-queue thread (sys_write()), as the invalidation needs.
- */
-void bf_dev_drop_volatile(void *ctx)
-{
-	struct bf_dev *bd = ctx;
-
-	if (bd->pc)
-		pc_dev_drop_all(bd->pc);
-	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
-}
-
-void bf_dev_drop_caches(struct bf_dev *bd)
-{
-	pc_dev_drop_clean(bd->pc);
-	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
-}
-
-int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
-{
-	struct pc_cache_params cp = { 0 };
-	int i, ret;
-
-	assert(!d->nr_devs);
-	bf_devs_locks_init(d);
-	for (i = 0; i < d->conf.nr_devs; i++) {
-		if (!strcmp(d->conf.devs[i].name, "control")) {
-			snprintf(err, errlen, "%s:%d: [device control]: the name of .sys/control "
-				 "(choose another)", d->conf.file, d->conf.devs[i].line);
-			return -EINVAL;
-		}
-	}
-	/* every backend opens before the cache's memory is taken */
-	for (i = 0; i < d->conf.nr_devs; i++) {
-		struct bf_dev *bd = bf_dev_create(d, &d->conf, &d->conf.devs[i], err, errlen);
-
-		if (IS_ERR(bd)) {
-			ret = (int)PTR_ERR(bd);
-			goto out_close;
-		}
-		ret = bf_dev_publish(d, bd);
-		assert(!ret);	/* the config holds at most CONF_MAX_DEVICES = PC_MAX_DEVS */
-	}
-	if (!create_cache)
-		return 0;
-
-	cp.size = d->conf.cache.size;
-	cp.folio_size = d->conf.cache.folio_size;
-	cp.dirty_background = d->conf.cache.dirty_background;
-	cp.dirty_limit = d->conf.cache.dirty_limit;
-	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
-	d->pc = pc_cache_create(&cp);
-	if (IS_ERR(d->pc)) {
-		ret = (int)PTR_ERR(d->pc);
-		d->pc = NULL;
-		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
-			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
-		goto out_close;
-	}
-	/* .sys first: each device's subtree hangs below it */
-	ret = bf_sys_build(d);
-	if (ret) {
-		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
-		goto out_close;
-	}
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		if (!d->devs[i])
-			continue;
-		ret = bf_dev_attach(d, d->devs[i], err, errlen);
-		if (ret)
-			goto out_close;
-	}
-	return 0;
-
-out_close:
-	bf_close_devices(d);
-	return ret;
-}
-
-void bf_close_devices(struct bf_daemon *d)
-{
-	int i;
-
-	/* the flusher walks the device list: it stops before devices go */
-	if (d->pc)
-		pc_cache_stop(d->pc);
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		if (!d->devs[i])
-			continue;
-		bf_dev_destroy(d->devs[i]);
-		d->devs[i] = NULL;
-	}
-	d->nr_devs = 0;
-	if (d->pc)
-		pc_cache_destroy(d->pc);
-	d->pc = NULL;
-	free(d->nodes);
-	d->nodes = NULL;
-	d->nr_nodes = d->cap_nodes = 0;
 }
 
 /* ----------------------------------------------------------- attributes */
@@ -733,19 +600,6 @@ static void req_finish(struct bf_req *r)
 			   __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
 		req_put(r);
-}
-
-/* Wait until every request of every device has been answered (unmount, exit). */
-void bf_drain(struct bf_daemon *d)
-{
-	int i;
-
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		struct bf_dev *bd = d->devs[i];
-
-		if (bd && bd->reqs)
-			bf_slots_drain(&bd->slots);
-	}
 }
 
 static struct bf_req *req_of(struct pc_aio *aio)

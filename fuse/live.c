@@ -799,3 +799,28 @@ int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t le
 	bf_dev_put(bd);
 	return ret;
 }
+
+/* ------------------------------------------------- caches above the device */
+
+/*
+ * A simulated power cut (the powerloss filter): what is volatile above the
+ * device dies. blkfs's cache for the device is dropped without writeback,
+ * and the kernel's page cache of the file (kernel_cache = writeback, shared
+ * mmap) is invalidated so readers see the device's post-crash state. Called
+ * from the filter's trigger and restart, .sys stores: over the ring in an
+ * off-queue thread (sys_write()), as the invalidation needs.
+ */
+void bf_dev_drop_volatile(void *ctx)
+{
+	struct bf_dev *bd = ctx;
+
+	if (bd->pc)
+		pc_dev_drop_all(bd->pc);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
+}
+
+void bf_dev_drop_caches(struct bf_dev *bd)
+{
+	pc_dev_drop_clean(bd->pc);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
+}

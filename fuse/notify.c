@@ -130,3 +130,20 @@ void bf_ready(struct bf_daemon *d)
 	blk_info("mounted %s at %s (pid %d%s)", d->fsname, d->mnt, (int)getpid(),
 		 d->conf.mount.read_only ? ", read-only" : "");
 }
+
+/* The kernel forgets a name: inval_entry (added) or delete (removed, @child). */
+void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name)
+{
+	struct fuse_session *se = d->se;
+	int ret;
+
+	if (!se)
+		return;
+	ret = child ? fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name)) :
+		      fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
+	/* ENOENT: the kernel had nothing cached under the name */
+	if (ret && ret != -ENOENT)
+		blk_warn("%s: cannot tell the kernel that %s %s: %s (it may see the old entry "
+			 "for up to %.0f s)", name, name, child ? "is gone" : "exists",
+			 strerror(-ret), BF_TIMEOUT);
+}

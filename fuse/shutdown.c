@@ -227,6 +227,19 @@ static void fin_set_phase(struct fin_dev *fd, int phase)
 	pthread_mutex_unlock(&fd->fin->lock);
 }
 
+/* Wait until every request of every device has been answered (unmount, exit). */
+static void bf_drain(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
+
+		if (bd && bd->reqs)
+			bf_slots_drain(&bd->slots);
+	}
+}
+
 /* Wait for @fd's requests in flight, or until the waiter says to go on. */
 static void fin_drain(struct fin_dev *fd)
 {
