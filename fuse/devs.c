@@ -30,7 +30,13 @@
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
+#include "devfile.h"
+#include "devs.h"
+#include "devtab.h"
+#include "live.h"
 #include "mnt.h"
+#include "notify.h"
+#include "sysfs.h"
 
 /* ------------------------------------------------------------- creation */
 
@@ -94,7 +100,7 @@ void bf_dev_destroy(struct bf_dev *bd)
 }
 
 /*
- * bf_dev_create - see bf.h. @own: @c is an added device's own config,
+ * bf_dev_create - see devs.h. @own: @c is an added device's own config,
  * moved into the device (freed with it, also on failure); else @c is the
  * mount's and outlives its devices.
  */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bf.h"
+#include "devtab.h"
 
 /* a mount's config always fits the table */
 _Static_assert(CONF_MAX_DEVICES <= PC_MAX_DEVS, "the device table holds a config's devices");

@@ -39,7 +39,11 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "devtab.h"
+#include "live.h"
 #include "mnt.h"
+#include "notify.h"
+#include "slots.h"
 
 /* How long requests in flight may take to end before a freeze gives up. */
 #define BF_FREEZE_TIMEOUT_MS 10000

@@ -35,6 +35,7 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "loop.h"
 #include "mnt.h"
 
 #ifndef PR_SET_IO_FLUSHER

@@ -29,9 +29,15 @@
 #include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
-#include "mnt.h"
 #include "control.h"
 #include "crashcheck.h"
+#include "daemon.h"
+#include "devs.h"
+#include "loop.h"
+#include "mnt.h"
+#include "mountopt.h"
+#include "statx.h"
+#include "trace.h"
 
 #define CONF_MAX_BYTES (1u << 20)
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuse/mnt.c - mount points and what sits on them, for the client (main.c,
- * loop.c) and the daemon (control.c, devs.c, live.c) alike: a mount
+ * loop.c, ctl_client.c) and the daemon (devs.c, live.c) alike: a mount
  * point's canonical path without stat()ing it, the type mounted there
  * (/proc/self/mountinfo), and the loop devices over a file or below a
  * directory (/sys/block/loop*). Calls nothing else of fuse/.

@@ -29,6 +29,7 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "notify.h"
 
 int bf_notify(const char *fmt, ...)
 {

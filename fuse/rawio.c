@@ -50,7 +50,9 @@
 #include "../core/log.h"
 #include "bf.h"
 #include "fuse_uring_abi.h"
+#include "notify.h"
 #include "opens.h"
+#include "rawio.h"
 #include "uring.h"
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP

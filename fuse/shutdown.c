@@ -22,6 +22,10 @@
 #include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "devtab.h"
+#include "notify.h"
+#include "shutdown.h"
+#include "slots.h"
 
 #define PROGRESS_TICK_MS 1000
 #define PROGRESS_LOG_MS 10000

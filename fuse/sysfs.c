@@ -14,6 +14,10 @@
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "live.h"
+#include "rawio.h"
+#include "slots.h"
+#include "sysfs.h"
 
 struct bf_dev_attr {
 	const char *name;

@@ -115,7 +115,7 @@ bool bf_ring_in_request(void);
 /*
  * True in a queue's thread (whatever it runs: its own requests, or those
  * another queue handed it). Such a thread must never wait for what only a
- * queue's thread can serve: see bf_rawio_offqueue() in bf.h.
+ * queue's thread can serve: see bf_rawio_offqueue() in rawio.h.
  */
 bool bf_ring_queue_thread(void);
 /*
