@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/lib/clock.h"
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
@@ -382,18 +383,11 @@ out_text:
 /* Wait up to @ms for @bd's open count to reach 0 (bf_dev_put() signals ref_cond). */
 static void wait_opens_gone(struct bf_daemon *d, struct bf_dev *bd, unsigned ms)
 {
-	struct timespec until;
+	uint64_t until = blk_now_ns() + (uint64_t)ms * 1000000u;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&d->ref_lock);
 	while (__atomic_load_n(&bd->opens, __ATOMIC_RELAXED) &&
-	       pthread_cond_timedwait(&d->ref_cond, &d->ref_lock, &until) != ETIMEDOUT)
+	       blk_cond_wait_until(&d->ref_cond, &d->ref_lock, until) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&d->ref_lock);
 }

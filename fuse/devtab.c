@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "../backends/lib/clock.h"
 #include "bf.h"
 #include "devtab.h"
 
@@ -23,7 +24,7 @@ void bf_devs_locks_init(struct bf_daemon *d)
 	pthread_rwlock_init(&d->dev_lock, NULL);
 	pthread_mutex_init(&d->add_lock, NULL);
 	pthread_mutex_init(&d->ref_lock, NULL);
-	pthread_cond_init(&d->ref_cond, NULL);
+	blk_cond_init(&d->ref_cond);	/* waited on with a timeout (devs.c) */
 	d->next_ino = BF_DEV_INO;
 	d->locks_ready = true;
 }

@@ -29,8 +29,9 @@ void bf_final_progress_stop(void);
 struct bf_final;
 /*
  * bf_final_wait_busy - before those: wait while @busy(@arg) (called with
- * @lock held; @cv is signalled when it may have changed) as long as the
- * devices make progress by the final writeback's measure, any device's.
+ * @lock held; @cv, made by blk_cond_init, is signalled when it may have
+ * changed) as long as the devices make progress by the final writeback's
+ * measure, any device's.
  * Returns true once @busy is false; false after shutdown_timeout without
  * progress (never with shutdown_timeout = 0).
  */
