@@ -1,25 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuse/control.c - the control file MNT/.sys/control (control.h): the
- * dispatch table of its verbs, the daemon side that runs a written line,
- * and the client the `blkfs add|remove|...` commands are.
+ * dispatch table of its verbs and the daemon side that runs a written line
+ * (the client, `blkfs add|remove|...`, is ctl_client.c).
  *
- * The file itself (its node, the per-open result, the writer's uid check)
- * is served by daemon.c: a write runs bf_ctl_exec() in the FUSE thread that
- * received it and keeps the message in the open file, where read(2) on the
- * same descriptor finds it.
+ * And the file itself, its ops (file.h; opened by sysfile.c): each write is
+ * one command, run by bf_ctl_exec() in a detached thread of its own
+ * (ctl_write(), ctl_job_fn()): a command may take long (remove writes a
+ * device back), and the thread that received it, a FUSE worker or its
+ * CPU's only ring queue thread, goes on serving. Only when no job or
+ * thread can be had does the receiving thread run it itself, and never a
+ * ring queue's thread (that one refuses: ENOMEM, EAGAIN), as a command may
+ * notify the kernel. A line too long to run is refused at once, in the
+ * receiving thread. The result is kept in the open file, where read(2) on
+ * the same descriptor finds it. At unmount bf_ctl_jobs_wait() waits for the
+ * commands still running, and gives up on those that make no progress.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "control.h"
+#include "devs.h"
+#include "devtab.h"
+#include "file.h"
+#include "live.h"
+#include "rawio.h"
+#include "shutdown.h"
+#include "trace.h"
 
 /* One line per verb; argv[0] is the verb. */
 static const struct {
@@ -114,134 +131,259 @@ out:
 	return ret;
 }
 
-/* ---------------------------------------------------------------- client */
+/* ------------------------------------------------------ the control file */
 
 /*
- * The mount went away while the command ran: ESHUTDOWN is the daemon's
- * answer when its unmount gave up on the command (no progress for
- * shutdown_timeout: a hung backend), ENOTCONN or ECONNABORTED the
- * kernel's when the daemon exited (or was killed) without an answer.
+ * Only the user who mounted, or root, runs commands: the file's mode says
+ * so where the kernel checks it (allow_other brings default_permissions);
+ * the request's uid is checked too, at open and at each write.
  */
-static int gone_msg(const char *verb, int argc, char **argv, const char *mnt, int err)
+bool bf_ctl_writer_ok(fuse_req_t req)
 {
-	static const char *const dev_verbs[] = { "remove", "resize", "snapshot", "reset", "save" };
-	const char *dev = NULL;
-	char what[256] = "";
-	size_t i;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
-	for (i = 0; argc > 1 && i < sizeof(dev_verbs) / sizeof(dev_verbs[0]); i++)
-		if (!strcmp(verb, dev_verbs[i]))
-			dev = argv[1];
-	if (dev)
-		snprintf(what, sizeof(what), ": what %s had not written back %s", dev,
-			 err == ESHUTDOWN ? "is lost (not written to its backend)" : "may be lost");
-	if (err == ESHUTDOWN)
-		fprintf(stderr, "blkfs: %s: the mount %s went away before the command finished: "
-			"its device made no progress for [mount] shutdown_timeout (a hung backend?) "
-			"and the daemon gave up on it%s; see the daemon's log and the report of "
-			"blkfs umount\n", verb, mnt, what);
+	return ctx && (ctx->uid == 0 || ctx->uid == getuid());
+}
+
+/*
+ * The result of the last command written on an open .sys/control, which two
+ * threads may write and read at once on one descriptor: held only to copy.
+ */
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
+{
+	size_t n;
+	char *buf;
+
+	(void)off;
+	/*
+	 * The message of the last command written on this descriptor, from
+	 * where the last read stopped: the write moved the file offset past
+	 * the command, so the offset says nothing here.
+	 */
+	buf = bf_rawio_req_buf();
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&ctl_lock);
+	n = size < f->len - f->rpos ? size : f->len - f->rpos;
+	memcpy(buf, f->buf + f->rpos, n);
+	f->rpos += n;
+	pthread_mutex_unlock(&ctl_lock);
+	fuse_reply_buf(req, buf, n);
+}
+
+/* The command's message into the open file (read back there), then the reply. */
+static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
+{
+	pthread_mutex_lock(&ctl_lock);
+	f->len = strlen(msg);
+	if (f->len > BF_SYS_BUF)
+		f->len = BF_SYS_BUF;
+	memcpy(f->buf, msg, f->len);
+	f->rpos = 0;
+	pthread_mutex_unlock(&ctl_lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
 	else
-		fprintf(stderr, "blkfs: %s: the mount %s went away before the command finished "
-			"(its daemon exited: %s)%s\n", verb, mnt, strerror(err), what);
-	return 1;
+		fuse_reply_write(req, size);
 }
 
-int bf_ctl_run(const char *mnt, int argc, char **argv)
+/*
+ * A command runs in a thread of its own: it may take a while (remove
+ * writes a device back), and the thread that received it must go on
+ * serving. With FUSE over io_uring that thread is its CPU's only queue
+ * thread: every request from that CPU would wait behind the command.
+ */
+struct ctl_job {
+	struct ctl_job *next;	/* ctl_jobs_lock: in ctl_running */
+	fuse_req_t req;
+	struct bf_file *f;	/* the write holds the file open until its reply */
+	bool replying;		/* ctl_jobs_lock: its thread answers it */
+	bool given_up;		/* ctl_jobs_lock: the unmount answered it (ctl_jobs_give_up) */
+	size_t size;
+	char line[];		/* a copy: /dev/fuse's buffer is the receiver's */
+};
+
+static pthread_mutex_t ctl_jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ctl_jobs_cond;	/* blk_cond_init (bf_ctl_init): waited on with a timeout */
+static struct ctl_job *ctl_running;	/* ctl_jobs_lock: commands running */
+
+static void ctl_run(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
 {
-	return bf_ctl_run_msg(mnt, argc, argv, NULL, 0);
+	char msg[BF_CTL_MSG_MAX];
+	int ret = bf_ctl_exec(fuse_req_userdata(req), buf, size, msg, sizeof(msg));
+
+	ctl_done(req, f, ret, msg, size);
 }
 
-int bf_ctl_run_msg(const char *mnt, int argc, char **argv, char *out, size_t outlen)
+static void *ctl_job_fn(void *arg)
 {
-	char line[BF_CTL_MAX_LINE + 1], msg[BF_CTL_MSG_MAX + 1], path[PATH_MAX], cmnt[PATH_MAX];
-	const char *verb = argv[0];
-	size_t got = 0;
-	ssize_t n;
-	int len, fd, err, ret;
+	struct ctl_job *job = arg, **p;
+	char msg[BF_CTL_MSG_MAX];
+	bool reply;
+	int ret;
 
-	len = bf_ctl_format(argc, argv, line, sizeof(line));
-	if (len < 0) {
-		fprintf(stderr, "blkfs: %s: %s\n", verb, len == -EINVAL ?
-			"an argument holds a control character (a newline, ...)" :
-			"the command is too long");
-		return 2;
-	}
-	ret = bf_canon_mnt(mnt, cmnt, sizeof(cmnt));
-	if (ret) {
-		fprintf(stderr, "blkfs: %s: %s: %s\n", verb, mnt, strerror(-ret));
-		return 2;
-	}
-	if (snprintf(path, sizeof(path), "%s/.sys/control", cmnt) >= (int)sizeof(path)) {
-		fprintf(stderr, "blkfs: %s: %s: path too long\n", verb, mnt);
-		return 2;
-	}
-	fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		char type[64];
+	ret = bf_ctl_exec(fuse_req_userdata(job->req), job->line, job->size, msg, sizeof(msg));
+	/* answered once: by this thread, or by an unmount that gave up on it */
+	pthread_mutex_lock(&ctl_jobs_lock);
+	reply = !job->given_up;
+	job->replying = reply;
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	if (reply)
+		ctl_done(job->req, job->f, ret, msg, job->size);
+	pthread_mutex_lock(&ctl_jobs_lock);
+	for (p = &ctl_running; *p != job; p = &(*p)->next)
+		;
+	*p = job->next;
+	pthread_cond_broadcast(&ctl_jobs_cond);
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	free(job);
+	return NULL;
+}
 
-		err = errno;
-		bf_mount_type(cmnt, type, sizeof(type));
-		if (strcmp(type, "fuse.blkfs"))
-			fprintf(stderr, "blkfs: %s: %s: not a blkfs mount\n", verb, cmnt);
-		else if (err == ENOENT)
-			fprintf(stderr, "blkfs: %s: %s: this daemon has no control file "
-				"(an older blkfs: remount)\n", verb, cmnt);
-		else
-			fprintf(stderr, "blkfs: %s: %s: %s%s\n", verb, path, strerror(err),
-				err == EACCES ? " (only the user who mounted, or root, may "
-				"run commands)" : "");
-		return 2;
-	}
-	/* one write is one command; its result is read back on the same descriptor */
-	msg[0] = 0;
-	n = write(fd, line, (size_t)len);
-	err = n < 0 ? errno : 0;
-	if (err == ESHUTDOWN || err == ENOTCONN || err == ECONNABORTED) {
-		/* no daemon serves the read of the message any more */
-		close(fd);
-		return gone_msg(verb, argc, argv, cmnt, err);
-	}
+/* ctl_jobs_lock held: a command neither finished nor given up on? */
+static bool ctl_jobs_busy(void *arg)
+{
+	struct ctl_job *job;
+
+	(void)arg;
+	for (job = ctl_running; job; job = job->next)
+		if (!job->given_up)
+			return true;
+	return false;
+}
+
+/*
+ * Answer the commands still running with ESHUTDOWN (the client says the
+ * mount went away with the device's data unwritten) and leave their
+ * threads where they wait: on a hung backend, holding their locks. The
+ * final writeback gives their devices up (shutdown.c) and waits for none
+ * of those locks; nothing they may reach is freed (d->abandoned).
+ */
+static void ctl_jobs_give_up(struct bf_daemon *d)
+{
+	struct ctl_job *job;
+	char t[32], msg[256];
+
+	bf_devs_give_up(d);
+	blk_format_duration(t, sizeof(t), d->conf.mount.shutdown_timeout_ms * 1000000ull);
+	snprintf(msg, sizeof(msg), "the mount went away: the command made no progress for %s "
+		 "(shutdown_timeout) and was given up on; what its device had not written back "
+		 "is lost\n", t);
 	for (;;) {
-		ssize_t r = read(fd, msg + got, sizeof(msg) - 1 - got);
+		fuse_req_t req = NULL;
+		struct bf_file *f = NULL;
+		size_t size = 0;
+		int ll = 0;
+		char line[128];
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && !err && !got && (errno == ENOTCONN || errno == ECONNABORTED))
-			/* done, then the mount went away (an unmount waited for it) */
-			snprintf(msg, sizeof(msg), "%s: done; the mount went away before its message "
-				 "could be read\n", verb);
-		if (r <= 0)
+		pthread_mutex_lock(&ctl_jobs_lock);
+		for (job = ctl_running; job; job = job->next) {
+			if (job->given_up || job->replying)
+				continue;
+			job->given_up = true;
+			req = job->req;
+			f = job->f;
+			size = job->size;
+			ll = (int)(size && job->line[size - 1] == '\n' ? size - 1 : size);
+			snprintf(line, sizeof(line), "%.*s", ll, job->line);
 			break;
-		got += (size_t)r;
-		if (got == sizeof(msg) - 1)
+		}
+		pthread_mutex_unlock(&ctl_jobs_lock);
+		if (!req)
 			break;
+		blk_err("control: %s: given up at unmount: no progress for %s (shutdown_timeout); "
+			"its thread is left waiting on the hung I/O", line, t);
+		ctl_done(req, f, -ESHUTDOWN, msg, size);
 	}
-	if (!got)
-		got = strlen(msg);
-	msg[got] = 0;
-	close(fd);
-	if (n >= 0 && n != len) {
-		fprintf(stderr, "blkfs: %s: short write to %s (%zd of %d bytes)\n", verb, path, n,
-			len);
-		return 1;
+}
+
+/*
+ * Wait for the commands still running (the loop has ended: none comes),
+ * as long as the devices make progress; false when they were given up on.
+ */
+bool bf_ctl_jobs_wait(struct bf_daemon *d)
+{
+	bool done = bf_final_wait_busy(d, ctl_jobs_busy, NULL, &ctl_jobs_lock, &ctl_jobs_cond);
+
+	if (!done)
+		ctl_jobs_give_up(d);
+	/* those answering by themselves are done in a moment */
+	pthread_mutex_lock(&ctl_jobs_lock);
+	while (ctl_jobs_busy(NULL))
+		pthread_cond_wait(&ctl_jobs_cond, &ctl_jobs_lock);
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	return done;
+}
+
+/* One command per write, whatever the offset (a second write on the same descriptor is the next). */
+static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	pthread_attr_t attr;
+	struct ctl_job *job;
+	pthread_t t;
+	char msg[128];
+
+	(void)off;
+	(void)fi;
+	if (!bf_ctl_writer_ok(req)) {
+		snprintf(msg, sizeof(msg), "only uid %u (who mounted) or root may run commands\n",
+			 (unsigned)getuid());
+		ctl_done(req, f, -EACCES, msg, size);
+		return;
 	}
-	if (err) {
-		if (got && msg[got - 1] == '\n')
-			msg[--got] = 0;
-		/* the daemon's message, then what errno the write failed with */
-		if (got)
-			fprintf(stderr, "blkfs: %s: %s (%s)\n", verb, msg, strerror(err));
+	/* a line too long to run is refused at once, here */
+	job = size <= BF_CTL_MAX_LINE ? malloc(sizeof(*job) + size) : NULL;
+	if (!job && size <= BF_CTL_MAX_LINE && bf_rawio_queue_thread()) {
+		/* not here: a command may notify the kernel (bf_rawio_offqueue()) */
+		ctl_done(req, f, -ENOMEM, "no memory to run the command\n", size);
+		return;
+	}
+	if (!job) {
+		ctl_run(req, f, buf, size);
+		return;
+	}
+	job->req = req;
+	job->f = f;
+	job->replying = false;
+	job->given_up = false;
+	job->size = size;
+	memcpy(job->line, buf, size);
+	pthread_mutex_lock(&ctl_jobs_lock);
+	job->next = ctl_running;
+	ctl_running = job;
+	pthread_mutex_unlock(&ctl_jobs_lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, ctl_job_fn, job)) {
+		struct ctl_job **p;
+
+		pthread_mutex_lock(&ctl_jobs_lock);
+		for (p = &ctl_running; *p != job; p = &(*p)->next)
+			;
+		*p = job->next;
+		pthread_mutex_unlock(&ctl_jobs_lock);
+		free(job);
+		if (bf_rawio_queue_thread())	/* it may notify the kernel: not from there */
+			ctl_done(req, f, -EAGAIN, "no thread to run the command\n", size);
 		else
-			fprintf(stderr, "blkfs: %s: %s\n", verb, strerror(err));
-		/* refused by the daemon; EACCES from the kernel before it is the same */
-		return 1;
+			ctl_run(req, f, buf, size);	/* no thread: here, as a last resort */
 	}
-	if (out) {
-		if (got && msg[got - 1] == '\n')
-			msg[--got] = 0;
-		snprintf(out, outlen, "%s", msg);
-	} else if (got) {
-		fputs(msg, stdout);
-	}
-	return 0;
+	pthread_attr_destroy(&attr);
+}
+
+const struct bf_file_ops bf_ctl_fops = {
+	.read = ctl_read,
+	.write = ctl_write,
+	.fsync = bf_file_fsync_none,
+	.fallocate = bf_file_fallocate_none,
+};
+
+int bf_ctl_init(void)
+{
+	return -blk_cond_init(&ctl_jobs_cond);
 }

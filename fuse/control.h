@@ -13,12 +13,13 @@
  *
  * The tokenizer and the formatter (bf_ctl_parse, bf_ctl_format) are pure
  * functions of fuse/ctl_parse.c: the unit tests and the fuzzer link them
- * alone. The daemon side (bf_ctl_exec) and the client (bf_ctl_run) are in
- * fuse/control.c.
+ * alone. The daemon side (bf_ctl_exec) is fuse/control.c, the client
+ * (bf_ctl_run) fuse/ctl_client.c.
  */
 #ifndef BLKFS_CONTROL_H
 #define BLKFS_CONTROL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define BF_CTL_MAX_LINE 4096	/* bytes of one command, its newline included */
@@ -91,5 +92,24 @@ void bf_ctl_verbs(char *buf, size_t len);
 int bf_ctl_run(const char *mnt, int argc, char **argv);
 /* As bf_ctl_run(), the success message (without its newline) into @out instead of stdout. */
 int bf_ctl_run_msg(const char *mnt, int argc, char **argv, char *out, size_t outlen);
+
+/*
+ * The daemon side of the file itself (control.c): its ops (file.h), which
+ * run each command in a thread of its own, and the wait for those still
+ * running at unmount. bf_ctl_init() once, before serving: 0 or -errno.
+ */
+struct bf_file_ops;
+struct fuse_req;
+extern const struct bf_file_ops bf_ctl_fops;
+int bf_ctl_init(void);
+/* Only the user who mounted, or root, runs commands (checked at open and at each write). */
+bool bf_ctl_writer_ok(struct fuse_req *req);
+/*
+ * bf_ctl_jobs_wait - after the request loop (no command comes any more):
+ * wait for the commands still running as long as the devices make
+ * progress; false when they were given up on (answered ESHUTDOWN, their
+ * threads left where they wait).
+ */
+bool bf_ctl_jobs_wait(struct bf_daemon *d);
 
 #endif

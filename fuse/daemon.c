@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuse/daemon.c - the FUSE side of blkfs: libfuse3 low-level operations that
- * present each device as a regular file with block-device semantics, the
- * session (multithreaded, 1 MiB requests, direct mode with shared mmap
- * allowed), and the final writeback when the mount goes away.
+ * present each device as a regular file with block-device semantics (the
+ * names, attributes, directories and opens; each open file's reads and
+ * writes go to the ops its open chose, file.h: devfile.c, sysfile.c,
+ * control.c), the session (multithreaded, 1 MiB requests, direct mode with
+ * shared mmap allowed), and the final writeback when the mount goes away.
+ * Control commands do not run here: control.c runs each in a thread of
+ * its own.
  */
 #include <assert.h>
 #include <errno.h>
@@ -26,86 +30,21 @@
 #include "../core/stack.h"
 #include "bf.h"
 #include "control.h"
+#include "daemon.h"
+#include "devfile.h"
+#include "devtab.h"
+#include "file.h"
+#include "notify.h"
+#include "rawio.h"
+#include "shutdown.h"
+#include "slots.h"
+#include "sysfile.h"
+#include "sysfs.h"
 
-/*
- * How long the kernel may keep an entry or attributes without asking.
- * Names come and go (add, remove) and sizes change (resize): each change
- * is notified (inval_entry, delete, inval_inode), and the timeout is what
- * bounds a stale answer when a notification cannot help: a lookup's reply
- * built before a remove and delivered after its notify_delete is cached
- * as it is. A second of staleness at most, one getattr a second per file.
- */
-#define BF_TIMEOUT 1.0
 #define BF_MIN_BACKGROUND 64	/* async requests the kernel may send at once, at least */
 #ifndef BF_MAX_THREADS
 #define BF_MAX_THREADS 16	/* FUSE worker threads */
 #endif
-
-/* One open device file, or .sys attribute. */
-struct bf_file {
-	struct list_head node_open;	/* open_files: freed at exit if never released */
-	struct bf_dev *dev;
-	bool direct;		/* opened with O_DIRECT */
-	pc_errseq_t since;	/* writeback errors this opener has seen */
-	/*
-	 * A .sys file: its content is a snapshot taken at open. Its node is
-	 * looked up again by number for a store: a device's nodes go with it.
-	 */
-	bool sys;
-	bool ctl;		/* .sys/control */
-	uint64_t sys_ino;
-	size_t len;		/* .sys/control: ctl_lock */
-	size_t rpos;		/* .sys/control: where the next read starts; ctl_lock */
-	char buf[];		/* .sys/control: the last command's message; ctl_lock */
-};
-
-/*
- * The result of the last command written on an open .sys/control, which two
- * threads may write and read at once on one descriptor: held only to copy.
- */
-static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
-
-#define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
-
-/*
- * Every open file, so that the handles of files still open when the
- * daemon exits (the kernel sends no RELEASE for them then) are freed.
- */
-static pthread_mutex_t open_files_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct list_head open_files = LIST_HEAD_INIT(open_files);	/* open_files_lock */
-
-static struct bf_file *file_alloc(size_t extra)
-{
-	struct bf_file *f = calloc(1, sizeof(*f) + extra);
-
-	if (!f)
-		return NULL;
-	pthread_mutex_lock(&open_files_lock);
-	list_add_tail(&f->node_open, &open_files);
-	pthread_mutex_unlock(&open_files_lock);
-	return f;
-}
-
-static void file_free(struct bf_file *f)
-{
-	pthread_mutex_lock(&open_files_lock);
-	list_del_init(&f->node_open);
-	pthread_mutex_unlock(&open_files_lock);
-	free(f);
-}
-
-/* The handles the kernel never released (files open at exit). */
-static void files_free_all(void)
-{
-	struct list_head *pos, *n;
-
-	pthread_mutex_lock(&open_files_lock);
-	list_for_each_safe(pos, n, &open_files) {
-		list_del_init(pos);
-		free(list_entry(pos, struct bf_file, node_open));
-	}
-	pthread_mutex_unlock(&open_files_lock);
-}
 
 static struct bf_daemon *bf_of(fuse_req_t req)
 {
@@ -116,130 +55,6 @@ static struct bf_daemon *bf_of(fuse_req_t req)
 static struct bf_dev *dev_of_ino(struct bf_daemon *d, fuse_ino_t ino)
 {
 	return bf_dev_of_ino_locked(d, ino);
-}
-
-void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name)
-{
-	struct fuse_session *se = d->se;
-	int ret;
-
-	if (!se)
-		return;
-	ret = child ? fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name)) :
-		      fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
-	/* ENOENT: the kernel had nothing cached under the name */
-	if (ret && ret != -ENOENT)
-		blk_warn("%s: cannot tell the kernel that %s %s: %s (it may see the old entry "
-			 "for up to %.0f s)", name, name, child ? "is gone" : "exists",
-			 strerror(-ret), BF_TIMEOUT);
-}
-
-/* ------------------------------------------------------------ devices */
-
-/*
- * A simulated power cut (the powerloss filter): what is volatile above the
- * device dies. blkfs's cache for the device is dropped without writeback,
- * and the kernel's page cache of the file (kernel_cache = writeback, shared
- * mmap) is invalidated so readers see the device's post-crash state. Called
- * from the filter's trigger and restart, .sys stores: over the ring in an
- * off-queue thread (sys_write()), as the invalidation needs.
- */
-void bf_dev_drop_volatile(void *ctx)
-{
-	struct bf_dev *bd = ctx;
-
-	if (bd->pc)
-		pc_dev_drop_all(bd->pc);
-	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
-}
-
-void bf_dev_drop_caches(struct bf_dev *bd)
-{
-	pc_dev_drop_clean(bd->pc);
-	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
-}
-
-int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
-{
-	struct pc_cache_params cp = { 0 };
-	int i, ret;
-
-	assert(!d->nr_devs);
-	bf_devs_locks_init(d);
-	for (i = 0; i < d->conf.nr_devs; i++) {
-		if (!strcmp(d->conf.devs[i].name, "control")) {
-			snprintf(err, errlen, "%s:%d: [device control]: the name of .sys/control "
-				 "(choose another)", d->conf.file, d->conf.devs[i].line);
-			return -EINVAL;
-		}
-	}
-	/* every backend opens before the cache's memory is taken */
-	for (i = 0; i < d->conf.nr_devs; i++) {
-		struct bf_dev *bd = bf_dev_create(d, &d->conf, &d->conf.devs[i], err, errlen);
-
-		if (IS_ERR(bd)) {
-			ret = (int)PTR_ERR(bd);
-			goto out_close;
-		}
-		ret = bf_dev_publish(d, bd);
-		assert(!ret);	/* the config holds at most CONF_MAX_DEVICES = PC_MAX_DEVS */
-	}
-	if (!create_cache)
-		return 0;
-
-	cp.size = d->conf.cache.size;
-	cp.folio_size = d->conf.cache.folio_size;
-	cp.dirty_background = d->conf.cache.dirty_background;
-	cp.dirty_limit = d->conf.cache.dirty_limit;
-	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
-	d->pc = pc_cache_create(&cp);
-	if (IS_ERR(d->pc)) {
-		ret = (int)PTR_ERR(d->pc);
-		d->pc = NULL;
-		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
-			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
-		goto out_close;
-	}
-	/* .sys first: each device's subtree hangs below it */
-	ret = bf_sys_build(d);
-	if (ret) {
-		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
-		goto out_close;
-	}
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		if (!d->devs[i])
-			continue;
-		ret = bf_dev_attach(d, d->devs[i], err, errlen);
-		if (ret)
-			goto out_close;
-	}
-	return 0;
-
-out_close:
-	bf_close_devices(d);
-	return ret;
-}
-
-void bf_close_devices(struct bf_daemon *d)
-{
-	int i;
-
-	/* the flusher walks the device list: it stops before devices go */
-	if (d->pc)
-		pc_cache_stop(d->pc);
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		if (!d->devs[i])
-			continue;
-		bf_dev_destroy(d->devs[i]);
-		d->devs[i] = NULL;
-	}
-	d->nr_devs = 0;
-	if (d->pc)
-		pc_cache_destroy(d->pc);
-	d->pc = NULL;
-	free(d->nodes);
-	d->nodes = NULL;
-	d->nr_nodes = d->cap_nodes = 0;
 }
 
 /* ----------------------------------------------------------- attributes */
@@ -417,65 +232,11 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	bf_getattr(req, ino, fi);
 }
 
-/*
- * Only the user who mounted, or root, runs commands: the file's mode says
- * so where the kernel checks it (allow_other brings default_permissions);
- * the request's uid is checked too, at open and at each write.
- */
-static bool ctl_writer_ok(fuse_req_t req)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-
-	return ctx && (ctx->uid == 0 || ctx->uid == getuid());
-}
-
 /* An open of the device file ends (or failed): bf_open's count and reference. */
 static void dev_close(struct bf_dev *bd)
 {
 	__atomic_sub_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
 	bf_dev_put(bd);
-}
-
-/* A .sys attribute: a snapshot of its value for readers, a store per write. */
-static void sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
-{
-	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
-	struct bf_file *f;
-	int len = 0;
-
-	if (n->dir) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	if (wr && !bf_sys_writable(n)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
-	if (wr && n->ctl && !ctl_writer_ok(req)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
-	f = file_alloc(BF_SYS_BUF);
-	if (!f) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	f->sys = true;
-	f->ctl = n->ctl;
-	f->sys_ino = n->ino;
-	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
-		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
-		if (len < 0) {
-			file_free(f);
-			fuse_reply_err(req, -len);
-			return;
-		}
-	}
-	f->len = (size_t)len < BF_SYS_BUF ? (size_t)len : BF_SYS_BUF;
-	fi->fh = (uint64_t)(uintptr_t)f;
-	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
-	fi->nonseekable = 0;
-	fuse_reply_open(req, fi);
 }
 
 static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -502,7 +263,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	pthread_rwlock_unlock(&d->dev_lock);
 	if (n) {
-		sys_open(req, n, fi);
+		bf_sys_open(req, n, fi);
 		if (n->dev)
 			bf_dev_put(n->dev);
 		return;
@@ -521,7 +282,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	f = file_alloc(0);
+	f = bf_file_alloc(&bf_dev_fops, 0);
 	if (!f) {
 		dev_close(bd);
 		fuse_reply_err(req, ENOMEM);
@@ -533,7 +294,7 @@ static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * would believe the device empty after O_TRUNC and keep believing
 		 * it. Refused rather than ignored (README: kernel_cache).
 		 */
-		file_free(f);
+		bf_file_free(f);
 		dev_close(bd);
 		fuse_reply_err(req, EPERM);
 		return;
@@ -569,724 +330,51 @@ static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct bf_dev *bd = f->dev;
 
 	(void)ino;
-	file_free(f);
+	bf_file_free(f);
 	if (bd)
 		dev_close(bd);
 	fuse_reply_err(req, 0);
 }
 
-static struct bf_file *file_of(struct fuse_file_info *fi)
-{
-	return (struct bf_file *)(uintptr_t)fi->fh;
-}
-
-/* --------------------------------------------------- requests in flight */
-
 /*
- * One request of a device file on its way: a slot of the device's pool of
- * [mount] max_pending, the block layer's tag. The handler starts the
- * cache's asynchronous form and returns to receive the next request; the
- * reply comes from the completion (pc_aio.done), in whatever thread that
- * runs (pcache.h's rules). A request whose data sits in the receiving
- * thread's buffer (a WRITE's data, a direct READ's destination) takes that
- * buffer along when it is still running as its handler returns
- * (bf_rawio_keep), so the thread receives into another one.
+ * Reads, writes, fsyncs, fallocates: the file's own ops (file.h), chosen at
+ * open. What every kind checks alike is checked here.
  */
-enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
-
-/*
- * The request whose handler this thread is running: its completion, when
- * it runs here before the handler returns, was inline (the device
- * finished at once: no hand-off); anywhere else, the request was parked.
- */
-static __thread const struct bf_req *req_here;
-
-struct bf_req {
-	struct pc_aio aio;	/* first: the completion finds the slot from it */
-	struct bf_dev *bd;
-	fuse_req_t req;
-	char *data;		/* direct READ: the reply's data */
-	char *kept;		/* a receive buffer this request holds */
-	int state;		/* atomic: REQ_* */
-	struct bf_req *next;	/* bd->req_free */
-	struct pc_read rd;
-	/* the FUSE level's record of it (backends/lib/trace.h): begun at receipt, ended at the reply */
-	uint64_t bt_start, bt_pos, bt_len;
-	uint32_t bt_pid;
-	enum blk_op bt_op;
-};
-
-int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
-{
-	uint32_t i;
-
-	bd->reqs = calloc(n, sizeof(*bd->reqs));
-	if (!bd->reqs)
-		return -ENOMEM;
-	pthread_mutex_init(&bd->req_lock, NULL);
-	pthread_cond_init(&bd->req_cond, NULL);
-	pthread_mutex_init(&bd->live_lock, NULL);
-	for (i = 0; i < n; i++) {
-		bd->reqs[i].bd = bd;
-		bd->reqs[i].next = i + 1 < n ? &bd->reqs[i + 1] : NULL;
-	}
-	bd->req_free = bd->reqs;
-	bd->req_slots = n;
-	return 0;
-}
-
-void bf_dev_reqs_destroy(struct bf_dev *bd)
-{
-	if (!bd->reqs)
-		return;
-	assert(!bd->req_in_use);
-	pthread_mutex_destroy(&bd->req_lock);
-	pthread_cond_destroy(&bd->req_cond);
-	pthread_mutex_destroy(&bd->live_lock);
-	free(bd->reqs);
-	bd->reqs = NULL;
-}
-
-void bf_dev_req_stats(struct bf_dev *bd, uint64_t *in_flight, uint64_t *peak, uint64_t *waits,
-		      uint64_t *slots)
-{
-	pthread_mutex_lock(&bd->req_lock);
-	*in_flight = bd->req_in_use;
-	*peak = bd->req_peak;
-	*waits = bd->req_waits;
-	*slots = bd->req_slots;
-	pthread_mutex_unlock(&bd->req_lock);
-}
-
-/*
- * A slot, waiting for one when all are taken, as the block layer waits for
- * a tag (rule R5 of pcache.h: the one wait a receiving thread may do).
- * @op, @pos, @len: the request, for the FUSE level's trace and counts: it
- * begins here, before any wait for a slot (the time the caller waited),
- * and ends at its reply (req_trace_end()).
- */
-static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
-			      void (*done)(struct pc_aio *aio, ssize_t res), enum blk_op op,
-			      uint64_t pos, uint64_t len)
-{
-	uint32_t pid = (uint32_t)fuse_req_ctx(req)->pid;
-	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
-	struct bf_req *r;
-
-	pthread_mutex_lock(&bd->req_lock);
-	if (!bd->req_free || bd->req_frozen)
-		bd->req_waits++;
-	while (!bd->req_free || bd->req_frozen) {
-		bd->req_waiters++;
-		pthread_cond_wait(&bd->req_cond, &bd->req_lock);
-		bd->req_waiters--;
-	}
-	r = bd->req_free;
-	bd->req_free = r->next;
-	if (++bd->req_in_use > bd->req_peak)
-		bd->req_peak = bd->req_in_use;
-	pthread_mutex_unlock(&bd->req_lock);
-	r->req = req;
-	r->data = NULL;
-	r->kept = NULL;
-	r->state = REQ_RUNNING;
-	r->aio.done = done;
-	r->aio.waited = false;
-	r->aio.fua = false;
-	r->bt_start = start;
-	r->bt_pos = pos;
-	r->bt_len = len;
-	r->bt_pid = pid;
-	r->bt_op = op;
-	req_here = r;
-	return r;
-}
-
-/* The request is answered with @res (bytes, 0 or -errno): the FUSE level's C, just before the reply. */
-static void req_trace_end(struct bf_req *r, ssize_t res)
-{
-	bt_req_end(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start, (long)res);
-}
-
-static void req_put(struct bf_req *r)
-{
-	struct bf_dev *bd = r->bd;
-
-	if (req_here == r)	/* a handler that gave up on @r before starting it */
-		req_here = NULL;
-
-	if (r->kept)
-		bf_rawio_release(r->kept);
-	r->kept = NULL;
-	pthread_mutex_lock(&bd->req_lock);
-	r->next = bd->req_free;
-	bd->req_free = r;
-	bd->req_in_use--;
-	/* a receiving thread waits for a slot, or bf_drain() for the last one */
-	if (bd->req_waiters || !bd->req_in_use)
-		pthread_cond_broadcast(&bd->req_cond);
-	pthread_mutex_unlock(&bd->req_lock);
-}
-
-/*
- * The handler has started @r and returns. If @r is still running and its
- * data (@len bytes at @data, or none) is in this thread's receive buffer,
- * the buffer goes with it. Whichever of this and the completion comes
- * second frees the slot.
- */
-static void req_returned(struct bf_req *r, const char *data, size_t len)
-{
-	req_here = NULL;
-	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
-		req_put(r);
-		return;
-	}
-	if (data && !r->kept && bf_rawio_in_thread_buf(data, len)) {
-		char *k = bf_rawio_keep(&data, len);	/* no copy: cannot fail */
-
-		r->kept = IS_ERR(k) ? NULL : k;
-	}
-	if (__atomic_exchange_n(&r->state, REQ_RETURNED, __ATOMIC_ACQ_REL) == REQ_DONE)
-		req_put(r);
-}
-
-/* The completion has replied. */
-static void req_finish(struct bf_req *r)
-{
-	__atomic_add_fetch(req_here == r ? &r->bd->req_inline : &r->bd->req_parked, 1,
-			   __ATOMIC_RELAXED);
-	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
-		req_put(r);
-}
-
-/* Wait until every request of every device has been answered (unmount, exit). */
-void bf_drain(struct bf_daemon *d)
-{
-	int i;
-
-	for (i = 0; i < PC_MAX_DEVS; i++) {
-		struct bf_dev *bd = d->devs[i];
-
-		if (!bd || !bd->reqs)
-			continue;
-		pthread_mutex_lock(&bd->req_lock);
-		while (bd->req_in_use)
-			pthread_cond_wait(&bd->req_cond, &bd->req_lock);
-		pthread_mutex_unlock(&bd->req_lock);
-	}
-}
-
-int bf_dev_freeze(struct bf_dev *bd, unsigned int timeout_ms)
-{
-	struct timespec end;
-	int ret = 0;
-
-	clock_gettime(CLOCK_REALTIME, &end);
-	end.tv_sec += timeout_ms / 1000;
-	end.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (end.tv_nsec >= 1000000000) {
-		end.tv_sec++;
-		end.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&bd->req_lock);
-	assert(!bd->req_frozen);	/* live_lock makes freezes one at a time */
-	bd->req_frozen = true;
-	/* req_put() broadcasts when the last slot comes back */
-	while (bd->req_in_use && !ret)
-		ret = pthread_cond_timedwait(&bd->req_cond, &bd->req_lock, &end);
-	if (bd->req_in_use) {
-		bd->req_frozen = false;
-		pthread_cond_broadcast(&bd->req_cond);
-		ret = -ETIMEDOUT;
-	} else {
-		ret = 0;
-	}
-	pthread_mutex_unlock(&bd->req_lock);
-	return ret;
-}
-
-void bf_dev_thaw(struct bf_dev *bd)
-{
-	pthread_mutex_lock(&bd->req_lock);
-	bd->req_frozen = false;
-	pthread_cond_broadcast(&bd->req_cond);
-	pthread_mutex_unlock(&bd->req_lock);
-}
-
-static struct bf_req *req_of(struct pc_aio *aio)
-{
-	return (struct bf_req *)aio;
-}
-
-static void reply_result(struct bf_req *r, ssize_t res)
-{
-	if (res < 0)
-		fuse_reply_err(r->req, (int)-res);
-	else
-		fuse_reply_err(r->req, 0);
-}
-
-static void read_done(struct pc_aio *aio, ssize_t res)
-{
-	struct bf_req *r = req_of(aio);
-
-	req_trace_end(r, res);
-	if (res < 0) {
-		fuse_reply_err(r->req, (int)-res);
-	} else if (res == 0) {
-		fuse_reply_buf(r->req, NULL, 0);
-	} else {
-		/* straight from folio memory: the kernel's copy is the only one */
-		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
-		pc_read_end(&r->rd);
-	}
-	req_finish(r);
-}
-
-static void dread_done(struct pc_aio *aio, ssize_t res)
-{
-	struct bf_req *r = req_of(aio);
-
-	req_trace_end(r, res);
-	if (res < 0)
-		fuse_reply_err(r->req, (int)-res);
-	else
-		fuse_reply_buf(r->req, r->data, (size_t)res);
-	req_finish(r);
-}
-
-static void write_done(struct pc_aio *aio, ssize_t res)
-{
-	struct bf_req *r = req_of(aio);
-
-	req_trace_end(r, res);
-	if (res < 0)
-		fuse_reply_err(r->req, (int)-res);
-	else
-		fuse_reply_write(r->req, (size_t)res);
-	req_finish(r);
-}
-
-static void status_done(struct pc_aio *aio, ssize_t res)
-{
-	struct bf_req *r = req_of(aio);
-
-	req_trace_end(r, res);
-	reply_result(r, res);
-	req_finish(r);
-}
-
 static void bf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct bf_file *f = file_of(fi);
-	struct bf_req *r;
-	char *buf;
-
 	(void)ino;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (f->ctl) {
-		size_t n;
-
-		/*
-		 * The message of the last command written on this descriptor, from
-		 * where the last read stopped: the write moved the file offset past
-		 * the command, so the offset says nothing here.
-		 */
-		buf = bf_rawio_req_buf();
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		pthread_mutex_lock(&ctl_lock);
-		n = size < f->len - f->rpos ? size : f->len - f->rpos;
-		memcpy(buf, f->buf + f->rpos, n);
-		f->rpos += n;
-		pthread_mutex_unlock(&ctl_lock);
-		fuse_reply_buf(req, buf, n);
-		return;
-	}
-	if (f->sys) {
-		size_t o = (size_t)off < f->len ? (size_t)off : f->len;
-		size_t n = size < f->len - o ? size : f->len - o;
-
-		/*
-		 * Reply from this thread's buffer, not from @f: once the kernel has
-		 * the data, the reader may close and another thread free @f while
-		 * this one is still returning from writev.
-		 */
-		buf = bf_rawio_req_buf();
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		memcpy(buf, f->buf + o, n);
-		fuse_reply_buf(req, buf, n);
-		return;
-	}
-	if (f->direct) {
-		buf = bf_rawio_req_buf();
-		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		if (size > BF_MAX_WRITE)
-			size = BF_MAX_WRITE;
-		r = req_get(f->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
-		r->data = buf;
-		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
-		req_returned(r, buf, size);
-		return;
-	}
-	r = req_get(f->dev, req, read_done, BLK_READ, (uint64_t)off, size);
-	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
-	req_returned(r, NULL, 0);
-}
-
-/*
- * A store to the .sys attribute @ino: its device (when it has one) held
- * while the store runs; ENODEV once the device is gone.
- */
-static int sys_store(struct bf_daemon *d, uint64_t ino, const char *buf, size_t size)
-{
-	struct bf_node *n;
-	int err;
-
-	pthread_rwlock_rdlock(&d->dev_lock);
-	n = bf_sys_node_locked(d, ino);
-	if (n && n->dev)
-		bf_dev_hold(n->dev);
-	pthread_rwlock_unlock(&d->dev_lock);
-	if (!n)
-		return -ENODEV;
-	err = bf_sys_store(n, buf, size);
-	if (n->dev)
-		bf_dev_put(n->dev);
-	return err;
-}
-
-static void sys_write_here(fuse_req_t req, uint64_t ino, const char *buf, size_t size, off_t off)
-{
-	int err = off ? -EINVAL : sys_store(bf_of(req), ino, buf, size);
-
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_write(req, size);
-}
-
-/* A .sys store parked off the ring's queues: what it needs until its reply. */
-struct sys_job {
-	struct bf_offq w;
-	fuse_req_t req;
-	uint64_t ino;
-	const char *buf;	/* the ring entry's: valid until the reply */
-	size_t size;
-	off_t off;
-};
-
-static void sys_job_fn(struct bf_offq *w)
-{
-	struct sys_job *job = (struct sys_job *)w;
-
-	sys_write_here(job->req, job->ino, job->buf, job->size, job->off);
-	free(job);
-}
-
-/*
- * A write to a .sys attribute: one store. A store may notify the kernel
- * (drop_caches, size, a filter's power cut: bf_notify_inval_inode()), and
- * the kernel may then send requests and wait for them: on a ring queue's
- * thread, which would be the one to serve them, it runs off the queue
- * (bf_rawio_offqueue()), the request parked meanwhile. Every store goes
- * that way, whichever notifies: they are rare, and a filter's may.
- */
-static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off)
-{
-	struct sys_job *job;
-
-	if (!bf_rawio_queue_thread()) {
-		sys_write_here(req, f->sys_ino, buf, size, off);
-		return;
-	}
-	job = malloc(sizeof(*job));
-	if (!job) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = f->sys_ino, .buf = buf,
-				 .size = size, .off = off };
-	if (bf_rawio_offqueue(&job->w)) {
-		free(job);
-		fuse_reply_err(req, EAGAIN);
-	}
-}
-
-/* The command's message into the open file (read back there), then the reply. */
-static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
-{
-	pthread_mutex_lock(&ctl_lock);
-	f->len = strlen(msg);
-	if (f->len > BF_SYS_BUF)
-		f->len = BF_SYS_BUF;
-	memcpy(f->buf, msg, f->len);
-	f->rpos = 0;
-	pthread_mutex_unlock(&ctl_lock);
-	if (ret)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_write(req, size);
-}
-
-/*
- * A command runs in a thread of its own: it may take a while (remove
- * writes a device back), and the thread that received it must go on
- * serving. With FUSE over io_uring that thread is its CPU's only queue
- * thread: every request from that CPU would wait behind the command.
- */
-struct ctl_job {
-	struct ctl_job *next;	/* ctl_jobs_lock: in ctl_running */
-	fuse_req_t req;
-	struct bf_file *f;	/* the write holds the file open until its reply */
-	bool replying;		/* ctl_jobs_lock: its thread answers it */
-	bool given_up;		/* ctl_jobs_lock: the unmount answered it (ctl_jobs_give_up) */
-	size_t size;
-	char line[];		/* a copy: /dev/fuse's buffer is the receiver's */
-};
-
-static pthread_mutex_t ctl_jobs_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ctl_jobs_cond = PTHREAD_COND_INITIALIZER;
-static struct ctl_job *ctl_running;	/* ctl_jobs_lock: commands running */
-
-static void ctl_run(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
-{
-	char msg[BF_CTL_MSG_MAX];
-	int ret = bf_ctl_exec(bf_of(req), buf, size, msg, sizeof(msg));
-
-	ctl_done(req, f, ret, msg, size);
-}
-
-static void *ctl_job_fn(void *arg)
-{
-	struct ctl_job *job = arg, **p;
-	char msg[BF_CTL_MSG_MAX];
-	bool reply;
-	int ret;
-
-	ret = bf_ctl_exec(bf_of(job->req), job->line, job->size, msg, sizeof(msg));
-	/* answered once: by this thread, or by an unmount that gave up on it */
-	pthread_mutex_lock(&ctl_jobs_lock);
-	reply = !job->given_up;
-	job->replying = reply;
-	pthread_mutex_unlock(&ctl_jobs_lock);
-	if (reply)
-		ctl_done(job->req, job->f, ret, msg, job->size);
-	pthread_mutex_lock(&ctl_jobs_lock);
-	for (p = &ctl_running; *p != job; p = &(*p)->next)
-		;
-	*p = job->next;
-	pthread_cond_broadcast(&ctl_jobs_cond);
-	pthread_mutex_unlock(&ctl_jobs_lock);
-	free(job);
-	return NULL;
-}
-
-/* ctl_jobs_lock held: a command neither finished nor given up on? */
-static bool ctl_jobs_busy(void *arg)
-{
-	struct ctl_job *job;
-
-	(void)arg;
-	for (job = ctl_running; job; job = job->next)
-		if (!job->given_up)
-			return true;
-	return false;
-}
-
-/*
- * Answer the commands still running with ESHUTDOWN (the client says the
- * mount went away with the device's data unwritten) and leave their
- * threads where they wait: on a hung backend, holding their locks. The
- * final writeback gives their devices up (shutdown.c) and waits for none
- * of those locks; nothing they may reach is freed (d->abandoned).
- */
-static void ctl_jobs_give_up(struct bf_daemon *d)
-{
-	struct ctl_job *job;
-	char t[32], msg[256];
-
-	bf_devs_give_up(d);
-	blk_format_duration(t, sizeof(t), d->conf.mount.shutdown_timeout_ms * 1000000ull);
-	snprintf(msg, sizeof(msg), "the mount went away: the command made no progress for %s "
-		 "(shutdown_timeout) and was given up on; what its device had not written back "
-		 "is lost\n", t);
-	for (;;) {
-		fuse_req_t req = NULL;
-		struct bf_file *f = NULL;
-		size_t size = 0;
-		int ll = 0;
-		char line[128];
-
-		pthread_mutex_lock(&ctl_jobs_lock);
-		for (job = ctl_running; job; job = job->next) {
-			if (job->given_up || job->replying)
-				continue;
-			job->given_up = true;
-			req = job->req;
-			f = job->f;
-			size = job->size;
-			ll = (int)(size && job->line[size - 1] == '\n' ? size - 1 : size);
-			snprintf(line, sizeof(line), "%.*s", ll, job->line);
-			break;
-		}
-		pthread_mutex_unlock(&ctl_jobs_lock);
-		if (!req)
-			break;
-		blk_err("control: %s: given up at unmount: no progress for %s (shutdown_timeout); "
-			"its thread is left waiting on the hung I/O", line, t);
-		ctl_done(req, f, -ESHUTDOWN, msg, size);
-	}
-}
-
-/*
- * Wait for the commands still running (the loop has ended: none comes),
- * as long as the devices make progress; false when they were given up on.
- */
-static bool ctl_jobs_wait(struct bf_daemon *d)
-{
-	bool done = bf_final_wait_busy(d, ctl_jobs_busy, NULL, &ctl_jobs_lock, &ctl_jobs_cond);
-
-	if (!done)
-		ctl_jobs_give_up(d);
-	/* those answering by themselves are done in a moment */
-	pthread_mutex_lock(&ctl_jobs_lock);
-	while (ctl_jobs_busy(NULL))
-		pthread_cond_wait(&ctl_jobs_cond, &ctl_jobs_lock);
-	pthread_mutex_unlock(&ctl_jobs_lock);
-	return done;
-}
-
-/* One command per write, whatever the offset (a second write on the same descriptor is the next). */
-static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size)
-{
-	pthread_attr_t attr;
-	struct ctl_job *job;
-	pthread_t t;
-	char msg[128];
-
-	if (!ctl_writer_ok(req)) {
-		snprintf(msg, sizeof(msg), "only uid %u (who mounted) or root may run commands\n",
-			 (unsigned)getuid());
-		ctl_done(req, f, -EACCES, msg, size);
-		return;
-	}
-	/* a line too long to run is refused at once, here */
-	job = size <= BF_CTL_MAX_LINE ? malloc(sizeof(*job) + size) : NULL;
-	if (!job && size <= BF_CTL_MAX_LINE && bf_rawio_queue_thread()) {
-		/* not here: a command may notify the kernel (bf_rawio_offqueue()) */
-		ctl_done(req, f, -ENOMEM, "no memory to run the command\n", size);
-		return;
-	}
-	if (!job) {
-		ctl_run(req, f, buf, size);
-		return;
-	}
-	job->req = req;
-	job->f = f;
-	job->replying = false;
-	job->given_up = false;
-	job->size = size;
-	memcpy(job->line, buf, size);
-	pthread_mutex_lock(&ctl_jobs_lock);
-	job->next = ctl_running;
-	ctl_running = job;
-	pthread_mutex_unlock(&ctl_jobs_lock);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, ctl_job_fn, job)) {
-		struct ctl_job **p;
-
-		pthread_mutex_lock(&ctl_jobs_lock);
-		for (p = &ctl_running; *p != job; p = &(*p)->next)
-			;
-		*p = job->next;
-		pthread_mutex_unlock(&ctl_jobs_lock);
-		free(job);
-		if (bf_rawio_queue_thread())	/* it may notify the kernel: not from there */
-			ctl_done(req, f, -EAGAIN, "no thread to run the command\n", size);
-		else
-			ctl_run(req, f, buf, size);	/* no thread: here, as a last resort */
-	}
-	pthread_attr_destroy(&attr);
+	bf_file_of(fi)->ops->read(req, bf_file_of(fi), size, off);
 }
 
 static void bf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct bf_file *f = file_of(fi);
-	struct bf_req *r;
-
 	(void)ino;
 	buf = bf_rawio_write_data(buf);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (f->ctl) {
-		ctl_write(req, f, buf, size);
-		return;
-	}
-	if (f->sys) {
-		sys_write(req, f, buf, size, off);
-		return;
-	}
-	r = req_get(f->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
-	if (!bf_rawio_in_thread_buf(buf, size)) {
-		/* the data is not where the request could take it along: a copy */
-		char *k = bf_rawio_keep(&buf, size);
-
-		if (IS_ERR(k)) {
-			req_trace_end(r, -ENOMEM);
-			req_put(r);
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		r->kept = k;
-	}
-	/*
-	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
-	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
-	 * the reply waits for the data to be on stable storage.
-	 */
-	r->aio.fua = (fi->flags & O_DSYNC) != 0;
-	/*
-	 * Kernel page-cache writeback of a shared mapping may come through a
-	 * handle opened with O_DIRECT; it is buffered data, never refused.
-	 */
-	if (f->direct && !fi->writepage)
-		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
-	else
-		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
-	req_returned(r, buf, size);
+	bf_file_of(fi)->ops->write(req, bf_file_of(fi), buf, size, off, fi);
 }
 
 static void bf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct bf_file *f = file_of(fi);
-	struct bf_req *r;
-
 	(void)ino;
 	(void)datasync;
-	if (f->sys) {
-		fuse_reply_err(req, 0);
-		return;
-	}
-	r = req_get(f->dev, req, status_done, BLK_FLUSH, 0, 0);
-	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
-	req_returned(r, NULL, 0);
+	bf_file_of(fi)->ops->fsync(req, bf_file_of(fi));
+}
+
+static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	(void)ino;
+	bf_file_of(fi)->ops->fallocate(req, bf_file_of(fi), mode, off, len);
 }
 
 static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1294,56 +382,6 @@ static void bf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	(void)fi;
 	fuse_reply_err(req, 0);
-}
-
-/* As the kernel's blkdev_fallocate(). */
-static void bf_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
-			 struct fuse_file_info *fi)
-{
-	struct bf_file *f = file_of(fi);
-	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
-	struct bf_req *r;
-
-	(void)ino;
-	if (f->sys) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	size = bf_dev_size(f->dev);
-	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	if (off < 0 || len <= 0 || start >= size) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	if (n > size - start) {
-		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
-		n = size - start;
-	}
-	if ((start | n) & (f->dev->geo.lbs - 1)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	switch (mode) {
-	case FALLOC_FL_ZERO_RANGE:
-	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
-		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
-		break;
-	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_DISCARD, start, n);
-		pc_discard_async(f->dev->pc, &r->aio, start, n);
-		break;
-	default:
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	req_returned(r, NULL, 0);
 }
 
 static void bf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1563,6 +601,11 @@ int bf_serve(struct bf_daemon *d, char *status, size_t statuslen)
 	 * unless allow_other (config or mount option); then the kernel checks
 	 * each file's mode and owner (default_permissions).
 	 */
+	ret = bf_ctl_init();
+	if (ret) {
+		fprintf(stderr, "blkfs: cannot set up the control file: %s\n", strerror(-ret));
+		return 1;
+	}
 	fsname_opt(d->fsname[0] ? d->fsname : "blkfs", fsname, sizeof(fsname));
 	if (snprintf(opts, sizeof(opts), "fsname=%s,subtype=blkfs%s%s%s", fsname,
 		     d->conf.mount.allow_other ? ",allow_other,default_permissions" : "",
@@ -1617,7 +660,7 @@ out_stop:
 	 * writeback hangs) is answered with an error and left running: its
 	 * device is given up on with it, and nothing is freed.
 	 */
-	cmds_done = ctl_jobs_wait(d);
+	cmds_done = bf_ctl_jobs_wait(d);
 	/*
 	 * The ring serves no new request (as the ended loop does not) and its
 	 * threads commit the replies to those in hand, then end: before the
@@ -1635,7 +678,7 @@ out_stop:
 	if (!cmds_done)
 		d->abandoned = true;	/* a command's thread still uses its file, its device */
 	if (bf_final_wait_drained(d, fin) && !d->abandoned)
-		files_free_all();	/* else a request given up on may still use its file */
+		bf_files_free_all();	/* else a request given up on may still use its file */
 	if (bf_rawio_failed()) {
 		/* callers waiting on the ring get ENOTCONN now, not after the writeback */
 		code = 1;

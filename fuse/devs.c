@@ -26,116 +26,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/lib/clock.h"
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
-
-/* a mount's config always fits the table */
-_Static_assert(CONF_MAX_DEVICES <= PC_MAX_DEVS, "the device table holds a config's devices");
-
-void bf_devs_locks_init(struct bf_daemon *d)
-{
-	if (d->locks_ready)
-		return;
-	pthread_rwlock_init(&d->dev_lock, NULL);
-	pthread_mutex_init(&d->add_lock, NULL);
-	pthread_mutex_init(&d->ref_lock, NULL);
-	pthread_cond_init(&d->ref_cond, NULL);
-	d->next_ino = BF_DEV_INO;
-	d->locks_ready = true;
-}
-
-void bf_dev_hold(struct bf_dev *dev)
-{
-	__atomic_add_fetch(&dev->ref, 1, __ATOMIC_RELAXED);
-}
-
-void bf_dev_put(struct bf_dev *dev)
-{
-	struct bf_daemon *d = dev->d;
-	int n = __atomic_sub_fetch(&dev->ref, 1, __ATOMIC_ACQ_REL);
-
-	assert(n >= 1);		/* the last one is remove's, which frees the device itself */
-	if (n == 1) {
-		/* remove may wait for this one (it checks under ref_lock) */
-		pthread_mutex_lock(&d->ref_lock);
-		pthread_cond_broadcast(&d->ref_cond);
-		pthread_mutex_unlock(&d->ref_lock);
-	}
-}
-
-bool bf_dev_removed(const struct bf_dev *dev)
-{
-	return dev->removed;
-}
-
-bool bf_dev_ctl_held(struct bf_dev *dev)
-{
-	if (pthread_mutex_trylock(&dev->ctl_lock))
-		return true;
-	pthread_mutex_unlock(&dev->ctl_lock);
-	return false;
-}
-
-void bf_devs_give_up(struct bf_daemon *d)
-{
-	pthread_rwlock_wrlock(&d->dev_lock);
-	__atomic_store_n(&d->ctl_given_up, true, __ATOMIC_RELEASE);
-	pthread_rwlock_unlock(&d->dev_lock);
-}
-
-static bool given_up(struct bf_daemon *d)
-{
-	return __atomic_load_n(&d->ctl_given_up, __ATOMIC_ACQUIRE);
-}
-
-static struct bf_dev *find_locked(struct bf_daemon *d, const char *name)
-{
-	int i;
-
-	for (i = 0; i < PC_MAX_DEVS; i++)
-		if (d->devs[i] && !strcmp(d->devs[i]->cd->name, name))
-			return d->devs[i];
-	return NULL;
-}
-
-struct bf_dev *bf_dev_get(struct bf_daemon *d, const char *name)
-{
-	struct bf_dev *bd;
-
-	pthread_rwlock_rdlock(&d->dev_lock);
-	bd = find_locked(d, name);
-	if (bd && bd->removing)
-		bd = NULL;
-	if (bd)
-		bf_dev_hold(bd);
-	pthread_rwlock_unlock(&d->dev_lock);
-	return bd;
-}
-
-struct bf_dev *bf_dev_nth(struct bf_daemon *d, int n)
-{
-	int i;
-
-	for (i = 0; i < PC_MAX_DEVS; i++)
-		if (d->devs[i] && !n--)
-			return d->devs[i];
-	assert(0);	/* n < d->nr_devs */
-	return NULL;
-}
-
-struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino)
-{
-	int i;
-
-	if (ino < BF_DEV_INO || ino >= BF_SYS_INO)
-		return NULL;
-	for (i = 0; i < PC_MAX_DEVS; i++)
-		if (d->devs[i] && d->devs[i]->ino == ino)
-			return d->devs[i];
-	return NULL;
-}
+#include "devfile.h"
+#include "devs.h"
+#include "devtab.h"
+#include "live.h"
+#include "mnt.h"
+#include "notify.h"
+#include "sysfs.h"
 
 /* ------------------------------------------------------------- creation */
 
@@ -199,7 +101,7 @@ void bf_dev_destroy(struct bf_dev *bd)
 }
 
 /*
- * bf_dev_create - see bf.h. @own: @c is an added device's own config,
+ * bf_dev_create - see devs.h. @own: @c is an added device's own config,
  * moved into the device (freed with it, also on failure); else @c is the
  * mount's and outlives its devices.
  */
@@ -301,7 +203,7 @@ int bf_dev_publish(struct bf_daemon *d, struct bf_dev *bd)
 	int i, ret = -ENOSPC;
 
 	pthread_rwlock_wrlock(&d->dev_lock);
-	if (given_up(d)) {
+	if (bf_devs_given_up(d)) {
 		ret = -ESHUTDOWN;	/* an add that hung past the unmount: the table is final */
 		goto out_unlock;
 	}
@@ -435,7 +337,7 @@ int bf_cmd_add(struct bf_daemon *d, int argc, char **argv, char *msg, size_t len
 
 	pthread_mutex_lock(&d->add_lock);
 	pthread_rwlock_rdlock(&d->dev_lock);
-	bd = find_locked(d, name);
+	bd = bf_dev_find_locked(d, name);
 	ret = bd ? -EEXIST : d->nr_devs == PC_MAX_DEVS ? -ENOSPC : 0;
 	if (bd)
 		snprintf(msg, len, "%s: a device of this name exists%s", name,
@@ -481,18 +383,11 @@ out_text:
 /* Wait up to @ms for @bd's open count to reach 0 (bf_dev_put() signals ref_cond). */
 static void wait_opens_gone(struct bf_daemon *d, struct bf_dev *bd, unsigned ms)
 {
-	struct timespec until;
+	uint64_t until = blk_now_ns() + (uint64_t)ms * 1000000u;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&d->ref_lock);
 	while (__atomic_load_n(&bd->opens, __ATOMIC_RELAXED) &&
-	       pthread_cond_timedwait(&d->ref_cond, &d->ref_lock, &until) != ETIMEDOUT)
+	       blk_cond_wait_until(&d->ref_cond, &d->ref_lock, until) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&d->ref_lock);
 }
@@ -512,7 +407,7 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 	name = argv[1];
 	pthread_mutex_lock(&d->add_lock);
 	pthread_rwlock_rdlock(&d->dev_lock);
-	bd = find_locked(d, name);
+	bd = bf_dev_find_locked(d, name);
 	pthread_rwlock_unlock(&d->dev_lock);
 	if (!bd) {
 		snprintf(msg, len, "%s: no such device", name);
@@ -570,7 +465,7 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 		goto out_unlock;
 	}
 	pthread_rwlock_wrlock(&d->dev_lock);
-	if (given_up(d)) {
+	if (bf_devs_given_up(d)) {
 		/*
 		 * Its writeback ended after the unmount gave up on it: the
 		 * final writeback has the device as abandoned, the table stays
@@ -600,9 +495,94 @@ int bf_cmd_remove(struct bf_daemon *d, int argc, char **argv, char *msg, size_t 
 	pthread_mutex_unlock(&d->ref_lock);
 	snprintf(msg, len, "removed %s (written back and flushed)", name);
 	/* given up on meanwhile (a transient reference hung): the exiting daemon frees nothing */
-	if (!given_up(d))
+	if (!bf_devs_given_up(d))
 		bf_dev_destroy(bd);
 out_unlock:
 	pthread_mutex_unlock(&d->add_lock);
 	return ret;
+}
+
+/* ------------------------------------------------ the mount's devices */
+
+int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t errlen)
+{
+	struct pc_cache_params cp = { 0 };
+	int i, ret;
+
+	assert(!d->nr_devs);
+	bf_devs_locks_init(d);
+	for (i = 0; i < d->conf.nr_devs; i++) {
+		if (!strcmp(d->conf.devs[i].name, "control")) {
+			snprintf(err, errlen, "%s:%d: [device control]: the name of .sys/control "
+				 "(choose another)", d->conf.file, d->conf.devs[i].line);
+			return -EINVAL;
+		}
+	}
+	/* every backend opens before the cache's memory is taken */
+	for (i = 0; i < d->conf.nr_devs; i++) {
+		struct bf_dev *bd = bf_dev_create(d, &d->conf, &d->conf.devs[i], err, errlen);
+
+		if (IS_ERR(bd)) {
+			ret = (int)PTR_ERR(bd);
+			goto out_close;
+		}
+		ret = bf_dev_publish(d, bd);
+		assert(!ret);	/* the config holds at most CONF_MAX_DEVICES = PC_MAX_DEVS */
+	}
+	if (!create_cache)
+		return 0;
+
+	cp.size = d->conf.cache.size;
+	cp.folio_size = d->conf.cache.folio_size;
+	cp.dirty_background = d->conf.cache.dirty_background;
+	cp.dirty_limit = d->conf.cache.dirty_limit;
+	cp.dirty_expire_ms = d->conf.cache.dirty_expire_ms;
+	d->pc = pc_cache_create(&cp);
+	if (IS_ERR(d->pc)) {
+		ret = (int)PTR_ERR(d->pc);
+		d->pc = NULL;
+		snprintf(err, errlen, "%s: [cache]: cannot allocate %llu bytes of cache: %s",
+			 d->conf.file, (unsigned long long)cp.size, strerror(-ret));
+		goto out_close;
+	}
+	/* .sys first: each device's subtree hangs below it */
+	ret = bf_sys_build(d);
+	if (ret) {
+		snprintf(err, errlen, "blkfs: cannot build the .sys tree: %s", strerror(-ret));
+		goto out_close;
+	}
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (!d->devs[i])
+			continue;
+		ret = bf_dev_attach(d, d->devs[i], err, errlen);
+		if (ret)
+			goto out_close;
+	}
+	return 0;
+
+out_close:
+	bf_close_devices(d);
+	return ret;
+}
+
+void bf_close_devices(struct bf_daemon *d)
+{
+	int i;
+
+	/* the flusher walks the device list: it stops before devices go */
+	if (d->pc)
+		pc_cache_stop(d->pc);
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		if (!d->devs[i])
+			continue;
+		bf_dev_destroy(d->devs[i]);
+		d->devs[i] = NULL;
+	}
+	d->nr_devs = 0;
+	if (d->pc)
+		pc_cache_destroy(d->pc);
+	d->pc = NULL;
+	free(d->nodes);
+	d->nodes = NULL;
+	d->nr_nodes = d->cap_nodes = 0;
 }

@@ -8,7 +8,7 @@
  * What each one holds, in this order (the device's ctl_lock, then
  * live_lock, are taken first: one such operation runs per device at a
  * time, never beside a remove's final writeback; see live_take()):
- *  - resize, snapshot, reset: the device's requests (bf_dev_freeze(): new
+ *  - resize, snapshot, reset: the device's requests (bf_slots_freeze(): new
  *    ones wait for a slot, those in flight are answered first), so no I/O
  *    is in flight in any layer below while the stack changes; then the
  *    cache's dirty data is written back and flushed (reset drops it
@@ -39,6 +39,11 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "devtab.h"
+#include "live.h"
+#include "mnt.h"
+#include "notify.h"
+#include "slots.h"
 
 /* How long requests in flight may take to end before a freeze gives up. */
 #define BF_FREEZE_TIMEOUT_MS 10000
@@ -80,7 +85,7 @@ static void live_release(struct bf_dev *bd)
 
 static int freeze(struct bf_dev *bd, const char *what, char *msg, size_t len)
 {
-	int ret = bf_dev_freeze(bd, BF_FREEZE_TIMEOUT_MS);
+	int ret = bf_slots_freeze(&bd->slots, BF_FREEZE_TIMEOUT_MS);
 
 	if (ret)
 		MSG("%s: %s: requests in flight did not end within %u s (a hung or very slow "
@@ -331,7 +336,7 @@ int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len)
 		}
 		__atomic_store_n(&bd->geo.size, size, __ATOMIC_RELAXED);
 	}
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 	if (size > old)
 		tell_kernel_grow(bd, size);
 	else if (size < old)
@@ -343,7 +348,7 @@ int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len)
 	return 0;
 
 out_thaw:
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 out_unlock:
 	live_release(bd);
 	return ret;
@@ -446,7 +451,7 @@ static int snap_create(struct bf_dev *bd, const char *snap, char *msg, size_t le
 		if (ret)
 			snap_errmsg(bd, "snapshot", snap, ret, msg, len);
 	}
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 	if (!ret) {
 		MSG("%s: snapshot %s taken (%.3f ms)", bd->cd->name, snap,
 		    ms_since(&t0));
@@ -527,7 +532,7 @@ static int snap_reset(struct bf_dev *bd, const char *snap, char *msg, size_t len
 	ret = blk_snap_reset(bd->be, snap);
 	/* the old contents are gone or not: nothing cached may describe them either way */
 	pc_dev_drop_all(bd->pc);
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 	tell_kernel(bd, 0);
 	if (ret) {
 		snap_errmsg(bd, "reset", snap, ret, msg, len);
@@ -662,7 +667,7 @@ static int outside_resize(struct bf_dev *bd, char *msg, size_t len)
 		}
 		__atomic_store_n(&bd->geo.size, cut, __ATOMIC_RELAXED);
 	}
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 	if (cut > old)
 		tell_kernel_grow(bd, cut);
 	else if (cut < old)
@@ -678,7 +683,7 @@ static int outside_resize(struct bf_dev *bd, char *msg, size_t len)
 	return 0;
 
 out_thaw:
-	bf_dev_thaw(bd);
+	bf_slots_thaw(&bd->slots);
 out_unlock:
 	live_release(bd);
 	return ret;
@@ -797,4 +802,29 @@ int bf_cmd_save(struct bf_daemon *d, int argc, char **argv, char *msg, size_t le
 		ret = dev_save(bd, argv[2], argc == 4 ? argv[3] : NULL, msg, len);
 	bf_dev_put(bd);
 	return ret;
+}
+
+/* ------------------------------------------------- caches above the device */
+
+/*
+ * A simulated power cut (the powerloss filter): what is volatile above the
+ * device dies. blkfs's cache for the device is dropped without writeback,
+ * and the kernel's page cache of the file (kernel_cache = writeback, shared
+ * mmap) is invalidated so readers see the device's post-crash state. Called
+ * from the filter's trigger and restart, .sys stores: over the ring in an
+ * off-queue thread (sys_write()), as the invalidation needs.
+ */
+void bf_dev_drop_volatile(void *ctx)
+{
+	struct bf_dev *bd = ctx;
+
+	if (bd->pc)
+		pc_dev_drop_all(bd->pc);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
+}
+
+void bf_dev_drop_caches(struct bf_dev *bd)
+{
+	pc_dev_drop_clean(bd->pc);
+	bf_notify_inval_inode(bd->d, bd->ino, 0, 0);
 }

@@ -35,6 +35,8 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "loop.h"
+#include "mnt.h"
 
 #ifndef PR_SET_IO_FLUSHER
 #define PR_SET_IO_FLUSHER 57
@@ -58,61 +60,6 @@ void bf_io_flusher(void)
 			blk_warn("PR_SET_IO_FLUSHER: %s: a loop device over this mount may "
 				 "deadlock under memory pressure", strerror(errno));
 	}
-}
-
-/* sysfs's backing_file of loop device @name ("loop3"), without the newline; -errno. */
-static int loop_backing(const char *name, char *out, size_t len)
-{
-	char path[PATH_MAX];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, out, len - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -errno : -ENOENT;
-	out[n] = 0;
-	if (out[n - 1] == '\n')
-		out[n - 1] = 0;
-	return 0;
-}
-
-/* Is @file at or below directory @dir? */
-static bool below(const char *file, const char *dir)
-{
-	size_t n = strlen(dir);
-
-	return !strncmp(file, dir, n) && (file[n] == '/' || (n == 1 && dir[0] == '/'));
-}
-
-int bf_loops_over(const char *prefix, bool exact, char (*devs)[32], int max,
-		  char (*files)[PATH_MAX])
-{
-	struct dirent *de;
-	DIR *dir = opendir("/sys/block");
-	int n = 0;
-
-	if (!dir)
-		return 0;
-	while ((de = readdir(dir)) && n < max) {
-		char back[PATH_MAX];
-
-		if (strncmp(de->d_name, "loop", 4) || loop_backing(de->d_name, back, sizeof(back)))
-			continue;
-		if (exact ? strcmp(back, prefix) : !below(back, prefix))
-			continue;
-		if (snprintf(devs[n], 32, "/dev/%s", de->d_name) >= 32)
-			continue;	/* not a name the kernel gives */
-		if (files)
-			snprintf(files[n], PATH_MAX, "%s", back);
-		n++;
-	}
-	closedir(dir);
-	return n;
 }
 
 /* A .sys attribute of device @dev of mount @mnt as a number; 0 if unreadable. */
@@ -325,7 +272,7 @@ static int detach_one(const char *loop)
 		fprintf(stderr, "blkfs: %s: not a loop device\n", loop);
 		return 1;
 	}
-	if (loop_backing(name, back, sizeof(back))) {
+	if (bf_loop_backing(name, back, sizeof(back))) {
 		fprintf(stderr, "blkfs: %s: not attached\n", loop);
 		return 1;
 	}
@@ -370,7 +317,7 @@ static int detach_one(const char *loop)
 	}
 	close(fd);
 	/* another opener (a dd, a blkid) makes the kernel detach it when that closes */
-	if (!loop_backing(name, back, sizeof(back)))
+	if (!bf_loop_backing(name, back, sizeof(back)))
 		fprintf(stderr, "blkfs: %s: still open by a process; it goes when that closes it\n",
 			loop);
 	else

@@ -31,6 +31,13 @@
 #include "bf.h"
 #include "control.h"
 #include "crashcheck.h"
+#include "daemon.h"
+#include "devs.h"
+#include "loop.h"
+#include "mnt.h"
+#include "mountopt.h"
+#include "statx.h"
+#include "trace.h"
 
 #define CONF_MAX_BYTES (1u << 20)
 
@@ -169,111 +176,6 @@ static int write_file(const char *path, const char *text)
 	return rename(tmp, path) ? -errno : 0;
 }
 
-/*
- * The canonical path of a mount point without stat()ing it: a dead or hung
- * FUSE mount blocks or fails on stat, so only its parent is resolved.
- */
-int bf_canon_mnt(const char *arg, char *out, size_t len)
-{
-	char tmp[PATH_MAX], parent[PATH_MAX];
-	const char *base;
-	char *slash;
-	size_t n;
-
-	snprintf(tmp, sizeof(tmp), "%s", arg);
-	n = strlen(tmp);
-	while (n > 1 && tmp[n - 1] == '/')
-		tmp[--n] = 0;
-	slash = strrchr(tmp, '/');
-	if (!slash) {
-		base = tmp;
-		snprintf(parent, sizeof(parent), ".");
-	} else if (slash == tmp) {
-		base = tmp + 1;
-		snprintf(parent, sizeof(parent), "/");
-	} else {
-		*slash = 0;
-		base = slash + 1;
-		snprintf(parent, sizeof(parent), "%s", tmp);
-	}
-	if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-		/* "/", "x/.", "..": resolve it all */
-		if (!realpath(arg, out))
-			return -errno;
-		return 0;
-	}
-	{
-		char rp[PATH_MAX];
-
-		if (!realpath(parent, rp))
-			return -errno;
-		if (snprintf(out, len, "%s/%s", strcmp(rp, "/") ? rp : "", base) >= (int)len)
-			return -ENAMETOOLONG;
-	}
-	return 0;
-}
-
-/* Decode the octal escapes of /proc/self/mountinfo paths. */
-static void unescape(char *s)
-{
-	char *d = s;
-
-	while (*s) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] && s[3]) {
-			*d++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 4;
-		} else {
-			*d++ = *s++;
-		}
-	}
-	*d = 0;
-}
-
-/*
- * Split a line of /proc/self/mountinfo into at most @max fields, the mount
- * point (field 4) decoded. Returns how many; fewer than 5: not a mount line.
- */
-static int mountinfo_fields(char *line, char **fields, int max)
-{
-	char *save, *tok;
-	int n = 0;
-
-	for (tok = strtok_r(line, " \n", &save); tok && n < max; tok = strtok_r(NULL, " \n", &save))
-		fields[n++] = tok;
-	if (n >= 5)
-		unescape(fields[4]);
-	return n;
-}
-
-/* The filesystem type mounted at @mnt ("fuse.blkfs", ...), "" if none. */
-void bf_mount_type(const char *mnt, char *type, size_t len)
-{
-	char line[4096];
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-
-	type[0] = 0;
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *fields[12], *sep;
-		int n = mountinfo_fields(line, fields, 12);
-
-		if (n < 7 || strcmp(fields[4], mnt))
-			continue;
-		/* optional fields end with "-", then the type */
-		sep = NULL;
-		for (int i = 6; i < n; i++) {
-			if (!strcmp(fields[i], "-") && i + 1 < n) {
-				sep = fields[i + 1];
-				break;
-			}
-		}
-		if (sep)
-			snprintf(type, len, "%s", sep);	/* the last one listed is on top */
-	}
-	fclose(f);
-}
-
 static char *read_conf(const char *path, size_t *len)
 {
 	struct stat st;
@@ -347,30 +249,6 @@ static int load_conf(struct bf_daemon *d, const char *path)
 }
 
 /* ---------------------------------------------------------------- mount */
-
-/*
- * Called once the kernel has taken the INIT reply: from then on the mount
- * answers, so this is where a waiting parent and a service manager hear it.
- */
-void bf_ready(struct bf_daemon *d)
-{
-	char nul = 0;
-
-	bf_notify("READY=1\nSTATUS=Serving %d device%s at %s%s", d->nr_devs,
-		  d->nr_devs == 1 ? "" : "s", d->mnt, d->conf.mount.read_only ? " (read-only)" : "");
-	if (d->ready_fd >= 0) {
-		/* a NUL ends the parent's echo of our stderr: success */
-		if (write(d->ready_fd, &nul, 1) < 0) {
-			/* the parent is gone; nothing to tell */
-		}
-		fflush(stderr);
-		dup2(d->log_fd, STDERR_FILENO);
-		close(d->ready_fd);
-		d->ready_fd = -1;
-	}
-	blk_info("mounted %s at %s (pid %d%s)", d->fsname, d->mnt, (int)getpid(),
-		 d->conf.mount.read_only ? ", read-only" : "");
-}
 
 /* Parent side of daemonizing: echo the child's messages; a NUL means mounted. */
 static int wait_for_child(pid_t pid, int fd)
@@ -624,7 +502,7 @@ static int mount_ids(const char *mnt, int *mnt_id, unsigned *conn)
 		char *fields[5];
 		unsigned maj, min;
 
-		if (mountinfo_fields(line, fields, 5) < 5 || strcmp(fields[4], mnt) ||
+		if (bf_mountinfo_fields(line, fields, 5) < 5 || strcmp(fields[4], mnt) ||
 		    sscanf(fields[2], "%u:%u", &maj, &min) != 2)
 			continue;
 		/* the last one listed is on top */
@@ -872,7 +750,7 @@ static int busy_with_commands(const char *mnt, int mnt_id)
 	while (!other && fgets(line, sizeof(line), f)) {
 		char *fields[5];
 
-		if (mountinfo_fields(line, fields, 5) < 5)
+		if (bf_mountinfo_fields(line, fields, 5) < 5)
 			continue;
 		if (under(fields[4], mnt) && strcmp(fields[4], mnt))
 			other = true;	/* a mount below it */

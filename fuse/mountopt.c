@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "bf.h"
+#include "mountopt.h"
 
 /* Mount flags libfuse 3.14 knows (lib/mount.c's mount_flags): to the kernel as given. */
 static const char *const kernel_flags[] = {

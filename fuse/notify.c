@@ -6,7 +6,9 @@
  * daemon is doing (bf_notify), the
  * sd_notify protocol (one datagram of "KEY=VALUE" lines to the AF_UNIX
  * socket named by $NOTIFY_SOCKET: READY=1 once the mount is usable,
- * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...).
+ * STATUS=..., STOPPING=1, EXTEND_TIMEOUT_USEC=...). A waiting parent and
+ * the service manager both: the mount is usable (bf_ready, once INIT is
+ * answered).
  *
  * Spoken directly rather than through libsystemd's sd_notify(): the
  * protocol is one sendmsg() (systemd documents it as a stable interface
@@ -27,6 +29,7 @@
 
 #include "../core/log.h"
 #include "bf.h"
+#include "notify.h"
 
 int bf_notify(const char *fmt, ...)
 {
@@ -103,4 +106,45 @@ int bf_notify_store(struct bf_daemon *d, uint64_t ino, off_t off, const void *bu
 		return 0;
 	bv.buf[0].mem = (void *)buf;
 	return fuse_lowlevel_notify_store(se, ino, off, &bv, 0);
+}
+
+/*
+ * Called once the kernel has taken the INIT reply: from then on the mount
+ * answers, so this is where a waiting parent and a service manager hear it.
+ */
+void bf_ready(struct bf_daemon *d)
+{
+	char nul = 0;
+
+	bf_notify("READY=1\nSTATUS=Serving %d device%s at %s%s", d->nr_devs,
+		  d->nr_devs == 1 ? "" : "s", d->mnt, d->conf.mount.read_only ? " (read-only)" : "");
+	if (d->ready_fd >= 0) {
+		/* a NUL ends the parent's echo of our stderr: success */
+		if (write(d->ready_fd, &nul, 1) < 0) {
+			/* the parent is gone; nothing to tell */
+		}
+		fflush(stderr);
+		dup2(d->log_fd, STDERR_FILENO);
+		close(d->ready_fd);
+		d->ready_fd = -1;
+	}
+	blk_info("mounted %s at %s (pid %d%s)", d->fsname, d->mnt, (int)getpid(),
+		 d->conf.mount.read_only ? ", read-only" : "");
+}
+
+/* The kernel forgets a name: inval_entry (added) or delete (removed, @child). */
+void bf_notify_entry(struct bf_daemon *d, uint64_t parent, uint64_t child, const char *name)
+{
+	struct fuse_session *se = d->se;
+	int ret;
+
+	if (!se)
+		return;
+	ret = child ? fuse_lowlevel_notify_delete(se, parent, child, name, strlen(name)) :
+		      fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name));
+	/* ENOENT: the kernel had nothing cached under the name */
+	if (ret && ret != -ENOENT)
+		blk_warn("%s: cannot tell the kernel that %s %s: %s (it may see the old entry "
+			 "for up to %.0f s)", name, name, child ? "is gone" : "exists",
+			 strerror(-ret), BF_TIMEOUT);
 }

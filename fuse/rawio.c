@@ -50,6 +50,9 @@
 #include "../core/log.h"
 #include "bf.h"
 #include "fuse_uring_abi.h"
+#include "notify.h"
+#include "opens.h"
+#include "rawio.h"
 #include "uring.h"
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
@@ -90,42 +93,12 @@ static uint64_t notifications;	/* atomic: notifications sent to the kernel */
 static uint64_t queue_notifications;	/* atomic: refused, from a ring queue thread */
 static uint64_t offqueue_requests;	/* atomic: handlers run by an off-queue thread */
 
-/*
- * libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either; without it
- * the kernel serializes direct writes to one file (fio with several jobs).
- * OPEN requests are remembered by their unique id until their reply passes.
- */
+static void rawio_ring_failed(const char *why);
+
+/* libfuse 3.14 cannot set FOPEN_PARALLEL_DIRECT_WRITES either: opens.h. */
 #ifndef FOPEN_PARALLEL_DIRECT_WRITES
 #define FOPEN_PARALLEL_DIRECT_WRITES (1 << 6)
 #endif
-#define OPEN_SLOTS 64
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t open_uniques[OPEN_SLOTS];	/* open_lock; 0 = empty */
-static unsigned open_next;			/* open_lock */
-
-static void open_remember(uint64_t unique)
-{
-	pthread_mutex_lock(&open_lock);
-	open_uniques[open_next++ % OPEN_SLOTS] = unique;	/* oldest entry (a failed open) goes */
-	pthread_mutex_unlock(&open_lock);
-}
-
-static bool open_forget(uint64_t unique)
-{
-	bool found = false;
-	unsigned i;
-
-	pthread_mutex_lock(&open_lock);
-	for (i = 0; i < OPEN_SLOTS; i++) {
-		if (open_uniques[i] == unique) {
-			open_uniques[i] = 0;
-			found = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&open_lock);
-	return found;
-}
 
 /*
  * WRITE data lands page-aligned. libfuse reads each request into a buffer
@@ -303,7 +276,8 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 	if (r > 0)
 		__atomic_add_fetch(&dev_requests, 1, __ATOMIC_RELAXED);
 	if (r >= (ssize_t)sizeof(struct fuse_in_header))
-		bf_rawio_rx_note(buf);
+		bf_opens_note(((const struct fuse_in_header *)buf)->opcode,
+			      ((const struct fuse_in_header *)buf)->unique);
 	if (r >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) &&
 	    !__atomic_load_n(&init_unique, __ATOMIC_ACQUIRE)) {
 		const struct fuse_in_header *in = buf;
@@ -321,13 +295,6 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 		}
 	}
 	return r < 0 ? -errno : r;
-}
-
-/* A request from /dev/fuse or the ring, before libfuse has it. */
-void bf_rawio_rx_note(const struct fuse_in_header *in)
-{
-	if (in->opcode == FUSE_OPEN)
-		open_remember(in->unique);
 }
 
 /*
@@ -514,10 +481,12 @@ static ssize_t bf_io_writev(int fd, struct iovec *iov, int count, void *userdata
 			iov[1].iov_base = &out;
 		}
 	}
-	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && open_forget(oh->unique)) {
+	if (count == 2 && iov[1].iov_len == sizeof(oo) && !oh->error && bf_opens_forget(oh->unique)) {
 		memcpy(&oo, iov[1].iov_base, sizeof(oo));
 		oo.open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
 		iov[1].iov_base = &oo;
+	} else if (oh->error < 0) {
+		bf_opens_forget(oh->unique);	/* a failed OPEN's entry goes (no-op when none is kept) */
 	}
 	if (io_ring && !is_init && bf_ring_reply(io_ring, iov, count, &r))
 		return r;
@@ -600,7 +569,7 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	if (depth == d->conf.mount.uring_queue_depth &&
 	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
 		return -EINVAL;
-	io_ring = bf_ring_create(se, depth, payload, why, sizeof(why));
+	io_ring = bf_ring_create(se, depth, payload, rawio_ring_failed, why, sizeof(why));
 	if (io_ring)
 		return 0;
 	if (t == CONF_TRANSPORT_URING) {
@@ -650,7 +619,7 @@ out_ring:
 	return ret;
 }
 
-void bf_rawio_ring_failed(const char *why)
+static void rawio_ring_failed(const char *why)
 {
 	bool kill_loop;
 
@@ -787,11 +756,12 @@ int bf_rawio_show(char *buf, size_t len)
 	if (n >= 0 && (size_t)n < len)
 		n += snprintf(buf + n, len - (size_t)n,
 			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
-			      "offqueue_requests %llu\n",
+			      "offqueue_requests %llu\nopen_flags_lost %llu\n",
 			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
-			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED));
+			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED),
+			      (unsigned long long)bf_opens_lost());
 	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 
@@ -802,6 +772,7 @@ void bf_rawio_detach(void)
 	io_ring = NULL;
 	io_daemon = NULL;
 	io_se = NULL;
+	bf_opens_free();
 	ring_live = ring_dead = stopping = failed = false;
 	dev_why[0] = dead_why[0] = 0;
 }

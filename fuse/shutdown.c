@@ -22,6 +22,10 @@
 #include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "devtab.h"
+#include "notify.h"
+#include "shutdown.h"
+#include "slots.h"
 
 #define PROGRESS_TICK_MS 1000
 #define PROGRESS_LOG_MS 10000
@@ -54,11 +58,19 @@ void bf_final_signals(void)
 
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t cv;
+	pthread_cond_t cv;			/* blk_cond_init (prog_cv_init): waited on with a timeout */
 	bool stop;				/* lock */
 	pthread_t thread;
 	bool running;
-} prog = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, false };
+} prog = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static pthread_once_t prog_once = PTHREAD_ONCE_INIT;
+static int prog_cv_ret;
+
+static void prog_cv_init(void)
+{
+	prog_cv_ret = blk_cond_init(&prog.cv);
+}
 
 static uint64_t bytes_left(struct bf_daemon *d)
 {
@@ -79,8 +91,7 @@ static uint64_t bytes_left(struct bf_daemon *d)
 static void *progress_fn(void *arg)
 {
 	struct bf_daemon *d = arg;
-	uint64_t start = blk_now_ms(), last_log = start, prev = UINT64_MAX;
-	struct timespec ts;
+	uint64_t start = blk_now_ms(), last_log = start, prev = UINT64_MAX, tick_end;
 	bool stop = false;
 
 	while (!stop) {
@@ -109,11 +120,9 @@ static void *progress_fn(void *arg)
 			last_log = now;
 		}
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += PROGRESS_TICK_MS / 1000;
+		tick_end = blk_now_ns() + PROGRESS_TICK_MS * 1000000ull;
 		pthread_mutex_lock(&prog.lock);
-		while (!prog.stop &&
-		       pthread_cond_timedwait(&prog.cv, &prog.lock, &ts) != ETIMEDOUT)
+		while (!prog.stop && blk_cond_wait_until(&prog.cv, &prog.lock, tick_end) != ETIMEDOUT)
 			;
 		stop = prog.stop;
 		pthread_mutex_unlock(&prog.lock);
@@ -125,6 +134,12 @@ void bf_final_progress_start(struct bf_daemon *d)
 {
 	sigset_t all, old;
 
+	pthread_once(&prog_once, prog_cv_init);
+	if (prog_cv_ret) {
+		blk_warn("cannot start the progress reporter: %s: the final writeback runs "
+			 "unreported", strerror(prog_cv_ret));
+		return;
+	}
 	pthread_mutex_lock(&prog.lock);
 	prog.stop = false;
 	pthread_mutex_unlock(&prog.lock);
@@ -198,7 +213,7 @@ struct fin_dev {
 struct bf_final {
 	struct bf_daemon *d;
 	pthread_mutex_t lock;
-	pthread_cond_t cv;
+	pthread_cond_t cv;		/* blk_cond_init: waited on with a timeout */
 	uint64_t timeout_ms;
 	uint64_t start_ms;
 	int n;
@@ -208,15 +223,10 @@ struct bf_final {
 #define FIN_ATTEMPTS 5
 #define FIN_TICK_MS 100
 
+/* One tick's wait on @cv, made by blk_cond_init (CLOCK_MONOTONIC). */
 static void fin_timedwait(pthread_cond_t *cv, pthread_mutex_t *lock, long ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += ms * 1000000l;
-	ts.tv_sec += ts.tv_nsec / 1000000000l;
-	ts.tv_nsec %= 1000000000l;
-	pthread_cond_timedwait(cv, lock, &ts);
+	blk_cond_wait_ms(cv, lock, (uint64_t)ms);
 }
 
 static void fin_set_phase(struct fin_dev *fd, int phase)
@@ -225,6 +235,19 @@ static void fin_set_phase(struct fin_dev *fd, int phase)
 	fd->phase = phase;
 	pthread_cond_broadcast(&fd->fin->cv);
 	pthread_mutex_unlock(&fd->fin->lock);
+}
+
+/* Wait until every request of every device has been answered (unmount, exit). */
+static void bf_drain(struct bf_daemon *d)
+{
+	int i;
+
+	for (i = 0; i < PC_MAX_DEVS; i++) {
+		struct bf_dev *bd = d->devs[i];
+
+		if (bd && bd->reqs)
+			bf_slots_drain(&bd->slots);
+	}
 }
 
 /* Wait for @fd's requests in flight, or until the waiter says to go on. */
@@ -238,11 +261,7 @@ static void fin_drain(struct fin_dev *fd)
 	for (;;) {
 		bool skip;
 
-		pthread_mutex_lock(&bd->req_lock);
-		if (bd->req_in_use)
-			fin_timedwait(&bd->req_cond, &bd->req_lock, FIN_TICK_MS);
-		left = bd->req_in_use;
-		pthread_mutex_unlock(&bd->req_lock);
+		left = bf_slots_drain_ms(&bd->slots, FIN_TICK_MS);
 		if (!left)
 			return;
 		pthread_mutex_lock(&fd->fin->lock);
@@ -283,7 +302,7 @@ static void *fin_thread(void *arg)
 /* @bd's progress now: a change in any field from the last look is progress. */
 static void dev_mark(struct bf_dev *bd, struct fin_mark *m)
 {
-	uint64_t peak, waits, slots;
+	struct bf_slots_stats ss;
 	struct pc_stats st;
 
 	pc_dev_stats(bd->pc, &st);
@@ -293,8 +312,10 @@ static void dev_mark(struct bf_dev *bd, struct fin_mark *m)
 	m->wb = st.writeback_bytes;
 	m->in_flight = st.in_flight;
 	m->reqs = 0;
-	if (bd->reqs)
-		bf_dev_req_stats(bd, &m->reqs, &peak, &waits, &slots);
+	if (bd->reqs) {
+		bf_slots_stats(&bd->slots, &ss);
+		m->reqs = ss.in_use;
+	}
 }
 
 static void fin_mark(struct fin_dev *fd, struct fin_mark *m)
@@ -392,7 +413,12 @@ struct bf_final *bf_final_begin(struct bf_daemon *d)
 	f->timeout_ms = d->conf.mount.shutdown_timeout_ms;
 	f->start_ms = blk_now_ms();
 	pthread_mutex_init(&f->lock, NULL);
-	pthread_cond_init(&f->cv, NULL);
+	if (blk_cond_init(&f->cv)) {
+		pthread_mutex_destroy(&f->lock);
+		free(f);
+		blk_warn("no condition variable for the bounded final writeback: it runs unbounded");
+		return NULL;
+	}
 	/* the signals stay with the main thread */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -588,8 +614,12 @@ int bf_final_end(struct bf_daemon *d, struct bf_final *f, char *status, size_t s
 			blk_err("no memory for the final writeback's results");
 			return 1;
 		}
+		if (blk_cond_init(&f->cv)) {
+			free(f);
+			blk_err("no memory for the final writeback's results");
+			return 1;
+		}
 		pthread_mutex_init(&f->lock, NULL);
-		pthread_cond_init(&f->cv, NULL);
 		f->d = d;
 		f->n = d->nr_devs;
 		fin_unbounded(d, f);

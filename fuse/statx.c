@@ -18,6 +18,7 @@
 
 #include "../backends/lib/clock.h"
 #include "bf.h"
+#include "statx.h"
 
 #define MAX_DEVS 256
 

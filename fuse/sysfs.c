@@ -14,6 +14,10 @@
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "live.h"
+#include "rawio.h"
+#include "slots.h"
+#include "sysfs.h"
 
 struct bf_dev_attr {
 	const char *name;
@@ -146,9 +150,14 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 			return (int)len;
 	}
 	{
+		struct bf_slots_stats ss;
 		uint64_t in_flight, peak, waits, slots, kept, kept_total;
 
-		bf_dev_req_stats(bd, &in_flight, &peak, &waits, &slots);
+		bf_slots_stats(&bd->slots, &ss);
+		in_flight = ss.in_use;
+		peak = ss.peak;
+		waits = ss.waits;
+		slots = ss.nr;
 		bf_rawio_stats(&kept, &kept_total);
 		n += (size_t)snprintf(buf + n, len - n,
 				      "requests_in_flight %llu\nrequests_in_flight_max %llu\n"

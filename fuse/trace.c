@@ -42,6 +42,8 @@
 #include "../core/log.h"
 #include "bf.h"
 #include "control.h"
+#include "devtab.h"
+#include "trace.h"
 
 #define TR_MAX		16	/* pending tokens and live sessions, each */
 #define TR_TOKEN_NS	60000000000ull

@@ -80,6 +80,7 @@
 #include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "fuse_uring_abi.h"
+#include "opens.h"
 #include "uring.h"
 
 #define RING_PAGE 4096u
@@ -153,6 +154,7 @@ enum ring_phase { PH_CREATE, PH_ARM, PH_GO, PH_ABANDON, PH_STOP };
 
 struct bf_ring {
 	struct fuse_session *se;
+	void (*failed)(const char *why);	/* bf_ring_create's: a queue died after start */
 	unsigned nr_queues;
 	unsigned depth;
 	size_t payload;			/* each entry's payload buffer, page multiple */
@@ -285,7 +287,7 @@ static void ring_log_queue_error(struct ring_queue *q, const char *fmt, ...)
 
 		snprintf(why, sizeof(why), "FUSE ring queue %u (CPU %d) stopped: %s", q->qid, q->cpu,
 			 msg);
-		bf_rawio_ring_failed(why);
+		q->r->failed(why);
 	}
 }
 
@@ -626,7 +628,7 @@ static int lay_out(struct ring_queue *q, struct ring_ent *e)
 	__atomic_add_fetch(&q->held, 1, __ATOMIC_RELAXED);
 	table_add(r, e);
 	__atomic_add_fetch(&q->requests, 1, __ATOMIC_RELAXED);
-	bf_rawio_rx_note((const struct fuse_in_header *)start);
+	bf_opens_note(in.opcode, in.unique);
 	return 0;
 }
 
@@ -1212,10 +1214,9 @@ size_t bf_ring_entry_bytes(size_t payload)
 }
 
 struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t payload,
-			       char *err, size_t errlen)
+			       void (*failed)(const char *why), char *err, size_t errlen)
 {
 	struct bf_ring *r;
-	pthread_condattr_t ca;
 	sigset_t all, old;
 	unsigned i;
 	int ret = 0;
@@ -1227,16 +1228,20 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 		return NULL;
 	}
 	r->se = se;
+	r->failed = failed;
 	r->depth = depth;
 	r->payload = payload;
 	r->nr_queues = possible_cpus();
 	r->fuse_fd = -1;
 	parse_test_env(r);
 	pthread_mutex_init(&r->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&r->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	ret = blk_cond_init(&r->cond);
+	if (ret) {
+		pthread_mutex_destroy(&r->lock);
+		free(r);
+		snprintf(err, errlen, "FUSE over io_uring: %s", strerror(ret));
+		return NULL;
+	}
 	for (i = 0; i < RING_STRIPES; i++)
 		pthread_mutex_init(&r->stripes[i].lock, NULL);
 	r->qs = aligned_alloc(64, sizeof(*r->qs) * r->nr_queues);
@@ -1287,8 +1292,8 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 	return r;
 }
 
-static int wait_queues(struct bf_ring *r, int want, const struct timespec *deadline,
-		       char *why, size_t len)
+/* Wait for every queue to reach @want, until @deadline_ns (blk_now_ns()'s scale). */
+static int wait_queues(struct bf_ring *r, int want, uint64_t deadline_ns, char *why, size_t len)
 {
 	unsigned i;
 	int ret = 0;
@@ -1298,7 +1303,7 @@ static int wait_queues(struct bf_ring *r, int want, const struct timespec *deadl
 		struct ring_queue *q = &r->qs[i];
 
 		while (q->st != want && q->st != Q_FAILED && q->st != Q_EXITED && !ret)
-			ret = pthread_cond_timedwait(&r->cond, &r->lock, deadline);
+			ret = blk_cond_wait_until(&r->cond, &r->lock, deadline_ns);
 		if (ret == ETIMEDOUT) {
 			snprintf(why, len, "queue %u (CPU %d) did not %s in time", i, q->cpu,
 				 want == Q_ARMED ? "set up its buffers" : "register");
@@ -1316,17 +1321,6 @@ static int wait_queues(struct bf_ring *r, int want, const struct timespec *deadl
 	return ret;
 }
 
-static void deadline_in(struct timespec *ts, unsigned ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 static void set_phase(struct bf_ring *r, int ph)
 {
 	pthread_mutex_lock(&r->lock);
@@ -1338,7 +1332,6 @@ static void set_phase(struct bf_ring *r, int ph)
 
 int bf_ring_arm(struct bf_ring *r, int fuse_fd, size_t payload, char *why, size_t len)
 {
-	struct timespec deadline;
 	int ret;
 
 	if (payload > r->payload) {
@@ -1355,8 +1348,7 @@ int bf_ring_arm(struct bf_ring *r, int fuse_fd, size_t payload, char *why, size_
 	r->ctl_ok = true;
 	r->fuse_fd = fuse_fd;
 	set_phase(r, PH_ARM);
-	deadline_in(&deadline, 10000);
-	return wait_queues(r, Q_ARMED, &deadline, why, len);
+	return wait_queues(r, Q_ARMED, blk_now_ns() + 10000 * 1000000ull, why, len);
 }
 
 /* Tell the kernel to give the ring up: a REGISTER it must refuse (payload 0). */
@@ -1394,7 +1386,6 @@ static int give_up(struct bf_ring *r)
 
 int bf_ring_start(struct bf_ring *r, unsigned limit_ms, char *why, size_t len)
 {
-	struct timespec deadline;
 	int ret;
 
 	if (r->test_handoff) {
@@ -1404,11 +1395,13 @@ int bf_ring_start(struct bf_ring *r, unsigned limit_ms, char *why, size_t len)
 	}
 	__atomic_store_n(&r->active, true, __ATOMIC_RELEASE);
 	set_phase(r, PH_GO);
-	deadline_in(&deadline, r->test_limit_ms ? r->test_limit_ms : limit_ms);
-	ret = wait_queues(r, Q_REGISTERED, &deadline, why, len);
+	ret = wait_queues(r, Q_REGISTERED,
+			  blk_now_ns() + (uint64_t)(r->test_limit_ms ? r->test_limit_ms : limit_ms) *
+						 1000000u,
+			  why, len);
 	/*
 	 * All registered: the ring is the kernel's transport now. A queue that
-	 * failed since has told rawio.c (bf_rawio_ring_failed), which ends the
+	 * failed since has told rawio.c (bf_ring_create's @failed), which ends the
 	 * session as for any later failure.
 	 */
 	if (!ret)
@@ -1459,11 +1452,9 @@ bool bf_ring_stop_within(struct bf_ring *r, uint64_t timeout_ms)
 		struct ring_queue *q = &r->qs[i];
 
 		while (q->thread) {
-			struct timespec ts;
+			struct timespec ts = blk_ns_to_timespec(blk_now_ns() + 1000000000u);
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			if (!pthread_timedjoin_np(q->tid, NULL, &ts)) {
+			if (!pthread_clockjoin_np(q->tid, NULL, CLOCK_MONOTONIC, &ts)) {
 				q->thread = false;
 				progress = blk_now_ms();
 				continue;

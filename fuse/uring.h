@@ -22,8 +22,9 @@
  *
  * Locking: ring->lock (start-up and stop), then a stripe lock of the
  * request table (never both: bf_ring_reply takes only the stripe lock).
- * Callbacks into rawio.c (bf_rawio_rx_note, bf_rawio_ring_failed) are
- * made with no ring lock held.
+ * The one callback, bf_ring_create()'s @failed (rawio.c's, registered at
+ * start-up), is made with no ring lock held. The ring notes each request
+ * it receives in opens.h's table itself, as /dev/fuse's reader does.
  */
 #ifndef BLKFS_URING_H
 #define BLKFS_URING_H
@@ -49,6 +50,8 @@ size_t bf_ring_entry_bytes(size_t payload);
  * @depth: entries per queue ([mount] uring_queue_depth; the caller checked
  *         their memory with conf_check_uring())
  * @payload: the payload buffer each entry will need (the largest request)
+ * @failed: called (no ring lock held) when a queue's thread ends on an
+ *          error after the ring was up: the session must end
  * @err, @errlen: why not, in a sentence for the user
  *
  * Creates one thread per possible CPU, pinned to that CPU when it is one
@@ -56,7 +59,7 @@ size_t bf_ring_entry_bytes(size_t payload);
  * Returns: the ring, or NULL with @err set.
  */
 struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t payload,
-			       char *err, size_t errlen);
+			       void (*failed)(const char *why), char *err, size_t errlen);
 
 /**
  * bf_ring_arm - before the INIT reply offers the ring: map every entry's
@@ -112,7 +115,7 @@ bool bf_ring_in_request(void);
 /*
  * True in a queue's thread (whatever it runs: its own requests, or those
  * another queue handed it). Such a thread must never wait for what only a
- * queue's thread can serve: see bf_rawio_offqueue() in bf.h.
+ * queue's thread can serve: see bf_rawio_offqueue() in rawio.h.
  */
 bool bf_ring_queue_thread(void);
 /*
@@ -122,11 +125,5 @@ bool bf_ring_queue_thread(void);
  * there too: only a handler done with it may write over it. Else NULL.
  */
 char *bf_ring_req_payload(void);
-
-/* rawio.c, called by the ring: */
-/* a request from the ring, as /dev/fuse would have given it */
-void bf_rawio_rx_note(const struct fuse_in_header *in);
-/* a queue's thread ended on an error after the ring was up */
-void bf_rawio_ring_failed(const char *why);
 
 #endif

@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/devfile.c - the device file's operations (file.h): read, write,
+ * fsync and fallocate of a device, each a request that takes one of the
+ * device's slots (slots.h) and starts the cache's asynchronous form; its
+ * reply comes from the completion. The hot path: nothing here but the
+ * request's way to the cache and back.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backends/lib/trace.h"
+#include "bf.h"
+#include "devfile.h"
+#include "file.h"
+#include "rawio.h"
+#include "slots.h"
+
+/*
+ * One request of a device file on its way: a slot of the device's pool of
+ * [mount] max_pending, the block layer's tag. The handler starts the
+ * cache's asynchronous form and returns to receive the next request; the
+ * reply comes from the completion (pc_aio.done), in whatever thread that
+ * runs (pcache.h's rules). A request whose data sits in the receiving
+ * thread's buffer (a WRITE's data, a direct READ's destination) takes that
+ * buffer along when it is still running as its handler returns
+ * (bf_rawio_keep), so the thread receives into another one.
+ */
+enum { REQ_RUNNING, REQ_RETURNED, REQ_DONE };
+
+/*
+ * The request whose handler this thread is running: its completion, when
+ * it runs here before the handler returns, was inline (the device
+ * finished at once: no hand-off); anywhere else, the request was parked.
+ */
+static __thread const struct bf_req *req_here;
+
+struct bf_req {
+	struct pc_aio aio;	/* first: the completion finds the slot from it */
+	struct bf_dev *bd;
+	fuse_req_t req;
+	char *data;		/* direct READ: the reply's data */
+	char *kept;		/* a receive buffer this request holds */
+	int state;		/* atomic: REQ_* */
+	struct bf_slot slot;	/* bd->slots */
+	struct pc_read rd;
+	/* the FUSE level's record of it (backends/lib/trace.h): begun at receipt, ended at the reply */
+	uint64_t bt_start, bt_pos, bt_len;
+	uint32_t bt_pid;
+	enum blk_op bt_op;
+};
+
+int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
+{
+	uint32_t i;
+	int ret;
+
+	bd->reqs = calloc(n, sizeof(*bd->reqs));
+	if (!bd->reqs)
+		return -ENOMEM;
+	ret = bf_slots_init(&bd->slots);
+	if (ret) {
+		free(bd->reqs);
+		bd->reqs = NULL;
+		return ret;
+	}
+	pthread_mutex_init(&bd->live_lock, NULL);
+	for (i = n; i-- > 0;) {	/* the first entry on top, as before */
+		bd->reqs[i].bd = bd;
+		bf_slots_add(&bd->slots, &bd->reqs[i].slot);
+	}
+	return 0;
+}
+
+void bf_dev_reqs_destroy(struct bf_dev *bd)
+{
+	if (!bd->reqs)
+		return;
+	bf_slots_destroy(&bd->slots);
+	pthread_mutex_destroy(&bd->live_lock);
+	free(bd->reqs);
+	bd->reqs = NULL;
+}
+
+static struct bf_req *req_of_slot(struct bf_slot *slot)
+{
+	return (struct bf_req *)((char *)slot - offsetof(struct bf_req, slot));
+}
+
+/*
+ * A slot, waiting for one when all are taken, as the block layer waits for
+ * a tag (rule R5 in core/THREADS.md: the one wait a receiving thread may
+ * do). @op, @pos, @len: the request, for the FUSE level's trace and counts:
+ * it begins here, before any wait for a slot (the time the caller waited),
+ * and ends at its reply (req_trace_end()).
+ */
+static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
+			      void (*done)(struct pc_aio *aio, ssize_t res), enum blk_op op,
+			      uint64_t pos, uint64_t len)
+{
+	uint32_t pid = (uint32_t)fuse_req_ctx(req)->pid;
+	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
+	struct bf_req *r = req_of_slot(bf_slots_get(&bd->slots));
+
+	r->req = req;
+	r->data = NULL;
+	r->kept = NULL;
+	r->state = REQ_RUNNING;
+	r->aio.done = done;
+	r->aio.waited = false;
+	r->aio.fua = false;
+	r->bt_start = start;
+	r->bt_pos = pos;
+	r->bt_len = len;
+	r->bt_pid = pid;
+	r->bt_op = op;
+	req_here = r;
+	return r;
+}
+
+/* The request is answered with @res (bytes, 0 or -errno): the FUSE level's C, just before the reply. */
+static void req_trace_end(struct bf_req *r, ssize_t res)
+{
+	bt_req_end(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start, (long)res);
+}
+
+static void req_put(struct bf_req *r)
+{
+	struct bf_dev *bd = r->bd;
+
+	if (req_here == r)	/* a handler that gave up on @r before starting it */
+		req_here = NULL;
+
+	if (r->kept)
+		bf_rawio_release(r->kept);
+	r->kept = NULL;
+	bf_slots_put(&bd->slots, &r->slot);
+}
+
+/*
+ * The handler has started @r and returns. If @r is still running and its
+ * data (@len bytes at @data, or none) is in this thread's receive buffer,
+ * the buffer goes with it. Whichever of this and the completion comes
+ * second frees the slot.
+ */
+static void req_returned(struct bf_req *r, const char *data, size_t len)
+{
+	req_here = NULL;
+	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
+		req_put(r);
+		return;
+	}
+	if (data && !r->kept && bf_rawio_in_thread_buf(data, len)) {
+		char *k = bf_rawio_keep(&data, len);	/* no copy: cannot fail */
+
+		r->kept = IS_ERR(k) ? NULL : k;
+	}
+	if (__atomic_exchange_n(&r->state, REQ_RETURNED, __ATOMIC_ACQ_REL) == REQ_DONE)
+		req_put(r);
+}
+
+/* The completion has replied. */
+static void req_finish(struct bf_req *r)
+{
+	__atomic_add_fetch(req_here == r ? &r->bd->req_inline : &r->bd->req_parked, 1,
+			   __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
+		req_put(r);
+}
+
+static struct bf_req *req_of(struct pc_aio *aio)
+{
+	return (struct bf_req *)aio;
+}
+
+static void reply_result(struct bf_req *r, ssize_t res)
+{
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_err(r->req, 0);
+}
+
+static void read_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	req_trace_end(r, res);
+	if (res < 0) {
+		fuse_reply_err(r->req, (int)-res);
+	} else if (res == 0) {
+		fuse_reply_buf(r->req, NULL, 0);
+	} else {
+		/* straight from folio memory: the kernel's copy is the only one */
+		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
+		pc_read_end(&r->rd);
+	}
+	req_finish(r);
+}
+
+static void dread_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	req_trace_end(r, res);
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_buf(r->req, r->data, (size_t)res);
+	req_finish(r);
+}
+
+static void write_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	req_trace_end(r, res);
+	if (res < 0)
+		fuse_reply_err(r->req, (int)-res);
+	else
+		fuse_reply_write(r->req, (size_t)res);
+	req_finish(r);
+}
+
+static void status_done(struct pc_aio *aio, ssize_t res)
+{
+	struct bf_req *r = req_of(aio);
+
+	req_trace_end(r, res);
+	reply_result(r, res);
+	req_finish(r);
+}
+
+/* ------------------------------------------------------- the file's ops */
+
+static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
+{
+	struct bf_req *r;
+	char *buf;
+
+	if (f->direct) {
+		buf = bf_rawio_req_buf();
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (size > BF_MAX_WRITE)
+			size = BF_MAX_WRITE;
+		r = req_get(f->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
+		r->data = buf;
+		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		req_returned(r, buf, size);
+		return;
+	}
+	r = req_get(f->dev, req, read_done, BLK_READ, (uint64_t)off, size);
+	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	req_returned(r, NULL, 0);
+}
+
+static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	struct bf_req *r;
+
+	r = req_get(f->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
+	if (!bf_rawio_in_thread_buf(buf, size)) {
+		/* the data is not where the request could take it along: a copy */
+		char *k = bf_rawio_keep(&buf, size);
+
+		if (IS_ERR(k)) {
+			req_trace_end(r, -ENOMEM);
+			req_put(r);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		r->kept = k;
+	}
+	/*
+	 * The kernel passes a write's O_DSYNC / O_SYNC (the file's, or
+	 * pwritev2's RWF_DSYNC) in its flags: honoured as a disk honours FUA,
+	 * the reply waits for the data to be on stable storage.
+	 */
+	r->aio.fua = (fi->flags & O_DSYNC) != 0;
+	/*
+	 * Kernel page-cache writeback of a shared mapping may come through a
+	 * handle opened with O_DIRECT; it is buffered data, never refused.
+	 */
+	if (f->direct && !fi->writepage)
+		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	else
+		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	req_returned(r, buf, size);
+}
+
+static void dev_fsync(fuse_req_t req, struct bf_file *f)
+{
+	struct bf_req *r;
+
+	r = req_get(f->dev, req, status_done, BLK_FLUSH, 0, 0);
+	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	req_returned(r, NULL, 0);
+}
+
+/* As the kernel's blkdev_fallocate(). */
+static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off, off_t len)
+{
+	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
+	struct bf_req *r;
+
+	size = bf_dev_size(f->dev);
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (off < 0 || len <= 0 || start >= size) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (n > size - start) {
+		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		n = size - start;
+	}
+	if ((start | n) & (f->dev->geo.lbs - 1)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	switch (mode) {
+	case FALLOC_FL_ZERO_RANGE:
+	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
+		r = req_get(f->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
+		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
+		break;
+	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
+		r = req_get(f->dev, req, status_done, BLK_DISCARD, start, n);
+		pc_discard_async(f->dev->pc, &r->aio, start, n);
+		break;
+	default:
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	req_returned(r, NULL, 0);
+}
+
+const struct bf_file_ops bf_dev_fops = {
+	.read = dev_read,
+	.write = dev_write,
+	.fsync = dev_fsync,
+	.fallocate = dev_fallocate,
+};

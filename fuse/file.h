@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/file.h - an open file of the mount and its operations. Each kind of
+ * file the mount serves has its own table, chosen at open as the kernel
+ * chooses f_op: the device file's (devfile.c), a .sys attribute's
+ * (sysfile.c), the control file's (control.c). daemon.c's handlers check
+ * what every kind shares (a negative offset) and call the table: one
+ * indirect call where a branch on the kind was.
+ *
+ * Every open file is also on a list (file.c), so that the handles of files
+ * still open when the daemon exits (the kernel sends no RELEASE for them
+ * then) are freed.
+ */
+#ifndef BLKFS_FUSE_FILE_H
+#define BLKFS_FUSE_FILE_H
+
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backends/lib/list.h"
+#include "../core/pcache.h"
+
+#define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
+
+struct bf_file;
+
+/* What a kind of file does with a request: each replies to @req, now or later. */
+struct bf_file_ops {
+	/* @off >= 0 */
+	void (*read)(fuse_req_t req, struct bf_file *f, size_t size, off_t off);
+	/* @buf: the data where bf_rawio_write_data() says it is; @off >= 0 */
+	void (*write)(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi);
+	void (*fsync)(fuse_req_t req, struct bf_file *f);
+	void (*fallocate)(fuse_req_t req, struct bf_file *f, int mode, off_t off, off_t len);
+};
+
+/* One open device file, .sys attribute or control file. */
+struct bf_file {
+	const struct bf_file_ops *ops;	/* chosen at open */
+	struct list_head node_open;	/* file.c's list: freed at exit if never released */
+	struct bf_dev *dev;		/* a device file's device */
+	bool direct;		/* opened with O_DIRECT */
+	pc_errseq_t since;	/* writeback errors this opener has seen */
+	/*
+	 * A .sys file: its content is a snapshot taken at open. Its node is
+	 * looked up again by number for a store: a device's nodes go with it.
+	 */
+	uint64_t sys_ino;
+	size_t len;		/* .sys/control: control.c's ctl_lock */
+	size_t rpos;		/* .sys/control: where the next read starts; ctl_lock */
+	char buf[];		/* .sys/control: the last command's message; ctl_lock */
+};
+
+static inline struct bf_file *bf_file_of(struct fuse_file_info *fi)
+{
+	return (struct bf_file *)(uintptr_t)fi->fh;
+}
+
+/* A file with @extra bytes of buf[], on the list of open files; NULL without memory. */
+struct bf_file *bf_file_alloc(const struct bf_file_ops *ops, size_t extra);
+void bf_file_free(struct bf_file *f);
+/* A file with nothing to sync (0), and one that cannot be allocated (EOPNOTSUPP). */
+void bf_file_fsync_none(fuse_req_t req, struct bf_file *f);
+void bf_file_fallocate_none(fuse_req_t req, struct bf_file *f, int mode, off_t off, off_t len);
+/* At exit: the handles the kernel never released (files open then). */
+void bf_files_free_all(void);
+
+#endif

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse/sysfile.c - a .sys attribute's operations (file.h): opened, its value
+ * is a snapshot (bf_sys_show) that reads return; each write is one store
+ * (bf_sys_store), run off the ring's queues when it came on one. The
+ * control file is opened here and served by control.c's ops.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+#include "control.h"
+#include "devtab.h"
+#include "file.h"
+#include "rawio.h"
+#include "sysfile.h"
+#include "sysfs.h"
+
+static const struct bf_file_ops bf_sys_fops;
+
+/*
+ * A .sys attribute: a snapshot of its value for readers, a store per write.
+ * The control file is opened here too, with control.c's ops.
+ */
+void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
+{
+	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct bf_file *f;
+	int len = 0;
+
+	if (n->dir) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (wr && !bf_sys_writable(n)) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	if (wr && n->ctl && !bf_ctl_writer_ok(req)) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	f = bf_file_alloc(n->ctl ? &bf_ctl_fops : &bf_sys_fops, BF_SYS_BUF);
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	f->sys_ino = n->ino;
+	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
+		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
+		if (len < 0) {
+			bf_file_free(f);
+			fuse_reply_err(req, -len);
+			return;
+		}
+	}
+	f->len = (size_t)len < BF_SYS_BUF ? (size_t)len : BF_SYS_BUF;
+	fi->fh = (uint64_t)(uintptr_t)f;
+	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
+	fi->nonseekable = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
+{
+	size_t o = (size_t)off < f->len ? (size_t)off : f->len;
+	size_t n = size < f->len - o ? size : f->len - o;
+	char *buf;
+
+	/*
+	 * Reply from this thread's buffer, not from @f: once the kernel has
+	 * the data, the reader may close and another thread free @f while
+	 * this one is still returning from writev.
+	 */
+	buf = bf_rawio_req_buf();
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(buf, f->buf + o, n);
+	fuse_reply_buf(req, buf, n);
+}
+
+/*
+ * A store to the .sys attribute @ino: its device (when it has one) held
+ * while the store runs; ENODEV once the device is gone.
+ */
+static int sys_store(struct bf_daemon *d, uint64_t ino, const char *buf, size_t size)
+{
+	struct bf_node *n;
+	int err;
+
+	pthread_rwlock_rdlock(&d->dev_lock);
+	n = bf_sys_node_locked(d, ino);
+	if (n && n->dev)
+		bf_dev_hold(n->dev);
+	pthread_rwlock_unlock(&d->dev_lock);
+	if (!n)
+		return -ENODEV;
+	err = bf_sys_store(n, buf, size);
+	if (n->dev)
+		bf_dev_put(n->dev);
+	return err;
+}
+
+static void sys_write_here(fuse_req_t req, uint64_t ino, const char *buf, size_t size, off_t off)
+{
+	int err = off ? -EINVAL : sys_store(fuse_req_userdata(req), ino, buf, size);
+
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* A .sys store parked off the ring's queues: what it needs until its reply. */
+struct sys_job {
+	struct bf_offq w;
+	fuse_req_t req;
+	uint64_t ino;
+	const char *buf;	/* the ring entry's: valid until the reply */
+	size_t size;
+	off_t off;
+};
+
+static void sys_job_fn(struct bf_offq *w)
+{
+	struct sys_job *job = (struct sys_job *)w;
+
+	sys_write_here(job->req, job->ino, job->buf, job->size, job->off);
+	free(job);
+}
+
+/*
+ * A write to a .sys attribute: one store. A store may notify the kernel
+ * (drop_caches, size, a filter's power cut: bf_notify_inval_inode()), and
+ * the kernel may then send requests and wait for them: on a ring queue's
+ * thread, which would be the one to serve them, it runs off the queue
+ * (bf_rawio_offqueue()), the request parked meanwhile. Every store goes
+ * that way, whichever notifies: they are rare, and a filter's may.
+ */
+static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	struct sys_job *job;
+
+	(void)fi;
+	if (!bf_rawio_queue_thread()) {
+		sys_write_here(req, f->sys_ino, buf, size, off);
+		return;
+	}
+	job = malloc(sizeof(*job));
+	if (!job) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = f->sys_ino, .buf = buf,
+				 .size = size, .off = off };
+	if (bf_rawio_offqueue(&job->w)) {
+		free(job);
+		fuse_reply_err(req, EAGAIN);
+	}
+}
+
+static const struct bf_file_ops bf_sys_fops = {
+	.read = sys_read,
+	.write = sys_write,
+	.fsync = bf_file_fsync_none,
+	.fallocate = bf_file_fallocate_none,
+};

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/unit/test_slots.c - fuse/slots.c: a device's request slots.
+ *
+ * Take and give back (the counts), a taker that waits while all are taken,
+ * a freeze that holds new takers and waits for those in flight to come
+ * back, a freeze that times out (its takers let go), drain and its bounded
+ * form. Each verdict is the pool's state (bf_slots_stats()), waited for by
+ * polling it, never a sleep: a blocked thread is known blocked by the
+ * pool's own count of waiters, a freeze by its frozen flag.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+
+#include "../../fuse/slots.h"
+
+#define NR 4
+
+static struct bf_slots pool;
+static struct bf_slot entries[NR];
+
+static void pool_make(int n)
+{
+	int i;
+
+	cr_assert_eq(bf_slots_init(&pool), 0);
+	for (i = 0; i < n; i++)
+		bf_slots_add(&pool, &entries[i]);
+}
+
+static struct bf_slots_stats stats(void)
+{
+	struct bf_slots_stats st;
+
+	bf_slots_stats(&pool, &st);
+	return st;
+}
+
+/* Poll until @n threads wait in bf_slots_get() (the test's timeout bounds it). */
+static void until_waiters(uint64_t n)
+{
+	while (stats().waiters != n)
+		sched_yield();
+}
+
+static void until_frozen(bool frozen)
+{
+	while (stats().frozen != frozen)
+		sched_yield();
+}
+
+static bool is_entry(struct bf_slot *s)
+{
+	return s >= entries && s < entries + NR;
+}
+
+static void *getter(void *arg)
+{
+	(void)arg;
+	return bf_slots_get(&pool);
+}
+
+struct freezer {
+	pthread_t t;
+	unsigned int timeout_ms;
+	int ret;
+};
+
+static void *freezer_fn(void *arg)
+{
+	struct freezer *f = arg;
+
+	f->ret = bf_slots_freeze(&pool, f->timeout_ms);
+	return NULL;
+}
+
+static void *drainer(void *arg)
+{
+	(void)arg;
+	bf_slots_drain(&pool);
+	return NULL;
+}
+
+Test(slots, get_put_counts, .timeout = 30)
+{
+	struct bf_slot *a, *b, *c;
+	struct bf_slots_stats st;
+
+	pool_make(3);
+	a = bf_slots_get(&pool);
+	b = bf_slots_get(&pool);
+	c = bf_slots_get(&pool);
+	cr_assert(is_entry(a) && is_entry(b) && is_entry(c));
+	cr_assert(a != b && b != c && a != c);
+	st = stats();
+	cr_assert_eq(st.in_use, 3);
+	cr_assert_eq(st.peak, 3);
+	cr_assert_eq(st.nr, 3);
+	cr_assert_eq(st.waits, 0);
+	bf_slots_put(&pool, b);
+	cr_assert_eq(stats().in_use, 2);
+	cr_assert_eq(bf_slots_get(&pool), b, "the slot given back is the next taken");
+	bf_slots_put(&pool, a);
+	bf_slots_put(&pool, b);
+	bf_slots_put(&pool, c);
+	st = stats();
+	cr_assert_eq(st.in_use, 0);
+	cr_assert_eq(st.peak, 3);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, get_waits_when_all_taken, .timeout = 30)
+{
+	struct bf_slot *a;
+	void *got;
+	pthread_t t;
+
+	pool_make(1);
+	a = bf_slots_get(&pool);
+	cr_assert_eq(pthread_create(&t, NULL, getter, NULL), 0);
+	until_waiters(1);
+	cr_assert_eq(stats().waits, 1);
+	cr_assert_eq(stats().in_use, 1);
+	bf_slots_put(&pool, a);
+	pthread_join(t, &got);
+	cr_assert_eq(got, a);
+	cr_assert_eq(stats().waiters, 0);
+	cr_assert_eq(stats().in_use, 1);
+	bf_slots_put(&pool, got);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, freeze_waits_for_slots_to_drain, .timeout = 30)
+{
+	struct freezer f = { .timeout_ms = 600000, .ret = 1 };
+	struct bf_slot *a;
+	void *got;
+	pthread_t g;
+
+	pool_make(2);
+	a = bf_slots_get(&pool);
+	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
+	until_frozen(true);
+	/* a slot is free, yet a new taker waits: the pool is frozen */
+	cr_assert_eq(pthread_create(&g, NULL, getter, NULL), 0);
+	until_waiters(1);
+	cr_assert_eq(stats().in_use, 1);
+	cr_assert_eq(f.ret, 1, "the freeze returned with a slot in flight");
+	bf_slots_put(&pool, a);	/* the last in flight: the freeze ends, frozen */
+	pthread_join(f.t, NULL);
+	cr_assert_eq(f.ret, 0);
+	cr_assert(stats().frozen);
+	cr_assert_eq(stats().in_use, 0);
+	cr_assert_eq(stats().waiters, 1, "a taker got a slot while frozen");
+	bf_slots_thaw(&pool);
+	pthread_join(g, &got);
+	cr_assert(is_entry(got));
+	cr_assert_eq(stats().in_use, 1);
+	bf_slots_put(&pool, got);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, freeze_without_slots_in_flight, .timeout = 30)
+{
+	pool_make(2);
+	cr_assert_eq(bf_slots_freeze(&pool, 0), 0);
+	cr_assert(stats().frozen);
+	bf_slots_thaw(&pool);
+	cr_assert(!stats().frozen);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, freeze_timeout_lets_takers_go, .timeout = 30)
+{
+	struct freezer f = { .timeout_ms = 50, .ret = 1 };
+	struct bf_slot *a;
+	void *got;
+	pthread_t g;
+
+	pool_make(2);
+	a = bf_slots_get(&pool);	/* never given back while the freeze waits */
+	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
+	until_frozen(true);
+	cr_assert_eq(pthread_create(&g, NULL, getter, NULL), 0);
+	/* the taker waits for the freeze, or the freeze already timed out */
+	pthread_join(f.t, NULL);
+	cr_assert_eq(f.ret, -ETIMEDOUT);
+	cr_assert(!stats().frozen, "a freeze that timed out left the pool frozen");
+	pthread_join(g, &got);	/* released by the freeze's end */
+	cr_assert(is_entry(got) && got != a);
+	cr_assert_eq(stats().in_use, 2);
+	bf_slots_put(&pool, a);
+	bf_slots_put(&pool, got);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, drain, .timeout = 30)
+{
+	struct bf_slot *a, *b;
+	pthread_t t;
+
+	pool_make(2);
+	cr_assert_eq(bf_slots_drain_ms(&pool, 0), 0);
+	a = bf_slots_get(&pool);
+	b = bf_slots_get(&pool);
+	cr_assert_eq(bf_slots_drain_ms(&pool, 10), 2, "drain_ms: the slots still in use");
+	cr_assert_eq(pthread_create(&t, NULL, drainer, NULL), 0);
+	bf_slots_put(&pool, a);
+	cr_assert_eq(bf_slots_drain_ms(&pool, 10), 1);
+	bf_slots_put(&pool, b);
+	pthread_join(t, NULL);	/* returns only with none in use */
+	cr_assert_eq(stats().in_use, 0);
+	bf_slots_destroy(&pool);
+}
+
+/*
+ * fuse/opens.c, the other table of slots fuse/ keeps: the OPENs in flight,
+ * whose replies get FOPEN_PARALLEL_DIRECT_WRITES. More in flight than its
+ * first 64 entries: none is forgotten, none loses the flag.
+ */
+#include <linux/fuse.h>
+
+#include "../../fuse/opens.h"
+
+#define MANY_OPENS 300
+
+Test(open_slots, more_in_flight_than_first_table, .timeout = 30)
+{
+	uint64_t u;
+
+	bf_opens_free();
+	for (u = 1; u <= MANY_OPENS; u++)
+		bf_opens_note(FUSE_OPEN, u * 2);
+	bf_opens_note(FUSE_READ, 1);	/* not an OPEN: not remembered */
+	cr_assert_eq(bf_opens_pending(), MANY_OPENS);
+	cr_assert(!bf_opens_forget(1));
+	for (u = 1; u <= MANY_OPENS; u++)
+		cr_assert(bf_opens_forget(u * 2), "OPEN %llu of %d in flight lost its flag",
+			  (unsigned long long)u, MANY_OPENS);
+	cr_assert(!bf_opens_forget(2), "a reply passes once");
+	cr_assert_eq(bf_opens_pending(), 0);
+	cr_assert_eq(bf_opens_lost(), 0);
+	bf_opens_free();
+}
+
+Test(open_slots, failed_opens_leave_no_entry, .timeout = 30)
+{
+	uint64_t u;
+
+	bf_opens_free();
+	/* each OPEN's reply (an error: forgotten as rawio.c does) before the next */
+	for (u = 1; u <= MANY_OPENS; u++) {
+		bf_opens_note(FUSE_OPEN, u);
+		cr_assert(bf_opens_forget(u));
+	}
+	cr_assert_eq(bf_opens_pending(), 0);
+	bf_opens_note(FUSE_OPEN, 7777);
+	cr_assert(bf_opens_forget(7777));
+	bf_opens_free();
+}
