@@ -20,10 +20,15 @@
  *                         pc_wait_for_folio_locked() -> wb_dev_failing()
  *     -> pc->fl_lock      pc_wait_for_folio_locked() -> wb_kick()
  *   f->lock (block state and records, users, excl, waiters, wb_ios)
- *     -> nothing: dirty accounting under it is atomic counters only
+ *     -> the writeback pool's lock  wb_add_locked() -> wb_io_alloc() ->
+ *                         be_pool_get_size() (dirty accounting under f->lock
+ *                         is atomic counters only)
+ *     -> the trace's ring_lock  wb_trace_add() -> bt_event() -> ring_get(),
+ *                         on a thread's first traced event only
  *   leaves, nothing taken under them: dev->err_lock (errseq, failing),
  *     dev->acct_lock (busy time), pc->fl_lock (flusher kick and stop),
- *     pc_batch.lock, the log's rate limiter.
+ *     dev->wq_lock, the pools' locks, pc_sync.lock, pc_batch.lock, the
+ *     log's rate limiter. core/THREADS.md has the whole process's chain.
  *
  * pc->flusher_running is written only by wb_flusher_start()/stop(), by the
  * thread that owns the cache, and read atomically anywhere.
@@ -45,7 +50,9 @@
  *  - blocking: the device's workers (PC_DEV_WORKERS threads per device),
  *    the flusher, and callers of the synchronous API (pc_write() and its
  *    siblings, tools, tests, the final writeback). They may wait for
- *    anything, but never for a worker of their own device.
+ *    anything; the device's workers and the flusher never wait for a worker
+ *    of their own device (R4), while a synchronous caller may (pc_fsync()
+ *    punts to them when anything is dirty).
  * Rules, and the cycles each one breaks:
  *  R1. A completion never waits and never submits I/O; what it needs that
  *      could wait is punted. Cycle: a direct write completes on the

@@ -137,7 +137,7 @@ static inline void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
  * @pid: the pid FUSE names in the request
  * Emits Q and D when traced, counts it in flight.
  * Returns: its start time, for bt_req_end().
- * Called by the request path when it receives a request (fuse/daemon.c).
+ * Called by the request path when it receives a request (fuse/devfile.c).
  * Locking: none (a few relaxed atomics); any thread, any number at once.
  */
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,

@@ -177,7 +177,7 @@ suite_odirect() {
 		fail "$name: O_DIRECT read bs=1M differs"
 	chk "$lbs OK" -d "$dev" pwrite $((75 * M)) "$lbs" 165 expect $((75 * M)) "$lbs" 165
 	chk OK "$ref" fill $((75 * M)) "$lbs" 165
-	# a WRITE's data arrives page-aligned (fuse/daemon.c rx_read), reads
+	# a WRITE's data arrives page-aligned (fuse/rawio.c rx_read), reads
 	# are answered from aligned buffers: O_DIRECT is never copied on the way
 	assert_eq "$name: direct_copy_bytes after aligned O_DIRECT" 0 \
 		"$(awk '$1 == "direct_copy_bytes" { print $2 }' "$(dirname "$dev")/.sys/$(basename "$dev")/blkfs_stat")"
