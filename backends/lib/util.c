@@ -148,8 +148,7 @@ int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed)
 	unsigned long long v;
 	char *end;
 
-	/* time and random: what powerloss.seed has always taken for auto */
-	if (!strcasecmp(s, "auto") || !strcasecmp(s, "time") || !strcasecmp(s, "random")) {
+	if (!strcasecmp(s, "auto")) {
 		*is_auto = true;
 		*seed = 0;
 		return 0;
