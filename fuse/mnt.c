@@ -133,7 +133,7 @@ int bf_loop_backing(const char *name, char *out, size_t len)
 	snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return errno ? -errno : -EIO;	/* never 0: the caller skips on non-zero */
 	n = read(fd, out, len - 1);
 	close(fd);
 	if (n <= 0)
@@ -162,7 +162,7 @@ int bf_loops_over(const char *prefix, bool exact, char (*devs)[32], int max,
 	if (!dir)
 		return 0;
 	while ((de = readdir(dir)) && n < max) {
-		char back[PATH_MAX];
+		char back[PATH_MAX] = "";	/* all defined: below() reads past a short name */
 
 		if (strncmp(de->d_name, "loop", 4) || bf_loop_backing(de->d_name, back, sizeof(back)))
 			continue;
