@@ -232,8 +232,14 @@ static uint64_t chunk_max(const struct pl_dev *pd)
 
 /* ---- stocks (pd->lock) ---- */
 
+/*
+ * @align: a power of two; @size is rounded up to a multiple of it, as
+ * aligned_alloc() requires (glibc lets it pass; ThreadSanitizer's
+ * allocator and C11 do not).
+ */
 static void stock_init(struct pl_stock *s, size_t size, size_t align, uint32_t target)
 {
+	size = (size + align - 1) & ~(align - 1);
 	*s = (struct pl_stock){ .size = size, .align = align, .target = target ? target : 1 };
 }
 
