@@ -37,10 +37,10 @@
  *    rate) queues it and submits it later from a thread of its own. The
  *    one wait allowed: with BLK_IO_WAITED the backend may do the transfer
  *    in the calling thread (aio's preadv/pwritev), since the submitter
- *    sleeps until end_io anyway. Two filters still wait in submit(), each
- *    bounded by the layer below: powerloss reads what a write overwrites
- *    synchronously from it and waits for an overlapping write in flight,
- *    and record waits while its gate is shut for a cut.
+ *    sleeps until end_io anyway. One filter still waits in submit(),
+ *    bounded by the layer below: record, while its gate is shut for a cut.
+ *    (powerloss reads what a write overwrites asynchronously and starts an
+ *    overlapping write from the earlier one's end_io: core/THREADS.md R7.)
  */
 #ifndef BLKFS_BACKEND_H
 #define BLKFS_BACKEND_H

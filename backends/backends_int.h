@@ -124,10 +124,11 @@ const char *be_errno_name(int e, char *buf, size_t len);
 int be_parse_probability(const char *s, double *out);
 
 /*
- * Seeds. Every random choice of a filter comes from a splitmix64 stream
- * (any seed, 0 included, gives a good one), so a run replays from its seed
- * as long as the I/O comes in the same order. `seed = auto` takes one from
- * the clock; the filter prints it to the daemon log and shows it in .sys.
+ * Seeds. Every random choice of a filter comes from this splitmix64 stream
+ * (any seed, 0 included, gives a good one; powerloss's cuts too), so a run
+ * replays from its seed as long as the I/O comes in the same order.
+ * `seed = auto` (or time, random) takes one from the clock; the filter
+ * prints it to the daemon log and shows it in .sys.
  */
 static inline uint64_t be_rand(uint64_t *state)
 {
@@ -167,7 +168,11 @@ static inline bool be_first_io(bool *said)
 
 /* A seed from the clock and the process, for `seed = auto`. */
 uint64_t be_seed_from_clock(void);
-/* "auto" (*is_auto = true) or a decimal below 2^64; -EINVAL otherwise. */
+/*
+ * The one seed grammar of every filter: "auto", "time" or "random" (the
+ * same: *is_auto = true, the filter takes one from be_seed_from_clock()),
+ * or a decimal below 2^64; -EINVAL otherwise. Case does not matter.
+ */
 int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed);
 
 /*

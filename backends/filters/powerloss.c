@@ -12,12 +12,12 @@
  *
  * The journal. Before a WRITE, DISCARD or WRITE_ZEROES goes down, the filter
  * reads the range's current contents from the layer below and keeps them
- * (an all-zero chunk is kept as "zeros", so a discard of an empty device
+ * (an all-zero piece is kept as "zeros", so a discard of an empty device
  * costs nothing). The entry is dropped when a FLUSH completes that was
  * submitted after the write completed: its data is durable. Memory is thus
  * the unflushed data, as a real disk's volatile cache would hold. Writes
- * that overlap one still in flight wait for it, so each entry's saved data
- * is exactly the contents left by the writes before it.
+ * that overlap one not yet completed wait for it, so each entry's saved
+ * data is exactly the contents left by the writes before it.
  *
  * The cut. Entries are decided in completion order from the seed (the
  * order the disk got them; backends/lib/crashmodel.h is the promise every cut
@@ -35,7 +35,10 @@
  * A FLUSH still in flight at the cut fails with EIO (it never finished:
  * the data it was to cover may be gone), so a successful fsync always
  * means durable. The seed is printed to stderr (the daemon log) and kept
- * in `last_seed`; `seed` sets the next one (default: from the clock).
+ * in `last_seed`; `seed` sets the next one (default: from the clock). The
+ * stream is util.c's be_rand() (splitmix64) from the seed, one draw per
+ * entry and one more for a tear: a seed recorded by an older blkfs
+ * replays the same cut.
  *
  * States: running -> (trigger) cutting -> dark -> (restart) running.
  * Cutting: new writes are already dropped; the filter waits for writes in
@@ -46,10 +49,43 @@
  * one ends the journal: the contents it saved, and the writes it covers,
  * belong to a device state that is gone.
  *
- * Lock: pd->lock covers the state, the journal and the counters; it is
- * never held across a submit, an end_io or a host callback. A thread
- * submitting a write may wait on pd->cv (an overlapping write in flight);
- * trigger and close wait on it for writes in flight to finish.
+ * A write's path. submit() never sleeps: it takes the write's state from
+ * the io pool, an entry and page-aligned save buffers from the stocks (free
+ * lists the worker fills ahead), and passes down the read of the old
+ * contents; whoever comes second of that submit and the read's end_io goes
+ * on (a read that completes inside submit(), as ram's does, leaves the
+ * write to the submitting thread, which keeps BLK_IO_WAITED). A write
+ * overlapping an earlier one not yet completed waits on that one's waiters
+ * list, not in the submitting thread; the earlier one's end_io starts it.
+ * The writes go down in the order they were submitted, each once its old
+ * contents are saved, so the layer below sees them as the cache sent them
+ * (as when the save was synchronous). One thread at a time does that and
+ * the starts an end_io released: the runner (flat combining; a chain of
+ * overlapping writes does not recurse). A DISCARD/WRITE_ZEROES longer than
+ * one read (its old contents are read piece by piece, waited for) goes to
+ * the device's worker thread. Every path ends the cache's I/O last, and
+ * close() waits for the runner: the cache may close the stack once its
+ * last end_io has returned. Backends and filters all take a submit from an
+ * end_io (aio, nbd and rbd say so), which the chaining needs.
+ *
+ * Save memory. A write of n bytes saves its old contents in buffers of
+ * PL_PAGE << c bytes, one per set bit of n in pages (and a page for a tail
+ * under a page), so nothing is rounded up; an all-zero buffer goes back at
+ * once. Each class keeps at most PL_STOCK_BYTES free (one buffer at least;
+ * the page class and the entries are filled at open); the worker fills a
+ * class used below half of that, a buffer coming back past it is freed.
+ * The journal's saved data is the unflushed data and not bounded (a disk
+ * never written back would hold it all): with flushes the buffers go round
+ * and submit() allocates nothing; writes without flushes faster than the
+ * worker fills are served from the allocator anyway and counted
+ * (powerloss_save_pool_misses), as struct be_pool does.
+ *
+ * Lock: pd->lock covers the state, the journal, the lists of writes
+ * (active, ready, the worker's queue, each one's waiters), the stocks and
+ * the counters; it is never held across a submit, an end_io or a host
+ * callback. No thread waits on pd->cv but trigger and close, for writes in
+ * flight to finish; the worker waits on pd->wcv for work. No wait here is
+ * timed.
  */
 #include <assert.h>
 #include <errno.h>
@@ -64,7 +100,13 @@
 #include "../backends_int.h"
 #include "../lib/trace.h"
 
-#define PL_ALIGN	4096		/* saved-data buffers: fine for O_DIRECT below */
+#define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */
+#define PL_CLASSES	20		/* buffer classes: PL_PAGE << c; max_io < 4 GiB */
+#define PL_PIECES	(PL_CLASSES + 1)	/* one per class, and a tail under a page */
+#define PL_RUNS_INLINE	9		/* runs in the entry: every write up to 1 MiB */
+#define PL_STOCK_BYTES	(1u << 20)	/* free save memory kept per class */
+#define PL_ENTRIES	256		/* free entries kept */
+#define PL_POOL		256		/* struct pl_io filled at open: writes and flushes in flight */
 
 enum pl_state { PL_RUNNING, PL_CUTTING, PL_DARK };
 
@@ -73,26 +115,33 @@ struct pl_run {
 	uint64_t pos;
 	uint64_t len;
 	char *data;			/* owned; NULL: the range was all zeros */
+	int cls;			/* data's stock class; -1: sized to len, freed */
 };
 
 /* One journal entry: a WRITE, DISCARD or WRITE_ZEROES not yet flushed. */
 struct pl_entry {
+	struct list_head node;		/* lock: on pd->journal (oldest first) or a local list */
 	uint64_t pos;
 	uint64_t len;
 	uint64_t done_seq;		/* lock: completion order; 0 while in flight */
 	bool inflight;			/* lock: taken, not yet completed below */
-	struct pl_run *runs;		/* sorted, tiling [pos, pos + len) */
-	int nr_runs;
+	struct pl_run *runs;		/* sorted, tiling [pos, pos + len); runs_inline or malloc'ed */
+	int nr_runs, cap_runs;
 	uint64_t saved_bytes;		/* bytes of data held by runs */
-	struct pl_entry *gone_next;	/* on a list of entries a flush settled */
+	struct pl_run runs_inline[PL_RUNS_INLINE];
 };
 
 /*
- * Entries and child I/Os filled at open (struct be_pool): a write takes one
- * of each without malloc. What a write saves (the old data) is as large as
- * the write, so it is allocated per write; see entry_save().
+ * Free objects of one size, linked through their first word (lock): what
+ * submit() takes instead of calling the allocator. The worker fills a used
+ * stock back to target; a put past target frees.
  */
-#define PL_POOL	256
+struct pl_stock {
+	void *free;			/* lock */
+	uint32_t nr, target;		/* lock */
+	bool used;			/* lock: taken from (or wanted) since open */
+	size_t size, align;
+};
 
 struct pl_dev {
 	struct blk_backend be;		/* must come first */
@@ -101,16 +150,17 @@ struct pl_dev {
 	const struct blk_host *host;	/* may be NULL (tests, tools) */
 	struct blk_geometry geo;	/* the layer below's; set at open */
 
-	struct be_pool entry_pool;	/* struct pl_entry */
-	struct be_pool io_pool;		/* struct pl_io */
+	struct be_pool io_pool;		/* struct pl_io: bounded by what is in flight */
 	pthread_mutex_t lock;
 	pthread_cond_t cv;		/* an entry completed, or the state changed */
+	pthread_cond_t wcv;		/* to the worker: work queued, a refill, stop */
+	pthread_t worker;
 	enum pl_state state;		/* lock */
 	bool resetting;			/* lock: a reset to a snapshot is under way */
 	uint64_t gen;			/* lock: bumped at each cut; a flush from before fails */
 	uint64_t done_seq;		/* lock: last completion number given */
-	struct pl_entry **v;		/* lock: the journal, oldest first */
-	size_t nr, cap;			/* lock */
+	struct list_head journal;	/* lock: struct pl_entry, oldest first */
+	size_t nr;			/* lock: entries on it */
 	size_t nr_inflight;		/* lock: entries with inflight set */
 	uint64_t unflushed_bytes;	/* lock: sum of entry lengths */
 	uint64_t saved_bytes;		/* lock: sum of entries' saved_bytes */
@@ -119,50 +169,294 @@ struct pl_dev {
 	bool have_last;			/* lock */
 	uint64_t last_seed;		/* lock */
 
+	/* Writes taken and not yet ended (struct pl_io), lock. */
+	struct list_head active;	/* submission order: blocked, queued or in flight */
+	struct list_head pending;	/* submission order: not yet passed down */
+	struct list_head ready;		/* unblocked, for the runner */
+	struct list_head workq;		/* for the worker */
+	bool running;			/* lock: a thread runs pd->ready */
+	bool refill;			/* lock: the worker has stocks to fill */
+	bool stop;			/* lock: the worker exits */
+	int nr_cls;			/* classes up to the largest read */
+	struct pl_stock stock[PL_CLASSES];	/* lock: save buffers */
+	struct pl_stock estock;		/* lock: entries */
+
 	/* Counters (lock). */
 	uint64_t nr_cuts, nr_kept, nr_dropped, nr_torn;
 	uint64_t nr_dark_writes, restored_bytes, nr_restore_errors;
 	uint64_t nr_resets;		/* the device was reset to a snapshot */
+	uint64_t nr_blocked;		/* writes that waited for an overlapping one */
+	uint64_t nr_worker;		/* writes the worker started */
+	uint64_t nr_save_allocs;	/* entries and buffers allocated */
+	uint64_t nr_misses;		/* writes the stocks could not serve */
 };
 
 /* A write or flush the filter passes down as its own child. */
 struct pl_io {
 	struct blk_io io;		/* must come first: the layer below gets &io */
+	struct blk_io rio;		/* WRITE/...: the read of the old contents */
 	struct blk_io *parent;
 	struct pl_dev *pd;
-	struct pl_entry *e;		/* WRITE/DISCARD/WRITE_ZEROES */
-	uint64_t gen;			/* FLUSH: the generation it was submitted in */
+	struct pl_entry *e;		/* WRITE/...: lock until journaled */
+	uint64_t gen;			/* the generation it was submitted in */
 	uint64_t upto;			/* FLUSH: the entries it covers (done_seq <= upto) */
+	struct list_head anode;		/* lock: on pd->active */
+	struct list_head pnode;		/* lock: on pd->pending until it goes down */
+	bool save_ready;		/* lock: its old contents are saved */
+	struct list_head waiters;	/* lock: writes waiting for this one to end */
+	struct list_head wnode;		/* lock: on a blocker's waiters, pd->ready or pd->workq */
+	int stage;			/* atomic: the read's submitter and its end_io meet */
+	int read_res;			/* the read's result, before stage */
+	bool have_bufs;			/* iov[] holds the save buffers */
+	int npieces;
+	struct iovec iov[PL_PIECES];	/* the save buffers, largest first */
+	int cls[PL_PIECES];
 };
 
-/* splitmix64: any seed, 0 included, gives a good sequence. */
-static uint64_t pl_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+/* Where a write is started from: what it may do there. */
+enum pl_ctx {
+	PL_IN_SUBMIT,			/* the cache's submit(): no wait, no allocation */
+	PL_IN_RUNNER,			/* an end_io's runner: the same */
+	PL_IN_WORKER,			/* the worker: may allocate and wait for reads */
+};
 
 static bool is_zero(const char *p, size_t n)
 {
 	return !n || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
 }
 
-static void entry_free(struct pl_dev *pd, struct pl_entry *e)
+static uint64_t chunk_max(const struct pl_dev *pd)
+{
+	return pd->geo.max_io ? pd->geo.max_io : (1u << 20);
+}
+
+/* ---- stocks (pd->lock) ---- */
+
+/*
+ * @align: a power of two; @size is rounded up to a multiple of it, as
+ * aligned_alloc() requires (glibc lets it pass; ThreadSanitizer's
+ * allocator and C11 do not).
+ */
+static void stock_init(struct pl_stock *s, size_t size, size_t align, uint32_t target)
+{
+	size = (size + align - 1) & ~(align - 1);
+	*s = (struct pl_stock){ .size = size, .align = align, .target = target ? target : 1 };
+}
+
+static void *stock_take_locked(struct pl_stock *s)
+{
+	void *o = s->free;
+
+	s->used = true;
+	if (o) {
+		s->free = *(void **)o;
+		s->nr--;
+	}
+	return o;
+}
+
+/*
+ * Back to @s, or, past its target, onto *@spill (linked through the first
+ * word) for the caller to free outside the lock.
+ */
+static void stock_put_locked(struct pl_stock *s, void *o, void **spill)
+{
+	if (s->nr < s->target) {
+		*(void **)o = s->free;
+		s->free = o;
+		s->nr++;
+	} else {
+		*(void **)o = *spill;
+		*spill = o;
+	}
+}
+
+static void spill_free(void *spill)
+{
+	while (spill) {
+		void *o = spill;
+
+		spill = *(void **)o;
+		free(o);
+	}
+}
+
+/* A new object for @s, touched now rather than on the I/O path. */
+static void *stock_alloc(const struct pl_stock *s)
+{
+	void *o = aligned_alloc(s->align, s->size);
+
+	if (o)
+		memset(o, 0, s->size);
+	return o;
+}
+
+static void kick_refill_locked(struct pl_dev *pd)
+{
+	if (!pd->refill) {
+		pd->refill = true;
+		pthread_cond_signal(&pd->wcv);
+	}
+}
+
+static bool stock_low(const struct pl_stock *s)
+{
+	return s->used && s->nr < (s->target + 1) / 2;
+}
+
+/* Fill every used stock to its target (the worker). */
+static void stocks_refill(struct pl_dev *pd)
+{
+	int c;
+
+	for (c = -1; c < pd->nr_cls; c++) {
+		struct pl_stock *s = c < 0 ? &pd->estock : &pd->stock[c];
+		void *got = NULL, *spill = NULL;
+		uint32_t need, i, n = 0;
+
+		pthread_mutex_lock(&pd->lock);
+		need = s->used && s->nr < s->target ? s->target - s->nr : 0;
+		pthread_mutex_unlock(&pd->lock);
+		for (i = 0; i < need; i++) {
+			void *o = stock_alloc(s);
+
+			if (!o)
+				break;
+			*(void **)o = got;
+			got = o;
+			n++;
+		}
+		pthread_mutex_lock(&pd->lock);
+		pd->nr_save_allocs += n;
+		while (got) {
+			void *o = got;
+
+			got = *(void **)o;
+			stock_put_locked(s, o, &spill);
+		}
+		pthread_mutex_unlock(&pd->lock);
+		spill_free(spill);
+	}
+}
+
+/* Give @e's memory back: its buffers and itself to the stocks, the rest onto *@spill. */
+static void entry_put_locked(struct pl_dev *pd, struct pl_entry *e, void **spill)
 {
 	int i;
 
-	if (!e)
-		return;
-	for (i = 0; i < e->nr_runs; i++)
-		free(e->runs[i].data);
-	free(e->runs);
-	be_pool_put(&pd->entry_pool, e);
+	for (i = 0; i < e->nr_runs; i++) {
+		struct pl_run *r = &e->runs[i];
+
+		if (!r->data)
+			continue;
+		if (r->cls >= 0) {
+			stock_put_locked(&pd->stock[r->cls], r->data, spill);
+		} else {
+			*(void **)r->data = *spill;
+			*spill = r->data;
+		}
+	}
+	if (e->runs != e->runs_inline) {
+		*(void **)e->runs = *spill;
+		*spill = e->runs;
+	}
+	stock_put_locked(&pd->estock, e, spill);
 }
 
-/* ---- synchronous I/O to the layer below (journal reads, restores) ---- */
+/* Free a list of entries (off the journal). */
+static void entries_free(struct pl_dev *pd, struct list_head *list)
+{
+	void *spill = NULL;
+
+	if (list_empty(list))
+		return;
+	pthread_mutex_lock(&pd->lock);
+	while (!list_empty(list)) {
+		struct pl_entry *e = list_first_entry(list, struct pl_entry, node);
+
+		list_del_init(&e->node);
+		entry_put_locked(pd, e, &spill);
+	}
+	pthread_mutex_unlock(&pd->lock);
+	spill_free(spill);
+}
+
+/* @w's save buffers back to the stocks (not yet in runs). */
+static void bufs_put_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
+{
+	int i;
+
+	if (!w->have_bufs)
+		return;
+	for (i = 0; i < w->npieces; i++)
+		stock_put_locked(&pd->stock[w->cls[i]], w->iov[i].iov_base, spill);
+	w->have_bufs = false;
+}
+
+/* What a write took and did not journal: its entry and buffers go back. */
+static void res_put_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
+{
+	bufs_put_locked(pd, w, spill);
+	if (w->e) {
+		w->e->nr_runs = 0;
+		w->e->runs = w->e->runs_inline;
+		stock_put_locked(&pd->estock, w->e, spill);
+		w->e = NULL;
+	}
+}
+
+/*
+ * Split a write of @len bytes into save buffers: one of PL_PAGE << c bytes
+ * for each bit c of its length in pages, largest first, and one page for a
+ * tail shorter than a page. Nothing is rounded up.
+ */
+static void pieces_init(struct pl_io *w, uint64_t len)
+{
+	uint64_t pages = len / PL_PAGE, tail = len % PL_PAGE;
+	int c, n = 0;
+
+	for (c = PL_CLASSES - 1; c >= 0; c--) {
+		if (pages & (1ull << c)) {
+			w->iov[n].iov_len = (size_t)PL_PAGE << c;
+			w->cls[n++] = c;
+		}
+	}
+	if (tail) {
+		w->iov[n].iov_len = (size_t)tail;
+		w->cls[n++] = 0;
+	}
+	w->npieces = n;
+}
+
+/* @w's save buffers from the stocks: all of them, or none and false. */
+static bool bufs_take_locked(struct pl_dev *pd, struct pl_io *w)
+{
+	uint32_t need[PL_CLASSES] = { 0 };
+	bool ok = true;
+	int i;
+
+	for (i = 0; i < w->npieces; i++)
+		need[w->cls[i]]++;
+	for (i = 0; i < w->npieces; i++) {
+		struct pl_stock *s = &pd->stock[w->cls[i]];
+
+		s->used = true;
+		if (s->nr < need[w->cls[i]])
+			ok = false;
+	}
+	if (ok) {
+		for (i = 0; i < w->npieces; i++)
+			w->iov[i].iov_base = stock_take_locked(&pd->stock[w->cls[i]]);
+		w->have_bufs = true;
+	}
+	for (i = 0; i < w->npieces; i++) {
+		if (stock_low(&pd->stock[w->cls[i]]))
+			kick_refill_locked(pd);
+	}
+	return ok;
+}
+
+/* ---- synchronous I/O to the layer below (long saves, restores) ---- */
 
 struct pl_sync {
 	struct blk_io io;		/* must come first */
@@ -183,7 +477,7 @@ static void pl_sync_end_io(struct blk_io *io, int res)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* One I/O to @be, waited for: 0 or -errno. */
+/* One I/O to @be, waited for: 0 or -errno. Only the worker and the cut wait so. */
 static int pl_sync_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint64_t len,
 		      void *buf)
 {
@@ -215,46 +509,54 @@ static int pl_sync_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint
 	return s.res;
 }
 
-static uint64_t chunk_max(const struct pl_dev *pd)
+/*
+ * Append a run to @e; a zero run merges into a zero run before it. Past
+ * the runs in the entry (a write over 1 MiB, a long discard) the array is
+ * allocated: only where allocating is allowed, or in the rare case of
+ * max_io above 1 MiB.
+ */
+static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *data, int cls)
 {
-	return pd->geo.max_io ? pd->geo.max_io : (1u << 20);
-}
-
-/* Append a run to @e; a zero run merges into a zero run before it. */
-static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *data)
-{
-	struct pl_run *r;
-
 	if (!data && e->nr_runs && !e->runs[e->nr_runs - 1].data) {
 		e->runs[e->nr_runs - 1].len += len;
 		return 0;
 	}
-	r = realloc(e->runs, (size_t)(e->nr_runs + 1) * sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	e->runs = r;
-	e->runs[e->nr_runs++] = (struct pl_run){ .pos = pos, .len = len, .data = data };
+	if (e->nr_runs == e->cap_runs) {
+		int cap = 2 * e->cap_runs;
+
+		/* start_write() gives every entry its inline runs: never empty. */
+		assert(cap > 0);
+		struct pl_run *r = malloc((size_t)cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		memcpy(r, e->runs, (size_t)e->nr_runs * sizeof(*r));
+		if (e->runs != e->runs_inline)
+			free(e->runs);
+		e->runs = r;
+		e->cap_runs = cap;
+	}
+	e->runs[e->nr_runs++] = (struct pl_run){ .pos = pos, .len = len, .data = data, .cls = cls };
 	if (data)
 		e->saved_bytes += len;
 	return 0;
 }
 
 /*
- * Read what [e->pos, e->pos + e->len) holds now, in chunks of at most
- * max_io, into @e's runs: a chunk of zeros costs no memory.
+ * The worker's save of a DISCARD/WRITE_ZEROES longer than one read: what
+ * [e->pos, e->pos + e->len) holds now, in chunks of at most max_io, into
+ * @e's runs; a chunk of zeros costs no memory.
  */
-static int entry_save(struct pl_dev *pd, struct pl_entry *e)
+static int entry_save_long(struct pl_dev *pd, struct pl_entry *e)
 {
 	uint64_t max = chunk_max(pd), off = 0;
-	/* A WRITE is one chunk (len <= max_io); only a long discard takes more. */
-	uint64_t bufsz = e->len < max ? e->len : max;
 	char *buf = NULL;
 	int ret = 0;
 
 	while (off < e->len) {
-		uint64_t n = e->len - off < bufsz ? e->len - off : bufsz;
+		uint64_t n = e->len - off < max ? e->len - off : max;
 
-		if (!buf && posix_memalign((void **)&buf, PL_ALIGN, (size_t)bufsz)) {
+		if (!buf && posix_memalign((void **)&buf, PL_PAGE, (size_t)max)) {
 			buf = NULL;
 			ret = -ENOMEM;
 			break;
@@ -263,13 +565,13 @@ static int entry_save(struct pl_dev *pd, struct pl_entry *e)
 		if (ret)
 			break;
 		if (is_zero(buf, (size_t)n)) {
-			ret = entry_add_run(e, e->pos + off, n, NULL);
+			ret = entry_add_run(e, e->pos + off, n, NULL, -1);
 		} else {
 			char *keep = buf;
 
 			/* A short last chunk need not hold on to a whole buffer. */
-			if (n < bufsz / 2) {
-				if (posix_memalign((void **)&keep, PL_ALIGN, (size_t)n)) {
+			if (n < max / 2) {
+				if (posix_memalign((void **)&keep, PL_PAGE, (size_t)n)) {
 					ret = -ENOMEM;
 					break;
 				}
@@ -277,7 +579,7 @@ static int entry_save(struct pl_dev *pd, struct pl_entry *e)
 			} else {
 				buf = NULL;	/* the run owns it now */
 			}
-			ret = entry_add_run(e, e->pos + off, n, keep);
+			ret = entry_add_run(e, e->pos + off, n, keep, -1);
 			if (ret && keep != buf)
 				free(keep);
 		}
@@ -291,51 +593,20 @@ static int entry_save(struct pl_dev *pd, struct pl_entry *e)
 
 /* ---- the journal (caller holds pd->lock) ---- */
 
-static bool overlaps_inflight_locked(struct pl_dev *pd, uint64_t pos, uint64_t len)
+static void journal_add_locked(struct pl_dev *pd, struct pl_entry *e)
 {
-	size_t i;
-
-	if (!pd->nr_inflight)
-		return false;
-	for (i = pd->nr; i-- > 0;) {
-		const struct pl_entry *e = pd->v[i];
-
-		if (e->inflight && pos < e->pos + e->len && e->pos < pos + len)
-			return true;
-	}
-	return false;
-}
-
-static int journal_add_locked(struct pl_dev *pd, struct pl_entry *e)
-{
-	if (pd->nr == pd->cap) {
-		size_t cap = pd->cap ? 2 * pd->cap : 64;
-		struct pl_entry **v = realloc(pd->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		pd->v = v;
-		pd->cap = cap;
-	}
-	pd->v[pd->nr++] = e;
+	list_add_tail(&e->node, &pd->journal);
+	pd->nr++;
 	e->inflight = true;
 	pd->nr_inflight++;
 	pd->unflushed_bytes += e->len;
-	return 0;
 }
 
 /* Take @e out of the journal (it is still in flight: its I/O never went down). */
 static void journal_remove_locked(struct pl_dev *pd, struct pl_entry *e)
 {
-	size_t i;
-
-	for (i = 0; i < pd->nr; i++) {
-		if (pd->v[i] != e)
-			continue;
-		memmove(&pd->v[i], &pd->v[i + 1], (pd->nr - i - 1) * sizeof(pd->v[0]));
-		pd->nr--;
-		break;
-	}
+	list_del_init(&e->node);
+	pd->nr--;
 	if (e->inflight) {
 		e->inflight = false;
 		pd->nr_inflight--;
@@ -347,51 +618,462 @@ static void journal_remove_locked(struct pl_dev *pd, struct pl_entry *e)
 
 /*
  * A flush covering done_seq <= @upto completed: those entries are durable
- * and leave the journal, returned as a list through gone_next (*@out) for
- * the caller to free outside the lock.
+ * and leave the journal, onto @out for the caller to free outside the lock.
  */
-static void journal_prune_locked(struct pl_dev *pd, uint64_t upto, struct pl_entry **out)
+static void journal_prune_locked(struct pl_dev *pd, uint64_t upto, struct list_head *out)
 {
-	size_t i, j = 0;
+	struct list_head *p, *n;
 
-	*out = NULL;
-	for (i = 0; i < pd->nr; i++) {
-		struct pl_entry *e = pd->v[i];
+	list_for_each_safe(p, n, &pd->journal) {
+		struct pl_entry *e = list_entry(p, struct pl_entry, node);
 
 		if (!e->inflight && e->done_seq <= upto) {
 			pd->unflushed_bytes -= e->len;
 			pd->saved_bytes -= e->saved_bytes;
-			e->gone_next = *out;
-			*out = e;
-		} else {
-			pd->v[j++] = e;
+			pd->nr--;
+			list_move_tail(&e->node, out);
 		}
 	}
-	pd->nr = j;
+}
+
+/* The whole journal onto @out (the cut, a reset, close). */
+static void journal_take_locked(struct pl_dev *pd, struct list_head *out)
+{
+	list_splice_tail_init(&pd->journal, out);
+	pd->nr = 0;
+	pd->unflushed_bytes = 0;
+	pd->saved_bytes = 0;
+}
+
+/* ---- the order of overlapping writes (pd->lock) ---- */
+
+static bool w_overlaps(const struct pl_io *a, const struct pl_io *b)
+{
+	return a->parent->pos < b->parent->pos + b->parent->len &&
+	       b->parent->pos < a->parent->pos + a->parent->len;
+}
+
+/* The newest write taken before @w, not yet ended, that overlaps it; NULL: none. */
+static struct pl_io *blocker_locked(struct pl_dev *pd, struct pl_io *w)
+{
+	struct list_head *p;
+
+	for (p = w->anode.prev; p != &pd->active; p = p->prev) {
+		struct pl_io *b = list_entry(p, struct pl_io, anode);
+
+		if (w_overlaps(b, w))
+			return b;
+	}
+	return NULL;
+}
+
+/*
+ * @w has ended (or will, without going down): off the lists; each write
+ * that waited for it waits for the next earlier overlapping one, or is
+ * ready.
+ */
+static void w_finish_locked(struct pl_dev *pd, struct pl_io *w)
+{
+	list_del_init(&w->anode);
+	list_del_init(&w->pnode);
+	while (!list_empty(&w->waiters)) {
+		struct pl_io *x = list_first_entry(&w->waiters, struct pl_io, wnode);
+		struct pl_io *b;
+
+		list_del_init(&x->wnode);
+		b = blocker_locked(pd, x);
+		list_add_tail(&x->wnode, b ? &b->waiters : &pd->ready);
+	}
+}
+
+/* Work for the runner: a write to start, or the next to go down is saved. */
+static bool need_run_locked(const struct pl_dev *pd)
+{
+	return !pd->running &&
+	       (!list_empty(&pd->ready) ||
+		(!list_empty(&pd->pending) &&
+		 list_first_entry(&pd->pending, struct pl_io, pnode)->save_ready));
+}
+
+static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, bool admit);
+static void alloc_start(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx);
+static void submit_write(struct pl_dev *pd, struct pl_io *w, bool waited);
+
+/*
+ * The runner, one thread at a time (flat combining: what another thread
+ * finds to do while it runs is left to it, so a chain of overlapping
+ * writes does not recurse). It passes the writes down in the order they
+ * were submitted, each once its old contents are saved (the layer below
+ * sees them in the order the cache gave them, as when the save was
+ * synchronous), and starts the writes an end_io released. @self: the
+ * write whose submit() runs in this thread (it keeps BLK_IO_WAITED).
+ * Called without pd->lock. close() waits for the runner: an end_io it
+ * calls may be the cache's last.
+ *
+ * Every function of this engine that takes pd->lock is called without it
+ * and returns without it (the _locked helpers keep it, and call none of
+ * them): the runner, an end_io and start_write() call each other in a
+ * circle that pd->running bounds, and a lock held across a call in that
+ * circle is one clang's analyzer cannot follow to its release.
+ */
+static void run(struct pl_dev *pd, struct pl_io *self)
+{
+	pthread_mutex_lock(&pd->lock);
+	if (!need_run_locked(pd)) {
+		pthread_mutex_unlock(&pd->lock);
+		return;
+	}
+	pd->running = true;
+	for (;;) {
+		struct pl_io *w = list_first_entry_or_null(&pd->pending, struct pl_io, pnode);
+
+		if (w && w->save_ready) {
+			bool mine = w == self;
+
+			if (mine)
+				self = NULL;
+			list_del_init(&w->pnode);
+			pthread_mutex_unlock(&pd->lock);
+			submit_write(pd, w, mine);
+			pthread_mutex_lock(&pd->lock);
+			continue;
+		}
+		w = list_first_entry_or_null(&pd->ready, struct pl_io, wnode);
+		if (!w)
+			break;
+		list_del_init(&w->wnode);
+		pthread_mutex_unlock(&pd->lock);
+		start_write(pd, w, PL_IN_RUNNER, false);
+		pthread_mutex_lock(&pd->lock);
+	}
+	pd->running = false;
+	pthread_cond_broadcast(&pd->cv);
+	pthread_mutex_unlock(&pd->lock);
+}
+
+/*
+ * End @w's parent with @res after w_finish_locked(), without pd->lock:
+ * what became ready runs first, the end_io is last.
+ */
+static void w_end(struct pl_dev *pd, struct pl_io *w, int res)
+{
+	struct blk_io *parent = w->parent;
+
+	be_pool_put(&pd->io_pool, w);
+	run(pd, NULL);
+	/* Last: the cache may close the stack once this returns. */
+	parent->end_io(parent, res);
+}
+
+/* @w's write never went down (its save failed, or its submit): not journaled, ended. */
+static void w_fail(struct pl_dev *pd, struct pl_io *w, int res)
+{
+	struct pl_entry *e = w->e;
+	void *spill = NULL;
+
+	pthread_mutex_lock(&pd->lock);
+	if (e && !list_empty(&e->node)) {
+		journal_remove_locked(pd, e);
+		entry_put_locked(pd, e, &spill);
+		w->e = NULL;
+	}
+	res_put_locked(pd, w, &spill);
+	w_finish_locked(pd, w);
+	pthread_mutex_unlock(&pd->lock);
+	w_end(pd, w, res);
+	spill_free(spill);
 }
 
 /* ---- I/O ---- */
 
 static void pl_write_end_io(struct blk_io *io, int res)
 {
-	struct pl_io *c = (struct pl_io *)io;
-	struct pl_dev *pd = c->pd;
-	struct blk_io *parent = c->parent;
+	struct pl_io *w = (struct pl_io *)io;
+	struct pl_dev *pd = w->pd;
 
 	/*
 	 * A write that failed below stays in the journal too: what it left
 	 * may be anything, and its saved data puts it back if it is dropped.
 	 */
 	pthread_mutex_lock(&pd->lock);
-	c->e->done_seq = ++pd->done_seq;
-	c->e->inflight = false;
+	w->e->done_seq = ++pd->done_seq;
+	w->e->inflight = false;
 	pd->nr_inflight--;
 	pthread_cond_broadcast(&pd->cv);
+	w_finish_locked(pd, w);
+	w->parent->done = res ? io->done : 0;
 	pthread_mutex_unlock(&pd->lock);
-	parent->done = res ? io->done : 0;
-	be_pool_put(&pd->io_pool, c);
-	/* Last: the cache may close the stack once this returns. */
-	parent->end_io(parent, res);
+	w_end(pd, w, res);
+}
+
+/* The old contents are saved and every earlier write went down: this one goes. */
+static void submit_write(struct pl_dev *pd, struct pl_io *w, bool waited)
+{
+	int ret;
+
+	w->io = be_child_io(w->parent, pl_write_end_io, w);
+	if (!waited)
+		w->io.flags &= ~BLK_IO_WAITED;	/* not the submitter's thread */
+	ret = blk_submit(pd->be.next, &w->io);
+	if (ret)
+		w_fail(pd, w, ret);
+	/* else @w may be gone: the layer below may complete inline */
+}
+
+/*
+ * The read of @w's old contents completed: keep what is not zeros; the
+ * write waits for its turn (run()). @waited: in @w's own submit().
+ */
+static void save_done(struct pl_dev *pd, struct pl_io *w, bool waited)
+{
+	struct pl_entry *e = w->e;
+	uint64_t pos = e->pos;
+	void *spill = NULL;
+	int i, ret = 0;
+
+	if (w->read_res) {
+		w_fail(pd, w, w->read_res);
+		return;
+	}
+	pthread_mutex_lock(&pd->lock);
+	for (i = 0; i < w->npieces; i++) {
+		char *buf = w->iov[i].iov_base;
+		size_t n = w->iov[i].iov_len;
+
+		if (!ret && !is_zero(buf, n)) {
+			ret = entry_add_run(e, pos, n, buf, w->cls[i]);
+			if (!ret)
+				buf = NULL;	/* the run owns it */
+		} else if (!ret) {
+			ret = entry_add_run(e, pos, n, NULL, -1);
+		}
+		if (buf)
+			stock_put_locked(&pd->stock[w->cls[i]], buf, &spill);
+		pos += n;
+	}
+	w->have_bufs = false;
+	pd->saved_bytes += e->saved_bytes;
+	if (ret) {
+		pthread_mutex_unlock(&pd->lock);
+		spill_free(spill);
+		w_fail(pd, w, ret);
+		return;
+	}
+	w->save_ready = true;
+	pthread_mutex_unlock(&pd->lock);
+	run(pd, waited ? w : NULL);
+	spill_free(spill);
+}
+
+/* Whoever comes second of the read's submitter and its end_io goes on. */
+static void pl_save_end_io(struct blk_io *io, int res)
+{
+	struct pl_io *w = io->private;
+
+	w->read_res = res;
+	if (__atomic_exchange_n(&w->stage, 1, __ATOMIC_ACQ_REL))
+		save_done(w->pd, w, false);
+}
+
+static void submit_read(struct pl_dev *pd, struct pl_io *w, bool waited)
+{
+	int ret;
+
+	w->rio = (struct blk_io){
+		.op = BLK_READ,
+		.flags = waited ? BLK_IO_WAITED : 0,
+		.pos = w->parent->pos,
+		.len = w->parent->len,
+		.iov = w->iov,
+		.iovcnt = w->npieces,
+		.end_io = pl_save_end_io,
+		.private = w,
+	};
+	w->stage = 0;
+	ret = blk_submit(pd->be.next, &w->rio);
+	if (ret) {
+		w_fail(pd, w, ret);
+		return;
+	}
+	/* Second: the read completed inside submit (ram); the write goes from here. */
+	if (__atomic_exchange_n(&w->stage, 1, __ATOMIC_ACQ_REL))
+		save_done(pd, w, waited);
+}
+
+/*
+ * Start @w from @ctx, without pd->lock. @admit: @w is new, from submit():
+ * it takes its place in the order first, and waits there behind the
+ * newest earlier write that overlaps it, if any; otherwise @w is unblocked
+ * and on pd->active. Dark, or from before a cut: acknowledged and dropped.
+ * Without an entry and buffers from the stocks it allocates them here
+ * (counted); a long save goes to the worker.
+ */
+static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, bool admit)
+{
+	bool lng = w->parent->len > chunk_max(pd);
+	bool waited = ctx == PL_IN_SUBMIT && (w->parent->flags & BLK_IO_WAITED);
+	struct pl_entry *e;
+	void *spill = NULL;
+	int ret;
+
+	pthread_mutex_lock(&pd->lock);
+	if (admit) {
+		struct blk_io *io = w->parent;
+		struct pl_io *b;
+
+		if (pd->state != PL_RUNNING) {
+			/* The disk is dark: acknowledged, nothing happens. */
+			pd->nr_dark_writes++;
+			pthread_mutex_unlock(&pd->lock);
+			be_pool_put(&pd->io_pool, w);
+			io->end_io(io, 0);
+			return;
+		}
+		w->gen = pd->gen;
+		list_add_tail(&w->anode, &pd->active);
+		list_add_tail(&w->pnode, &pd->pending);
+		/* The saved data must be what the writes before this one left. */
+		b = blocker_locked(pd, w);
+		if (b) {
+			list_add_tail(&w->wnode, &b->waiters);
+			pd->nr_blocked++;
+			pthread_mutex_unlock(&pd->lock);
+			return;
+		}
+	}
+	if (w->gen != pd->gen || pd->state != PL_RUNNING) {
+		res_put_locked(pd, w, &spill);
+		pd->nr_dark_writes++;
+		w_finish_locked(pd, w);
+		pthread_mutex_unlock(&pd->lock);
+		w_end(pd, w, 0);
+		spill_free(spill);
+		return;
+	}
+	if (!w->e)
+		w->e = stock_take_locked(&pd->estock);
+	if (stock_low(&pd->estock))
+		kick_refill_locked(pd);
+	if (!lng && !w->have_bufs)
+		bufs_take_locked(pd, w);
+	if (ctx != PL_IN_WORKER && lng) {
+		list_add_tail(&w->wnode, &pd->workq);
+		pthread_cond_signal(&pd->wcv);
+		pthread_mutex_unlock(&pd->lock);
+		return;
+	}
+	if (!w->e || (!lng && !w->have_bufs)) {
+		/*
+		 * The stocks ran dry faster than the worker fills them (writes
+		 * without flushes): served anyway and counted, as struct
+		 * be_pool does. A write handed to the worker here would end
+		 * after a hop for want of memory the journal keeps anyway.
+		 */
+		pd->nr_misses++;
+		pthread_mutex_unlock(&pd->lock);
+		alloc_start(pd, w, ctx);
+		return;
+	}
+	e = w->e;
+	memset(e, 0, sizeof(*e));
+	list_init(&e->node);
+	e->pos = w->parent->pos;
+	e->len = w->parent->len;
+	e->runs = e->runs_inline;
+	e->cap_runs = PL_RUNS_INLINE;
+	journal_add_locked(pd, e);
+	pthread_mutex_unlock(&pd->lock);
+
+	if (!lng) {
+		submit_read(pd, w, waited);
+		return;
+	}
+	ret = entry_save_long(pd, e);
+	if (ret) {
+		w_fail(pd, w, ret);
+		return;
+	}
+	pthread_mutex_lock(&pd->lock);
+	pd->saved_bytes += e->saved_bytes;
+	w->save_ready = true;
+	pthread_mutex_unlock(&pd->lock);
+	run(pd, NULL);
+}
+
+/* Allocate what the stocks lacked, then start @w from @ctx. */
+static void alloc_start(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx)
+{
+	bool lng = w->parent->len > chunk_max(pd);
+	int i, n = 0;
+
+	if (!w->e) {
+		w->e = stock_alloc(&pd->estock);
+		n += !!w->e;
+	}
+	if (!lng && !w->have_bufs) {
+		for (i = 0; i < w->npieces; i++) {
+			w->iov[i].iov_base = stock_alloc(&pd->stock[w->cls[i]]);
+			if (!w->iov[i].iov_base)
+				break;
+		}
+		if (i == w->npieces) {
+			w->have_bufs = true;
+			n += i;
+		} else {
+			while (i-- > 0)
+				free(w->iov[i].iov_base);
+		}
+	}
+	pthread_mutex_lock(&pd->lock);
+	pd->nr_save_allocs += (uint64_t)n;
+	if (!w->e || (!lng && !w->have_bufs)) {
+		void *spill = NULL;
+
+		res_put_locked(pd, w, &spill);
+		w_finish_locked(pd, w);
+		pthread_mutex_unlock(&pd->lock);
+		w_end(pd, w, -ENOMEM);
+		spill_free(spill);
+		return;
+	}
+	pthread_mutex_unlock(&pd->lock);
+	start_write(pd, w, ctx, false);
+}
+
+/*
+ * The device's worker: starts the writes the stocks could not serve and
+ * long saves (it may allocate and wait for reads below, which never need
+ * it), and fills the stocks ahead of submit().
+ */
+static void *pl_worker_main(void *arg)
+{
+	struct pl_dev *pd = arg;
+
+	pthread_mutex_lock(&pd->lock);
+	for (;;) {
+		if (!list_empty(&pd->workq)) {
+			struct pl_io *w = list_first_entry(&pd->workq, struct pl_io, wnode);
+
+			list_del_init(&w->wnode);
+			pd->nr_worker++;
+			pthread_mutex_unlock(&pd->lock);
+			alloc_start(pd, w, PL_IN_WORKER);
+			pthread_mutex_lock(&pd->lock);
+			continue;
+		}
+		if (pd->refill) {
+			pd->refill = false;
+			pthread_mutex_unlock(&pd->lock);
+			stocks_refill(pd);
+			pthread_mutex_lock(&pd->lock);
+			continue;
+		}
+		if (pd->stop)
+			break;
+		pthread_cond_wait(&pd->wcv, &pd->lock);
+	}
+	pthread_mutex_unlock(&pd->lock);
+	return NULL;
 }
 
 static void pl_flush_end_io(struct blk_io *io, int res)
@@ -399,7 +1081,7 @@ static void pl_flush_end_io(struct blk_io *io, int res)
 	struct pl_io *c = (struct pl_io *)io;
 	struct pl_dev *pd = c->pd;
 	struct blk_io *parent = c->parent;
-	struct pl_entry *gone = NULL;
+	LIST_HEAD(gone);
 
 	pthread_mutex_lock(&pd->lock);
 	if (c->gen != pd->gen)
@@ -407,12 +1089,7 @@ static void pl_flush_end_io(struct blk_io *io, int res)
 	else if (!res)
 		journal_prune_locked(pd, c->upto, &gone);
 	pthread_mutex_unlock(&pd->lock);
-	while (gone) {
-		struct pl_entry *e = gone;
-
-		gone = e->gone_next;
-		entry_free(pd, e);
-	}
+	entries_free(pd, &gone);
 	be_pool_put(&pd->io_pool, c);
 	parent->end_io(parent, res);
 }
@@ -432,57 +1109,20 @@ static int pl_dark_ack(struct pl_dev *pd, struct blk_io *io)
 
 static int pl_submit_write(struct pl_dev *pd, struct blk_io *io)
 {
-	struct pl_entry *e;
-	struct pl_io *c;
-	int ret;
+	struct pl_io *w = be_pool_get(&pd->io_pool);
 
-	/* Taken before locking; from the pools, no malloc. */
-	e = be_pool_get(&pd->entry_pool);
-	c = be_pool_get(&pd->io_pool);
-	if (!e || !c) {
-		be_pool_put(&pd->entry_pool, e);
-		be_pool_put(&pd->io_pool, c);
+	if (!w)
 		return -ENOMEM;
-	}
-	e->pos = io->pos;
-	e->len = io->len;
-
-	pthread_mutex_lock(&pd->lock);
-	/* The saved data must be what the writes before this one left. */
-	while (pd->state == PL_RUNNING && overlaps_inflight_locked(pd, io->pos, io->len))
-		pthread_cond_wait(&pd->cv, &pd->lock);
-	if (pd->state != PL_RUNNING) {
-		be_pool_put(&pd->entry_pool, e);
-		be_pool_put(&pd->io_pool, c);
-		return pl_dark_ack(pd, io);
-	}
-	ret = journal_add_locked(pd, e);
-	pthread_mutex_unlock(&pd->lock);
-	if (ret)
-		goto out_free;
-
-	ret = entry_save(pd, e);
-	pthread_mutex_lock(&pd->lock);
-	pd->saved_bytes += e->saved_bytes;
-	pthread_mutex_unlock(&pd->lock);
-	if (ret)
-		goto out_remove;
-
-	c->io = be_child_io(io, pl_write_end_io, c);
-	c->parent = io;
-	c->pd = pd;
-	c->e = e;
-	ret = blk_submit(pd->be.next, &c->io);
-	if (!ret)
-		return 0;	/* @c may be gone: the layer below may complete inline */
-out_remove:
-	pthread_mutex_lock(&pd->lock);
-	journal_remove_locked(pd, e);
-	pthread_mutex_unlock(&pd->lock);
-out_free:
-	entry_free(pd, e);
-	be_pool_put(&pd->io_pool, c);
-	return ret;
+	w->parent = io;
+	w->pd = pd;
+	list_init(&w->anode);
+	list_init(&w->waiters);
+	list_init(&w->wnode);
+	list_init(&w->pnode);
+	if (io->len <= chunk_max(pd))
+		pieces_init(w, io->len);
+	start_write(pd, w, PL_IN_SUBMIT, true);
+	return 0;
 }
 
 static int pl_submit_flush(struct pl_dev *pd, struct blk_io *io)
@@ -665,7 +1305,7 @@ static uint64_t decide(struct pl_dev *pd, const struct pl_entry *e, uint64_t *rn
 	uint64_t first = e->pos / pbs * pbs;
 	uint64_t last = (e->pos + e->len + pbs - 1) / pbs * pbs;
 	uint64_t units = (last - first) / pbs;
-	uint64_t r = pl_rand(rng);
+	uint64_t r = be_rand(rng);
 
 	if (units < 2) {
 		*fate = r % 2 ? PL_DROP : PL_KEEP;
@@ -679,7 +1319,7 @@ static uint64_t decide(struct pl_dev *pd, const struct pl_entry *e, uint64_t *rn
 		return e->pos;
 	case PL_TEAR:
 		/* keep k of the units, 1 <= k <= units - 1: a cut strictly inside */
-		return first + (1 + pl_rand(rng) % (units - 1)) * pbs;
+		return first + (1 + be_rand(rng) % (units - 1)) * pbs;
 	}
 	return e->pos;
 }
@@ -743,10 +1383,12 @@ static void drop_volatile(struct pl_dev *pd)
 
 static int pl_trigger(struct pl_dev *pd)
 {
-	struct pl_entry **v;
+	struct pl_entry **v = NULL;
 	uint64_t seed, unflushed, restored = 0, counts[3] = { 0, 0, 0 };
-	size_t n, i;
-	int ret;
+	LIST_HEAD(cut);
+	struct pl_entry *e;
+	size_t n, i = 0;
+	int ret = 0;
 
 	pthread_mutex_lock(&pd->lock);
 	if (pd->state != PL_RUNNING) {
@@ -761,7 +1403,7 @@ static int pl_trigger(struct pl_dev *pd)
 	pd->state = PL_CUTTING;
 	pd->gen++;
 	if (pd->seed_auto)
-		seed = blk_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+		seed = be_seed_from_clock();
 	else
 		seed = pd->seed;
 	pthread_cond_broadcast(&pd->cv);
@@ -776,14 +1418,26 @@ static int pl_trigger(struct pl_dev *pd)
 	/* Writes taken before the cut finish below; their fate is decided too. */
 	while (pd->nr_inflight)
 		pthread_cond_wait(&pd->cv, &pd->lock);
-	v = pd->v;
 	n = pd->nr;
 	unflushed = pd->unflushed_bytes;
-	pd->v = NULL;
-	pd->nr = pd->cap = 0;
-	pd->unflushed_bytes = 0;
-	pd->saved_bytes = 0;
+	journal_take_locked(pd, &cut);
 	pthread_mutex_unlock(&pd->lock);
+	/*
+	 * Writes that waited behind these, or for the worker, were taken
+	 * before the cut too: they start in a past generation and are
+	 * acknowledged and dropped there, never written after a restart.
+	 */
+	if (n) {
+		v = malloc(n * sizeof(*v));
+		if (!v)
+			ret = -ENOMEM;
+	}
+	if (v) {
+		list_for_each_entry(e, &cut, node)
+			v[i++] = e;
+		/* pd->nr counts the journal's entries (the analyzer cannot see it). */
+		assert(i == n);
+	}
 
 	/*
 	 * Decide and undo in completion order, the order the disk got them
@@ -792,9 +1446,10 @@ static int pl_trigger(struct pl_dev *pd)
 	 * be in flight together and complete the other way round, and the
 	 * block must never keep the later without the earlier.
 	 */
-	if (n > 1)
+	if (v && n > 1)
 		qsort(v, n, sizeof(*v), entry_done_cmp);
-	ret = pl_crash(pd, v, n, seed, counts, &restored);
+	if (!ret)
+		ret = pl_crash(pd, v, n, seed, counts, &restored);
 	/* The post-crash state is what the disk holds: make it durable below. */
 	if (n) {
 		int r = pl_sync_io(pd->be.next, BLK_FLUSH, 0, 0, NULL);
@@ -802,8 +1457,7 @@ static int pl_trigger(struct pl_dev *pd)
 		if (r && !ret)
 			ret = r;
 	}
-	for (i = 0; i < n; i++)
-		entry_free(pd, v[i]);
+	entries_free(pd, &cut);
 	free(v);
 
 	pthread_mutex_lock(&pd->lock);
@@ -876,8 +1530,7 @@ static int pl_restart(struct pl_dev *pd)
 static int pl_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct pl_dev *pd = (struct pl_dev *)be;
-	struct pl_entry **v;
-	size_t n, i;
+	LIST_HEAD(gone);
 	int ret;
 
 	pthread_mutex_lock(&pd->lock);
@@ -898,19 +1551,12 @@ static int pl_snap_reset(struct blk_backend *be, const char *name)
 		pthread_mutex_unlock(&pd->lock);
 		return ret;
 	}
-	v = pd->v;
-	n = pd->nr;
-	pd->v = NULL;
-	pd->nr = pd->cap = 0;
-	pd->unflushed_bytes = 0;
-	pd->saved_bytes = 0;
+	journal_take_locked(pd, &gone);
 	/* A flush from before covers nothing of the new contents either. */
 	pd->gen++;
 	pd->nr_resets++;
 	pthread_mutex_unlock(&pd->lock);
-	for (i = 0; i < n; i++)
-		entry_free(pd, v[i]);
-	free(v);
+	entries_free(pd, &gone);
 	return 0;
 }
 
@@ -923,28 +1569,6 @@ static const struct blk_snap_ops pl_snap_ops = {
 };
 
 /* ---- open, close, geometry, stat ---- */
-
-/* "auto" (from the clock at each cut) or a decimal seed. */
-static int parse_seed(const char *s, bool *is_auto, uint64_t *seed)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!strcasecmp(s, "auto") || !strcasecmp(s, "time") || !strcasecmp(s, "random")) {
-		*is_auto = true;
-		*seed = 0;
-		return 0;
-	}
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*is_auto = false;
-	*seed = v;
-	return 0;
-}
 
 /*
  * The device's size changes (blk_resize()). Refused during a cut or a reset,
@@ -976,6 +1600,61 @@ static int pl_resize(struct blk_backend *be, uint64_t *size)
 	return ret;
 }
 
+/* The stocks: a class for each buffer size a read up to max_io uses. */
+static void stocks_init(struct pl_dev *pd)
+{
+	uint64_t max = chunk_max(pd);
+	int c;
+
+	pd->nr_cls = 1;
+	while (pd->nr_cls < PL_CLASSES && ((uint64_t)PL_PAGE << pd->nr_cls) <= max)
+		pd->nr_cls++;
+	for (c = 0; c < PL_CLASSES; c++) {
+		size_t size = (size_t)PL_PAGE << c;
+
+		stock_init(&pd->stock[c], size, PL_PAGE,
+			   size < PL_STOCK_BYTES ? (uint32_t)(PL_STOCK_BYTES / size) : 1);
+	}
+	stock_init(&pd->estock, sizeof(struct pl_entry), 64, PL_ENTRIES);
+}
+
+/*
+ * Filled at open, touched now: the entries and the page class (a 4K
+ * write's). The larger classes fill when first used.
+ */
+static int stocks_fill_at_open(struct pl_dev *pd)
+{
+	struct pl_stock *fill[2] = { &pd->estock, &pd->stock[0] };
+	void *spill = NULL;
+	uint32_t i;
+	int k;
+
+	for (k = 0; k < 2; k++) {
+		fill[k]->used = true;
+		for (i = 0; i < fill[k]->target; i++) {
+			void *o = stock_alloc(fill[k]);
+
+			if (!o)
+				return -ENOMEM;
+			stock_put_locked(fill[k], o, &spill);
+		}
+	}
+	return 0;
+}
+
+static void stocks_free(struct pl_dev *pd)
+{
+	int c;
+
+	for (c = -1; c < PL_CLASSES; c++) {
+		struct pl_stock *s = c < 0 ? &pd->estock : &pd->stock[c];
+
+		spill_free(s->free);
+		s->free = NULL;
+		s->nr = 0;
+	}
+}
+
 static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct pl_dev *pd;
@@ -989,7 +1668,7 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 		return ERR_PTR(-EINVAL);
 	}
 	s = blk_param_get(p, "seed");
-	if (s && parse_seed(s, &seed_auto, &seed))
+	if (s && be_parse_seed(s, &seed_auto, &seed))
 		return ERR_PTR(blk_param_error(p, "seed",
 			"'%s' is not a seed (allowed: a number, or auto for one from the clock at each cut)",
 			s));
@@ -1016,18 +1695,33 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 	ret = -pthread_cond_init(&pd->cv, NULL);
 	if (ret)
 		goto out_destroy_lock;
-	ret = be_pool_init(&pd->entry_pool, PL_POOL, sizeof(struct pl_entry), 64);
+	ret = -pthread_cond_init(&pd->wcv, NULL);
 	if (ret)
 		goto out_destroy_cv;
 	ret = be_pool_init(&pd->io_pool, PL_POOL, sizeof(struct pl_io), 64);
 	if (ret)
-		goto out_destroy_entries;
+		goto out_destroy_wcv;
+	list_init(&pd->journal);
+	list_init(&pd->active);
+	list_init(&pd->ready);
+	list_init(&pd->pending);
+	list_init(&pd->workq);
+	stocks_init(pd);
+	ret = stocks_fill_at_open(pd);
+	if (ret)
+		goto out_free_stocks;
+	ret = -pthread_create(&pd->worker, NULL, pl_worker_main, pd);
+	if (ret)
+		goto out_free_stocks;
 	pd->be.ops = &powerloss_filter_ops;
 	pd->be.next = next;
 	return &pd->be;
 
-out_destroy_entries:
-	be_pool_destroy(&pd->entry_pool);
+out_free_stocks:
+	stocks_free(pd);
+	be_pool_destroy(&pd->io_pool);
+out_destroy_wcv:
+	pthread_cond_destroy(&pd->wcv);
 out_destroy_cv:
 	pthread_cond_destroy(&pd->cv);
 out_destroy_lock:
@@ -1042,17 +1736,21 @@ out_free:
 static void pl_close(struct blk_backend *be)
 {
 	struct pl_dev *pd = (struct pl_dev *)be;
-	size_t i;
+	LIST_HEAD(gone);
 
 	pthread_mutex_lock(&pd->lock);
-	while (pd->nr_inflight || pd->state == PL_CUTTING)
+	while (pd->nr_inflight || pd->state == PL_CUTTING || pd->running)
 		pthread_cond_wait(&pd->cv, &pd->lock);
+	assert(list_empty(&pd->active) && "powerloss: closed with writes not ended");
+	journal_take_locked(pd, &gone);
+	pd->stop = true;
+	pthread_cond_signal(&pd->wcv);
 	pthread_mutex_unlock(&pd->lock);
-	for (i = 0; i < pd->nr; i++)
-		entry_free(pd, pd->v[i]);
-	free(pd->v);
+	pthread_join(pd->worker, NULL);
+	entries_free(pd, &gone);
+	stocks_free(pd);
 	be_pool_destroy(&pd->io_pool);
-	be_pool_destroy(&pd->entry_pool);
+	pthread_cond_destroy(&pd->wcv);
 	pthread_cond_destroy(&pd->cv);
 	pthread_mutex_destroy(&pd->lock);
 	free(pd);
@@ -1061,25 +1759,36 @@ static void pl_close(struct blk_backend *be)
 static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct pl_dev *pd = (struct pl_dev *)be;
+	uint64_t pool_bytes = 0, pool_limit = 0;
 	size_t n;
+	int c;
 
 	pthread_mutex_lock(&pd->lock);
+	for (c = 0; c < pd->nr_cls; c++) {
+		pool_bytes += (uint64_t)pd->stock[c].nr * pd->stock[c].size;
+		pool_limit += (uint64_t)pd->stock[c].target * pd->stock[c].size;
+	}
 	n = be_stat_printf(buf, len,
 			   "powerloss_unflushed_bytes %llu\npowerloss_unflushed_writes %zu\n"
 			   "powerloss_saved_bytes %llu\npowerloss_cuts %llu\n"
 			   "powerloss_kept_writes %llu\npowerloss_dropped_writes %llu\n"
 			   "powerloss_torn_writes %llu\npowerloss_restored_bytes %llu\n"
 			   "powerloss_dark_writes %llu\npowerloss_restore_errors %llu\n"
-			   "powerloss_resets %llu\n",
+			   "powerloss_resets %llu\npowerloss_blocked_writes %llu\n"
+			   "powerloss_worker_writes %llu\npowerloss_save_allocs %llu\n"
+			   "powerloss_save_pool_bytes %llu\npowerloss_save_pool_limit %llu\n"
+			   "powerloss_save_pool_misses %llu\n",
 			   (unsigned long long)pd->unflushed_bytes, pd->nr,
 			   (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
 			   (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
 			   (unsigned long long)pd->nr_torn, (unsigned long long)pd->restored_bytes,
 			   (unsigned long long)pd->nr_dark_writes,
 			   (unsigned long long)pd->nr_restore_errors,
-			   (unsigned long long)pd->nr_resets);
+			   (unsigned long long)pd->nr_resets, (unsigned long long)pd->nr_blocked,
+			   (unsigned long long)pd->nr_worker, (unsigned long long)pd->nr_save_allocs,
+			   (unsigned long long)pool_bytes, (unsigned long long)pool_limit,
+			   (unsigned long long)pd->nr_misses);
 	pthread_mutex_unlock(&pd->lock);
-	n += be_pool_stat(&pd->entry_pool, "powerloss_entry", buf + n, len - n);
 	return n + be_pool_stat(&pd->io_pool, "powerloss_io", buf + n, len - n);
 }
 
@@ -1154,7 +1863,7 @@ static int pl_seed_store(struct blk_backend *be, const char *buf, size_t len)
 	bool is_auto;
 	uint64_t seed;
 
-	if (be_attr_text(buf, len, s, sizeof(s)) || parse_seed(s, &is_auto, &seed))
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
 		return -EINVAL;
 	pthread_mutex_lock(&pd->lock);
 	pd->seed_auto = is_auto;

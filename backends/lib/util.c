@@ -148,7 +148,8 @@ int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed)
 	unsigned long long v;
 	char *end;
 
-	if (!strcasecmp(s, "auto")) {
+	/* time and random: what powerloss.seed has always taken for auto */
+	if (!strcasecmp(s, "auto") || !strcasecmp(s, "time") || !strcasecmp(s, "random")) {
 		*is_auto = true;
 		*seed = 0;
 		return 0;

@@ -147,6 +147,13 @@ done
 [ -z "$broke" ] || fail "dd, fsync, punch or .sys: $broke"
 [ "$rc" -eq 0 ] || fail "fio exited $rc"
 info "$i rounds of dd, fsync, punch and .sys writes"
+# A report at shutdown stops the daemon before its status file: the
+# unmount then fails, and the report is what says why.
+fail() {
+	[ -z "$(tsan_reports)" ] || cat "$TDIR"/tsan.* >&2
+	printf 'FAIL: %s\n' "$*" >&2
+	exit 1
+}
 stop_blkfs
 if [ -n "$(tsan_reports)" ]; then
 	cat "$TDIR"/tsan.* >&2
