@@ -45,6 +45,12 @@
  * flight, then restores. Reads pass through in every state; blocks the
  * cache read meanwhile are dropped by the drop_volatile that ends the cut.
  *
+ * The knobs are one list (POWERLOSS_KNOBS, backends/lib/knobs.h): the key
+ * seed (a number, or auto, the default, for one from the clock at each cut;
+ * its file shows "auto" or the number), the actions trigger and restart
+ * (write 1), and to read: state (running or dark), last_seed (the seed of
+ * the last cut, or none) and unflushed_bytes.
+ *
  * Snapshots are the layer below's (the calls pass through), but a reset to
  * one ends the journal: the contents it saved, and the writes it covers,
  * belong to a device state that is gone.
@@ -98,6 +104,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
+#include "../lib/knobs.h"
 #include "../lib/trace.h"
 
 #define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */
@@ -1568,6 +1575,134 @@ static const struct blk_snap_ops pl_snap_ops = {
 	.save = be_filter_snap_save,
 };
 
+/* ---- live attributes: .sys/DEV/powerloss/ ---- */
+
+static int attr_u64(char *buf, size_t len, uint64_t v)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%llu", (unsigned long long)v);
+	return be_attr_out(buf, len, s);
+}
+
+/* Writing `1` is the only action; anything else is EINVAL. */
+static int action_store(const char *buf, size_t len)
+{
+	char s[4];
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || strcmp(s, "1"))
+		return -EINVAL;
+	return 0;
+}
+
+/* An action's file reads 0. */
+static int pl_action_show(struct blk_backend *be, char *buf, size_t len)
+{
+	(void)be;
+	return be_attr_out(buf, len, "0");
+}
+
+#define attr_trigger_show	pl_action_show
+#define attr_restart_show	pl_action_show
+
+static int attr_trigger_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	int ret = action_store(buf, len);
+
+	return ret ? ret : pl_trigger((struct pl_dev *)be);
+}
+
+static int attr_restart_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	int ret = action_store(buf, len);
+
+	return ret ? ret : pl_restart((struct pl_dev *)be);
+}
+
+/* A cut under way reads dark already: writes go nowhere from its first instant. */
+static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	enum pl_state st;
+
+	pthread_mutex_lock(&pd->lock);
+	st = pd->state;
+	pthread_mutex_unlock(&pd->lock);
+	return be_attr_out(buf, len, st == PL_RUNNING ? "running" : "dark");
+}
+
+static int attr_seed_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	bool is_auto;
+	uint64_t seed;
+
+	pthread_mutex_lock(&pd->lock);
+	is_auto = pd->seed_auto;
+	seed = pd->seed;
+	pthread_mutex_unlock(&pd->lock);
+	return is_auto ? be_attr_out(buf, len, "auto") : attr_u64(buf, len, seed);
+}
+
+static int attr_seed_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	char s[32];
+	bool is_auto;
+	uint64_t seed;
+
+	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
+		return -EINVAL;
+	pthread_mutex_lock(&pd->lock);
+	pd->seed_auto = is_auto;
+	pd->seed = seed;
+	pthread_mutex_unlock(&pd->lock);
+	return 0;
+}
+
+static int attr_last_seed_show(struct blk_backend *be, char *buf, size_t len)
+{
+	struct pl_dev *pd = (struct pl_dev *)be;
+	bool have;
+	uint64_t seed;
+
+	pthread_mutex_lock(&pd->lock);
+	have = pd->have_last;
+	seed = pd->last_seed;
+	pthread_mutex_unlock(&pd->lock);
+	return have ? attr_u64(buf, len, seed) : be_attr_out(buf, len, "none");
+}
+
+/*
+ * seed is the one key, and the filter's own (not bk_type_seed, whose auto
+ * draws one seed at open and shows it): auto here is a fresh seed from the
+ * clock at each cut, so the file shows "auto" until a number is stored, and
+ * last_seed says which seed the last cut used. The rest are the actions and
+ * the state.
+ */
+#define POWERLOSS_KNOBS(K)										\
+	K(trigger,   none, be,        0, 0, 0, "1", ACT, NULL)						\
+	K(restart,   none, be,        0, 0, 0, "1", ACT, NULL)						\
+	K(state,     none, state,     0, 0, 0, "running or dark", OWNRO, NULL)			\
+	K(seed,      none, seed,      0, 0, 0, "a number, or auto for one from the clock at each cut",	\
+	  OWN, NULL)											\
+	K(last_seed, none, last_seed, 0, 0, 0, "a seed, or none", OWNRO, NULL)				\
+	K(unflushed_bytes, u64, unflushed_bytes, 0, UINT64_MAX, 0, "bytes", RO, NULL)
+
+BK_DEFINE(powerloss, struct pl_dev, lock, NULL, POWERLOSS_KNOBS);
+
+/* The seed's key, the OWN row: auto when absent. */
+static int seed_param(struct blk_params *p, struct pl_dev *pd)
+{
+	const char *s = blk_param_get(p, "seed");
+
+	pd->seed_auto = true;
+	if (s && be_parse_seed(s, &pd->seed_auto, &pd->seed))
+		return blk_param_error(p, "seed", "'%s' is not a seed (allowed: %s)", s,
+				       bk_knobs[bk_i_seed].unit);
+	return 0;
+}
+
 /* ---- open, close, geometry, stat ---- */
 
 /*
@@ -1658,24 +1793,23 @@ static void stocks_free(struct pl_dev *pd)
 static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *next)
 {
 	struct pl_dev *pd;
-	const char *s;
-	bool seed_auto = true;
-	uint64_t seed = 0;
 	int ret;
 
 	if (!next) {
 		blk_param_error(p, NULL, "the powerloss filter needs a layer below it");
 		return ERR_PTR(-EINVAL);
 	}
-	s = blk_param_get(p, "seed");
-	if (s && be_parse_seed(s, &seed_auto, &seed))
-		return ERR_PTR(blk_param_error(p, "seed",
-			"'%s' is not a seed (allowed: a number, or auto for one from the clock at each cut)",
-			s));
 	pd = calloc(1, sizeof(*pd));
 	if (!pd) {
 		blk_param_error(p, NULL, "cannot set up the powerloss filter: out of memory");
 		return ERR_PTR(-ENOMEM);
+	}
+	ret = bk_params(&bk_table, p, &pd->be);
+	if (!ret)
+		ret = seed_param(p, pd);
+	if (ret) {
+		free(pd);
+		return ERR_PTR(ret);
 	}
 	next->ops->geometry(next, &pd->geo);
 	if (!pd->geo.pbs || !blk_is_pow2(pd->geo.pbs)) {
@@ -1686,8 +1820,6 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 	pd->dev = p->dev ? p->dev : "?";
 	pd->bt = p->dev ? bt_dev_get(p->dev) : NULL;
 	pd->host = p->host;
-	pd->seed_auto = seed_auto;
-	pd->seed = seed;
 	pd->state = PL_RUNNING;
 	ret = -pthread_mutex_init(&pd->lock, NULL);
 	if (ret)
@@ -1792,126 +1924,10 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 	return n + be_pool_stat(&pd->io_pool, "powerloss_io", buf + n, len - n);
 }
 
-/* ---- live attributes: .sys/DEV/powerloss/ ---- */
-
-static int attr_u64(char *buf, size_t len, uint64_t v)
-{
-	char s[24];
-
-	snprintf(s, sizeof(s), "%llu", (unsigned long long)v);
-	return be_attr_out(buf, len, s);
-}
-
-/* Writing `1` is the only action; anything else is EINVAL. */
-static int action_store(const char *buf, size_t len)
-{
-	char s[4];
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || strcmp(s, "1"))
-		return -EINVAL;
-	return 0;
-}
-
-static int pl_action_show(struct blk_backend *be, char *buf, size_t len)
-{
-	(void)be;
-	return be_attr_out(buf, len, "0");
-}
-
-static int pl_trigger_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	int ret = action_store(buf, len);
-
-	return ret ? ret : pl_trigger((struct pl_dev *)be);
-}
-
-static int pl_restart_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	int ret = action_store(buf, len);
-
-	return ret ? ret : pl_restart((struct pl_dev *)be);
-}
-
-static int pl_state_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct pl_dev *pd = (struct pl_dev *)be;
-	enum pl_state st;
-
-	pthread_mutex_lock(&pd->lock);
-	st = pd->state;
-	pthread_mutex_unlock(&pd->lock);
-	return be_attr_out(buf, len, st == PL_RUNNING ? "running" : "dark");
-}
-
-static int pl_seed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct pl_dev *pd = (struct pl_dev *)be;
-	bool is_auto;
-	uint64_t seed;
-
-	pthread_mutex_lock(&pd->lock);
-	is_auto = pd->seed_auto;
-	seed = pd->seed;
-	pthread_mutex_unlock(&pd->lock);
-	return is_auto ? be_attr_out(buf, len, "auto") : attr_u64(buf, len, seed);
-}
-
-static int pl_seed_store(struct blk_backend *be, const char *buf, size_t len)
-{
-	struct pl_dev *pd = (struct pl_dev *)be;
-	char s[32];
-	bool is_auto;
-	uint64_t seed;
-
-	if (be_attr_text(buf, len, s, sizeof(s)) || be_parse_seed(s, &is_auto, &seed))
-		return -EINVAL;
-	pthread_mutex_lock(&pd->lock);
-	pd->seed_auto = is_auto;
-	pd->seed = seed;
-	pthread_mutex_unlock(&pd->lock);
-	return 0;
-}
-
-static int pl_last_seed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct pl_dev *pd = (struct pl_dev *)be;
-	bool have;
-	uint64_t seed;
-
-	pthread_mutex_lock(&pd->lock);
-	have = pd->have_last;
-	seed = pd->last_seed;
-	pthread_mutex_unlock(&pd->lock);
-	return have ? attr_u64(buf, len, seed) : be_attr_out(buf, len, "none");
-}
-
-static int pl_unflushed_show(struct blk_backend *be, char *buf, size_t len)
-{
-	struct pl_dev *pd = (struct pl_dev *)be;
-	uint64_t v;
-
-	pthread_mutex_lock(&pd->lock);
-	v = pd->unflushed_bytes;
-	pthread_mutex_unlock(&pd->lock);
-	return attr_u64(buf, len, v);
-}
-
-static const struct blk_attr pl_attrs[] = {
-	{ .name = "trigger", .show = pl_action_show, .store = pl_trigger_store },
-	{ .name = "restart", .show = pl_action_show, .store = pl_restart_store },
-	{ .name = "state", .show = pl_state_show },
-	{ .name = "seed", .show = pl_seed_show, .store = pl_seed_store },
-	{ .name = "last_seed", .show = pl_last_seed_show },
-	{ .name = "unflushed_bytes", .show = pl_unflushed_show },
-	{ .name = NULL },
-};
-
-static const char *const pl_keys[] = { "seed", NULL };
-
 const struct blk_backend_ops powerloss_filter_ops = {
 	.name = "powerloss",
 	.is_filter = true,
-	.keys = pl_keys,
+	.keys = powerloss_keys,
 	.help = "powerloss: simulated power cuts (echo 1 > .sys/DEV/powerloss/trigger, then restart); "
 		"powerloss.seed = N|auto",
 	.open = pl_open,
@@ -1920,6 +1936,6 @@ const struct blk_backend_ops powerloss_filter_ops = {
 	.resize = pl_resize,
 	.submit = pl_submit,
 	.stat = pl_stat,
-	.attrs = pl_attrs,
+	.attrs = powerloss_attrs,
 	.snap = &pl_snap_ops,
 };

@@ -110,6 +110,38 @@ static int u64_format(const struct bk_knob *k, const void *v, char *buf, size_t 
 	return snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)v);
 }
 
+static int u64_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < k->min || v > k->max)
+		return -EINVAL;
+	*(uint64_t *)out = v;
+	return 0;
+}
+
+/* As be_param_uint_value() says it, for the wider field. */
+static int u64_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	if (u64_parse(k, s, out))
+		return blk_param_error(p, k->name, "'%s' is not a number from %llu to %llu", s,
+				       (unsigned long long)k->min, (unsigned long long)k->max);
+	return 0;
+}
+
+const struct bk_type bk_type_u64 = {
+	.size = sizeof(uint64_t),
+	.set_def = u64_def,
+	.param = u64_param,
+	.parse = u64_parse,
+	.format = u64_format,
+};
+
 static int size_parse(const struct bk_knob *k, const char *s, void *out)
 {
 	uint64_t v;

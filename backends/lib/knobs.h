@@ -174,6 +174,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 /* A seed's stream is the field named rng beside it; no other type has a second field. */
 #define BK_AUX_seed(f_)		offsetof(bk_state_t, rng)
 #define BK_AUX_uint(f_)		0
+#define BK_AUX_u64(f_)		0
 #define BK_AUX_size(f_)		0
 #define BK_AUX_duration(f_)	0
 #define BK_AUX_seconds(f_)	0

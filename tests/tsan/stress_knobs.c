@@ -6,13 +6,17 @@
  *
  *   stress_knobs [SECONDS]	(default 10 s)
  *
- * A stack of log, fault, flakey, delay and throttle over a ram device. Two
- * threads keep I/O going (4K reads and writes, each waited for), and one
- * thread stores values into every table knob of every filter, in turn,
- * and shows each after, as `echo` and `cat` on .sys would. Errors from
- * fault and flakey are expected (the values include faults); a hang is
- * never stored. At the end: every I/O completed exactly once, stores
- * happened, and the stack closes. Exit 0 on success, 1 on a mismatch.
+ * A stack of log, fault, flakey, delay, throttle and powerloss over a ram
+ * device. Two threads keep I/O going (4K reads and writes, each waited
+ * for), and one thread stores values into every table knob of every
+ * filter, in turn, and shows each after, as `echo` and `cat` on .sys
+ * would, seeds too (fault's, flakey's, powerloss's); powerloss also takes
+ * a power cut and a restart each turn (a cut waits for the writes in
+ * flight; writes in the dark are dropped).
+ * Errors from fault and flakey are expected (the values include faults); a
+ * hang is never stored. At the end: every I/O completed exactly once,
+ * stores happened, and the stack closes. Exit 0 on success, 1 on a
+ * mismatch.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -52,11 +56,13 @@ static const struct {
 	{ "hang_timeout", { "0", "1ms" } },
 	{ "badblocks_once", { "no", "yes" } }, { "badblocks_clear_on_write", { "no", "yes" } },
 	{ "badblocks_partial_io", { "no", "yes" } }, { "enabled", { "yes", "no" } },
+	{ "seed", { "auto", "42", "random" } },
+	{ "trigger", { "1" } }, { "restart", { "1" } },
 };
 
 #define NR_KNOB_VALS (sizeof(knob_vals) / sizeof(knob_vals[0]))
 
-static const char *const stack[] = { "throttle", "delay", "flakey", "fault", "log" };
+static const char *const stack[] = { "powerloss", "throttle", "delay", "flakey", "fault", "log" };
 #define NR_STACK (sizeof(stack) / sizeof(stack[0]))
 
 static struct blk_backend *layers[NR_STACK + 1];	/* [0] ram ... [NR_STACK] the top */

@@ -5,7 +5,8 @@
  * shared type read from the config and refused out of bounds with
  * "FILE:LINE: FILTER.KEY: ..." messages, show/store round trips, a bad
  * store changing nothing, the row's hook under the lock and the table's
- * after hook without it, and a seed's stream restarted by a store.
+ * after hook without it, and a seed's stream restarted by a store. The
+ * filter's own rows (OWN, ACT, OWNRO) only name their key and attr.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -24,13 +25,13 @@ struct kt_dev {
 	const char *dev;
 	pthread_mutex_t lock;
 	unsigned int depth;
-	uint64_t bytes, wait_ns, period_ns;
+	uint64_t bytes, count, total, wait_ns, period_ns;
 	bool on;
 	double p;
 	int err;
 	uint64_t seed, rng;
 	unsigned int nr_pool;
-	unsigned int hooked, afters;
+	unsigned int hooked, afters, kicks;
 	bool hook_held_lock, after_held_lock;
 };
 
@@ -61,9 +62,40 @@ static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
 	return be_attr_out(buf, len, "fine");
 }
 
+/* An OWN row's key is read by the filter; its attr is the filter's own. */
+static int attr_list_show(struct blk_backend *be, char *buf, size_t len)
+{
+	(void)be;
+	return be_attr_out(buf, len, "a,b");
+}
+
+static int attr_list_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	(void)be;
+	(void)buf;
+	(void)len;
+	return -EINVAL;
+}
+
+/* An ACT row: an attr only. */
+static int attr_kick_show(struct blk_backend *be, char *buf, size_t len)
+{
+	(void)be;
+	return be_attr_out(buf, len, "0");
+}
+
+static int attr_kick_store(struct blk_backend *be, const char *buf, size_t len)
+{
+	(void)buf;
+	(void)len;
+	((struct kt_dev *)be)->kicks++;
+	return 0;
+}
+
 #define KT_KNOBS(K)										\
 	K(depth,   uint,        depth,     1, 64, 8, "I/Os", RW, kt_hook)			\
 	K(bytes,   size,        bytes,     0, 1u << 20, 4096, "bytes", RW, NULL)		\
+	K(count,   u64,         count,     1, 1000000, 10, "writes", RW, NULL)		\
 	K(wait,    duration,    wait_ns,   0, 1000000000ull, 0, "ns", RW, NULL)		\
 	K(period,  seconds,     period_ns, 0, 60000000000ull, 0, "ns", CONF, NULL)		\
 	K(on,      bool,        on,        0, 1, 1, "", RW, NULL)				\
@@ -72,7 +104,10 @@ static int attr_state_show(struct blk_backend *be, char *buf, size_t len)
 	K(seed,    seed,        seed,      0, 0, 0, "", RW, NULL)				\
 	K(pool,    pool,        nr_pool,   1, BE_POOL_MAX, BE_POOL_DEF, "I/Os", CONF, NULL)	\
 	K(hooked,  uint,        hooked,    0, 0, 0, "", RO, NULL)				\
-	K(state,   none,        be,        0, 0, 0, "", OWNRO, NULL)
+	K(state,   none,        be,        0, 0, 0, "", OWNRO, NULL)				\
+	K(total,   u64,         total,     0, UINT64_MAX, 0, "bytes", RO, NULL)		\
+	K(list,    none,        be,        0, 0, 0, "a list", OWN, NULL)			\
+	K(kick,    none,        be,        0, 0, 0, "1", ACT, NULL)
 
 BK_DEFINE(kt, struct kt_dev, lock, kt_after, KT_KNOBS);
 
@@ -125,9 +160,10 @@ static int store(const char *name, const char *val)
 
 Test(knobs, keys_and_attrs_come_from_the_list)
 {
-	static const char *const keys[] = { "depth", "bytes", "wait", "period", "on", "p",
-					    "errno", "seed", "pool", NULL };
-	static const char *const rw[] = { "depth", "bytes", "wait", "on", "p", "errno", "seed" };
+	static const char *const keys[] = { "depth", "bytes", "count", "wait", "period", "on",
+					    "p", "errno", "seed", "pool", "list", NULL };
+	static const char *const rw[] = { "depth", "bytes", "count", "wait", "on", "p", "errno",
+					  "seed" };
 	size_t i;
 
 	for (i = 0; keys[i]; i++)
@@ -141,6 +177,22 @@ Test(knobs, keys_and_attrs_come_from_the_list)
 	cr_assert_null(find("hooked")->store);
 	cr_assert_null(find("state")->store);
 	cr_assert_str_eq(show("state"), "fine\n");
+	cr_assert_null(find("total")->store);
+	/* the filter's own: a key and an attr, an attr only */
+	cr_assert_str_eq(show("list"), "a,b\n");
+	cr_assert_eq(store("list", "x"), -EINVAL);
+	cr_assert_str_eq(show("kick"), "0\n");
+	cr_assert_eq(store("kick", "1"), 0);
+	cr_assert_eq(d.kicks, 1);
+}
+
+/* A read-only u64 (powerloss's unflushed_bytes): the field as it is, to the last value. */
+Test(knobs, ro_u64_shows_the_field)
+{
+	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0, "%s", tp.err);
+	cr_assert_str_eq(show("total"), "0\n");
+	d.total = UINT64_MAX;
+	cr_assert_str_eq(show("total"), "18446744073709551615\n");
 }
 
 Test(knobs, defaults_when_absent)
@@ -148,6 +200,7 @@ Test(knobs, defaults_when_absent)
 	cr_assert_eq(bk_params(&bk_table, &tp.p, &d.be), 0, "%s", tp.err);
 	cr_assert_eq(d.depth, 8);
 	cr_assert_eq(d.bytes, 4096);
+	cr_assert_eq(d.count, 10);
 	cr_assert_eq(d.wait_ns, 0);
 	cr_assert(d.on);
 	cr_assert_eq(d.err, EIO);
@@ -160,6 +213,7 @@ Test(knobs, config_values)
 {
 	tparams_add(&tp, "kt.depth", "64", 4);
 	tparams_add(&tp, "kt.bytes", "1M", 5);
+	tparams_add(&tp, "kt.count", "1000000", 5);
 	tparams_add(&tp, "kt.wait", "250us", 6);
 	tparams_add(&tp, "kt.period", "5", 7);
 	tparams_add(&tp, "kt.on", "off", 8);
@@ -172,6 +226,7 @@ Test(knobs, config_values)
 		cr_assert(tp.v[i].used, "%s not taken", tp.v[i].key);
 	cr_assert_eq(d.depth, 64);
 	cr_assert_eq(d.bytes, 1u << 20);
+	cr_assert_eq(d.count, 1000000);
 	cr_assert_eq(d.wait_ns, 250000);
 	cr_assert_eq(d.period_ns, 5000000000ull);
 	cr_assert(!d.on);
@@ -193,6 +248,11 @@ Test(knobs, bad_config_values_name_file_line_key)
 		{ "kt.bytes", "1Q", "/etc/blkfs.conf:9: kt.bytes: '1Q' is not a size (digits with an optional K, M, G or T suffix, binary as dd)" },
 		{ "kt.bytes", "99999999999999999999", "/etc/blkfs.conf:9: kt.bytes: '99999999999999999999' is too large" },
 		{ "kt.bytes", "2M", "/etc/blkfs.conf:9: kt.bytes: '2M' is out of range (allowed: 0..1048576)" },
+		{ "kt.count", "0", "/etc/blkfs.conf:9: kt.count: '0' is not a number from 1 to 1000000" },
+		{ "kt.count", "1000001", "/etc/blkfs.conf:9: kt.count: '1000001' is not a number from 1 to 1000000" },
+		{ "kt.count", "-1", "/etc/blkfs.conf:9: kt.count: '-1' is not a number from 1 to 1000000" },
+		{ "kt.count", "1K", "/etc/blkfs.conf:9: kt.count: '1K' is not a number from 1 to 1000000" },
+		{ "kt.count", "18446744073709551616", "/etc/blkfs.conf:9: kt.count: '18446744073709551616' is not a number from 1 to 1000000" },
 		{ "kt.wait", "5", "/etc/blkfs.conf:9: kt.wait: '5' is not a duration (allowed: 0..1s; " BLK_DURATION_HELP ")" },
 		{ "kt.wait", "2s", "/etc/blkfs.conf:9: kt.wait: '2s' is out of range (allowed: 0..1s)" },
 		{ "kt.period", "x", "/etc/blkfs.conf:9: kt.period: 'x' is not a duration (allowed: 0..1m; " BLK_DURATION_HELP ", or plain seconds)" },
@@ -219,6 +279,7 @@ Test(knobs, show_store_round_trip)
 	} v[] = {
 		{ "depth", "1\n", "1\n" }, { "depth", "64", "64\n" },
 		{ "bytes", "4K\n", "4096\n" }, { "bytes", "0", "0\n" },
+		{ "count", "1\n", "1\n" }, { "count", "1000000", "1000000\n" },
 		{ "wait", "1500us", "1500us\n" }, { "wait", "1s", "1s\n" }, { "wait", "0", "0\n" },
 		{ "on", "yes", "1\n" }, { "on", "OFF\n", "0\n" },
 		{ "p", "0.1", "0.10000000000000001\n" }, { "p", "1", "1\n" },
@@ -247,7 +308,9 @@ Test(knobs, bad_store_changes_nothing)
 	} bad[] = {
 		{ "depth", "0" }, { "depth", "65" }, { "depth", "" }, { "depth", "\n" },
 		{ "depth", "8x" }, { "depth", " 8" }, { "depth", "99999999999999999999" },
-		{ "bytes", "2M" }, { "bytes", "1X" }, { "wait", "5" }, { "wait", "2s" },
+		{ "bytes", "2M" }, { "bytes", "1X" }, { "count", "0" }, { "count", "1000001" },
+		{ "count", "-1" }, { "count", "1K" }, { "count", " 5" },
+		{ "count", "18446744073709551616" }, { "wait", "5" }, { "wait", "2s" },
 		{ "on", "maybe" }, { "p", "-0.1" }, { "p", "nan" }, { "errno", "0" },
 		{ "errno", "EWHAT" }, { "seed", "-1" },
 	};
