@@ -67,11 +67,15 @@ int lw_parse(const void *buf, size_t len, uint64_t dev_size, uint32_t want_ss,
 	if (want_ss && ss != want_ss)
 		return lw_error(err, errlen, "sectorsize %u at byte 24, but the base's logical "
 				"block size is %u", ss, want_ss);
+	/* The super block fills its sector (the log's first entry starts after it). */
+	if (len < ss)
+		return lw_error(err, errlen, "truncated: %zu bytes, shorter than the super block's "
+				"sector of %u bytes (sectorsize at byte 24)", len, ss);
 	/* Each entry takes at least one sector: a count the file cannot hold is a lie. */
-	if (nr > (len - (len < ss ? len : ss)) / ss)
+	if (nr > (len - ss) / ss)
 		return lw_error(err, errlen, "nr_entries %llu at byte 16: the file has room for "
 				"at most %zu entries (%zu bytes)", (unsigned long long)nr,
-				(len - (len < ss ? len : ss)) / ss, len);
+				(len - ss) / ss, len);
 	log->v = calloc(nr ? (size_t)nr : 1, sizeof(*log->v));
 	if (!log->v)
 		return -ENOMEM;

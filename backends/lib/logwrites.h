@@ -126,7 +126,8 @@ struct lw_log {
  * @want_ss: the base's logical block size (0: any); another sectorsize is refused
  * @log: filled on success; lw_log_free() frees it (pointers go into @buf)
  * @err, @errlen: on -EINVAL, why: wrong magic or version, a bad sectorsize,
- *	a truncated entry or one past the base's end (named by entry number
+ *	a file shorter than the super block's sector, a truncated entry or
+ *	one past the base's end (named by entry number
  *	and byte offset), unknown flags, a mark too long
  *
  * Bytes after the last of nr_entries entries are ignored (a log device is

@@ -352,7 +352,13 @@ static void op_show_small(const struct attr_ref *r, size_t len)
 	free(b);
 }
 
-/* A reference for blk_parse_size: digits, optional K/M/G/T[iB], no overflow. */
+/*
+ * A reference for blk_parse_size: digits, optional K/M/G/T[iB], no overflow.
+ * A second parser on purpose, not a copy to replace by a call: the oracle
+ * compares the real one (params.c) with it, so it is written apart: 128-bit
+ * arithmetic that saturates, the range checked after the shift, where
+ * params.c checks before each step.
+ */
 static int ref_size(const char *s, uint64_t *out)
 {
 	unsigned __int128 v = 0;
