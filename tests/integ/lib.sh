@@ -253,15 +253,18 @@ kill_pids() {
 }
 
 # pids_matching STRING: processes whose command line contains STRING
-# (a unique temp path), not this shell.
+# (a unique temp path, within one argument), not this shell. One grep over
+# every /proc/PID/cmdline (a fork per process took a second at load 10,
+# and the runner asks after every test), given STRING on a pipe so that
+# its own command line does not hold it.
 pids_matching() {
-	local p cmd
-	for p in /proc/[0-9]*; do
-		p=${p#/proc/}
+	local f p
+	while read -r f; do
+		p=${f#/proc/}
+		p=${p%/cmdline}
 		[ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] && continue
-		cmd=$({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null) || continue
-		case $cmd in *"$1"*) echo "$p" ;; esac
-	done
+		echo "$p"
+	done < <(grep -lsaF -f <(printf '%s\n' "$1") /proc/[0-9]*/cmdline)
 }
 
 # no_pids_matching STRING: no process's command line contains STRING; else
