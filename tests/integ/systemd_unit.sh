@@ -22,7 +22,11 @@ require systemd-analyze make man
 src=$(cd "$(dirname "$0")/../.." && pwd)
 O=$(dirname "$BLKFS")
 prefix=$TDIR/prefix
-out=$(make -s -C "$src" install O="$O" PREFIX="$prefix" 2>&1) || fail "make install failed: $out"
+# -o: install the binary under test as it is. Without it make rebuilt
+# $BLKFS whenever its flags differed from this make's (make test builds
+# with CHECKS=1 and WERROR=1): the tests after this one, or running beside
+# it, ran another binary, or found none while it was relinked.
+out=$(make -s -C "$src" install O="$O" PREFIX="$prefix" -o "$O/blkfs" 2>&1) || fail "make install failed: $out"
 for f in bin/blkfs share/man/man1/blkfs.1 share/man/man5/blkfs.conf.5 \
 	lib/systemd/system/blkfs@.service; do
 	[ -f "$prefix/$f" ] || fail "make install did not install $f"
