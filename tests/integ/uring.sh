@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# integ-serial: flips the kernel's enable_uring, which every mount beside it would see
 # uring.sh: FUSE over io_uring as blkfs's transport ([mount] transport).
 #  - switch off (enable_uring = N): `transport = uring` refuses to mount and
 #    says how to turn it on; `auto` serves /dev/fuse and logs why;

@@ -29,6 +29,7 @@
 # Part 0 and 1 try every path before the verdict (each failure is named).
 # The kernel's switch (enable_uring) is turned on and put back as found.
 # integ-timeout: 600
+# integ-serial: flips the kernel's enable_uring, which every mount beside it would see
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
