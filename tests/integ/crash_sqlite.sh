@@ -7,11 +7,13 @@
 #    takes snapshot `base` and the workload runs: 50 transactions, each
 #    inserting row N (2000 bytes) and adding N to s.total, each COMMIT
 #    followed by the mark "committed N" (the sqlite3 shell's .system).
-#  - The checker (crashcheck --attach) mounts the state's loop device
-#    (ext4 replays its journal), opens the database (sqlite rolls back a hot
-#    journal or recovers the WAL), and requires PRAGMA integrity_check =
-#    ok, rows 1..M with their bytes and s.total = 1+..+M (each transaction
-#    whole or absent), and M >= every N whose mark is in BLKFS_CRASH_MARKS.
+#  - The states are built in ram clones of `base` (crashcheck --base
+#    MNT/r@base). The checker (crashcheck --attach) mounts the state's
+#    loop device (ext4 replays its journal), opens the database (sqlite
+#    rolls back a hot journal or recovers the WAL), and requires PRAGMA
+#    integrity_check = ok, rows 1..M with their bytes and s.total =
+#    1+..+M (each transaction whole or absent), and M >= every N whose
+#    mark is in BLKFS_CRASH_MARKS.
 #  - synchronous = OFF: failing states (sqlite promises nothing).
 #    synchronous = FULL in WAL mode and in rollback-journal mode with
 #    journal_mode = TRUNCATE: no failing state over the default bounds.
