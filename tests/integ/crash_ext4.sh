@@ -152,13 +152,15 @@ scribbler() {
 	done
 }
 
-# loop_gone LOOP: wait until the loop device is detached (autoclear after a
-# lazy unmount happens when the last user lets go).
+# loop_gone LOOP: wait until the loop device is detached from our device
+# (autoclear after a lazy unmount happens when the last user lets go). A test
+# running beside this one may attach the freed number to its own file at
+# once: that counts as gone too.
 loop_gone() {
-	local i
+	local i f
 	for ((i = 0; i < 300; i++)); do
-		losetup "$1" >/dev/null 2>&1 || return 0
-		[ -n "$(losetup -n -O BACK-FILE "$1" 2>/dev/null | tr -d ' ')" ] || return 0
+		f=$(losetup -n -O BACK-FILE "$1" 2>/dev/null | sed 's/ *$//') || return 0
+		[ "$f" = "${_LOOP_FILE[$1]}" ] || return 0
 		sleep 0.1
 	done
 	return 1

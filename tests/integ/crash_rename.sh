@@ -46,11 +46,12 @@ read -ra mkfs_opts <<<"$(attach_mkfs_opts ext4)"
 
 cat >"$TDIR/check.sh" <<'SH'
 #!/bin/bash
-d=$(mktemp -d "$CHECK_TMP/m.XXXXXX")
+d=$CHECK_TMP/m.$$
+mkdir "$d" || exit 1
 trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
 mount -t ext4 "$BLKFS_CRASH_LOOP" "$d" || { echo "state $BLKFS_CRASH_STATE: mount failed"; exit 1; }
 size=$(stat -c %s "$d/f" 2>/dev/null || echo none)
-echo "state $BLKFS_CRASH_STATE: f has $size bytes; marks: $(printf '%s' "$BLKFS_CRASH_MARKS" | tr '\n' ,)"
+echo "state $BLKFS_CRASH_STATE: f has $size bytes; marks: ${BLKFS_CRASH_MARKS//$'\n'/,}"
 case $'\n'$BLKFS_CRASH_MARKS$'\n' in *$'\n'renamed$'\n'*) ;; *) exit 0 ;; esac
 cmp -s "$d/f" "$CHECK_TMP/old" || cmp -s "$d/f" "$CHECK_TMP/new" || {
 	echo "f is neither version whole"
@@ -79,15 +80,13 @@ run() {
 	echo 1 >"$rec/stop"
 	umount "$fs"
 	_TOPMNTS=()
-	"$BLKFS" save "$MNT" r "$TDIR/base.img" base
-	"$BLKFS" snapshot -d "$MNT" r base
 	set +e
-	"$BLKFS" crashcheck "$log" --base "$TDIR/base.img" --attach --jobs 2 --json \
+	"$BLKFS" crashcheck "$log" --base "$MNT/r@base" --attach --jobs 2 --json \
 		--scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
 		>"$TDIR/out$1.json" 2>"$TDIR/err$1"
 	ST=$?
 	set -e
-	rm -f "$TDIR/base.img"
+	"$BLKFS" snapshot -d "$MNT" r base
 }
 
 info "rename over f with no fsync of the data"

@@ -7,11 +7,13 @@
 #    takes snapshot `base` and the workload runs: 50 transactions, each
 #    inserting row N (2000 bytes) and adding N to s.total, each COMMIT
 #    followed by the mark "committed N" (the sqlite3 shell's .system).
-#  - The checker (crashcheck --attach) mounts the state's loop device
-#    (ext4 replays its journal), opens the database (sqlite rolls back a hot
-#    journal or recovers the WAL), and requires PRAGMA integrity_check =
-#    ok, rows 1..M with their bytes and s.total = 1+..+M (each transaction
-#    whole or absent), and M >= every N whose mark is in BLKFS_CRASH_MARKS.
+#  - The states are built in ram clones of `base` (crashcheck --base
+#    MNT/r@base). The checker (crashcheck --attach) mounts the state's
+#    loop device (ext4 replays its journal), opens the database (sqlite
+#    rolls back a hot journal or recovers the WAL), and requires PRAGMA
+#    integrity_check = ok, rows 1..M with their bytes and s.total =
+#    1+..+M (each transaction whole or absent), and M >= every N whose
+#    mark is in BLKFS_CRASH_MARKS.
 #  - synchronous = OFF: failing states (sqlite promises nothing).
 #    synchronous = FULL in WAL mode and in rollback-journal mode with
 #    journal_mode = TRUNCATE: no failing state over the default bounds.
@@ -54,23 +56,29 @@ rec=$MNT/.sys/r/record
 blkfs_attach "$MNT" r
 read -ra mkfs_opts <<<"$(attach_mkfs_opts ext4)"
 
-# The checker: $1 is nothing; the state comes in the environment.
+# The checker: $1 is nothing; the state comes in the environment. It runs
+# once per state (hundreds per mode): no more processes than mount, ls,
+# sqlite3 and umount (the rest is bash builtins).
 cat >"$TDIR/check.sh" <<'SH'
 #!/bin/bash
-d=$(mktemp -d "$CHECK_TMP/m.XXXXXX")
+d=$CHECK_TMP/m.$$
+mkdir "$d" || exit 1
 trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
 mount -t ext4 "$BLKFS_CRASH_LOOP" "$d" || { echo "state $BLKFS_CRASH_STATE: mount failed"; exit 1; }
 want=0
-for n in $(printf '%s\n' "$BLKFS_CRASH_MARKS" | sed -n 's/^committed //p'); do
-	[ "$n" -gt "$want" ] && want=$n
-done
+while read -r m n; do
+	[ "$m" = committed ] && [ "$n" -gt "$want" ] && want=$n
+done <<<"$BLKFS_CRASH_MARKS"
 ls -la "$d"
 out=$(sqlite3 "$d/db" "PRAGMA integrity_check;
 	SELECT count(*), coalesce(max(id), 0), coalesce(sum(id), 0),
 		(SELECT total FROM s), count(*) FILTER (WHERE v = printf('%0*d', 2000, id)) FROM t;" 2>&1)
 echo "state $BLKFS_CRASH_STATE, marks up to committed $want: $out"
-[ "$(printf '%s\n' "$out" | head -n 1)" = ok ] || exit 1
-IFS='|' read -r cnt max sum total good <<<"$(printf '%s\n' "$out" | sed -n 2p)"
+{
+	read -r first
+	IFS='|' read -r cnt max sum total good
+} <<<"$out"
+[ "$first" = ok ] || exit 1
 [ "$cnt" = "$max" ] && [ "$good" = "$cnt" ] || { echo "rows are not 1..$max whole"; exit 1; }
 [ "$sum" = "$total" ] || { echo "s.total $total, rows sum to $sum: a torn transaction"; exit 1; }
 [ "$max" -ge "$want" ] || { echo "committed $want is lost: the last row is $max"; exit 1; }
@@ -103,8 +111,6 @@ record() {
 	echo 1 >"$rec/stop"
 	umount "$fs"
 	_TOPMNTS=()
-	"$BLKFS" save "$MNT" r "$TDIR/base.img" base
-	"$BLKFS" snapshot -d "$MNT" r base
 }
 
 # explore MODE: crashcheck the log; sets ST (exit status) and JSON.
@@ -115,7 +121,7 @@ explore() {
 	# (WAL pages the cache wrote back before a flush, more of them when
 	# the machine is loaded) is sampled rather than refused; every other
 	# point is explored as without it.
-	"$BLKFS" crashcheck "$log" --base "$TDIR/base.img" --attach --jobs 2 --json \
+	"$BLKFS" crashcheck "$log" --base "$MNT/r@base" --attach --jobs 2 --json \
 		--states 256 --scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
 		>"$TDIR/$1.json" 2>"$TDIR/$1.err"
 	ST=$?
@@ -123,7 +129,9 @@ explore() {
 	JSON=$TDIR/$1.json
 	info "$1: exit $ST in $((SECONDS - t0)) s: $(python3 -c "
 import json,sys; j=json.load(open('$JSON'))
-print(j['states'], 'states', j['failures'], 'failed', j['timeouts'], 'timeouts')" 2>&1)"
+print(j['states'], 'states', j['failures'], 'failed', j['timeouts'], 'timeouts;',
+      'scratch', j.get('scratch'), 'build_ms', j.get('build_ms'), 'reset_ms', j.get('reset_ms'),
+      'check_ms', j.get('check_ms'), 'resets', j.get('resets'), 'extended', j.get('extended'))" 2>&1)"
 	# where the failures are, and what the first one saw
 	python3 - "$JSON" <<'PY' || true
 import collections, json, sys
@@ -163,7 +171,7 @@ PY
 		[ "$ST" -eq 0 ] || fail "$m: failing states: $(head -c 3000 "$JSON"; cat "$TDIR/$m.err")"
 		;;
 	esac
-	rm -f "$TDIR/base.img"
+	"$BLKFS" snapshot -d "$MNT" r base
 done
 "$BLKFS" detach "$LOOP"
 stop_blkfs

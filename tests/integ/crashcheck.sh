@@ -167,7 +167,7 @@ grep -q '"extended": [1-9]' "$TDIR/ej" || fail "clones: no state built by adding
 
 info "timeout"
 set +e
-cc --base zeros --size 16M --check "sleep 30" --timeout 0.3 --json >"$TDIR/tj" 2>/dev/null
+cc --base zeros --size 16M --check "sleep 30" --timeout 0.3 --jobs 2 --json >"$TDIR/tj" 2>/dev/null
 st=$?
 set -e
 assert_eq "exit status with timeouts" 1 "$st"
