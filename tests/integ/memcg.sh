@@ -122,7 +122,8 @@ io_flusher_threads() {
 # fault may hold: read with a timeout.
 user_pc() {
 	local pc range perms off dev inode file lo hi maps
-	pc=$(awk '$1 == "-1" { print $3 }' "$1/syscall" 2>/dev/null)
+	# (a task that ended meanwhile has no syscall file: not an error, under set -e)
+	pc=$(awk '$1 == "-1" { print $3 }' "$1/syscall" 2>/dev/null) || return 0
 	[ -n "$pc" ] || return 0
 	pc=$((pc))
 	maps=$(timeout -s KILL 3 cat "${1%/task/*}/maps" 2>/dev/null) ||
