@@ -2,8 +2,9 @@
 # integ-timeout: 600
 # rbd_features.sh: what the rbd backend adds to the suite, on a throw-away
 # Ceph cluster this test starts (tests/ceph/cluster, stopped at exit), never
-# the runner's shared one: step 4 stops the OSD, and steps 2, 3 and 5 leave
-# dead clients' watches and locks (break_lock blocklists the dead holder):
+# the runner's shared one: step 4 stops the OSD, and steps 2 and 3 kill -9
+# blkfs, leaving a dead client's watch and lock (3's break_lock blocklists
+# the dead holder, cluster-wide):
 #  1. bad config fails `blkfs check` and `blkfs mount` within seconds, with
 #     a message naming the key and the cause: no pool key, no image key, no
 #     such pool, no such image, a conf that does not exist, a monitor that
