@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# integ-serial: measures speed (blkfs-bench, blkfs-ab: its figures mean something only on a machine to itself) and runs stress-ng --cpu 2, all of a 2-CPU machine
 # bench.sh: tools/blkfs-bench runs and its output is well-formed; the numbers
 # themselves are not judged.
 #  - `blkfs-bench split --quick --out DIR` exits 0, shows its progress on

@@ -122,7 +122,8 @@ io_flusher_threads() {
 # fault may hold: read with a timeout.
 user_pc() {
 	local pc range perms off dev inode file lo hi maps
-	pc=$(awk '$1 == "-1" { print $3 }' "$1/syscall" 2>/dev/null)
+	# (a task that ended meanwhile has no syscall file: not an error, under set -e)
+	pc=$(awk '$1 == "-1" { print $3 }' "$1/syscall" 2>/dev/null) || return 0
 	[ -n "$pc" ] || return 0
 	pc=$((pc))
 	maps=$(timeout -s KILL 3 cat "${1%/task/*}/maps" 2>/dev/null) ||
@@ -200,10 +201,11 @@ size = ${DEV_MB}M"
 	# (its output goes to a file: a sleeper holding the test's stdout
 	# would keep the runner waiting)
 	rm -f "$TDIR/watchdog.stop"
+	# (it polls its stop file every 0.1 s: the test's end waits for it)
 	(
-		for ((i = 0; i < WATCHDOG; i++)); do
+		for ((i = 0; i < WATCHDOG * 10; i++)); do
 			[ ! -e "$TDIR/watchdog.stop" ] || exit 0
-			sleep 1
+			sleep 0.1
 		done
 		echo "memcg.sh: watchdog: $WATCHDOG s since the mount; lifting the limit, aborting FUSE"
 		touch "$TDIR/watchdog.fired"
@@ -266,7 +268,7 @@ WRITER
 			[ ! -e "$TDIR/watchdog.fired" ] || cat "$TDIR/watchdog.log" >&2
 			fail "HANG ($backend): the writer has not written $write_mb MiB in $DEADLINE s"
 		fi
-		sleep 1
+		sleep 0.1
 	done
 	wait "$wpid" || fail "$backend: the writer failed"
 	took=$(($(date +%s) - start))

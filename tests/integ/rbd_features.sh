@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # integ-timeout: 600
 # rbd_features.sh: what the rbd backend adds to the suite, on a throw-away
-# Ceph cluster this test starts (tests/ceph/cluster, stopped at exit):
+# Ceph cluster this test starts (tests/ceph/cluster, stopped at exit), never
+# the runner's shared one: step 4 stops the OSD, and steps 2 and 3 kill -9
+# blkfs, leaving a dead client's watch and lock (3's break_lock blocklists
+# the dead holder, cluster-wide):
 #  1. bad config fails `blkfs check` and `blkfs mount` within seconds, with
 #     a message naming the key and the cause: no pool key, no image key, no
 #     such pool, no such image, a conf that does not exist, a monitor that
@@ -36,8 +39,9 @@ M=$((1 << 20))
 src=$TDIR/src
 mkdata "$src" $((16 * M))
 
-rbd_cluster_start
-rbd_create img 64M
+rbd_cluster_start own
+img=$(rbd_name img)
+rbd_create "$img" 64M
 
 # ---------------------------------------------------------------- 1
 # bad CONFIG_BODY WANT...: blkfs check fails within 60 s, saying every WANT.
@@ -58,48 +62,51 @@ bad() {
 }
 
 info "1. bad config"
-bad "$(rbd_conf img | grep -v '^pool')" "bad.conf:" "pool: missing"
-bad "$(rbd_conf img | grep -v '^image')" "image: missing"
-bad "$(rbd_conf img | sed 's/^pool = rbd/pool = nopool/')" "bad.conf:6: pool: nopool: no such pool"
-bad "$(rbd_conf nope)" "bad.conf:7: image: nope in pool rbd: no such image"
-bad "$(rbd_conf img | sed "s|^conf = .*|conf = $TDIR/none.conf|")" \
+bad "$(rbd_conf "$img" | grep -v '^pool')" "bad.conf:" "pool: missing"
+bad "$(rbd_conf "$img" | grep -v '^image')" "image: missing"
+bad "$(rbd_conf "$img" | sed 's/^pool = rbd/pool = nopool/')" "bad.conf:6: pool: nopool: no such pool"
+nope=$(rbd_name nope)
+bad "$(rbd_conf "$nope")" "bad.conf:7: image: $nope in pool rbd: no such image"
+bad "$(rbd_conf "$img" | sed "s|^conf = .*|conf = $TDIR/none.conf|")" \
 	"bad.conf:8: conf: $TDIR/none.conf: No such file or directory"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 sed "s|^mon host = .*|mon host = [v2:127.0.0.1:$port]|" "$CEPH_CONF" >"$TDIR/dead.conf"
-bad "$(rbd_conf img 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
+bad "$(rbd_conf "$img" 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
 	"conf: connecting to the cluster of $TDIR/dead.conf: Connection timed out" "no monitor answered"
-bad "$(rbd_conf newimg 'create = yes')" "size: needed to create rbd/newimg"
+bad "$(rbd_conf "$(rbd_name newimg)" 'create = yes')" "size: needed to create rbd/$(rbd_name newimg)"
 # the mount itself fails the same way, and leaves nothing mounted
-rbd_conf nope >"$TDIR/bad.conf"
+rbd_conf "$nope" >"$TDIR/bad.conf"
 new_mountpoint
-out=$(timeout 60 "$BLKFS" mount "$MNT" -c "$TDIR/bad.conf" 2>&1) && fail "blkfs mount took image = nope"
-case $out in *"image: nope in pool rbd: no such image"*) ;; *) fail "blkfs mount: $out" ;; esac
+out=$(timeout 60 "$BLKFS" mount "$MNT" -c "$TDIR/bad.conf" 2>&1) && fail "blkfs mount took image = $nope"
+case $out in *"image: $nope in pool rbd: no such image"*) ;; *) fail "blkfs mount: $out" ;; esac
 ! is_mounted "$MNT" || fail "a failed mount left $MNT mounted"
 
 # ---------------------------------------------------------------- 2
 for cache in no yes; do
 	info "2. rbd_cache = $cache: an acknowledged fsync survives kill -9"
-	rbd_create "dur-$cache" 64M
-	start_blkfs "$(rbd_conf "dur-$cache" "rbd_cache = $cache")"
+	dur=$(rbd_name "dur-$cache")
+	rbd_create "$dur" 64M
+	start_blkfs "$(rbd_conf "$dur" "rbd_cache = $cache")"
 	assert_eq "rbd_cache in blkfs_stat" "$([ $cache = yes ] && echo 1 || echo 0)" \
 		"$(awk '$1 == "rbd_cache" { print $2 }' "$MNT/.sys/d/blkfs_stat")"
 	ddev if="$src" of="$MNT/d" bs=1M count=12 conv=notrunc,fsync
 	# written after the fsync, never acknowledged: may be lost, must not matter
 	ddev if=/dev/zero of="$MNT/d" bs=4K count=8 seek=4000 conv=notrunc
 	kill9_blkfs "$MNT"
-	rbd_export "dur-$cache" "$TDIR/export.img"
+	rbd_export "$dur" "$TDIR/export.img"
 	cmp -n $((12 * M)) "$src" "$TDIR/export.img" ||
 		fail "rbd_cache = $cache: data acknowledged by fsync is not in the image after kill -9"
 done
 
 # ---------------------------------------------------------------- 3
 info "3. the exclusive lock"
-rbd_create lock 64M
-start_blkfs "$(rbd_conf lock)"
+lock=$(rbd_name lock)
+rbd_create "$lock" 64M
+start_blkfs "$(rbd_conf "$lock")"
 lmnt=$MNT
-out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) && fail "a second opener of rbd/lock was let in: $out"
+out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) && fail "a second opener of rbd/$lock was let in: $out"
 case $out in
-*"image: rbd/lock is locked by "[0-9]*"break_lock = yes"*) ;;
+*"image: rbd/$lock is locked by "[0-9]*"break_lock = yes"*) ;;
 *) fail "the second opener's refusal does not name the holder and break_lock: $out" ;;
 esac
 info "second opener: ${out%%$'\n'*}"
@@ -113,7 +120,7 @@ kill9_blkfs "$lmnt"
 wait "$wpid" || fail "crash_writer exited $?"
 acked=$(awk '/^synced/ { n = $2 } END { print n + 0 }' "$TDIR/writer.log")
 info "killed the holder after $acked acknowledged records"
-rbd_export lock "$TDIR/export.img"
+rbd_export "$lock" "$TDIR/export.img"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$TDIR/export.img" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
 	{ printf '%s\n' "$out" >&2; fail "acknowledged records are missing from the image after kill -9"; }
 info "rbd export: $out"
@@ -121,7 +128,7 @@ out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && fail "a mount took t
 case $out in *"is locked by "*"break_lock = yes"*) ;; *) fail "refusal: $out" ;; esac
 ! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
 CONF_NOBREAK=$CONF
-write_conf "$(rbd_conf lock 'break_lock = yes')"
+write_conf "$(rbd_conf "$lock" 'break_lock = yes')"
 remount_blkfs "$lmnt"
 assert_eq "rbd_locks_broken" 1 "$(awk '$1 == "rbd_locks_broken" { print $2 }' "$lmnt/.sys/d/blkfs_stat")"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
@@ -130,7 +137,7 @@ info "through blkfs after break_lock: $out"
 stop_blkfs "$lmnt"
 CONF=$CONF_NOBREAK
 # released at umount: the next opener needs no break
-out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/lock still locked after blkfs umount: $out"
+out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/$lock still locked after blkfs umount: $out"
 
 # ---------------------------------------------------------------- 4
 # Only in `make soak` (BLKFS_RBD_OUTAGE=1): under stress-ng --cpu 2 one run
@@ -139,8 +146,9 @@ out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/lock still locked 
 # must not hold up make test.
 if [ "${BLKFS_RBD_OUTAGE:-0}" = 1 ]; then
 info "4. the OSD stopped under a writer"
-rbd_create out 64M
-start_blkfs "$(rbd_conf out 'timeout = 3s')"
+outimg=$(rbd_name out)
+rbd_create "$outimg" 64M
+start_blkfs "$(rbd_conf "$outimg" 'timeout = 3s')"
 dev=$MNT/d
 stat=$MNT/.sys/d/blkfs_stat
 ddev if="$src" of="$dev" bs=1M count=4 conv=notrunc,fsync
@@ -159,7 +167,7 @@ wait_until 120 "fsync succeeds once the OSD runs again" \
 	sh -c "[ \"\$('$BLKFS_TESTBIN/fsync_fd' 7)\" = OK ]"
 exec 7>&-
 stop_blkfs "$MNT"
-rbd_export out "$TDIR/export.img"
+rbd_export "$outimg" "$TDIR/export.img"
 cmp -n $((8 * M)) "$src" "$TDIR/export.img" || fail "data written while the OSD was stopped is not in the image"
 else
 	info "4. the OSD stopped under a writer: skipped (make soak runs it: BLKFS_RBD_OUTAGE=1)"
@@ -167,8 +175,9 @@ fi
 
 # ---------------------------------------------------------------- 5
 info "5. a power cut (powerloss filter) over rbd"
-rbd_create pl 64M
-start_blkfs "$(rbd_conf pl "filters = powerloss
+plimg=$(rbd_name pl)
+rbd_create "$plimg" 64M
+start_blkfs "$(rbd_conf "$plimg" "filters = powerloss
 powerloss.seed = 11" "dirty_background = 64K
 dirty_expire = 100ms")"
 pl=$MNT/.sys/d/powerloss
@@ -191,7 +200,7 @@ out=$("$BLKFS_TESTBIN/crash_writer" verify "$MNT/d" 11 $((32 * M)) "$TDIR/writer
 	{ printf '%s\n' "$out" >&2; fail "records acknowledged before the power cut are missing"; }
 info "after the cut: $out"
 stop_blkfs "$MNT"
-rbd_export pl "$TDIR/export.img"
+rbd_export "$plimg" "$TDIR/export.img"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$TDIR/export.img" 11 $((32 * M)) "$TDIR/writer.cut" "$TDIR/base" 2>&1) ||
 	{ printf '%s\n' "$out" >&2; fail "records acknowledged before the power cut are missing from the image"; }
 info "ok"

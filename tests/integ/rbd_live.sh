@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # integ-timeout: 600
-# rbd_live.sh: an rbd device that changes while mounted, on a throw-away
-# Ceph cluster this test starts (tests/ceph/cluster, stopped at exit):
+# integ-needs: ceph
+# rbd_live.sh: an rbd device that changes while mounted, an image of its own
+# in the runner's shared Ceph cluster (or, run alone, one it starts:
+# tests/ceph/rbd.bash):
 #  - `blkfs resize MNT d 96M` grows the image (rbd info says so) and the
 #    file; data before the old end stays, the new part reads zeros;
 #  - `rbd resize` by another client: the file's size follows (learnt
@@ -30,8 +32,9 @@ src=$TDIR/src
 mkdata "$src" $((16 * M))
 
 rbd_cluster_start
-rbd_create live 64M
-start_blkfs "$(rbd_conf live "" "dirty_background = 16M
+img=$(rbd_name live)
+rbd_create "$img" 64M
+start_blkfs "$(rbd_conf "$img" "" "dirty_background = 16M
 dirty_limit = 24M
 dirty_expire = 1h")"
 dev=$MNT/d
@@ -42,15 +45,15 @@ file_size_is() {
 info "resize from blkfs"
 ddev if="$src" of="$dev" bs=1M count=16 seek=48 conv=notrunc
 "$BLKFS" resize "$MNT" d 96M || fail "blkfs resize d 96M failed"
-assert_eq "image size after blkfs resize" $((96 * M)) "$(rbd_image_size live)"
+assert_eq "image size after blkfs resize" $((96 * M)) "$(rbd_image_size "$img")"
 assert_eq "st_size after blkfs resize" $((96 * M)) "$(stat -c %s "$dev")"
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data before the old end changed"
 cmp -n $((32 * M)) /dev/zero <(dd if="$dev" bs=1M skip=64 status=none) || fail "the grown part does not read zeros"
 
 info "resize from outside (rbd resize)"
-rbd resize --no-progress --size 128M rbd/live >/dev/null 2>&1 || fail "rbd resize 128M failed"
+rbd resize --no-progress --size 128M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize 128M failed"
 wait_until 60 "st_size $((128 * M)) after rbd resize" file_size_is $((128 * M))
-rbd resize --no-progress --allow-shrink --size 80M rbd/live >/dev/null 2>&1 || fail "rbd resize 80M failed"
+rbd resize --no-progress --allow-shrink --size 80M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize 80M failed"
 wait_until 60 "st_size $((80 * M)) after rbd resize --allow-shrink" file_size_is $((80 * M))
 [ "$(awk '$1 == "rbd_outside_resizes" { print $2 }' "$MNT/.sys/d/blkfs_stat")" -ge 2 ] ||
 	fail "rbd_outside_resizes: $(cat "$MNT/.sys/d/blkfs_stat")"
@@ -64,14 +67,14 @@ d0=$(stat_of dropped_bytes)
 ddev if="$src" of="$dev" bs=1M count=4 skip=4 seek=72 conv=notrunc
 ddev if="$src" of="$dev" bs=1M count=2 seek=60 conv=notrunc
 [ "$(stat_of dirty_bytes)" -ge $((6 * M)) ] || fail "the writes are not dirty: $(cat "$MNT/.sys/d/blkfs_stat")"
-rbd resize --no-progress --allow-shrink --size 68M rbd/live >/dev/null 2>&1 || fail "rbd resize 68M failed"
+rbd resize --no-progress --allow-shrink --size 68M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize 68M failed"
 wait_until 60 "st_size $((68 * M)) after a shrink below dirty data" file_size_is $((68 * M))
 assert_eq "dropped_bytes after the shrink" $((4 * M)) $(($(stat_of dropped_bytes) - d0))
 grep -q "d: the storage shrank outside blkfs to $((68 * M)) bytes below data not yet written back: $((4 * M)) dirty bytes past the new end are lost" "$LOG" ||
 	fail "the daemon log does not report the lost data: $(tail -n 5 "$LOG")"
 sync "$dev" || fail "fsync after the shrink failed"
 assert_eq "dirty_bytes after fsync" 0 "$(stat_of dirty_bytes)"
-rbd_export live "$TDIR/export.img"
+rbd_export "$img" "$TDIR/export.img"
 assert_eq "image size" $((68 * M)) "$(stat -c %s "$TDIR/export.img")"
 cmp -n $((2 * M)) "$src" <(dd if="$TDIR/export.img" bs=1M skip=60 count=2 status=none) ||
 	fail "dirty data before the new end did not reach the image"
@@ -80,7 +83,7 @@ rm -f "$TDIR/export.img"
 info "snapshot, reset, delete"
 dd if="$dev" of="$TDIR/before" bs=1M status=none
 "$BLKFS" snapshot "$MNT" d base || fail "blkfs snapshot failed"
-rbd snap ls rbd/live | grep -qw base || fail "rbd snap ls does not list base: $(rbd snap ls rbd/live)"
+rbd snap ls "rbd/$img" | grep -qw base || fail "rbd snap ls does not list base: $(rbd snap ls "rbd/$img")"
 grep -q '^base' "$MNT/.sys/d/snapshots" || fail ".sys/d/snapshots: $(cat "$MNT/.sys/d/snapshots")"
 ddev if=/dev/zero of="$dev" bs=1M count=8 seek=50 conv=notrunc,fsync
 cmp -s "$TDIR/before" "$dev" && fail "the overwrite did not change the device"
@@ -90,6 +93,6 @@ out=$("$BLKFS" save "$MNT" d "$TDIR/save.img" 2>&1) && fail "blkfs save on rbd s
 case $out in *"rbd backend cannot do this"*) ;; *) fail "blkfs save on rbd: no reason given: $out" ;; esac
 info "save: $out"
 "$BLKFS" snapshot -d "$MNT" d base || fail "blkfs snapshot -d failed"
-! rbd snap ls rbd/live | grep -qw base || fail "the snapshot is still in rbd snap ls"
+! rbd snap ls "rbd/$img" | grep -qw base || fail "the snapshot is still in rbd snap ls"
 stop_blkfs "$MNT"
 info "ok"

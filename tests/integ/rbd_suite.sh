@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # integ-timeout: 600
+# integ-needs: ceph
 # rbd_suite.sh: the checks the ram, aio and nbd suites make (suite.sh),
-# against the rbd backend on a throw-away Ceph cluster this test starts
-# (tests/ceph/cluster, stopped at exit) on a 256 MiB image:
+# against the rbd backend on a 256 MiB image of its own in the runner's
+# shared Ceph cluster (or, run alone, one it starts: tests/ceph/rbd.bash):
 #  - geometry from the image in `blkfs check`: 512/4096, max_io the 4 MiB
 #    object size;
 #  - suite_data through a 16 MiB cache (dd at many sizes and offsets, O_DIRECT,
@@ -33,9 +34,10 @@ mkdata "$src" $((40 * M))
 ref=$TDIR/ref
 
 rbd_cluster_start
-rbd_create suite 256M
+img=$(rbd_name suite)
+rbd_create "$img" 256M
 suite_ref_new
-write_conf "$(RBD_CACHE_SIZE=16M rbd_conf suite)"
+write_conf "$(RBD_CACHE_SIZE=16M rbd_conf "$img")"
 
 suite_geometry rbd "d: rbd, $SIZE bytes, logical 512, physical 4096, max_io $((4 * M)),"
 start_blkfs "$CONF"
@@ -55,7 +57,7 @@ assert_eq "rbd_errors" 0 "$(awk '$1 == "rbd_errors" { print $2 }' "$stat")"
 [ "$(awk '$1 == "rbd_zeroes" { print $2 }' "$stat")" -gt 0 ] || fail "no DISCARD / WRITE_ZEROES reached rbd: $(cat "$stat")"
 stop_blkfs "$MNT"
 info "the image (rbd export) equals the reference"
-rbd_export suite "$TDIR/export.img"
+rbd_export "$img" "$TDIR/export.img"
 cmp "$TDIR/export.img" "$ref" || fail "rbd: the image differs from the reference after blkfs umount"
 rm -f "$TDIR/export.img"
 
@@ -66,7 +68,7 @@ suite_ext4 rbd "$dev" 512
 stop_blkfs "$MNT"
 
 info "ext4 on the exported image, without blkfs"
-rbd_export suite "$TDIR/export.img"
+rbd_export "$img" "$TDIR/export.img"
 attach_loop "$TDIR/export.img" -r
 l=$LOOP
 suite_ext4_check rbd "$l" "the image"
