@@ -81,7 +81,7 @@ $lines"
 
 	info "$name: mount again: still the reference, read cold"
 	remount_blkfs "$MNT"
-	cmp "$ref" "$dev" || fail "$name: device differs from the reference after remount"
+	devcmp "$dev" || fail "$name: device differs from the reference after remount"
 	suite_ext4 "$name" "$dev" "$lbs"
 	stop_blkfs "$MNT"
 

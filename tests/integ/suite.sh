@@ -76,6 +76,15 @@ readcmp() {
 		fail "$1: range $2 +$3 read with bs=$4 differs"
 }
 
+# devcmp DEV: the whole device equals the reference, read in 4 MiB blocks.
+# A plain `cmp` reads 4 KiB at a time, so the kernel's FUSE readahead sends
+# 128 KiB requests: five times slower than 4 MiB ones (20 s for 1 GiB
+# over nbd). suite_dd reads the whole device that way once (the small-read
+# path); the later whole-device comparisons check the data only.
+devcmp() {
+	dd if="$1" bs=4M status=none | cmp - "$ref"
+}
+
 # sync_ref DEV OFF LEN: copy a range the test cannot model (mmap_check's
 # and fio's patterns, each verified by its tool) from the device into the
 # reference, so the backing store is compared there too.
@@ -254,7 +263,7 @@ suite_data() {
 	suite_odirect "$name" "$dev" "$lbs"
 	suite_mmap "$name" "$dev"
 	suite_fio "$name" "$dev"
-	cmp "$ref" "$dev" || fail "$name: device differs from the reference"
+	devcmp "$dev" || fail "$name: device differs from the reference"
 }
 
 # suite_ext4 NAME DEV LBS: through a loop device (LBS-byte sectors) over
