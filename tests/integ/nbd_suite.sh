@@ -3,7 +3,7 @@
 # nbd_suite.sh: the checks the ram and aio suites make, against the nbd
 # backend (issue 7) on NBD servers this test starts on Unix sockets in its
 # temp dir (killed at exit):
-#  - nbdkit memory (256 MiB, what suite.sh's ranges need): no block sizes
+#  - nbdkit memory (192 MiB, what suite.sh's ranges need): no block sizes
 #    advertised: 512/512, max_io 32M;
 #  - nbdkit --filter=blocksize (minblock=4096: the filter does the
 #    read-modify-write, advertises preferred 4096): 512/4096;
@@ -53,10 +53,10 @@ require nbdkit nbdcopy nbdinfo
 require dd cmp stat fio losetup blockdev mkfs.ext4 fsck.ext4 sha256sum mount umount
 
 M=$((1 << 20))
-# 256 MiB: suite.sh's checks use the first 160 MiB and the last 2 MiB; every
+# 192 MiB: suite.sh's checks use the first 160 MiB and the last 2 MiB; every
 # byte between is compared too (cmp, nbdcopy), so a bigger export only
 # multiplies the time of the whole-device reads, mkfs.ext4 and fsck.
-SIZE=$((256 * M))
+SIZE=$((192 * M))
 src=$TDIR/src
 mkdata "$src" $((40 * M))
 ref=$TDIR/ref

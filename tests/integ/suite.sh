@@ -14,7 +14,8 @@
 #   suite_odirect   64 MiB .. 78 MiB
 #   suite_mmap      79 MiB .. 86 MiB and the last 2 MiB
 #   suite_fio       96 MiB .. 160 MiB
-# suite_data runs them all (a device of at least 256 MiB); suite_ext4 puts
+# suite_data runs them all (a device of at least 164 MiB; aio_suite and
+# nbd_suite use 192 MiB: every byte more is read several times); suite_ext4 puts
 # a filesystem on the device, and suite_ext4_check verifies it where blkfs
 # wrote it (the backing store), without blkfs.
 
