@@ -39,7 +39,9 @@ require_helper bdev_check mmap_check
 require dd cmp stat truncate fio losetup blockdev mkfs.ext4 fsck.ext4 sha256sum mount umount
 
 M=$((1 << 20))
-SIZE=$((256 * M))
+# 192 MiB: suite.sh's checks use the first 160 MiB and the last 2 MiB; more
+# only lengthens the whole-device reads (cmp), mkfs.ext4 and fsck.
+SIZE=$((192 * M))
 src=$TDIR/src
 mkdata "$src" $((40 * M))
 ref=$TDIR/ref
@@ -81,7 +83,7 @@ $lines"
 
 	info "$name: mount again: still the reference, read cold"
 	remount_blkfs "$MNT"
-	cmp "$ref" "$dev" || fail "$name: device differs from the reference after remount"
+	devcmp "$dev" || fail "$name: device differs from the reference after remount"
 	suite_ext4 "$name" "$dev" "$lbs"
 	stop_blkfs "$MNT"
 
@@ -100,7 +102,7 @@ $lines"
 if odirect_dir; then
 	img=$ODIRECT_DIR/aio.img
 	run_target img 512 "$img" "" "path = $img
-size = 256M
+size = $((SIZE >> 20))M
 create = yes"
 	assert_eq "image file size" "$SIZE" "$(stat -c %s "$img")"
 else

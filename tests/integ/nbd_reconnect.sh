@@ -194,8 +194,16 @@ kill -CONT "$SRV_PID"
 # nbdkit 1.32 may abort when it resumes a reply on the connection blkfs
 # closed meanwhile ("raw_send_socket: Assertion `sock >= 0' failed"): its
 # own bug, not the case under test. Then it is started again (the image
-# keeps what it stored).
-sleep 1
+# keeps what it stored). Waited for: blkfs reconnected and wrote back its
+# dirty data with the server still alive, or the server's death.
+resumed() {
+	pid_alive "$SRV_PID" || return 0
+	[ "$(stat_of nbd_reconnects)" -ge 1 ] && [ "$(stat_of dirty_bytes)" = 0 ] &&
+		pid_alive "$SRV_PID" && return 0
+	echo "nbd_reconnects $(stat_of nbd_reconnects), dirty_bytes $(stat_of dirty_bytes)"
+	return 1
+}
+wait_until 60 "blkfs to reconnect and write back after SIGCONT (or nbdkit to die)" resumed
 if ! pid_alive "$SRV_PID"; then
 	info "nbdkit died after SIGCONT ($(grep -m1 -o 'Assertion.*' "$TDIR/nbdkit.log" || echo 'no message')); starting it again"
 	start_nbdkit

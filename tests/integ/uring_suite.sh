@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# integ-serial: flips enable_uring
 # uring_suite.sh [fs]: the data-verifying integration tests again, over
 # FUSE over io_uring (each mount's config gets `transport = uring` through
 # lib.sh's BLKFS_TRANSPORT, and each mount is checked to be on the ring),
