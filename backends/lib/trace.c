@@ -601,10 +601,14 @@ static int slot_cmp(const void *a, const void *b)
 	return x->t.time < y->t.time ? -1 : x->t.time > y->t.time;
 }
 
-/* Take what the rings hold into pend; free the rings of exited threads once empty. */
-static void drain_rings(void)
+/*
+ * Take what the rings hold into pend; free the rings of exited threads once
+ * empty. Returns true when pend filled up before the rings were empty.
+ */
+static bool drain_rings(void)
 {
 	struct bt_ring **pp, *r;
+	bool more = false;
 
 	pthread_mutex_lock(&ring_lock);
 	for (pp = &rings; (r = *pp);) {
@@ -614,6 +618,7 @@ static void drain_rings(void)
 		for (; t != h && nr_pend < BT_PEND_MAX; t++)
 			pend[nr_pend++] = r->slot[t & (BT_RING_SLOTS - 1)];
 		__atomic_store_n(&r->tail, t, __ATOMIC_RELEASE);
+		more |= t != h;
 		if (dead && t == h) {
 			*pp = r->next;
 			free(r);
@@ -622,6 +627,7 @@ static void drain_rings(void)
 		pp = &r->next;
 	}
 	pthread_mutex_unlock(&ring_lock);
+	return more;
 }
 
 static void sess_write(struct bt_session *s, const struct bt_slot *e);
@@ -749,8 +755,28 @@ static void *trace_main(void *arg)
 		pthread_mutex_lock(&sess_lock);
 		for (k = 0; k < nr_sess; k++)
 			stop |= sess[k]->stopping;
-		/* a stop writes everything taken so far: its events are all in */
-		flush_pend(stop ? UINT64_MAX : blk_now_ns() - BT_HOLD_NS);
+		if (!stop) {
+			flush_pend(blk_now_ns() - BT_HOLD_NS);
+		} else {
+			bool more;
+
+			/*
+			 * A stop writes (or, to a reader gone, counts lost)
+			 * every event from before it. The drain above may have
+			 * passed a ring before the stop's last events, and
+			 * takes at most pend's size: drain again now, in passes
+			 * of pend's size until the rings are empty. An event
+			 * left in a ring was neither written nor counted
+			 * dropped (test_trace's full ring: written + dropped
+			 * came to 196,736 of 200,001 events, 7 runs in 40).
+			 */
+			do {
+				pthread_mutex_unlock(&sess_lock);
+				more = drain_rings();
+				pthread_mutex_lock(&sess_lock);
+				flush_pend(UINT64_MAX);
+			} while (more);
+		}
 		for (k = 0; k < nr_sess; k++)
 			if (sess[k]->stopping) {
 				sess[k]->stopped = true;
