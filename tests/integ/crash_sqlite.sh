@@ -117,10 +117,11 @@ record() {
 explore() {
 	local t0=$SECONDS
 	set +e
-	# --states 256: a crash point with more states than 64 bits number
-	# (WAL pages the cache wrote back before a flush, more of them when
-	# the machine is loaded) is sampled rather than refused; every other
-	# point is explored as without it.
+	# --states 256: a crash point whose default set has more than 256
+	# states (WAL pages the cache wrote back before a flush, more of them
+	# when the machine is loaded: one state per block rolled back) checks
+	# its in-order state and a sample of that set; every other point is
+	# explored as without it.
 	"$BLKFS" crashcheck "$log" --base "$MNT/r@base" --attach --jobs 2 --json \
 		--states 256 --scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
 		>"$TDIR/$1.json" 2>"$TDIR/$1.err"
