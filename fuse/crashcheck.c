@@ -6,16 +6,22 @@
  * them, and `--state ID --materialize FILE` to write one state out.
  *
  * Crash points: after every flush and every mark (with --each-write, after
- * every write too). At each, the in-order state, then: when at most N
- * physical blocks are touched by unflushed writes, every combination of
- * their prefixes; beyond N, the in-order state with up to K blocks rolled
- * back to an earlier prefix. --states MAX samples (with --seed) when a
- * point has more states than MAX, and the table says how many the full set
- * holds.
+ * every write too). At each, the in-order state first, then the rest of
+ * the point's default set: when at most N physical blocks are touched by
+ * unflushed writes (and their combinations number at most CC_MAX_LIST),
+ * every combination of their prefixes; else the in-order state with up to
+ * K blocks rolled back to an earlier prefix, at any size. --states MAX
+ * samples, without replacement and repeatably from --seed, only at points
+ * whose default set has more than MAX states: the in-order state and MAX-1
+ * others of that set. Every other point is explored exactly as without
+ * --states. The progress line, the table and --json say which.
  *
- * A state's id is "EVENT:N": the crash after event EVENT (0-based, in the
- * model's events), and its number N in the state set's mixed-radix order
- * (blk_cm_state_nth()), so an id names the same bytes on every run.
+ * A state's id names it at any size: "EVENT" is the in-order state of the
+ * crash after event EVENT (0-based, in the model's events);
+ * "EVENT:BLK=KEEP,..." is that state with each listed physical block
+ * rolled back to the first KEEP of its unflushed writes (blocks in
+ * increasing order; "BLK1-BLK2=KEEP" for a run of touched blocks that all
+ * keep KEEP). An id names the same bytes on every run with the same --pbs.
  *
  * Where states are built. A base MNT/DEV@SNAP of a ram device: each job
  * adds a ram device to that mount cloned from the snapshot (`blkfs add
@@ -69,13 +75,22 @@
 
 #define CC_DEF_N	10	/* 2^10 states when each block has one write: a few seconds of checks */
 #define CC_DEF_K	1	/* one block rolled back at a time: linear in the blocks touched */
+#define CC_MAX_K	8	/* the largest --k */
 #define CC_MAX_LIST	(1u << 22)	/* the most states one crash point may list */
 
 enum cc_verdict { CC_OK, CC_FAIL, CC_TIMEOUT, CC_ERROR };
 
+/* A block rolled back from the in-order state. */
+struct cc_roll {
+	uint64_t blk;		/* physical block number */
+	uint32_t bi;		/* its index in the point's blocks (blk_cm_point.b) */
+	uint32_t keep;		/* the prefix of its unflushed writes it keeps */
+};
+
 struct cc_task {
 	size_t point;		/* index into cc->pts */
-	uint64_t nth;
+	size_t roll;		/* its rolled-back blocks: cc->rolls[roll, roll + nr_roll) */
+	uint32_t nr_roll;	/* 0: the in-order state */
 	int verdict;
 	int status;		/* the checker's exit status, or -signal */
 	char *out;		/* a failing state's output file, kept */
@@ -84,6 +99,8 @@ struct cc_task {
 struct cc_point {
 	size_t ev;		/* the crash follows event ev */
 	uint64_t full;		/* states in the full set (UINT64_MAX: more) */
+	uint64_t dflt;		/* states in the default set (UINT64_MAX: more) */
+	bool sampled;		/* listed: a sample of the default set (--states) */
 	uint64_t listed;
 	uint64_t failed;
 	size_t first_fail;	/* task index, or SIZE_MAX */
@@ -116,6 +133,8 @@ struct cc {
 	size_t nr_pts;
 	struct cc_task *tasks;
 	size_t nr_tasks;
+	struct cc_roll *rolls;	/* the tasks' rolled-back blocks */
+	size_t nr_rolls;
 
 	/* after the run: the jobs' times, summed (see struct cc_job) */
 	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns, nr_diffs;
@@ -390,6 +409,7 @@ static int write_piece(void *ctx, uint64_t pos, uint64_t len, const void *data)
 
 /* ---- which states ---- */
 
+/* splitmix64: a sample depends on --seed alone, on every machine */
 static uint64_t rng_next(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -399,29 +419,69 @@ static uint64_t rng_next(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+/* The states listed so far: each the in-order state with a run of r[] rolled back. */
 struct list {
-	uint64_t *v;
+	struct cc_task *v;	/* only roll and nr_roll are set here */
 	size_t n, cap;
+	struct cc_roll *r;
+	size_t nr, rcap;
 };
 
-static int list_add(struct list *l, uint64_t x)
+/* Append the in-order state with the @n blocks of @r (in increasing order) rolled back. */
+static int list_add(struct list *l, const struct cc_roll *r, uint32_t n)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 64;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+		struct cc_task *v = realloc(l->v, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
 		l->v = v;
 		l->cap = cap;
 	}
-	l->v[l->n++] = x;
+	if (l->nr + n > l->rcap) {
+		size_t cap = l->rcap ? 2 * l->rcap : 64;
+		struct cc_roll *v;
+
+		while (cap < l->nr + n)
+			cap *= 2;
+		v = realloc(l->r, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->r = v;
+		l->rcap = cap;
+	}
+	if (n)
+		memcpy(l->r + l->nr, r, n * sizeof(*r));
+	memset(&l->v[l->n], 0, sizeof(l->v[0]));
+	l->v[l->n].roll = l->nr;
+	l->v[l->n].nr_roll = n;
+	l->n++;
+	l->nr += n;
 	return 0;
 }
 
-/* In-order with up to @k more blocks rolled back, from block @from on. */
-static int rollbacks(const struct blk_cm_point *pt, uint32_t *choice, size_t from, unsigned int k,
-		     struct list *l)
+/* Append @choice, a state of @pt, as the blocks where it differs from the in-order state. */
+static int list_add_choice(struct list *l, const struct blk_cm_point *pt, const uint32_t *choice,
+			   struct cc_roll *tmp)
+{
+	uint32_t n = 0;
+	size_t b;
+
+	for (b = 0; b < pt->nr_blocks; b++)
+		if (choice[b] != pt->b[b].nr)
+			tmp[n++] = (struct cc_roll){ .blk = pt->b[b].blk, .bi = (uint32_t)b,
+						     .keep = choice[b] };
+	return list_add(l, tmp, n);
+}
+
+/*
+ * In-order with up to @k more blocks rolled back, from block @from on;
+ * @st holds the @depth blocks rolled back already. @first: where the
+ * point's states start in @l.
+ */
+static int rollbacks(const struct blk_cm_point *pt, struct cc_roll *st, uint32_t depth,
+		     size_t from, unsigned int k, struct list *l, size_t first)
 {
 	size_t b;
 	uint32_t p;
@@ -430,62 +490,350 @@ static int rollbacks(const struct blk_cm_point *pt, uint32_t *choice, size_t fro
 	if (!k)
 		return 0;
 	for (b = from; b < pt->nr_blocks; b++) {
-		uint32_t keep = choice[b];
-
 		for (p = pt->b[b].min; p < pt->b[b].nr; p++) {
-			choice[b] = p;
-			if (l->n >= CC_MAX_LIST)
+			if (l->n - first >= CC_MAX_LIST)
 				return -E2BIG;
-			ret = list_add(l, blk_cm_state_index(pt, choice));
+			st[depth] = (struct cc_roll){ .blk = pt->b[b].blk, .bi = (uint32_t)b, .keep = p };
+			ret = list_add(l, st, depth + 1);
 			if (!ret)
-				ret = rollbacks(pt, choice, b + 1, k - 1, l);
+				ret = rollbacks(pt, st, depth + 1, b + 1, k - 1, l, first);
 			if (ret)
 				return ret;
 		}
-		choice[b] = keep;
 	}
 	return 0;
 }
 
-static int point_states(struct cc *cc, const struct blk_cm_point *pt, struct list *l)
+static uint64_t sat_add(uint64_t a, uint64_t b)
 {
-	uint32_t *choice = calloc(pt->nr_blocks + 1, sizeof(*choice));
-	uint64_t in_order, i;
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+	return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* The states with at most @k blocks rolled back, the in-order one counted (UINT64_MAX: more). */
+static uint64_t rollback_set_size(const struct blk_cm_point *pt, unsigned int k)
+{
+	uint64_t e[CC_MAX_K + 1] = { 1 }, n = 0;
+	unsigned int s;
+	size_t b;
+
+	/* e[s]: ways to roll back exactly s of the blocks seen so far */
+	for (b = 0; b < pt->nr_blocks; b++)
+		for (s = k; s > 0; s--)
+			e[s] = sat_add(e[s], sat_mul(e[s - 1], pt->b[b].nr - pt->b[b].min));
+	for (s = 0; s <= k; s++)
+		n = sat_add(n, e[s]);
+	return n;
+}
+
+static int size_cmp(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Keep @m of the states listed from @from on, chosen uniformly without
+ * replacement (a partial Fisher-Yates shuffle from @seed), in the order
+ * they were listed: a sampled point checks a subsequence of what it
+ * would check without --states.
+ */
+static int list_sample(struct list *l, size_t from, size_t m, uint64_t seed)
+{
+	size_t c = l->n - from, i, wr, *ix;
+
+	if (m >= c)
+		return 0;
+	ix = malloc(c * sizeof(*ix));
+	if (!ix)
+		return -ENOMEM;
+	for (i = 0; i < c; i++)
+		ix[i] = i;
+	for (i = 0; i < m && i < c; i++) {
+		size_t j = i + (size_t)(rng_next(&seed) % (c - i)), t = ix[i];
+
+		ix[i] = ix[j];
+		ix[j] = t;
+	}
+	qsort(ix, m, sizeof(*ix), size_cmp);
+	/* in place: ix[i] >= i, so entry from + ix[i] is still unmoved */
+	wr = l->v[from].roll;
+	for (i = 0; i < m; i++) {
+		struct cc_task t = l->v[from + ix[i]];
+
+		memmove(l->r + wr, l->r + t.roll, t.nr_roll * sizeof(*l->r));
+		t.roll = wr;
+		wr += t.nr_roll;
+		l->v[from + i] = t;
+	}
+	l->n = from + m;
+	l->nr = wr;
+	free(ix);
+	return 0;
+}
+
+static double rng_unit(uint64_t *s)
+{
+	return (double)(rng_next(s) >> 11) * 0x1.0p-53;
+}
+
+static uint64_t roll_hash(const struct cc_roll *r, uint32_t n)
+{
+	uint64_t h = 0x243f6a8885a308d3ull ^ n;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		uint64_t x = h ^ ((uint64_t)r[i].bi << 32 | r[i].keep);
+
+		h = rng_next(&x);
+	}
+	return h | 1;	/* 0 marks a free slot */
+}
+
+/*
+ * @m states with 1 to @k blocks rolled back, drawn uniformly without
+ * replacement, for a set too large to list (more than CC_MAX_LIST). The
+ * draw weighs each choice by the states that remain: W(i, s), the ways
+ * blocks i.. roll back exactly s of themselves (in doubles: they only
+ * weigh). A repeat is found by its hash and drawn again (two states with
+ * one hash: the second is dropped, never listed twice).
+ */
+static int rollbacks_draw(const struct blk_cm_point *pt, unsigned int k, size_t m, uint64_t seed,
+			  struct list *l)
+{
+	size_t nb = pt->nr_blocks, i, got = 0, tries = 0, hcap = 64;
+	double *w = malloc((nb + 1) * (k + 1) * sizeof(*w)), tot = 0;
+	struct cc_roll st[CC_MAX_K];
+	uint64_t *seen;
+	unsigned int s;
 	int ret = 0;
 
-	if (!choice)
-		return -ENOMEM;
-	blk_cm_state_in_order(pt, choice);
-	in_order = pt->nr_states == UINT64_MAX ? 0 : blk_cm_state_index(pt, choice);
-	ret = list_add(l, in_order);
-	if (cc->max_states && (pt->nr_states == UINT64_MAX || pt->nr_states > cc->max_states)) {
-		/* A sample of the full set (the in-order state first). */
-		uint64_t s = cc->seed ^ (uint64_t)l->n * 0x9e3779b97f4a7c15ull;
+	while (hcap < 2 * m + 2)
+		hcap *= 2;
+	seen = calloc(hcap, sizeof(*seen));
+	if (!w || !seen) {
+		ret = -ENOMEM;
+		goto out;
+	}
+#define W(i, s) w[(i) * (k + 1) + (s)]
+	for (s = 0; s <= k; s++)
+		W(nb, s) = s == 0;
+	for (i = nb; i-- > 0;) {
+		double r = (double)(pt->b[i].nr - pt->b[i].min);
 
-		for (i = 1; i < cc->max_states && !ret; i++) {
-			uint64_t r = rng_next(&s);
+		for (s = 0; s <= k; s++)
+			W(i, s) = W(i + 1, s) + (s ? r * W(i + 1, s - 1) : 0);
+	}
+	for (s = 1; s <= k; s++)
+		tot += W(0, s);
+	while (got < m && tries++ < 64 * m + 1024 && !ret) {
+		double u = rng_unit(&seed) * tot;
+		uint32_t n = 0;
+		uint64_t h;
+		size_t j;
 
-			if (pt->nr_states != UINT64_MAX)
-				r %= pt->nr_states;
-			ret = list_add(l, r);
+		for (s = 1; s < k && u >= W(0, s); s++)
+			u -= W(0, s);
+		for (i = 0; i < nb && s; i++) {
+			uint32_t r = pt->b[i].nr - pt->b[i].min;
+
+			if (!r || rng_unit(&seed) * W(i, s) >= (double)r * W(i + 1, s - 1))
+				continue;
+			st[n++] = (struct cc_roll){ .blk = pt->b[i].blk, .bi = (uint32_t)i,
+						    .keep = pt->b[i].min + (uint32_t)(rng_next(&seed) % r) };
+			s--;
 		}
-	} else if (pt->nr_blocks <= cc->n && pt->nr_states <= CC_MAX_LIST) {
-		for (i = 0; i < pt->nr_states && !ret; i++)
-			if (i != in_order)
-				ret = list_add(l, i);
-	} else if (pt->nr_states != UINT64_MAX) {
-		ret = rollbacks(pt, choice, 0, cc->k, l);
-		if (ret == -E2BIG) {
-			usage_err("crash point after event %zu: more than %u states within --k %u; "
-				  "use --states MAX to sample", pt->nr_events - 1, CC_MAX_LIST, cc->k);
+		if (s)
+			continue;	/* rounding left a roll-back undrawn: draw again */
+		h = roll_hash(st, n);
+		for (j = h & (hcap - 1); seen[j] && seen[j] != h; j = (j + 1) & (hcap - 1))
+			;
+		if (seen[j])
+			continue;
+		seen[j] = h;
+		ret = list_add(l, st, n);
+		got++;
+	}
+#undef W
+out:
+	free(seen);
+	free(w);
+	return ret;
+}
+
+/*
+ * The states of one crash point into @l: the in-order state first, then
+ * its default set (every combination within --n, else up to --k blocks
+ * rolled back), or with --states MAX, where that set has more than MAX
+ * states, MAX-1 of them drawn without replacement from the point's own
+ * seed (--seed and the point: a sample does not change with the points
+ * before it).
+ */
+static int point_states(struct cc *cc, const struct blk_cm_point *pt, struct cc_point *cp,
+			struct list *l)
+{
+	bool all = pt->nr_blocks <= cc->n && pt->nr_states <= CC_MAX_LIST;
+	uint64_t n = all ? pt->nr_states : rollback_set_size(pt, cc->k), x = cp->ev + 1;
+	uint64_t seed = cc->seed ^ rng_next(&x);
+	size_t first = l->n, m;
+	struct cc_roll *tmp = NULL;
+	uint32_t *choice = NULL;
+	int ret;
+
+	cp->dflt = n;
+	cp->sampled = cc->max_states && n > cc->max_states;
+	m = cp->sampled ? (size_t)cc->max_states - 1 : 0;
+	ret = list_add(l, NULL, 0);	/* the in-order state, whatever the size */
+	if (ret)
+		return ret;
+	if (cp->sampled && !m)
+		return 0;	/* --states 1: the in-order state alone */
+	if (cp->sampled && n > CC_MAX_LIST)
+		return rollbacks_draw(pt, cc->k, m, seed, l);
+	if (n > CC_MAX_LIST) {
+		usage_err("crash point after event %zu: more than %u states within --k %u; "
+			  "use --states MAX to sample", cp->ev, CC_MAX_LIST, cc->k);
+		return -E2BIG;
+	}
+	tmp = calloc(pt->nr_blocks + 1, sizeof(*tmp));
+	choice = calloc(pt->nr_blocks + 1, sizeof(*choice));
+	if (!tmp || !choice) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (all) {
+		uint64_t in_order, i;
+
+		blk_cm_state_in_order(pt, choice);
+		in_order = blk_cm_state_index(pt, choice);
+		for (i = 0; i < n && !ret; i++) {
+			if (i == in_order)
+				continue;
+			blk_cm_state_nth(pt, i, choice);
+			ret = list_add_choice(l, pt, choice, tmp);
 		}
 	} else {
-		usage_err("crash point after event %zu: too many states to number; use --states MAX",
-			  pt->nr_events - 1);
-		ret = -E2BIG;
+		ret = rollbacks(pt, tmp, 0, 0, cc->k, l, first);
 	}
+	if (!ret && cp->sampled)
+		ret = list_sample(l, first + 1, m, seed);
+out:
 	free(choice);
+	free(tmp);
 	return ret;
+}
+
+/*
+ * A state's id (see the top of the file), allocated: "EVENT", or
+ * "EVENT:BLK=KEEP,..." with runs of consecutive touched blocks that keep
+ * the same prefix as "BLK1-BLK2=KEEP".
+ */
+static char *state_id(size_t ev, const struct cc_roll *r, uint32_t n)
+{
+	size_t cap = 24 + (size_t)n * 56, len;
+	char *s = malloc(cap);
+	uint32_t i, j;
+
+	if (!s)
+		return NULL;
+	len = (size_t)snprintf(s, cap, "%zu", ev);
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n && r[j].bi == r[j - 1].bi + 1 && r[j].keep == r[i].keep; j++)
+			;
+		len += (size_t)snprintf(s + len, cap - len, "%c%" PRIu64, i ? ',' : ':', r[i].blk);
+		if (j - i > 1)
+			len += (size_t)snprintf(s + len, cap - len, "-%" PRIu64, r[j - 1].blk);
+		len += (size_t)snprintf(s + len, cap - len, "=%" PRIu32, r[i].keep);
+	}
+	return s;
+}
+
+static char *task_id(const struct cc *cc, const struct cc_task *t)
+{
+	return state_id(cc->pts[t->point].ev, cc->rolls + t->roll, t->nr_roll);
+}
+
+/* Index of physical block @blk among @pt's touched blocks, or -1. */
+static long point_block(const struct blk_cm_point *pt, uint64_t blk)
+{
+	size_t lo = 0, hi = pt->nr_blocks;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (pt->b[mid].blk < blk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < pt->nr_blocks && pt->b[lo].blk == blk ? (long)lo : -1;
+}
+
+/*
+ * The state an id's rolled-back part names (@spec: what follows "EVENT:",
+ * or "" for the in-order state) into @choice. 0, or -EINVAL with @why.
+ */
+static int parse_rollbacks(const struct blk_cm_point *pt, const char *spec, uint32_t *choice,
+			   char *why, size_t wlen)
+{
+	const char *p = spec;
+	long last = -1;
+
+	blk_cm_state_in_order(pt, choice);
+	while (*p) {
+		unsigned long long a, b, keep;
+		long ia, ib, i;
+		char *end;
+
+		errno = 0;
+		if (*p < '0' || *p > '9')
+			goto out_syntax;
+		a = b = strtoull(p, &end, 10);
+		if (*end == '-') {
+			if (end[1] < '0' || end[1] > '9')
+				goto out_syntax;
+			b = strtoull(end + 1, &end, 10);
+		}
+		if (*end != '=' || end[1] < '0' || end[1] > '9')
+			goto out_syntax;
+		keep = strtoull(end + 1, &end, 10);
+		if (errno || (*end && *end != ','))
+			goto out_syntax;
+		ia = point_block(pt, a);
+		ib = point_block(pt, b);
+		if (ia < 0 || ib < 0) {
+			snprintf(why, wlen, "no unflushed write touches physical block %llu at this "
+				 "crash point", ia < 0 ? a : b);
+			return -EINVAL;
+		}
+		if (ia <= last || ib < ia) {
+			snprintf(why, wlen, "blocks must come in increasing order, each once (at %llu)", a);
+			return -EINVAL;
+		}
+		for (i = ia; i <= ib; i++) {
+			if (keep < pt->b[i].min || keep > pt->b[i].nr) {
+				snprintf(why, wlen, "block %" PRIu64 " keeps %" PRIu32 " to %" PRIu32
+					 " of its writes, not %llu", pt->b[i].blk, pt->b[i].min,
+					 pt->b[i].nr, keep);
+				return -EINVAL;
+			}
+			choice[i] = (uint32_t)keep;
+		}
+		last = ib;
+		p = *end ? end + 1 : end;
+		if (*end && !*p)
+			goto out_syntax;
+	}
+	return 0;
+out_syntax:
+	snprintf(why, wlen, "expected EVENT or EVENT:BLK=KEEP,... (BLK1-BLK2=KEEP for a run) "
+		 "as the table or --json names it");
+	return -EINVAL;
 }
 
 /* ---- running the checker ---- */
@@ -1015,7 +1363,7 @@ static int run_state(struct cc_job *j, size_t ti)
 	struct blk_cm_point pt;
 	uint32_t *choice = NULL;
 	unsigned char *saved = NULL;
-	char id[64], outp[PATH_MAX], *marks = NULL;
+	char outp[PATH_MAX], *id = NULL, *marks = NULL;
 	uint64_t t0, t1;
 	size_t b;
 	int ret;
@@ -1033,7 +1381,9 @@ static int run_state(struct cc_job *j, size_t ti)
 	ret = job_advance(j, &pt);
 	if (ret)
 		goto out;
-	blk_cm_state_nth(&pt, t->nth, choice);
+	blk_cm_state_in_order(&pt, choice);
+	for (b = 0; b < t->nr_roll; b++)
+		choice[cc->rolls[t->roll + b].bi] = cc->rolls[t->roll + b].keep;
 	if (j->added) {
 		uint64_t bytes = 0;
 
@@ -1088,7 +1438,11 @@ built:
 
 		futimens(j->fd, tv);
 	}
-	snprintf(id, sizeof(id), "%zu:%" PRIu64, cp->ev, t->nth);
+	id = task_id(cc, t);
+	if (!id) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	snprintf(outp, sizeof(outp), "%s/blkfs-crash-%d-%u.out", cc->scratch, (int)getpid(), j->id);
 	ret = marks_env(cc, cp->ev + 1, &marks);
 	if (ret)
@@ -1102,7 +1456,12 @@ built:
 	if (t->verdict != CC_OK) {
 		char keep[PATH_MAX];
 
-		snprintf(keep, sizeof(keep), "%s/state-%zu-%" PRIu64 ".out", cc->keep, cp->ev, t->nth);
+		/* the id names the file, unless too long for a name */
+		if (strlen(id) < 200)
+			snprintf(keep, sizeof(keep), "%s/state-%s.out", cc->keep, id);
+		else
+			snprintf(keep, sizeof(keep), "%s/state-%zu-%zu.out", cc->keep, cp->ev,
+				 ti - cp->first_task);
 		if (rename(outp, keep) == 0)
 			t->out = strdup(keep);
 	}
@@ -1140,6 +1499,7 @@ built:
 	for (b = 0; b < pt.nr_blocks && !ret; b++)
 		ret = pwrite_all(j->fd, saved + b * cc->pbs, cc->pbs, pt.b[b].blk * cc->pbs);
 out:
+	free(id);
 	free(marks);
 	free(saved);
 	free(choice);
@@ -1210,14 +1570,27 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* How a point was explored: "exhaustive" or "sampled K of N", into @buf. */
+static const char *explored(const struct cc_point *p, char *buf, size_t len)
+{
+	if (!p->sampled)
+		return "exhaustive";
+	if (p->dflt == UINT64_MAX)
+		snprintf(buf, len, "sampled %" PRIu64 " of >2^64", p->listed);
+	else
+		snprintf(buf, len, "sampled %" PRIu64 " of %" PRIu64, p->listed, p->dflt);
+	return buf;
+}
+
 static void report(struct cc *cc, double secs)
 {
 	double built = cc->nr_built ? (double)cc->nr_built : 1;
 	double build_ms = (double)cc->build_ns / 1e6 / built;
 	double reset_ms = cc->nr_resets ? (double)cc->reset_ns / 1e6 / (double)cc->nr_resets : 0;
 	double check_ms = (double)cc->check_ns / 1e6 / built;
-	size_t i, t;
+	size_t i, t, nr_sampled = 0;
 	uint64_t timeouts = 0;
+	char how[64];
 
 	for (t = 0; t < cc->nr_tasks; t++) {
 		struct cc_task *tk = &cc->tasks[t];
@@ -1231,15 +1604,17 @@ static void report(struct cc *cc, double secs)
 				p->first_fail = t;
 		}
 	}
+	for (i = 0; i < cc->nr_pts; i++)
+		nr_sampled += cc->pts[i].sampled;
 	if (cc->json) {
 		printf("{\"log\": ");
 		json_str(stdout, cc->log_path);
 		printf(", \"states\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"timeouts\": %" PRIu64
 		       ", \"seconds\": %.3f, \"scratch\": \"%s\", \"build_ms\": %.3f, \"reset_ms\": %.3f"
 		       ", \"check_ms\": %.3f, \"resets\": %" PRIu64 ", \"extended\": %" PRIu64
-		       ", \"points\": [", cc->done, cc->failed, timeouts, secs,
+		       ", \"sampled_points\": %zu, \"points\": [", cc->done, cc->failed, timeouts, secs,
 		       cc->clone ? "clone" : "file", build_ms, reset_ms, check_ms, cc->nr_resets,
-		       cc->nr_diffs);
+		       cc->nr_diffs, nr_sampled);
 		for (i = 0; i < cc->nr_pts; i++) {
 			struct cc_point *p = &cc->pts[i];
 
@@ -1254,55 +1629,73 @@ static void report(struct cc *cc, double secs)
 				printf("null");
 			else
 				printf("%" PRIu64, p->full);
-			printf(", \"failures\": %" PRIu64 ", \"first_failure\": ", p->failed);
-			if (p->first_fail != SIZE_MAX)
-				printf("\"%zu:%" PRIu64 "\"", p->ev, cc->tasks[p->first_fail].nth);
-			else
+			printf(", \"default_set\": ");
+			if (p->dflt == UINT64_MAX)
 				printf("null");
+			else
+				printf("%" PRIu64, p->dflt);
+			printf(", \"explored\": \"%s\"", explored(p, how, sizeof(how)));
+			printf(", \"failures\": %" PRIu64 ", \"first_failure\": ", p->failed);
+			if (p->first_fail != SIZE_MAX) {
+				char *id = task_id(cc, &cc->tasks[p->first_fail]);
+
+				json_str(stdout, id);
+				free(id);
+			} else {
+				printf("null");
+			}
 			printf("}");
 		}
 		printf("],\n \"failed\": [");
 		for (t = 0, i = 0; t < cc->nr_tasks; t++) {
 			struct cc_task *tk = &cc->tasks[t];
+			char *id;
 
 			if (tk->verdict == CC_OK)
 				continue;
-			printf("%s\n  {\"state\": \"%zu:%" PRIu64 "\", \"verdict\": \"%s\", \"status\": %d, "
-			       "\"output\": ", i++ ? "," : "", cc->pts[tk->point].ev, tk->nth,
+			id = task_id(cc, tk);
+			printf("%s\n  {\"state\": ", i++ ? "," : "");
+			json_str(stdout, id);
+			printf(", \"verdict\": \"%s\", \"status\": %d, \"output\": ",
 			       verdict_name(tk->verdict), tk->status);
 			json_str(stdout, tk->out);
 			printf("}");
+			free(id);
 		}
 		printf("]}\n");
 		return;
 	}
-	printf("%-8s %-6s %-24s %10s %12s %9s  %s\n", "EVENT", "KIND", "MARK", "STATES", "FULL SET",
-	       "FAILURES", "FIRST FAILING");
+	printf("%-8s %-6s %-24s %10s %12s %-24s %9s  %s\n", "EVENT", "KIND", "MARK", "STATES",
+	       "FULL SET", "EXPLORED", "FAILURES", "FIRST FAILING");
 	for (i = 0; i < cc->nr_pts; i++) {
 		struct cc_point *p = &cc->pts[i];
-		char full[24], first[48] = "-";
+		char full[24];
+		char *first = p->first_fail != SIZE_MAX ? task_id(cc, &cc->tasks[p->first_fail]) : NULL;
 
 		if (p->full == UINT64_MAX)
 			snprintf(full, sizeof(full), ">2^64");
 		else
 			snprintf(full, sizeof(full), "%" PRIu64, p->full);
-		if (p->first_fail != SIZE_MAX)
-			snprintf(first, sizeof(first), "%zu:%" PRIu64, p->ev, cc->tasks[p->first_fail].nth);
-		printf("%-8zu %-6s %-24.24s %10" PRIu64 " %12s %9" PRIu64 "  %s\n", p->ev,
+		printf("%-8zu %-6s %-24.24s %10" PRIu64 " %12s %-24s %9" PRIu64 "  %s\n", p->ev,
 		       point_kind(cc, p->ev), cc->mark_text[p->ev] ? cc->mark_text[p->ev] : "-",
-		       p->listed, full, p->failed, first);
+		       p->listed, full, explored(p, how, sizeof(how)), p->failed, first ? first : "-");
+		free(first);
 	}
 	printf("%" PRIu64 " states, %" PRIu64 " failed (%" PRIu64 " timed out), %.1f s, %.0f states/s\n",
 	       cc->done, cc->failed, timeouts, secs, secs > 0 ? (double)cc->done / secs : 0.0);
+	printf("%zu crash points, %zu of them sampled (--states)\n", cc->nr_pts, nr_sampled);
 	printf("per state: %.3f ms to build (in %s; %" PRIu64 " resets, %.3f ms each; %" PRIu64
 	       " by adding writes to the state before), %.3f ms in the checker\n", build_ms,
 	       cc->clone ? "ram clones" : "scratch files", cc->nr_resets, reset_ms, cc->nr_diffs,
 	       check_ms);
 	for (t = 0; t < cc->nr_tasks; t++)
-		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out)
-			printf("failed %zu:%" PRIu64 " (%s, status %d): output in %s\n",
-			       cc->pts[cc->tasks[t].point].ev, cc->tasks[t].nth,
+		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out) {
+			char *id = task_id(cc, &cc->tasks[t]);
+
+			printf("failed %s (%s, status %d): output in %s\n", id ? id : "?",
 			       verdict_name(cc->tasks[t].verdict), cc->tasks[t].status, cc->tasks[t].out);
+			free(id);
+		}
 }
 
 /* ---- materialize ---- */
@@ -1311,28 +1704,27 @@ static int materialize(struct cc *cc)
 {
 	struct blk_cm_point pt;
 	uint32_t *choice;
-	unsigned long long ev, nth;
-	char *end;
+	unsigned long long ev;
+	char *end, why[256];
 	struct stat st;
 	int fd, ret;
 
 	errno = 0;
 	ev = strtoull(cc->state_id, &end, 10);
-	if (errno || *end != ':' || !end[1]) {
-		usage_err("--state %s: expected EVENT:N as the table or --json names it", cc->state_id);
+	if (errno || end == cc->state_id || (*end && (*end != ':' || !end[1]))) {
+		usage_err("--state %s: expected EVENT or EVENT:BLK=KEEP,... as the table or --json "
+			  "names it", cc->state_id);
 		return 2;
 	}
-	nth = strtoull(end + 1, &end, 10);
-	if (errno || *end || ev >= cc->m.nr) {
+	if (ev >= cc->m.nr) {
 		usage_err("--state %s: no such state (the log has %zu events)", cc->state_id, cc->m.nr);
 		return 2;
 	}
 	if (blk_cm_point_init(&pt, &cc->m, (size_t)ev + 1))
 		return 2;
 	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
-	if (!choice || blk_cm_state_nth(&pt, nth, choice)) {
-		usage_err("--state %s: crash point %llu has %" PRIu64 " states", cc->state_id, ev,
-			  pt.nr_states);
+	if (!choice || parse_rollbacks(&pt, *end ? end + 1 : end, choice, why, sizeof(why))) {
+		usage_err("--state %s: %s", cc->state_id, choice ? why : strerror(ENOMEM));
 		free(choice);
 		blk_cm_point_destroy(&pt);
 		return 2;
@@ -1476,7 +1868,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	struct stat st;
 	double t0;
 	struct timespec ts;
-	size_t i, p;
+	size_t i, p, nr_sampled = 0;
 	int c, fd, ret = 2;
 
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
@@ -1496,7 +1888,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			cc.n = (unsigned int)v;
 			break;
 		case 'K':
-			if (parse_u64("--k", optarg, &v) || v > 8)
+			if (parse_u64("--k", optarg, &v) || v > CC_MAX_K)
 				return 2;
 			cc.k = (unsigned int)v;
 			break;
@@ -1636,7 +2028,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		enum blk_cm_kind k = cc.m.ev[i].kind;
 		struct blk_cm_point pt;
 		struct cc_point *cp;
-		size_t before = l.n, s;
+		size_t before = l.n;
 
 		if (k == BLK_CM_WRITE && !cc.each_write)
 			continue;
@@ -1647,25 +2039,31 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		cp->full = pt.nr_states;
 		cp->first_fail = SIZE_MAX;
 		cp->first_task = before;
-		if (point_states(&cc, &pt, &l)) {
+		if (point_states(&cc, &pt, cp, &l)) {
 			blk_cm_point_destroy(&pt);
 			goto out;
 		}
 		cp->listed = l.n - before;
-		(void)s;
+		nr_sampled += cp->sampled;
 		blk_cm_point_destroy(&pt);
 	}
+	/* the list becomes the tasks */
 	cc.nr_tasks = l.n;
-	cc.tasks = calloc(l.n + 1, sizeof(*cc.tasks));
+	cc.tasks = l.v ? l.v : calloc(1, sizeof(*cc.tasks));
+	cc.rolls = l.r;
+	cc.nr_rolls = l.nr;
+	l.v = NULL;
+	l.r = NULL;
 	if (!cc.tasks)
 		goto out;
 	for (p = 0; p < cc.nr_pts; p++)
-		for (i = 0; i < cc.pts[p].listed; i++) {
-			struct cc_task *t = &cc.tasks[cc.pts[p].first_task + i];
-
-			t->point = p;
-			t->nth = l.v[cc.pts[p].first_task + i];
-		}
+		for (i = 0; i < cc.pts[p].listed; i++)
+			cc.tasks[cc.pts[p].first_task + i].point = p;
+	fprintf(stderr, "crashcheck: %zu crash points, %zu states", cc.nr_pts, cc.nr_tasks);
+	if (cc.max_states)
+		fprintf(stderr, "; %zu points sampled (--states %" PRIu64 " --seed %" PRIu64
+			"), the rest exhaustive", nr_sampled, cc.max_states, cc.seed);
+	fputc('\n', stderr);
 	if (!cc.keep) {
 		snprintf(keepdir, sizeof(keepdir), "%s/blkfs-crash-%d", cc.scratch, (int)getpid());
 		cc.keep = keepdir;
@@ -1740,6 +2138,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			else
 				break;
 		for (;;) {
+			char how[64], at[96] = "";
 			uint64_t d, f;
 			bool fin;
 
@@ -1750,11 +2149,19 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			d = cc.done;
 			f = cc.failed;
 			fin = d >= cc.nr_tasks || cc.stop;
+			/* the point of the last state taken, and how it is explored */
+			if (cc.next) {
+				const struct cc_point *cp = &cc.pts[cc.tasks[cc.next - 1].point];
+
+				snprintf(at, sizeof(at), "; event %zu: %s", cp->ev,
+					 explored(cp, how, sizeof(how)));
+			}
 			pthread_mutex_unlock(&cc.lock);
 			if (fin || now - last >= (tty ? 0.5 : 10.0)) {
 				fprintf(stderr, "%scrashcheck: %" PRIu64 "/%zu states, %.0f states/s, %"
-					PRIu64 " failed%s", tty ? "\r" : "", d, cc.nr_tasks,
-					now > t0 ? (double)d / (now - t0) : 0.0, f, tty ? "" : "\n");
+					PRIu64 " failed%s%s%s", tty ? "\r" : "", d, cc.nr_tasks,
+					now > t0 ? (double)d / (now - t0) : 0.0, f, at,
+					tty ? "\033[K" : "", tty ? "" : "\n");
 				last = now;
 			}
 			if (fin)
@@ -1807,6 +2214,8 @@ out:
 	free(cc.base_img);
 	free(cc.snap_mnt);
 	free(l.v);
+	free(l.r);
+	free(cc.rolls);
 	if (cc.mark_text)
 		for (i = 0; i < cc.m.nr; i++)
 			free((char *)cc.mark_text[i]);
