@@ -100,25 +100,43 @@ void bf_stat_latency(const char *mnt, const char *dev, bool json, bool first_fie
 
 /* ------------------------------------------------------------ iostat */
 
-/* The 17 fields of a /sys/block/X/stat line. */
+/* The 17 fields of a /sys/block/X/stat line, times in nanoseconds. */
 struct io_fields {
 	unsigned long long v[17];
 };
 
 enum { RD_IOS, RD_MERGES, RD_SECT, RD_TICKS, WR_IOS, WR_MERGES, WR_SECT, WR_TICKS, IN_FLIGHT,
-       IO_TICKS, TIME_IN_QUEUE };
+       IO_TICKS, TIME_IN_QUEUE, DC_IOS, DC_MERGES, DC_SECT, DC_TICKS, FL_IOS, FL_TICKS };
 
+/*
+ * @file's fields ("stat" or "fuse_stat"): from its _ns twin, whose times
+ * are nanoseconds, or, from a daemon without one, from @file itself, whose
+ * milliseconds are made nanoseconds.
+ */
 static bool read_fields(const char *mnt, const char *dev, const char *file, struct io_fields *s)
 {
-	FILE *f = open_sys(mnt, dev, file);
+	static const int ticks[] = { RD_TICKS, WR_TICKS, IO_TICKS, TIME_IN_QUEUE, DC_TICKS, FL_TICKS };
+	char ns_file[32];
+	FILE *f;
+	bool ms = false;
 	int n = 0;
+	unsigned i;
 
 	memset(s, 0, sizeof(*s));
+	snprintf(ns_file, sizeof(ns_file), "%s_ns", file);
+	f = open_sys(mnt, dev, ns_file);
+	if (!f && errno == ENOENT) {
+		f = open_sys(mnt, dev, file);
+		ms = true;
+	}
 	if (!f)
 		return false;
 	while (n < 17 && fscanf(f, "%llu", &s->v[n]) == 1)
 		n++;
 	fclose(f);
+	if (ms)
+		for (i = 0; i < sizeof(ticks) / sizeof(ticks[0]); i++)
+			s->v[ticks[i]] *= 1000000;
 	return n >= 11;
 }
 
@@ -181,17 +199,18 @@ int bf_stat_interval(const char *mnt, const char *dev, double secs, long count)
 
 				if (!read_fields(mnt, names[i], files[l], &cur))
 					continue;
-				util = (double)(cur.v[IO_TICKS] - p->v[IO_TICKS]) / 10 / dt;
+				/* ns busy / ns elapsed, in percent */
+				util = (double)(cur.v[IO_TICKS] - p->v[IO_TICKS]) / 1e7 / dt;
 				r = (double)(cur.v[RD_IOS] - p->v[RD_IOS]);
 				w = (double)(cur.v[WR_IOS] - p->v[WR_IOS]);
-				ra = r ? (double)(cur.v[RD_TICKS] - p->v[RD_TICKS]) / r : 0;
-				wa = w ? (double)(cur.v[WR_TICKS] - p->v[WR_TICKS]) / w : 0;
-				printf("%-16s %-6s %10.2f %10.2f %8.2f %8.2f %8.2f %8.2f %7.2f %6.1f\n",
+				ra = r ? (double)(cur.v[RD_TICKS] - p->v[RD_TICKS]) / 1e6 / r : 0;
+				wa = w ? (double)(cur.v[WR_TICKS] - p->v[WR_TICKS]) / 1e6 / w : 0;
+				printf("%-16s %-6s %10.2f %10.2f %8.2f %8.2f %8.3f %8.3f %7.3f %6.1f\n",
 				       names[i], lvl[l], r / dt, w / dt,
 				       (double)(cur.v[RD_SECT] - p->v[RD_SECT]) * 512 / 1048576 / dt,
 				       (double)(cur.v[WR_SECT] - p->v[WR_SECT]) * 512 / 1048576 / dt,
 				       ra, wa,
-				       (double)(cur.v[TIME_IN_QUEUE] - p->v[TIME_IN_QUEUE]) / 1000 / dt,
+				       (double)(cur.v[TIME_IN_QUEUE] - p->v[TIME_IN_QUEUE]) / 1e9 / dt,
 				       util < 100 ? util : 100.0);
 				*p = cur;
 			}
@@ -273,10 +292,10 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 {
 	static const char *const files[2] = { "stat", "fuse_stat" };
 	static const char *const lvl[2] = { "device", "fuse" };
-	/* op: its ios, sectors and ticks (ms) fields; -1 where `stat` has none */
+	/* op: its ios, sectors and ticks (ns) fields; -1 where `stat` has none */
 	static const struct { const char *op; int ios, sect, ticks; } ops[] = {
 		{ "read", RD_IOS, RD_SECT, RD_TICKS }, { "write", WR_IOS, WR_SECT, WR_TICKS },
-		{ "discard", 11, 13, 14 }, { "flush", 15, -1, 16 },
+		{ "discard", DC_IOS, DC_SECT, DC_TICKS }, { "flush", FL_IOS, -1, FL_TICKS },
 	};
 	static const struct { const char *name, *type, *help; } fam[] = {
 		{ "blkfs_ios_total", "counter", "I/Os completed without error" },
@@ -307,8 +326,8 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 					continue;
 				if (k == 3 || k == 4) {
 					if (k == 3)
-						printf("%s{device=\"%s\",level=\"%s\"} %.3f\n", fam[k].name,
-						       names[d], lvl[l], (double)v[IO_TICKS] / 1e3);
+						printf("%s{device=\"%s\",level=\"%s\"} %.9f\n", fam[k].name,
+						       names[d], lvl[l], (double)v[IO_TICKS] / 1e9);
 					else
 						printf("%s{device=\"%s\",level=\"%s\"} %llu\n", fam[k].name,
 						       names[d], lvl[l], v[IN_FLIGHT]);
@@ -324,7 +343,7 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 					else if (k == 1)
 						printf("%llu\n", v[ops[o].sect] * 512);
 					else
-						printf("%.3f\n", (double)v[ops[o].ticks] / 1e3);
+						printf("%.9f\n", (double)v[ops[o].ticks] / 1e9);
 				}
 			}
 	}
