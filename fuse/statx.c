@@ -397,7 +397,10 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 	if (nr_s)
 		qsort(s, nr_s, sizeof(*s), cmp_sample);
 	for (i = 0; i < nr_s; i++) {
-		const char *suffix = s[i].gauge ? "" : "_total";
+		/* a counter's name ends in _total once (receive_buffers_kept_total) */
+		size_t nl = strlen(s[i].name);
+		const char *suffix = s[i].gauge || (nl > 6 && !strcmp(s[i].name + nl - 6, "_total")) ?
+				     "" : "_total";
 
 		if (!i || strcmp(s[i].name, s[i - 1].name)) {
 			printf("# HELP blkfs_%s%s blkfs_stat's %s.\n", s[i].name, suffix, s[i].name);
