@@ -349,6 +349,72 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 	}
 }
 
+/*
+ * The latency histograms, from .sys/DEV/latency_total: every level and op
+ * of every device from the mount on, with the same buckets, so that
+ * histogram_quantile() over rate() works: biolatency's log2 buckets of
+ * 2 us up to 2^PROM_LAT_BUCKETS us (67 s), slower in +Inf. The counts are
+ * totals a `reset` of .sys/DEV/latency does not take back.
+ */
+#define PROM_LAT_BUCKETS 26
+#define LAT_LOG2 40		/* the buckets of a latency_total line (BH_LOG2) */
+
+static void prom_latency(const char *mnt, char names[][NAME_MAX + 1], int nr)
+{
+	char line[2048];
+	int d;
+
+	printf("# HELP blkfs_latency_seconds Latency of I/O by device, level (device: the layer "
+	       "below the cache; fuse: the user's requests) and op.\n");
+	printf("# TYPE blkfs_latency_seconds histogram\n");
+	for (d = 0; d < nr; d++) {
+		FILE *f = open_sys(mnt, names[d], "latency_total");
+
+		if (!f)
+			continue;	/* an older daemon */
+		while (fgets(line, sizeof(line), f)) {
+			char level[16], op[16];
+			unsigned long long count, sum, b[LAT_LOG2], cum = 0;
+			int off = 0, k;
+			char *p;
+
+			if (sscanf(line, "%15s %15s count %llu sum_ns %llu usecs_log2%n", level, op, &count,
+				   &sum, &off) != 4 || !off)
+				continue;
+			p = line + off;
+			for (k = 0; k < LAT_LOG2; k++) {
+				char *end;
+
+				b[k] = strtoull(p, &end, 10);
+				if (end == p)
+					break;
+				p = end;
+			}
+			if (k < LAT_LOG2)
+				continue;
+			for (k = 0; k < PROM_LAT_BUCKETS; k++) {
+				/* bucket k holds [2^k, 2^(k+1)) us (k = 0: 0 and 1 us) */
+				cum += b[k];
+				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
+				       "le=\"%.9g\"} %llu\n", names[d], level, op,
+				       (double)(2ull << k) / 1e6, cum);
+			}
+			for (; k < LAT_LOG2; k++)
+				cum += b[k];
+			/* the fine histogram's count is the count: the log2 one may lag a little */
+			if (count > cum)
+				cum = count;
+			printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
+			       "le=\"+Inf\"} %llu\n", names[d], level, op, cum);
+			printf("blkfs_latency_seconds_sum{device=\"%s\",level=\"%s\",op=\"%s\"} %.9f\n",
+			       names[d], level, op, (double)sum / 1e9);
+			printf("blkfs_latency_seconds_count{device=\"%s\",level=\"%s\",op=\"%s\"} %llu\n",
+			       names[d], level, op, cum);
+		}
+		fclose(f);
+	}
+}
+
 int bf_stat_prometheus(const char *mnt, const char *dev)
 {
 	static char names[MAX_DEVS][NAME_MAX + 1];
@@ -445,47 +511,6 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 	/* iostat's counters at both levels: .sys/DEV/stat and .sys/DEV/fuse_stat */
 	prom_levels(mnt, names, nr);
 	/* latencies: biolatency's buckets, cumulative, in seconds */
-	printf("# HELP blkfs_latency_seconds Latency of I/O by device, level (device: the layer "
-	       "below the cache; fuse: the user's requests) and op.\n");
-	printf("# TYPE blkfs_latency_seconds histogram\n");
-	for (d = 0; d < nr; d++) {
-		FILE *f = open_sys(mnt, names[d], "latency");
-		struct lat_line l;
-		bool in = false, more = true;
-		unsigned long long cum = 0;
-
-		if (!f)
-			continue;
-		while (more) {
-			unsigned long long lo, hi, c;
-			struct lat_line next;
-			bool head;
-
-			more = fgets(line, sizeof(line), f) != NULL;
-			head = more && parse_lat(line, &next);
-			if (in && (!more || head)) {
-				/* the end of one histogram */
-				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
-				       "le=\"+Inf\"} %llu\n", names[d], l.level, l.op,
-				       cum > l.count ? cum : l.count);
-				printf("blkfs_latency_seconds_sum{device=\"%s\",level=\"%s\",op=\"%s\"} "
-				       "%.9f\n", names[d], l.level, l.op, (double)l.sum / 1e9);
-				printf("blkfs_latency_seconds_count{device=\"%s\",level=\"%s\",op=\"%s\"} "
-				       "%llu\n", names[d], l.level, l.op, cum > l.count ? cum : l.count);
-				in = false;
-			}
-			if (head) {
-				l = next;
-				in = true;
-				cum = 0;
-			} else if (in && sscanf(line, " %llu -> %llu : %llu", &lo, &hi, &c) == 3) {
-				cum += c;
-				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
-				       "le=\"%g\"} %llu\n", names[d], l.level, l.op, (double)(hi + 1) / 1e6,
-				       cum);
-			}
-		}
-		fclose(f);
-	}
+	prom_latency(mnt, names, nr);
 	return 0;
 }

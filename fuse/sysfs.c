@@ -363,7 +363,16 @@ static int show_latency(struct bf_dev *bd, char *buf, size_t len)
 	return (int)bt_latency_show(t, buf, len);
 }
 
-/* `reset` clears both levels' histograms. */
+static int show_latency_total(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+
+	if (!t)
+		return -ENOMEM;
+	return (int)bt_latency_total_show(t, buf, len);
+}
+
+/* `reset` starts both levels' histograms over (latency_total goes on counting). */
 static int store_latency(struct bf_dev *bd, const char *buf, size_t len)
 {
 	struct bt_dev *t = bt_dev_get(bd->cd->name);
@@ -389,6 +398,7 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "cache_block_size", show_cache_block, NULL },
 	{ "dev", show_dev, NULL },
 	{ "latency", show_latency, store_latency },
+	{ "latency_total", show_latency_total, NULL },
 	{ "fuse_stat", show_fuse_stat, NULL },
 	{ "stat_ns", show_stat_ns, NULL },
 	{ "fuse_stat_ns", show_fuse_stat_ns, NULL },

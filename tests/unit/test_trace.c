@@ -357,13 +357,40 @@ Test(blktrace, fuse_level_counts_per_thread)
 	bt_hist_reset(d);
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 0, "%llu after reset", (unsigned long long)h.count);
+	cr_assert_eq(h.max_ns, 0, "the max is since the reset too");
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 3, "a reset takes no count back from the totals");
 	__atomic_store_n(&go, 2, __ATOMIC_RELEASE);
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 0, "%llu after the thread exited", (unsigned long long)h.count);
-	one_request(d);		/* this thread's block: cleared at its first request after the reset */
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 3, "an exited thread's counts stay in the totals");
+	one_request(d);		/* this thread's block: its max cleared at its first request after the reset */
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 1);
+	cr_assert_gt(h.max_ns, 0);
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 4);
+	{
+		/* the shows say the length they need, as snprintf: .sys sizes its buffer so */
+		size_t need = bt_latency_show(d, NULL, 0), got;
+		char small[16], *big = malloc(need + 1);
+
+		cr_assert_gt(need, sizeof(small));
+		cr_assert_eq(bt_latency_show(d, small, sizeof(small)), need);
+		cr_assert_eq(strlen(small), sizeof(small) - 1, "cut and terminated");
+		got = bt_latency_show(d, big, need + 1);
+		cr_assert_eq(got, need);
+		cr_assert_eq(strlen(big), need);
+		free(big);
+		need = bt_latency_total_show(d, NULL, 0);
+		big = malloc(need + 1);
+		cr_assert_eq(bt_latency_total_show(d, big, need + 1), need);
+		cr_assert(strstr(big, "fuse read count 4 "), "%s", big);
+		cr_assert(strstr(big, "device discard count 0 sum_ns 0 usecs_log2 0 "), "%s", big);
+		free(big);
+	}
 	bt_fuse_counts(d, &c);
 	cr_assert_eq(c.ios[BT_OP_READ], 4, "reset clears latencies, not iostat's counts");
 	cr_assert_eq(c.in_flight, 0);
