@@ -404,3 +404,32 @@ Test(blktrace, fuse_level_counts_per_thread)
 	bt_fuse_counts(d, &c);
 	cr_assert_gt(c.io_ticks_ns, 0);
 }
+
+/*
+ * .sys/DEV/latency is never cut (issue 37): with all 8 histograms over
+ * every bucket the text is far above the 16 KiB it was cut at, and the
+ * show says how long it is, so that the .sys file is sized from it.
+ */
+Test(blktrace, latency_show_whole)
+{
+	struct bt_dev *d = bt_dev_get("trace_big");
+	size_t need, got;
+	char *buf;
+	int l, o, k;
+
+	cr_assert_not_null(d);
+	for (l = 0; l < BT_LEVELS; l++)
+		for (o = 0; o < BT_NR_OPS; o++)
+			for (k = 0; k < BH_LOG2; k++)
+				blk_hist_add(&d->hist[l][o], (1ull << k) * 1000);
+	need = bt_latency_show(d, NULL, 0);
+	cr_assert_gt(need, 16384, "%zu bytes", need);
+	buf = malloc(need + 1);
+	cr_assert_not_null(buf);
+	got = bt_latency_show(d, buf, need + 1);
+	cr_assert_eq(got, need);
+	cr_assert_eq(strlen(buf), need, "whole");
+	cr_assert(strstr(buf, "fuse discard count 40 "), "%s", buf);
+	cr_assert(strstr(buf + need - 120, "549755813888 -> 1099511627775 : 1"), "%s", buf + need - 120);
+	free(buf);
+}
