@@ -234,7 +234,27 @@ static bool is_gauge(const char *name)
 	for (i = 0; g[i]; i++)
 		if (!strcmp(name, g[i]))
 			return true;
-	/* a layer's levels: arena, in flight, queued, up or down now */
+	/*
+	 * A layer's levels and settings: arena and slabs, in flight, queued,
+	 * held or hung now, up or down now, pool sizes and limits. Exported as
+	 * counters they went down (a pool's size, a queue's length), which
+	 * a counter must never do.
+	 */
+	static const char *const lg[] = {
+		"aio_queue_depth", "aio_queued", "aio_worker", "aio_fdsync", "aio_orphans",
+		"slab_bytes", "slab_spare_bytes", "node_bytes", "delay_held_ios",
+		"fault_badblock_ranges", "fault_hung_ios", "throttle_queue_len",
+		"powerloss_unflushed_bytes", "powerloss_unflushed_writes",
+		"powerloss_save_pool_bytes", "powerloss_save_pool_limit", NULL,
+	};
+	size_t n = strlen(name);
+
+	for (i = 0; lg[i]; i++)
+		if (!strcmp(name, lg[i]))
+			return true;
+	/* a filter's pool of per-I/O state: its size (NAME_pool) */
+	if (n > 5 && !strcmp(name + n - 5, "_pool"))
+		return true;
 	return strstr(name, "inflight") || strstr(name, "in_flight") || strstr(name, "queued_now") ||
 	       strstr(name, "arena") || !strcmp(name, "flakey_down") || strstr(name, "_peak") ||
 	       strstr(name, "_max");
