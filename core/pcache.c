@@ -467,7 +467,7 @@ void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 	pthread_mutex_lock(&dev->acct_lock);
 	st->in_flight = dev->acct_in_flight;
 	if (dev->acct_in_flight)	/* the busy period so far counts too */
-		st->io_ticks_ms += (blk_now_ns() - dev->acct_busy_since_ns) / 1000000;
+		st->io_ticks_ns += blk_now_ns() - dev->acct_busy_since_ns;
 	pthread_mutex_unlock(&dev->acct_lock);
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);

@@ -109,9 +109,11 @@ struct pc_cache_params {
 /*
  * Counters of one device; all monotonic except the gauges dirty_bytes (dirty,
  * not yet under writeback), writeback_bytes (under writeback), cached_bytes
- * and in_flight. backend_* count I/Os that succeeded; *_ticks_ms add up each
- * backend I/O's time from submit to completion, io_ticks_ms the time with
- * at least one in flight (the fields of the kernel's /sys/block/X/stat).
+ * and in_flight. backend_* count I/Os that succeeded; *_ticks_ns add up each
+ * backend I/O's time from submit to completion, io_ticks_ns the time with
+ * at least one in flight (the fields of the kernel's /sys/block/X/stat, in
+ * nanoseconds as the kernel's part_stat nsecs[]: no I/O is rounded on its
+ * own; .sys/DEV/stat shows the sums in milliseconds).
  */
 #define PC_HIST_BUCKETS 18	/* backend write sizes: <= 512 << i, the last open-ended */
 struct pc_stats {
@@ -120,8 +122,8 @@ struct pc_stats {
 	uint64_t backend_read_bytes, backend_write_bytes;
 	uint64_t backend_read_ios, backend_write_ios;
 	uint64_t backend_flushes, backend_discards, backend_discard_bytes;
-	uint64_t read_ticks_ms, write_ticks_ms, discard_ticks_ms, flush_ticks_ms;
-	uint64_t io_ticks_ms, time_in_queue_ms;
+	uint64_t read_ticks_ns, write_ticks_ns, discard_ticks_ns, flush_ticks_ns;
+	uint64_t io_ticks_ns, time_in_queue_ns;
 	uint64_t direct_read_bytes, direct_write_bytes;
 	uint64_t cache_hits, cache_misses;	/* in cache blocks */
 	uint64_t readahead_bytes;		/* read for sequential readers beyond their reads */

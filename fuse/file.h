@@ -23,6 +23,7 @@
 #include "../core/pcache.h"
 
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
+#define BF_SYS_MAX (16u << 20)	/* a .sys snapshot grows to this (sysfile.c), no further */
 
 struct bf_file;
 

@@ -100,25 +100,43 @@ void bf_stat_latency(const char *mnt, const char *dev, bool json, bool first_fie
 
 /* ------------------------------------------------------------ iostat */
 
-/* The 17 fields of a /sys/block/X/stat line. */
+/* The 17 fields of a /sys/block/X/stat line, times in nanoseconds. */
 struct io_fields {
 	unsigned long long v[17];
 };
 
 enum { RD_IOS, RD_MERGES, RD_SECT, RD_TICKS, WR_IOS, WR_MERGES, WR_SECT, WR_TICKS, IN_FLIGHT,
-       IO_TICKS, TIME_IN_QUEUE };
+       IO_TICKS, TIME_IN_QUEUE, DC_IOS, DC_MERGES, DC_SECT, DC_TICKS, FL_IOS, FL_TICKS };
 
+/*
+ * @file's fields ("stat" or "fuse_stat"): from its _ns twin, whose times
+ * are nanoseconds, or, from a daemon without one, from @file itself, whose
+ * milliseconds are made nanoseconds.
+ */
 static bool read_fields(const char *mnt, const char *dev, const char *file, struct io_fields *s)
 {
-	FILE *f = open_sys(mnt, dev, file);
+	static const int ticks[] = { RD_TICKS, WR_TICKS, IO_TICKS, TIME_IN_QUEUE, DC_TICKS, FL_TICKS };
+	char ns_file[32];
+	FILE *f;
+	bool ms = false;
 	int n = 0;
+	unsigned i;
 
 	memset(s, 0, sizeof(*s));
+	snprintf(ns_file, sizeof(ns_file), "%s_ns", file);
+	f = open_sys(mnt, dev, ns_file);
+	if (!f && errno == ENOENT) {
+		f = open_sys(mnt, dev, file);
+		ms = true;
+	}
 	if (!f)
 		return false;
 	while (n < 17 && fscanf(f, "%llu", &s->v[n]) == 1)
 		n++;
 	fclose(f);
+	if (ms)
+		for (i = 0; i < sizeof(ticks) / sizeof(ticks[0]); i++)
+			s->v[ticks[i]] *= 1000000;
 	return n >= 11;
 }
 
@@ -181,17 +199,18 @@ int bf_stat_interval(const char *mnt, const char *dev, double secs, long count)
 
 				if (!read_fields(mnt, names[i], files[l], &cur))
 					continue;
-				util = (double)(cur.v[IO_TICKS] - p->v[IO_TICKS]) / 10 / dt;
+				/* ns busy / ns elapsed, in percent */
+				util = (double)(cur.v[IO_TICKS] - p->v[IO_TICKS]) / 1e7 / dt;
 				r = (double)(cur.v[RD_IOS] - p->v[RD_IOS]);
 				w = (double)(cur.v[WR_IOS] - p->v[WR_IOS]);
-				ra = r ? (double)(cur.v[RD_TICKS] - p->v[RD_TICKS]) / r : 0;
-				wa = w ? (double)(cur.v[WR_TICKS] - p->v[WR_TICKS]) / w : 0;
-				printf("%-16s %-6s %10.2f %10.2f %8.2f %8.2f %8.2f %8.2f %7.2f %6.1f\n",
+				ra = r ? (double)(cur.v[RD_TICKS] - p->v[RD_TICKS]) / 1e6 / r : 0;
+				wa = w ? (double)(cur.v[WR_TICKS] - p->v[WR_TICKS]) / 1e6 / w : 0;
+				printf("%-16s %-6s %10.2f %10.2f %8.2f %8.2f %8.3f %8.3f %7.3f %6.1f\n",
 				       names[i], lvl[l], r / dt, w / dt,
 				       (double)(cur.v[RD_SECT] - p->v[RD_SECT]) * 512 / 1048576 / dt,
 				       (double)(cur.v[WR_SECT] - p->v[WR_SECT]) * 512 / 1048576 / dt,
 				       ra, wa,
-				       (double)(cur.v[TIME_IN_QUEUE] - p->v[TIME_IN_QUEUE]) / 1000 / dt,
+				       (double)(cur.v[TIME_IN_QUEUE] - p->v[TIME_IN_QUEUE]) / 1e9 / dt,
 				       util < 100 ? util : 100.0);
 				*p = cur;
 			}
@@ -215,7 +234,27 @@ static bool is_gauge(const char *name)
 	for (i = 0; g[i]; i++)
 		if (!strcmp(name, g[i]))
 			return true;
-	/* a layer's levels: arena, in flight, queued, up or down now */
+	/*
+	 * A layer's levels and settings: arena and slabs, in flight, queued,
+	 * held or hung now, up or down now, pool sizes and limits. Exported as
+	 * counters they went down (a pool's size, a queue's length), which
+	 * a counter must never do.
+	 */
+	static const char *const lg[] = {
+		"aio_queue_depth", "aio_queued", "aio_worker", "aio_fdsync", "aio_orphans",
+		"slab_bytes", "slab_spare_bytes", "node_bytes", "delay_held_ios",
+		"fault_badblock_ranges", "fault_hung_ios", "throttle_queue_len",
+		"powerloss_unflushed_bytes", "powerloss_unflushed_writes",
+		"powerloss_save_pool_bytes", "powerloss_save_pool_limit", NULL,
+	};
+	size_t n = strlen(name);
+
+	for (i = 0; lg[i]; i++)
+		if (!strcmp(name, lg[i]))
+			return true;
+	/* a filter's pool of per-I/O state: its size (NAME_pool) */
+	if (n > 5 && !strcmp(name + n - 5, "_pool"))
+		return true;
 	return strstr(name, "inflight") || strstr(name, "in_flight") || strstr(name, "queued_now") ||
 	       strstr(name, "arena") || !strcmp(name, "flakey_down") || strstr(name, "_peak") ||
 	       strstr(name, "_max");
@@ -273,10 +312,10 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 {
 	static const char *const files[2] = { "stat", "fuse_stat" };
 	static const char *const lvl[2] = { "device", "fuse" };
-	/* op: its ios, sectors and ticks (ms) fields; -1 where `stat` has none */
+	/* op: its ios, sectors and ticks (ns) fields; -1 where `stat` has none */
 	static const struct { const char *op; int ios, sect, ticks; } ops[] = {
 		{ "read", RD_IOS, RD_SECT, RD_TICKS }, { "write", WR_IOS, WR_SECT, WR_TICKS },
-		{ "discard", 11, 13, 14 }, { "flush", 15, -1, 16 },
+		{ "discard", DC_IOS, DC_SECT, DC_TICKS }, { "flush", FL_IOS, -1, FL_TICKS },
 	};
 	static const struct { const char *name, *type, *help; } fam[] = {
 		{ "blkfs_ios_total", "counter", "I/Os completed without error" },
@@ -307,8 +346,8 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 					continue;
 				if (k == 3 || k == 4) {
 					if (k == 3)
-						printf("%s{device=\"%s\",level=\"%s\"} %.3f\n", fam[k].name,
-						       names[d], lvl[l], (double)v[IO_TICKS] / 1e3);
+						printf("%s{device=\"%s\",level=\"%s\"} %.9f\n", fam[k].name,
+						       names[d], lvl[l], (double)v[IO_TICKS] / 1e9);
 					else
 						printf("%s{device=\"%s\",level=\"%s\"} %llu\n", fam[k].name,
 						       names[d], lvl[l], v[IN_FLIGHT]);
@@ -324,9 +363,75 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 					else if (k == 1)
 						printf("%llu\n", v[ops[o].sect] * 512);
 					else
-						printf("%.3f\n", (double)v[ops[o].ticks] / 1e3);
+						printf("%.9f\n", (double)v[ops[o].ticks] / 1e9);
 				}
 			}
+	}
+}
+
+/*
+ * The latency histograms, from .sys/DEV/latency_total: every level and op
+ * of every device from the mount on, with the same buckets, so that
+ * histogram_quantile() over rate() works: biolatency's log2 buckets of
+ * 2 us up to 2^PROM_LAT_BUCKETS us (67 s), slower in +Inf. The counts are
+ * totals a `reset` of .sys/DEV/latency does not take back.
+ */
+#define PROM_LAT_BUCKETS 26
+#define LAT_LOG2 40		/* the buckets of a latency_total line (BH_LOG2) */
+
+static void prom_latency(const char *mnt, char names[][NAME_MAX + 1], int nr)
+{
+	char line[2048];
+	int d;
+
+	printf("# HELP blkfs_latency_seconds Latency of I/O by device, level (device: the layer "
+	       "below the cache; fuse: the user's requests) and op.\n");
+	printf("# TYPE blkfs_latency_seconds histogram\n");
+	for (d = 0; d < nr; d++) {
+		FILE *f = open_sys(mnt, names[d], "latency_total");
+
+		if (!f)
+			continue;	/* an older daemon */
+		while (fgets(line, sizeof(line), f)) {
+			char level[16], op[16];
+			unsigned long long count, sum, b[LAT_LOG2], cum = 0;
+			int off = 0, k;
+			char *p;
+
+			if (sscanf(line, "%15s %15s count %llu sum_ns %llu usecs_log2%n", level, op, &count,
+				   &sum, &off) != 4 || !off)
+				continue;
+			p = line + off;
+			for (k = 0; k < LAT_LOG2; k++) {
+				char *end;
+
+				b[k] = strtoull(p, &end, 10);
+				if (end == p)
+					break;
+				p = end;
+			}
+			if (k < LAT_LOG2)
+				continue;
+			for (k = 0; k < PROM_LAT_BUCKETS; k++) {
+				/* bucket k holds [2^k, 2^(k+1)) us (k = 0: 0 and 1 us) */
+				cum += b[k];
+				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
+				       "le=\"%.9g\"} %llu\n", names[d], level, op,
+				       (double)(2ull << k) / 1e6, cum);
+			}
+			for (; k < LAT_LOG2; k++)
+				cum += b[k];
+			/* the fine histogram's count is the count: the log2 one may lag a little */
+			if (count > cum)
+				cum = count;
+			printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
+			       "le=\"+Inf\"} %llu\n", names[d], level, op, cum);
+			printf("blkfs_latency_seconds_sum{device=\"%s\",level=\"%s\",op=\"%s\"} %.9f\n",
+			       names[d], level, op, (double)sum / 1e9);
+			printf("blkfs_latency_seconds_count{device=\"%s\",level=\"%s\",op=\"%s\"} %llu\n",
+			       names[d], level, op, cum);
+		}
+		fclose(f);
 	}
 }
 
@@ -378,7 +483,10 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 	if (nr_s)
 		qsort(s, nr_s, sizeof(*s), cmp_sample);
 	for (i = 0; i < nr_s; i++) {
-		const char *suffix = s[i].gauge ? "" : "_total";
+		/* a counter's name ends in _total once (receive_buffers_kept_total) */
+		size_t nl = strlen(s[i].name);
+		const char *suffix = s[i].gauge || (nl > 6 && !strcmp(s[i].name + nl - 6, "_total")) ?
+				     "" : "_total";
 
 		if (!i || strcmp(s[i].name, s[i - 1].name)) {
 			printf("# HELP blkfs_%s%s blkfs_stat's %s.\n", s[i].name, suffix, s[i].name);
@@ -423,47 +531,6 @@ int bf_stat_prometheus(const char *mnt, const char *dev)
 	/* iostat's counters at both levels: .sys/DEV/stat and .sys/DEV/fuse_stat */
 	prom_levels(mnt, names, nr);
 	/* latencies: biolatency's buckets, cumulative, in seconds */
-	printf("# HELP blkfs_latency_seconds Latency of I/O by device, level (device: the layer "
-	       "below the cache; fuse: the user's requests) and op.\n");
-	printf("# TYPE blkfs_latency_seconds histogram\n");
-	for (d = 0; d < nr; d++) {
-		FILE *f = open_sys(mnt, names[d], "latency");
-		struct lat_line l;
-		bool in = false, more = true;
-		unsigned long long cum = 0;
-
-		if (!f)
-			continue;
-		while (more) {
-			unsigned long long lo, hi, c;
-			struct lat_line next;
-			bool head;
-
-			more = fgets(line, sizeof(line), f) != NULL;
-			head = more && parse_lat(line, &next);
-			if (in && (!more || head)) {
-				/* the end of one histogram */
-				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
-				       "le=\"+Inf\"} %llu\n", names[d], l.level, l.op,
-				       cum > l.count ? cum : l.count);
-				printf("blkfs_latency_seconds_sum{device=\"%s\",level=\"%s\",op=\"%s\"} "
-				       "%.9f\n", names[d], l.level, l.op, (double)l.sum / 1e9);
-				printf("blkfs_latency_seconds_count{device=\"%s\",level=\"%s\",op=\"%s\"} "
-				       "%llu\n", names[d], l.level, l.op, cum > l.count ? cum : l.count);
-				in = false;
-			}
-			if (head) {
-				l = next;
-				in = true;
-				cum = 0;
-			} else if (in && sscanf(line, " %llu -> %llu : %llu", &lo, &hi, &c) == 3) {
-				cum += c;
-				printf("blkfs_latency_seconds_bucket{device=\"%s\",level=\"%s\",op=\"%s\","
-				       "le=\"%g\"} %llu\n", names[d], l.level, l.op, (double)(hi + 1) / 1e6,
-				       cum);
-			}
-		}
-		fclose(f);
-	}
+	prom_latency(mnt, names, nr);
 	return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/log.h"
 #include "bf.h"
 #include "control.h"
 #include "devtab.h"
@@ -29,7 +30,8 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 {
 	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
 	struct bf_file *f;
-	int len = 0;
+	size_t cap = BF_SYS_BUF;
+	int len = 0, tries;
 
 	if (n->dir) {
 		fuse_reply_err(req, EISDIR);
@@ -43,21 +45,40 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	f = bf_file_alloc(n->ctl ? &bf_ctl_fops : &bf_sys_fops, BF_SYS_BUF);
-	if (!f) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	f->sys_ino = n->ino;
-	if ((fi->flags & O_ACCMODE) != O_WRONLY) {
-		len = bf_sys_show(n, f->buf, BF_SYS_BUF);
+	/*
+	 * The buffer is sized from the content, never cut: a show returns the
+	 * length it needs, as snprintf, and a text longer than the buffer is
+	 * shown again into one of that size (with room for what grew
+	 * meanwhile). .sys/DEV/latency spans 16 KiB after a fault hang, and
+	 * --prometheus lost histograms when it was cut.
+	 */
+	for (tries = 0;; tries++) {
+		f = bf_file_alloc(n->ctl ? &bf_ctl_fops : &bf_sys_fops, cap);
+		if (!f) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		f->sys_ino = n->ino;
+		if ((fi->flags & O_ACCMODE) == O_WRONLY)
+			break;
+		len = bf_sys_show(n, f->buf, cap);
 		if (len < 0) {
 			bf_file_free(f);
 			fuse_reply_err(req, -len);
 			return;
 		}
+		if ((size_t)len < cap)
+			break;
+		bf_file_free(f);
+		if (tries == 3 || (size_t)len > BF_SYS_MAX) {
+			blk_err(".sys: a snapshot of %zu bytes or more (%d tries): refused", (size_t)len,
+				tries + 1);
+			fuse_reply_err(req, EFBIG);
+			return;
+		}
+		cap = (size_t)len + (size_t)len / 4 + 1;
 	}
-	f->len = (size_t)len < BF_SYS_BUF ? (size_t)len : BF_SYS_BUF;
+	f->len = (size_t)len < cap ? (size_t)len : cap;
 	fi->fh = (uint64_t)(uintptr_t)f;
 	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
 	fi->nonseekable = 0;

@@ -93,29 +93,64 @@ static int show_snapshots(struct bf_dev *bd, char *buf, size_t len)
 
 static const struct bf_dev_attr snapshots_attr = { "snapshots", show_snapshots, NULL };
 
-/* The 17 fields of Documentation/block/stat.rst, for what reaches the backend. */
-static int show_stat(struct bf_dev *bd, char *buf, size_t len)
+/*
+ * The 17 fields of Documentation/block/stat.rst. Times are kept in
+ * nanoseconds (as the kernel's part_stat nsecs[]) and shown divided by
+ * @div: 1000000 in `stat` and `fuse_stat` (milliseconds, the kernel's unit,
+ * from the sums, so no I/O is rounded on its own), 1 in `stat_ns` and
+ * `fuse_stat_ns`, which `blkfs stat -i` and --prometheus read, so that a
+ * ram device's microseconds are not lost to the millisecond.
+ */
+static int show_fields(char *buf, size_t len, const uint64_t ios[BT_NR_OPS],
+		       const uint64_t bytes[BT_NR_OPS], const uint64_t ticks_ns[BT_NR_OPS],
+		       uint64_t in_flight, uint64_t io_ticks_ns, uint64_t queue_ns, uint64_t div)
 {
-	struct pc_stats st;
-
-	pc_dev_stats(bd->pc, &st);
+#define T(x) (unsigned long long)((x) / div)
 	return SHOW(buf, len,
 		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
 		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
-		    (unsigned long long)st.backend_read_ios, 0ULL,
-		    (unsigned long long)(st.backend_read_bytes / 512),
-		    (unsigned long long)st.read_ticks_ms,
-		    (unsigned long long)st.backend_write_ios, 0ULL,
-		    (unsigned long long)(st.backend_write_bytes / 512),
-		    (unsigned long long)st.write_ticks_ms,
-		    (unsigned long long)st.in_flight,
-		    (unsigned long long)st.io_ticks_ms,
-		    (unsigned long long)st.time_in_queue_ms,
-		    (unsigned long long)st.backend_discards, 0ULL,
-		    (unsigned long long)(st.backend_discard_bytes / 512),
-		    (unsigned long long)st.discard_ticks_ms,
-		    (unsigned long long)st.backend_flushes,
-		    (unsigned long long)st.flush_ticks_ms);
+		    (unsigned long long)ios[BT_OP_READ], 0ULL,
+		    (unsigned long long)(bytes[BT_OP_READ] / 512), T(ticks_ns[BT_OP_READ]),
+		    (unsigned long long)ios[BT_OP_WRITE], 0ULL,
+		    (unsigned long long)(bytes[BT_OP_WRITE] / 512), T(ticks_ns[BT_OP_WRITE]),
+		    (unsigned long long)in_flight, T(io_ticks_ns), T(queue_ns),
+		    (unsigned long long)ios[BT_OP_DISCARD], 0ULL,
+		    (unsigned long long)(bytes[BT_OP_DISCARD] / 512), T(ticks_ns[BT_OP_DISCARD]),
+		    (unsigned long long)ios[BT_OP_FLUSH], T(ticks_ns[BT_OP_FLUSH]));
+#undef T
+}
+
+/* What reaches the backend (pc_stats). */
+static int show_dev_stat(struct bf_dev *bd, char *buf, size_t len, uint64_t div)
+{
+	struct pc_stats st;
+	uint64_t ios[BT_NR_OPS], bytes[BT_NR_OPS], ticks[BT_NR_OPS];
+
+	pc_dev_stats(bd->pc, &st);
+	ios[BT_OP_READ] = st.backend_read_ios;
+	bytes[BT_OP_READ] = st.backend_read_bytes;
+	ticks[BT_OP_READ] = st.read_ticks_ns;
+	ios[BT_OP_WRITE] = st.backend_write_ios;
+	bytes[BT_OP_WRITE] = st.backend_write_bytes;
+	ticks[BT_OP_WRITE] = st.write_ticks_ns;
+	ios[BT_OP_DISCARD] = st.backend_discards;
+	bytes[BT_OP_DISCARD] = st.backend_discard_bytes;
+	ticks[BT_OP_DISCARD] = st.discard_ticks_ns;
+	ios[BT_OP_FLUSH] = st.backend_flushes;
+	bytes[BT_OP_FLUSH] = 0;
+	ticks[BT_OP_FLUSH] = st.flush_ticks_ns;
+	return show_fields(buf, len, ios, bytes, ticks, st.in_flight, st.io_ticks_ns,
+			   st.time_in_queue_ns, div);
+}
+
+static int show_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	return show_dev_stat(bd, buf, len, 1000000);
+}
+
+static int show_stat_ns(struct bf_dev *bd, char *buf, size_t len)
+{
+	return show_dev_stat(bd, buf, len, 1);
 }
 
 static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
@@ -297,7 +332,7 @@ static int show_dev(struct bf_dev *bd, char *buf, size_t len)
 }
 
 /* The FUSE level's requests in the fields of `stat` (what `blkfs stat -i` shows for it). */
-static int show_fuse_stat(struct bf_dev *bd, char *buf, size_t len)
+static int show_fuse_fields(struct bf_dev *bd, char *buf, size_t len, uint64_t div)
 {
 	struct bt_dev *t = bt_dev_get(bd->cd->name);
 	struct bt_counts c;
@@ -305,20 +340,18 @@ static int show_fuse_stat(struct bf_dev *bd, char *buf, size_t len)
 	if (!t)
 		return -ENOMEM;
 	bt_fuse_counts(t, &c);
-#define MS(x) (unsigned long long)((x) / 1000000)
-	return SHOW(buf, len,
-		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
-		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
-		    (unsigned long long)c.ios[BT_OP_READ], 0ULL,
-		    (unsigned long long)(c.bytes[BT_OP_READ] / 512), MS(c.ticks_ns[BT_OP_READ]),
-		    (unsigned long long)c.ios[BT_OP_WRITE], 0ULL,
-		    (unsigned long long)(c.bytes[BT_OP_WRITE] / 512), MS(c.ticks_ns[BT_OP_WRITE]),
-		    (unsigned long long)c.in_flight, MS(c.io_ticks_ns),
-		    MS(c.ticks_ns[0] + c.ticks_ns[1] + c.ticks_ns[2] + c.ticks_ns[3]),
-		    (unsigned long long)c.ios[BT_OP_DISCARD], 0ULL,
-		    (unsigned long long)(c.bytes[BT_OP_DISCARD] / 512), MS(c.ticks_ns[BT_OP_DISCARD]),
-		    (unsigned long long)c.ios[BT_OP_FLUSH], MS(c.ticks_ns[BT_OP_FLUSH]));
-#undef MS
+	return show_fields(buf, len, c.ios, c.bytes, c.ticks_ns, c.in_flight, c.io_ticks_ns,
+			   c.ticks_ns[0] + c.ticks_ns[1] + c.ticks_ns[2] + c.ticks_ns[3], div);
+}
+
+static int show_fuse_stat(struct bf_dev *bd, char *buf, size_t len)
+{
+	return show_fuse_fields(bd, buf, len, 1000000);
+}
+
+static int show_fuse_stat_ns(struct bf_dev *bd, char *buf, size_t len)
+{
+	return show_fuse_fields(bd, buf, len, 1);
 }
 
 static int show_latency(struct bf_dev *bd, char *buf, size_t len)
@@ -330,7 +363,16 @@ static int show_latency(struct bf_dev *bd, char *buf, size_t len)
 	return (int)bt_latency_show(t, buf, len);
 }
 
-/* `reset` clears both levels' histograms. */
+static int show_latency_total(struct bf_dev *bd, char *buf, size_t len)
+{
+	struct bt_dev *t = bt_dev_get(bd->cd->name);
+
+	if (!t)
+		return -ENOMEM;
+	return (int)bt_latency_total_show(t, buf, len);
+}
+
+/* `reset` starts both levels' histograms over (latency_total goes on counting). */
 static int store_latency(struct bf_dev *bd, const char *buf, size_t len)
 {
 	struct bt_dev *t = bt_dev_get(bd->cd->name);
@@ -356,7 +398,10 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "cache_block_size", show_cache_block, NULL },
 	{ "dev", show_dev, NULL },
 	{ "latency", show_latency, store_latency },
+	{ "latency_total", show_latency_total, NULL },
 	{ "fuse_stat", show_fuse_stat, NULL },
+	{ "stat_ns", show_stat_ns, NULL },
+	{ "fuse_stat_ns", show_fuse_stat_ns, NULL },
 	{ NULL, NULL, NULL },
 };
 

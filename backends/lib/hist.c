@@ -106,6 +106,22 @@ void blk_hist_reset(struct blk_hist *h)
 	__atomic_store_n(&h->max_ns, 0, __ATOMIC_RELAXED);
 }
 
+#define SUB0(a, b) ((a) > (b) ? (a) - (b) : 0)
+
+void blk_hist_sub(struct blk_hist *h, const struct blk_hist *base)
+{
+	unsigned i;
+
+	for (i = 0; i < BH_LOG2; i++)
+		h->log2[i] = SUB0(h->log2[i], base->log2[i]);
+	h->count = 0;
+	for (i = 0; i < BH_FINE; i++) {
+		h->fine[i] = SUB0(h->fine[i], base->fine[i]);
+		h->count += h->fine[i];
+	}
+	h->sum_ns = SUB0(h->sum_ns, base->sum_ns);
+}
+
 void blk_hist_snap(const struct blk_hist *h, struct blk_hist *out)
 {
 	unsigned i;
@@ -140,15 +156,19 @@ uint64_t blk_hist_pct(const struct blk_hist *h, unsigned permille)
 	return top < h->max_ns ? top : h->max_ns;
 }
 
+/* Append to @buf as snprintf: @o counts on past @len, so the caller learns the length needed. */
+#define APPEND(buf, len, o, ...) \
+	((o) += (size_t)snprintf((o) < (len) ? (buf) + (o) : NULL, (o) < (len) ? (len) - (o) : 0, \
+				 __VA_ARGS__))
+
 size_t blk_hist_print(const struct blk_hist *h, char *buf, size_t len)
 {
 	uint64_t peak = 0;
 	size_t o = 0;
 	int first = -1, last = -1, i;
 
-	if (!len)
-		return 0;
-	buf[0] = 0;
+	if (len)
+		buf[0] = 0;
 	for (i = 0; i < BH_LOG2; i++) {
 		if (!h->log2[i])
 			continue;
@@ -160,8 +180,8 @@ size_t blk_hist_print(const struct blk_hist *h, char *buf, size_t len)
 	}
 	if (first < 0)
 		return 0;
-	o += (size_t)snprintf(buf + o, len - o, "%20s : count     distribution\n", "usecs");
-	for (i = first; i <= last && o < len; i++) {
+	APPEND(buf, len, o, "%20s : count     distribution\n", "usecs");
+	for (i = first; i <= last; i++) {
 		uint64_t lo = i ? 1ull << i : 0, hi = i ? (2ull << i) - 1 : 1;
 		char bar[41];
 		unsigned n = (unsigned)(h->log2[i] * 40 / peak);
@@ -169,9 +189,8 @@ size_t blk_hist_print(const struct blk_hist *h, char *buf, size_t len)
 		memset(bar, '*', n);
 		memset(bar + n, ' ', 40 - n);
 		bar[40] = 0;
-		o += (size_t)snprintf(buf + o, len - o, "%10llu -> %-10llu : %-8llu |%s|\n",
-				      (unsigned long long)lo, (unsigned long long)hi,
-				      (unsigned long long)h->log2[i], bar);
+		APPEND(buf, len, o, "%10llu -> %-10llu : %-8llu |%s|\n", (unsigned long long)lo,
+		       (unsigned long long)hi, (unsigned long long)h->log2[i], bar);
 	}
-	return o < len ? o : len - 1;
+	return o;
 }

@@ -40,6 +40,12 @@ void blk_hist_add_owned(struct blk_hist *h, uint64_t ns);
 void blk_hist_snap_add(const struct blk_hist *h, struct blk_hist *out);
 void blk_hist_reset(struct blk_hist *h);
 void blk_hist_snap(const struct blk_hist *h, struct blk_hist *out);
+/*
+ * Take the snapshot @base (taken earlier of the same counts) from the
+ * snapshot @h: the counts and sum since @base (never below 0); @h's
+ * max_ns stays as it is.
+ */
+void blk_hist_sub(struct blk_hist *h, const struct blk_hist *base);
 
 /**
  * blk_hist_pct - a percentile of a snapshot
@@ -53,8 +59,9 @@ uint64_t blk_hist_pct(const struct blk_hist *h, unsigned permille);
 
 /*
  * Print a snapshot as biolatency does ("usecs : count distribution", from
- * the first to the last bucket that holds a count) into @buf; returns the
- * length (cut at @len - 1).
+ * the first to the last bucket that holds a count) into @buf. Returns the
+ * length of the whole text, as snprintf: @len or more when it was cut
+ * (what is in @buf is then cut at @len - 1 and terminated).
  */
 size_t blk_hist_print(const struct blk_hist *h, char *buf, size_t len);
 

@@ -280,24 +280,28 @@ static void tl_exit(void *p)
 			__atomic_add_fetch(&d->fuse.bytes[o], t->bytes[o], __ATOMIC_RELAXED);
 			__atomic_add_fetch(&d->fuse.ticks_ns[o], t->ticks_ns[o], __ATOMIC_RELAXED);
 		}
-		/* its latencies, unless a reset came after them */
-		if (t->epoch == __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED))
-			for (o = 0; o < BT_NR_OPS; o++) {
-				struct blk_hist *h = &t->hist[o], *to = &d->hist[BT_LEVEL_FUSE][o];
-				unsigned k;
-				uint64_t m = to->max_ns;
+		/*
+		 * its latencies, all of them (a reset leaves the totals be);
+		 * its max only when no reset came after it
+		 */
+		for (o = 0; o < BT_NR_OPS; o++) {
+			struct blk_hist *h = &t->hist[o], *to = &d->hist[BT_LEVEL_FUSE][o];
+			unsigned k;
+			uint64_t m = to->max_ns;
 
-				for (k = 0; k < BH_LOG2; k++)
-					__atomic_add_fetch(&to->log2[k], h->log2[k], __ATOMIC_RELAXED);
-				for (k = 0; k < BH_FINE; k++)
-					__atomic_add_fetch(&to->fine[k], h->fine[k], __ATOMIC_RELAXED);
-				__atomic_add_fetch(&to->sum_ns, h->sum_ns, __ATOMIC_RELAXED);
-				__atomic_add_fetch(&to->count, h->count, __ATOMIC_RELAXED);
-				while (h->max_ns > m &&
-				       !__atomic_compare_exchange_n(&to->max_ns, &m, h->max_ns, true,
-								    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-					;
-			}
+			for (k = 0; k < BH_LOG2; k++)
+				__atomic_add_fetch(&to->log2[k], h->log2[k], __ATOMIC_RELAXED);
+			for (k = 0; k < BH_FINE; k++)
+				__atomic_add_fetch(&to->fine[k], h->fine[k], __ATOMIC_RELAXED);
+			__atomic_add_fetch(&to->sum_ns, h->sum_ns, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&to->count, h->count, __ATOMIC_RELAXED);
+			if (t->epoch != __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED))
+				continue;
+			while (h->max_ns > m &&
+			       !__atomic_compare_exchange_n(&to->max_ns, &m, h->max_ns, true,
+							    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				;
+		}
 		pthread_mutex_unlock(&reg_lock);
 		free(t);
 	}
@@ -444,9 +448,13 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 			uint64_t epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
 
 			if (__builtin_expect(t->epoch != epoch, 0)) {
-				/* a reset since this thread's last request: its latencies go */
+				/*
+				 * a reset since this thread's last request: its max
+				 * goes (the counts stay: the reset took them as its
+				 * base)
+				 */
 				for (unsigned k = 0; k < BT_NR_OPS; k++)
-					blk_hist_reset(&t->hist[k]);
+					__atomic_store_n(&t->hist[k].max_ns, 0, __ATOMIC_RELAXED);
 				__atomic_store_n(&t->epoch, epoch, __ATOMIC_RELEASE);
 			}
 			OWNED_ADD(&t->ios[o], 1);
@@ -494,57 +502,92 @@ void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
 	}
 }
 
-void bt_hist_snap(struct bt_dev *d, int level, unsigned op, struct blk_hist *out)
+/*
+ * @level's totals of @op into @out, every thread's block summed; max_ns the
+ * largest since the last reset. Under reg_lock, so that a thread's block
+ * that tl_exit() folds into the shared counts is counted once.
+ */
+static void hist_total_locked(struct bt_dev *d, int level, unsigned op, struct blk_hist *out)
 {
-	uint64_t epoch;
+	uint64_t epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
 	struct bt_tl *t;
 
 	blk_hist_snap(&d->hist[level][op], out);
 	if (level != BT_LEVEL_FUSE)
 		return;
+	for (t = d->fuse_tl; t; t = t->next) {
+		/* a block still of an older epoch has a max from before the reset */
+		bool cur = __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) == epoch;
+		uint64_t m = out->max_ns;
+
+		blk_hist_snap_add(&t->hist[op], out);
+		if (!cur)
+			out->max_ns = m;
+	}
+}
+
+void bt_hist_snap_total(struct bt_dev *d, int level, unsigned op, struct blk_hist *out)
+{
 	pthread_mutex_lock(&reg_lock);
-	epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
-	for (t = d->fuse_tl; t; t = t->next)
-		/* a block still of an older epoch holds only latencies a reset cleared */
-		if (__atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) == epoch)
-			blk_hist_snap_add(&t->hist[op], out);
+	hist_total_locked(d, level, op, out);
 	pthread_mutex_unlock(&reg_lock);
 }
 
+void bt_hist_snap(struct bt_dev *d, int level, unsigned op, struct blk_hist *out)
+{
+	pthread_mutex_lock(&reg_lock);
+	hist_total_locked(d, level, op, out);
+	blk_hist_sub(out, &d->hist_base[level][op]);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/*
+ * A reset takes the totals as the base that bt_hist_snap() subtracts, and
+ * clears only the maxima: the shared ones here, each thread's at its next
+ * request (the epoch). The counts never go backwards, so the exposition's
+ * histograms stay counters; no request waits for a reset, nor pays for it.
+ */
 void bt_hist_reset(struct bt_dev *d)
 {
-	int l, o;
+	int l;
+	unsigned o;
 
-	/* the threads' own: each clears its block at its next request */
 	pthread_mutex_lock(&reg_lock);
+	for (l = 0; l < BT_LEVELS; l++)
+		for (o = 0; o < BT_NR_OPS; o++) {
+			hist_total_locked(d, l, o, &d->hist_base[l][o]);
+			__atomic_store_n(&d->hist[l][o].max_ns, 0, __ATOMIC_RELAXED);
+		}
 	__atomic_add_fetch(&d->fuse_epoch, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&reg_lock);
-	for (l = 0; l < BT_LEVELS; l++)
-		for (o = 0; o < BT_NR_OPS; o++)
-			blk_hist_reset(&d->hist[l][o]);
 }
+
+/* Append to @buf as snprintf: @o counts on past @len, so the caller learns the length needed. */
+#define APPEND(buf, len, o, ...) \
+	((o) += (size_t)snprintf((o) < (len) ? (buf) + (o) : NULL, (o) < (len) ? (len) - (o) : 0, \
+				 __VA_ARGS__))
+
+static const char *const lvl_names[BT_LEVELS] = { "device", "fuse" };
 
 size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 {
-	static const char *const lvl[BT_LEVELS] = { "device", "fuse" };
 	struct blk_hist *h;
 	size_t o = 0;
 	int l, op;
 
-	if (!len)
-		return 0;
-	buf[0] = 0;
+	if (len)
+		buf[0] = 0;
 	h = malloc(sizeof(*h));
 	if (!h)
 		return 0;
 	for (l = 0; l < BT_LEVELS; l++)
-		for (op = 0; op < BT_NR_OPS && o < len; op++) {
+		for (op = 0; op < BT_NR_OPS; op++) {
 			bt_hist_snap(d, l, (unsigned)op, h);
 			if (!h->count)
 				continue;
-			o += (size_t)snprintf(buf + o, len - o,
+			APPEND(buf, len, o,
 				"%s %s count %llu sum_ns %llu avg_ns %llu p50_ns %llu p90_ns %llu "
-				"p99_ns %llu p99.9_ns %llu max_ns %llu\n", lvl[l], bt_op_names[op],
+				"p99_ns %llu p99.9_ns %llu max_ns %llu\n", lvl_names[l], bt_op_names[op],
 				(unsigned long long)h->count, (unsigned long long)h->sum_ns,
 				(unsigned long long)(h->sum_ns / h->count),
 				(unsigned long long)blk_hist_pct(h, 500),
@@ -552,11 +595,35 @@ size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len)
 				(unsigned long long)blk_hist_pct(h, 990),
 				(unsigned long long)blk_hist_pct(h, 999),
 				(unsigned long long)h->max_ns);
-			if (o < len)
-				o += blk_hist_print(h, buf + o, len - o);
+			o += blk_hist_print(h, o < len ? buf + o : NULL, o < len ? len - o : 0);
 		}
 	free(h);
-	return o < len ? o : len - 1;
+	return o;
+}
+
+size_t bt_latency_total_show(struct bt_dev *d, char *buf, size_t len)
+{
+	struct blk_hist *h;
+	size_t o = 0;
+	int l, op, k;
+
+	if (len)
+		buf[0] = 0;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return 0;
+	for (l = 0; l < BT_LEVELS; l++)
+		for (op = 0; op < BT_NR_OPS; op++) {
+			bt_hist_snap_total(d, l, (unsigned)op, h);
+			APPEND(buf, len, o, "%s %s count %llu sum_ns %llu usecs_log2", lvl_names[l],
+			       bt_op_names[op], (unsigned long long)h->count,
+			       (unsigned long long)h->sum_ns);
+			for (k = 0; k < BH_LOG2; k++)
+				APPEND(buf, len, o, " %llu", (unsigned long long)h->log2[k]);
+			APPEND(buf, len, o, "\n");
+		}
+	free(h);
+	return o;
 }
 
 /* ------------------------------------------------------- trace thread */

@@ -84,6 +84,13 @@ struct bt_dev {
 	struct bt_counts fuse __attribute__((aligned(64)));
 	uint64_t fuse_stamp_ns;		/* atomic: the last update of fuse.io_ticks_ns */
 	struct blk_hist hist[BT_LEVELS][BT_NR_OPS] __attribute__((aligned(64)));
+	/*
+	 * The registry's mutex: the histograms' totals at the last
+	 * bt_hist_reset(). A reset clears nothing: .sys/DEV/latency shows
+	 * the counts since it (the totals less these), and the exposition
+	 * the totals, which never go backwards (Prometheus's counters).
+	 */
+	struct blk_hist hist_base[BT_LEVELS][BT_NR_OPS];
 	char name[];
 };
 
@@ -156,18 +163,42 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 /* A snapshot of the FUSE level's counters (busy time up to now included). */
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out);
 
-/* A snapshot of @level's histogram of @op (BT_OP_*), every thread's counts summed. */
+/*
+ * A snapshot of @level's histogram of @op (BT_OP_*), every thread's counts
+ * summed: the latencies since the last bt_hist_reset() (max_ns too).
+ */
 void bt_hist_snap(struct bt_dev *d, int level, unsigned op, struct blk_hist *out);
 
-/* Clear both levels' histograms (`reset` written to .sys/DEV/latency). */
+/*
+ * The same since the device's name was first seen, whatever the resets
+ * (monotonic counts, for the exposition); max_ns is not meaningful.
+ */
+void bt_hist_snap_total(struct bt_dev *d, int level, unsigned op, struct blk_hist *out);
+
+/*
+ * Start both levels' histograms over as bt_hist_snap() sees them (`reset`
+ * written to .sys/DEV/latency); bt_hist_snap_total() does not change.
+ */
 void bt_hist_reset(struct bt_dev *d);
 
 /*
- * Show .sys/DEV/latency: per level and op with a count, one line
+ * Show .sys/DEV/latency: per level and op with a count since the last
+ * reset, one line
  * "LEVEL OP count N sum_ns S avg_ns A p50_ns .. p90_ns .. p99_ns .. p99.9_ns .. max_ns .."
- * then its biolatency histogram. Returns the length.
+ * then its biolatency histogram. Returns the length of the whole text, as
+ * snprintf: @len or more when @buf was too small (it then holds a cut,
+ * terminated text). @buf may be NULL when @len is 0.
  */
 size_t bt_latency_show(struct bt_dev *d, char *buf, size_t len);
+
+/*
+ * Show .sys/DEV/latency_total, what --prometheus reads: for every level
+ * and op, even without a count, one line
+ * "LEVEL OP count N sum_ns S usecs_log2 C0 C1 .. C39", the BH_LOG2
+ * biolatency buckets, totals that no reset takes back
+ * (bt_hist_snap_total()). Returns as bt_latency_show().
+ */
+size_t bt_latency_total_show(struct bt_dev *d, char *buf, size_t len);
 
 /* ------------------------------------------------------------ sessions */
 

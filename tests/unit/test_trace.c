@@ -357,13 +357,40 @@ Test(blktrace, fuse_level_counts_per_thread)
 	bt_hist_reset(d);
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 0, "%llu after reset", (unsigned long long)h.count);
+	cr_assert_eq(h.max_ns, 0, "the max is since the reset too");
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 3, "a reset takes no count back from the totals");
 	__atomic_store_n(&go, 2, __ATOMIC_RELEASE);
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 0, "%llu after the thread exited", (unsigned long long)h.count);
-	one_request(d);		/* this thread's block: cleared at its first request after the reset */
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 3, "an exited thread's counts stay in the totals");
+	one_request(d);		/* this thread's block: its max cleared at its first request after the reset */
 	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
 	cr_assert_eq(h.count, 1);
+	cr_assert_gt(h.max_ns, 0);
+	bt_hist_snap_total(d, BT_LEVEL_FUSE, BT_OP_READ, &h);
+	cr_assert_eq(h.count, 4);
+	{
+		/* the shows say the length they need, as snprintf: .sys sizes its buffer so */
+		size_t need = bt_latency_show(d, NULL, 0), got;
+		char small[16], *big = malloc(need + 1);
+
+		cr_assert_gt(need, sizeof(small));
+		cr_assert_eq(bt_latency_show(d, small, sizeof(small)), need);
+		cr_assert_eq(strlen(small), sizeof(small) - 1, "cut and terminated");
+		got = bt_latency_show(d, big, need + 1);
+		cr_assert_eq(got, need);
+		cr_assert_eq(strlen(big), need);
+		free(big);
+		need = bt_latency_total_show(d, NULL, 0);
+		big = malloc(need + 1);
+		cr_assert_eq(bt_latency_total_show(d, big, need + 1), need);
+		cr_assert(strstr(big, "fuse read count 4 "), "%s", big);
+		cr_assert(strstr(big, "device discard count 0 sum_ns 0 usecs_log2 0 "), "%s", big);
+		free(big);
+	}
 	bt_fuse_counts(d, &c);
 	cr_assert_eq(c.ios[BT_OP_READ], 4, "reset clears latencies, not iostat's counts");
 	cr_assert_eq(c.in_flight, 0);
@@ -376,4 +403,33 @@ Test(blktrace, fuse_level_counts_per_thread)
 	}
 	bt_fuse_counts(d, &c);
 	cr_assert_gt(c.io_ticks_ns, 0);
+}
+
+/*
+ * .sys/DEV/latency is never cut (issue 37): with all 8 histograms over
+ * every bucket the text is far above the 16 KiB it was cut at, and the
+ * show says how long it is, so that the .sys file is sized from it.
+ */
+Test(blktrace, latency_show_whole)
+{
+	struct bt_dev *d = bt_dev_get("trace_big");
+	size_t need, got;
+	char *buf;
+	int l, o, k;
+
+	cr_assert_not_null(d);
+	for (l = 0; l < BT_LEVELS; l++)
+		for (o = 0; o < BT_NR_OPS; o++)
+			for (k = 0; k < BH_LOG2; k++)
+				blk_hist_add(&d->hist[l][o], (1ull << k) * 1000);
+	need = bt_latency_show(d, NULL, 0);
+	cr_assert_gt(need, 16384, "%zu bytes", need);
+	buf = malloc(need + 1);
+	cr_assert_not_null(buf);
+	got = bt_latency_show(d, buf, need + 1);
+	cr_assert_eq(got, need);
+	cr_assert_eq(strlen(buf), need, "whole");
+	cr_assert(strstr(buf, "fuse discard count 40 "), "%s", buf);
+	cr_assert(strstr(buf + need - 120, "549755813888 -> 1099511627775 : 1"), "%s", buf + need - 120);
+	free(buf);
 }

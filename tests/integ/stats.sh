@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# stats.sh: the numbers of `blkfs stat -i` and --prometheus are exact (issue 37).
+#  - on a ram device, whose writes take microseconds, `blkfs stat -i` shows
+#    the device level's w_await above 0 and below 1 ms (each I/O's time is
+#    kept in nanoseconds, not rounded down to 0 ms), and aqu-sz above 0
+#    under fio at QD32; .sys/DEV/stat_ns has the 17 fields in nanoseconds.
+#  - --prometheus scraped right after the mount (before any I/O), after
+#    I/O, and after I/O and a `reset` of .sys/DEV/latency: promtool passes
+#    each; every device has its 8 latency histograms (2 levels x 4 ops)
+#    from the first scrape on; every histogram series of every scrape has
+#    the same `le` set; no counter, bucket, _sum or _count goes backwards
+#    or disappears from one scrape to the next; no name ends in
+#    _total_total.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+require_root
+require_fuse
+require_blkfs
+require dd awk fio promtool
+
+start_blkfs "[cache]
+size = 64M
+
+[device ram0]
+backend = ram
+size = 64M
+
+[device slow]
+backend = ram
+size = 16M
+filters = delay
+delay.write = 2ms
+delay.read = 500us
+"
+
+problems=()
+# scrape N: blkfs stat --prometheus into $TDIR/promN, which promtool must pass
+scrape() {
+	"$BLKFS" stat "$MNT" --prometheus >"$TDIR/prom$1" || fail "blkfs stat --prometheus failed"
+	promtool check metrics <"$TDIR/prom$1" >"$TDIR/promtool$1" 2>&1 ||
+		problems+=("scrape $1: promtool check metrics: $(cat "$TDIR/promtool$1")")
+}
+# le_sets FILE...: each latency histogram series' le values, one line per series
+le_sets() {
+	awk '/^blkfs_latency_seconds_bucket/ {
+		s = $1; match(s, /,le="[^"]*"/); le = substr(s, RSTART + 5, RLENGTH - 6)
+		sub(/,le="[^"]*"/, "", s); l[FILENAME " " s] = l[FILENAME " " s] " " le }
+		END { for (k in l) print l[k] }' "$@"
+}
+# monotonic A B: every counter and histogram sample of A is in B, not smaller
+monotonic() {
+	awk 'FNR == 1 { f++ }
+		/^# TYPE / { type[$3] = $4; next }
+		/^#/ { next }
+		{ fam = $1; sub(/\{.*/, "", fam)
+		  if (!(fam in type)) sub(/_(bucket|sum|count)$/, "", fam)
+		  if (type[fam] != "counter" && type[fam] != "histogram") next
+		  if (f == 1) { v[$1] = $2; next }
+		  seen[$1] = 1
+		  if (($1 in v) && $2 + 0 < v[$1] + 0) print "went backwards: " $1 " " v[$1] " -> " $2 }
+		END { for (k in v) if (!(k in seen)) print "disappeared: " k }' "$1" "$2"
+}
+
+# ---- iostat's awaits on ram: microseconds, not 0
+"$BLKFS" stat "$MNT" ram0 -i 1 3 >"$TDIR/iostat" &
+ipid=$!
+_BGPIDS+=("$ipid")
+end=$((SECONDS + 4))
+while [ "$SECONDS" -lt "$end" ]; do
+	ddev if=/dev/zero of="$MNT/ram0" bs=1M count=32 oflag=direct
+done
+watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
+info "blkfs stat -i 1 3 under 1 MiB O_DIRECT writes:"
+grep -E '^(Device|ram0 +device)' "$TDIR/iostat" | sed 's/^/#   /'
+awk '$1 == "ram0" && $2 == "device" && $4 > 0 { n++; if (!($8 > 0 && $8 < 1)) bad = 1 }
+	END { exit !(n && !bad) }' "$TDIR/iostat" ||
+	fail "device level w_await not between 0 and 1 ms on ram: $(cat "$TDIR/iostat")"
+
+assert_eq "stat_ns fields" 17 "$(wc -w <"$MNT/.sys/ram0/stat_ns")"
+assert_eq "fuse_stat_ns fields" 17 "$(wc -w <"$MNT/.sys/ram0/fuse_stat_ns")"
+
+# ---- aqu-sz under QD32
+"$BLKFS" stat "$MNT" ram0 -i 1 2 >"$TDIR/iostat32" &
+ipid=$!
+_BGPIDS+=("$ipid")
+fio --name=qd32 --filename="$MNT/ram0" --rw=randwrite --bs=4k --iodepth=32 \
+	--ioengine=libaio --direct=1 --time_based --runtime=3 --size=32M \
+	--output="$TDIR/fio.out" >/dev/null 2>&1 || fail "fio failed: $(tail -n 5 "$TDIR/fio.out")"
+watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
+info "blkfs stat -i 1 2 under fio 4k randwrite QD32:"
+grep -E '^(Device|ram0 +device)' "$TDIR/iostat32" | sed 's/^/#   /'
+awk '$1 == "ram0" && $2 == "device" && $4 > 0 { n++; if (!($9 > 0)) bad = 1 }
+	END { exit !(n && !bad) }' "$TDIR/iostat32" ||
+	fail "device level aqu-sz 0 under QD32: $(cat "$TDIR/iostat32")"
+
+# ---- Prometheus: fixed buckets from the mount on, counters that never go back
+scrape 0	# before any I/O
+ddev if=/dev/zero of="$MNT/ram0" bs=4k count=64 oflag=direct conv=notrunc
+ddev if=/dev/zero of="$MNT/slow" bs=4k count=16 oflag=direct conv=notrunc
+dd if="$MNT/slow" of=/dev/null bs=4k count=16 iflag=direct status=none
+sync "$MNT/ram0"
+scrape 1
+echo reset >"$MNT/.sys/slow/latency"
+echo reset >"$MNT/.sys/ram0/latency"
+ddev if=/dev/zero of="$MNT/slow" bs=64k count=4 oflag=direct conv=notrunc
+scrape 2
+for d in ram0 slow; do
+	n=$(grep -c "^blkfs_latency_seconds_count{device=\"$d\"," "$TDIR/prom0" || true)
+	[ "$n" -eq 8 ] || problems+=("scrape 0 (before any I/O) has $n latency histograms of $d, not 8")
+done
+nsets=$(le_sets "$TDIR/prom0" "$TDIR/prom1" "$TDIR/prom2" | sort -u | wc -l)
+[ "$nsets" -eq 1 ] ||
+	problems+=("$nsets different le sets: $(le_sets "$TDIR/prom0" "$TDIR/prom1" "$TDIR/prom2" | sort | uniq -c)")
+for p in "0 1" "1 2"; do
+	set -- $p
+	bad=$(monotonic "$TDIR/prom$1" "$TDIR/prom$2")
+	[ -z "$bad" ] || problems+=("scrape $1 to $2: $(head -n 5 <<<"$bad") ($(wc -l <<<"$bad") in all)")
+done
+! grep -E '^[^#]*_total_total' "$TDIR/prom2" >/dev/null ||
+	problems+=("doubled suffix: $(grep -oE '^[a-z_]*_total_total' "$TDIR/prom2" | sort -u)")
+grep -q '^blkfs_latency_seconds_count{device="slow",level="device",op="write"} 20$' "$TDIR/prom2" ||
+	problems+=("slow's device level write count is not 20 after the reset: $(grep '^blkfs_latency_seconds_count{device="slow",level="device",op="write"}' "$TDIR/prom2")")
+grep -q "^device write count 4 " "$MNT/.sys/slow/latency" ||
+	problems+=(".sys/slow/latency after the reset: $(head -n 1 "$MNT/.sys/slow/latency")")
+if [ "${#problems[@]}" -gt 0 ]; then
+	printf 'problem: %s\n' "${problems[@]}" >&2
+	fail "${#problems[@]} problems with the exposition (above)"
+fi
+info "--prometheus: 3 scrapes, one le set, nothing went backwards, promtool clean"
+
+stop_blkfs
