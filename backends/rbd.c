@@ -29,7 +29,9 @@
  *
  * The exclusive lock: taken with rbd_lock_acquire(EXCLUSIVE) (librbd hands
  * a lock taken automatically to whoever asks); a second opener is refused
- * naming the holder. `break_lock = yes` breaks a dead holder's lock.
+ * naming the holder. `break_lock = yes` breaks the lock of a holder that
+ * is dead, which is one that no longer watches the image (a live one is
+ * refused by name even so: rbd_break_dead_lock).
  *
  * Lock order: rd->lock is a leaf; it is never held across a librbd call
  * or end_io.
@@ -340,27 +342,178 @@ static void rbd_watch_stop(struct rbd_dev *rd)
 
 /* ---------------------------------------------------------------- open */
 
-/* Who holds the image's lock, for a message: "OWNER" or "another client". */
-static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, rbd_lock_mode_t *mode,
-			    bool *any)
-{
-	char *owners[8];
-	size_t nr = 8, i, off = 0;
+#define RBD_MAX_LOCKERS		8
+#define RBD_MAX_WATCHERS	64
 
-	*any = false;
+/* A holder of the image's lock, from rbd_list_lockers. */
+struct rbd_locker {
+	char client[64];		/* "client.4123" */
+	char addr[128];			/* "127.0.0.1:0/3456": rbd_lock_get_owners' name */
+	int64_t id;			/* 4123, or -1 */
+};
+
+/* An address without its messenger prefix ("v1:"): the forms may differ. */
+static const char *rbd_addr_bare(const char *a)
+{
+	if (!strncmp(a, "v1:", 3) || !strncmp(a, "v2:", 3))
+		return a + 3;
+	if (!strncmp(a, "any:", 4))
+		return a + 4;
+	return a;
+}
+
+static bool rbd_addr_eq(const char *a, const char *b)
+{
+	return !strcmp(rbd_addr_bare(a), rbd_addr_bare(b));
+}
+
+/*
+ * The image's lockers: their number (at most @max in @v), or -errno.
+ * librbd's exclusive lock is a cls lock on the header object, so it is
+ * listed here, with the client and address rbd_lock_get_owners leaves out.
+ */
+static int rbd_lockers(rbd_image_t img, struct rbd_locker *v, int max)
+{
+	char clients[1024], cookies[1024], addrs[1024], tag[256];
+	size_t clen = sizeof(clients), klen = sizeof(cookies), alen = sizeof(addrs);
+	size_t tlen = sizeof(tag), coff = 0, aoff = 0;
+	int excl, i;
+	ssize_t n;
+
+	n = rbd_list_lockers(img, &excl, tag, &tlen, clients, &clen, cookies, &klen, addrs,
+			     &alen);
+	if (n < 0)
+		return (int)n;
+	for (i = 0; i < n && i < max && coff < clen && aoff < alen; i++) {
+		const char *c = clients + coff, *a = addrs + aoff;
+
+		snprintf(v[i].client, sizeof(v[i].client), "%s", c);
+		snprintf(v[i].addr, sizeof(v[i].addr), "%s", a);
+		v[i].id = !strncmp(c, "client.", 7) ? strtoll(c + 7, NULL, 10) : -1;
+		coff += strnlen(c, clen - coff) + 1;
+		aoff += strnlen(a, alen - aoff) + 1;
+	}
+	return i;
+}
+
+/* "client.4123 at 127.0.0.1:0/3456, ..." in @buf, for a message. */
+static void rbd_lockers_name(const struct rbd_locker *v, int nr, char *buf, size_t len)
+{
+	size_t off = 0;
+	int i;
+
 	snprintf(buf, len, "another client");
-	if (rbd_lock_get_owners(img, mode, owners, &nr) < 0 || !nr)
-		return;
-	*any = true;
-	buf[0] = '\0';
 	for (i = 0; i < nr && off < len; i++) {
-		int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", owners[i]);
+		int n = snprintf(buf + off, len - off, "%s%s at %s", i ? ", " : "", v[i].client,
+				 v[i].addr);
 
 		if (n < 0)
 			break;
 		off += (size_t)n;
 	}
-	rbd_lock_get_owners_cleanup(owners, nr);
+}
+
+/* Who holds the image's lock, for a message; *@any: someone does. */
+static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, bool *any)
+{
+	struct rbd_locker v[RBD_MAX_LOCKERS];
+	int nr = rbd_lockers(img, v, RBD_MAX_LOCKERS);
+
+	*any = nr > 0;
+	rbd_lockers_name(v, nr > 0 ? nr : 0, buf, len);
+}
+
+/*
+ * Whether @l still watches the image's header: 1 yes, 0 no, or -errno.
+ * A client that watches is alive, or died less than the OSD's watch
+ * timeout ago; one that does not cannot answer a lock request either
+ * (librbd's request goes to the holder through its watch). Matched by
+ * client id or address, either being enough: a false "alive" only keeps
+ * a lock, a false "dead" would blocklist a live client.
+ */
+static int rbd_locker_watches(rbd_image_t img, const struct rbd_locker *l)
+{
+	rbd_image_watcher_t w[RBD_MAX_WATCHERS];
+	size_t nr = RBD_MAX_WATCHERS, i;
+	int r, found = 0;
+
+	r = rbd_watchers_list(img, w, &nr);
+	if (r < 0)
+		return r;
+	for (i = 0; i < nr; i++)
+		if ((l->id >= 0 && w[i].id == l->id) || rbd_addr_eq(w[i].addr, l->addr))
+			found = 1;
+	rbd_watchers_list_cleanup(w, nr);
+	return found;
+}
+
+/*
+ * break_lock = yes: break the lock of holders that are dead, that is no
+ * longer watch the image; a holder that watches is refused by name. The
+ * break (rbd_lock_break) blocklists the holder, so a client taken for
+ * dead that is only cut off (its watch lapsed) can write no more, and it
+ * breaks only while the lock is still the one checked here (librbd
+ * compares the owner's address): a lock that changed hands in between is
+ * refused. Returns 0 or what blk_param_error returns.
+ */
+static int rbd_break_dead_lock(struct rbd_dev *rd, struct blk_params *p,
+			       const struct rbd_locker *v, int nr, const char *holder)
+{
+	rbd_lock_mode_t mode = RBD_LOCK_MODE_EXCLUSIVE;
+	char *owners[RBD_MAX_LOCKERS], wto[32];
+	size_t nr_owners = RBD_MAX_LOCKERS, i;
+	int r, j;
+
+	for (j = 0; j < nr; j++) {
+		r = rbd_locker_watches(rd->image, &v[j]);
+		if (r < 0)
+			return blk_param_error(p, "break_lock", "cannot list the watchers of "
+					       "%s/%s to tell whether %s is alive: %s",
+					       rd->pool_name, rd->image_name, v[j].client,
+					       strerror(-r));
+		if (!r)
+			continue;
+		if (rados_conf_get(rd->cluster, "osd_client_watch_timeout", wto, sizeof(wto)))
+			snprintf(wto, sizeof(wto), "30");
+		return blk_param_error(p, "image",
+			"%s/%s is locked by %s, which still watches the image, so it is taken "
+			"for alive: not broken although break_lock = yes (breaking a live "
+			"holder's lock would blocklist it and fail its unwritten data). If it "
+			"was killed, the OSD keeps its watch "
+			"for osd_client_watch_timeout after its last ping (%s s in this client's "
+			"ceph.conf, 30 s by default; the OSDs' own setting rules): mount again "
+			"after that", rd->pool_name, rd->image_name, holder, wto);
+	}
+	r = rbd_lock_get_owners(rd->image, &mode, owners, &nr_owners);
+	if (r == -ENOENT)
+		return 0;	/* released meanwhile: rbd_lock_acquire takes it */
+	if (r < 0)
+		return blk_param_error(p, "break_lock", "cannot list the lock owners of %s/%s: %s",
+				       rd->pool_name, rd->image_name, strerror(-r));
+	for (i = 0; i < nr_owners && !r; i++) {
+		for (j = 0; j < nr && !rbd_addr_eq(owners[i], v[j].addr); j++)
+			;
+		if (j == nr) {
+			r = -EBUSY;
+			blk_param_error(p, "image", "%s/%s: its lock passed to %s while blkfs "
+					"checked %s for life; not broken, try again",
+					rd->pool_name, rd->image_name, owners[i], holder);
+			break;
+		}
+		r = rbd_lock_break(rd->image, mode, owners[i]);
+		if (r < 0) {
+			blk_param_error(p, "break_lock", "breaking the lock of %s/%s held by "
+					"%s: %s", rd->pool_name, rd->image_name, v[j].client,
+					strerror(-r));
+			break;
+		}
+		rd->nr_broken++;
+		blk_warn("rbd: %s: broke the lock of %s/%s held by %s at %s, which no longer "
+			 "watches the image (break_lock = yes; librbd blocklists it)", rd->dev,
+			 rd->pool_name, rd->image_name, v[j].client, v[j].addr);
+	}
+	rbd_lock_get_owners_cleanup(owners, nr_owners);
+	return r;
 }
 
 /*
@@ -368,49 +521,34 @@ static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, rbd_lock_mod
  * that already has a holder is refused without asking for the lock:
  * librbd's own acquire would wait out the holder's watch (30 s when it
  * died) and then break the lock by itself, which only break_lock = yes
- * may do here.
+ * may do here, and only to a dead holder (rbd_break_dead_lock).
  */
 static int rbd_take_lock(struct rbd_dev *rd, struct blk_params *p, bool break_lock)
 {
+	struct rbd_locker v[RBD_MAX_LOCKERS];
 	char holder[512];
-	rbd_lock_mode_t mode = RBD_LOCK_MODE_EXCLUSIVE;
-	char *owners[8];
-	size_t nr = 8, i;
 	bool any;
-	int r;
+	int r, nr;
 
-	rbd_lock_holder(rd->image, holder, sizeof(holder), &mode, &any);
-	if (any && !break_lock)
+	nr = rbd_lockers(rd->image, v, RBD_MAX_LOCKERS);
+	if (nr < 0)
+		return blk_param_error(p, "image", "cannot list the lockers of %s/%s: %s",
+				       rd->pool_name, rd->image_name, strerror(-nr));
+	rbd_lockers_name(v, nr, holder, sizeof(holder));
+	if (nr && !break_lock)
 		return blk_param_error(p, "image",
 			"%s/%s is locked by %s; if that holder is dead (a killed blkfs), "
-			"`break_lock = yes` in this section (or `rbd lock rm`) breaks its lock; "
-			"`exclusive = no` shares the image on purpose",
+			"`break_lock = yes` in this section (or `rbd lock rm`) breaks its lock "
+			"once its watch is gone; `exclusive = no` shares the image on purpose",
 			rd->pool_name, rd->image_name, holder);
-	if (any) {
-		/* break_lock = yes: the holder is taken to be dead; librbd blocklists it. */
-		r = rbd_lock_get_owners(rd->image, &mode, owners, &nr);
-		if (r < 0)
-			return blk_param_error(p, "break_lock", "cannot list the lock owners of "
-					       "%s/%s: %s", rd->pool_name, rd->image_name,
-					       strerror(-r));
-		for (i = 0; i < nr && !r; i++) {
-			r = rbd_lock_break(rd->image, mode, owners[i]);
-			if (!r)
-				rd->nr_broken++;
-			if (!r)
-				blk_warn("rbd: %s: broke the lock of %s/%s held by %s "
-					 "(break_lock = yes)", rd->dev, rd->pool_name,
-					 rd->image_name, owners[i]);
-		}
-		rbd_lock_get_owners_cleanup(owners, nr);
-		if (r < 0)
-			return blk_param_error(p, "break_lock", "breaking the lock of %s/%s held "
-					       "by %s: %s", rd->pool_name, rd->image_name, holder,
-					       strerror(-r));
+	if (nr) {
+		r = rbd_break_dead_lock(rd, p, v, nr, holder);
+		if (r)
+			return r;
 	}
 	r = rbd_lock_acquire(rd->image, RBD_LOCK_MODE_EXCLUSIVE);
 	if (r < 0) {
-		rbd_lock_holder(rd->image, holder, sizeof(holder), &mode, &any);
+		rbd_lock_holder(rd->image, holder, sizeof(holder), &any);
 		return blk_param_error(p, "image", "%s/%s: taking its exclusive lock failed: %s%s%s",
 				       rd->pool_name, rd->image_name, strerror(-r),
 				       any ? "; held by " : "", any ? holder : "");

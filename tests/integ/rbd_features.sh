@@ -12,10 +12,15 @@
 #  2. an acknowledged fsync is in the image (rbd export) after kill -9 of
 #     blkfs, with rbd_cache off (the default) and on;
 #  3. the exclusive lock: a second opener is refused naming the holder;
-#     kill -9 of the holder under crash_writer (a logging writer): a new
-#     mount is refused while the dead holder's lock is there, succeeds
-#     with break_lock = yes, and every fsync the writer got acknowledged is
-#     in the image (checked in an `rbd export` and through the new mount);
+#     a second blkfs with break_lock = yes is refused too while the holder
+#     lives (it still watches the image), and the holder keeps its lock and
+#     its writes; kill -9 of the holder under crash_writer (a logging
+#     writer): a new mount is refused while the dead holder's lock is
+#     there; with break_lock = yes it is refused, saying why, while the OSD
+#     still keeps the dead holder's watch (osd client watch timeout, 10 s on
+#     tests/ceph/cluster), and succeeds once the watch is gone; every fsync
+#     the writer got acknowledged is in the image (checked in an `rbd
+#     export` and through the new mount);
 #  4. (make soak only: BLKFS_RBD_OUTAGE=1)
 #     the OSD stopped (kill -STOP) under a writer: fsync fails with EIO
 #     after `timeout`, the data stays dirty; kill -CONT: the next fsync
@@ -106,10 +111,30 @@ start_blkfs "$(rbd_conf "$lock")"
 lmnt=$MNT
 out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) && fail "a second opener of rbd/$lock was let in: $out"
 case $out in
-*"image: rbd/$lock is locked by "[0-9]*"break_lock = yes"*) ;;
+*"image: rbd/$lock is locked by client."[0-9]*" at "[0-9]*"break_lock = yes"*) ;;
 *) fail "the second opener's refusal does not name the holder and break_lock: $out" ;;
 esac
 info "second opener: ${out%%$'\n'*}"
+# break_lock = yes takes no lock from a live holder: a second blkfs is
+# refused naming it, and the holder keeps its lock (it is not blocklisted:
+# its writes still reach the image)
+CONF_NOBREAK=$CONF
+rbd_conf "$lock" 'break_lock = yes' >"$TDIR/break.conf"
+lmnt2=$TDIR/mnt-break
+mkdir -p "$lmnt2"
+_MNTS+=("$lmnt2")
+out=$(timeout 60 "$BLKFS" mount "$lmnt2" -c "$TDIR/break.conf" 2>&1) &&
+	fail "break_lock = yes took the lock of a live holder: a second blkfs mounted rbd/$lock: $out"
+case $out in
+*"image: rbd/$lock is locked by client."[0-9]*"still watches the image"*"not broken"*) ;;
+*) fail "the refusal of break_lock against a live holder does not name it and say why: $out" ;;
+esac
+! is_mounted "$lmnt2" || fail "a refused mount left $lmnt2 mounted"
+info "break_lock against a live holder: $(printf '%s\n' "$out" | grep -m1 'locked by')"
+ddev if="$src" of="$lmnt/d" bs=1M count=2 conv=notrunc,fsync
+rbd_export "$lock" "$TDIR/export.img"
+cmp -n $((2 * M)) "$src" "$TDIR/export.img" ||
+	fail "the live holder's fsync after the refused break_lock is not in the image"
 dd if="$lmnt/d" of="$TDIR/base" bs=1M count=32 status=none
 "$BLKFS_TESTBIN/crash_writer" write "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" 2>"$TDIR/writer.err" &
 wpid=$!
@@ -117,19 +142,40 @@ _BGPIDS+=("$wpid")
 wait_until 60 "crash_writer acknowledged 20 fsyncs" \
 	sh -c "[ \$(grep -c '^synced' '$TDIR/writer.log' 2>/dev/null || echo 0) -ge 20 ]"
 kill9_blkfs "$lmnt"
+killed=$SECONDS
 wait "$wpid" || fail "crash_writer exited $?"
 acked=$(awk '/^synced/ { n = $2 } END { print n + 0 }' "$TDIR/writer.log")
 info "killed the holder after $acked acknowledged records"
+out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && fail "a mount took the dead holder's lock without break_lock: $out"
+case $out in *"is locked by "*"break_lock = yes"*) ;; *) fail "refusal: $out" ;; esac
+! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
+# break_lock = yes while the OSD still keeps the dead holder's watch (10 s
+# after its last ping on this cluster): refused, saying why and how long
+write_conf "$TDIR/break.conf"
+out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && rc=0 || rc=$?
+if [ "$rc" -eq 0 ]; then
+	# only when the watch could have lapsed already (a slow machine)
+	[ $((SECONDS - killed)) -ge 10 ] ||
+		fail "break_lock broke a lock whose holder still watched the image ($((SECONDS - killed)) s after its kill): $out"
+	info "break_lock: the dead holder's watch was gone already ($((SECONDS - killed)) s after the kill)"
+else
+	case $out in
+	*"still watches the image"*"osd_client_watch_timeout"*) ;;
+	*) fail "break_lock against a holder that still watches: the refusal does not say why: $out" ;;
+	esac
+	info "break_lock $((SECONDS - killed)) s after the kill: $(printf '%s\n' "$out" | grep -m1 'locked by')"
+	! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
+	# the watch lapses 10 s after the last ping; 60 s leaves room for a slow OSD
+	wait_until 60 "the OSD to drop the dead holder's watch" \
+		sh -c "timeout 30 rbd status 'rbd/$lock' | grep -q 'Watchers: none'"
+	info "the dead holder's watch was gone $((SECONDS - killed)) s after the kill"
+	remount_blkfs "$lmnt"
+fi
 rbd_export "$lock" "$TDIR/export.img"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$TDIR/export.img" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
 	{ printf '%s\n' "$out" >&2; fail "acknowledged records are missing from the image after kill -9"; }
 info "rbd export: $out"
-out=$(timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) && fail "a mount took the dead holder's lock without break_lock: $out"
-case $out in *"is locked by "*"break_lock = yes"*) ;; *) fail "refusal: $out" ;; esac
-! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
-CONF_NOBREAK=$CONF
-write_conf "$(rbd_conf "$lock" 'break_lock = yes')"
-remount_blkfs "$lmnt"
+is_mounted "$lmnt" || remount_blkfs "$lmnt"
 assert_eq "rbd_locks_broken" 1 "$(awk '$1 == "rbd_locks_broken" { print $2 }' "$lmnt/.sys/d/blkfs_stat")"
 out=$("$BLKFS_TESTBIN/crash_writer" verify "$lmnt/d" 7 $((32 * M)) "$TDIR/writer.log" "$TDIR/base" 2>&1) ||
 	{ printf '%s\n' "$out" >&2; fail "acknowledged records are missing through the new mount"; }
