@@ -117,7 +117,12 @@ static int rbd_map_err(int r)
 	return r == -ENOSPC || r == -EDQUOT ? -ENOSPC : -EIO;
 }
 
-static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
+/*
+ * End @rq's I/O with @res and pass its slot to the oldest waiter, if any:
+ * the next I/O to end when that one fails at once. Returns the waiter
+ * (its slot taken, inflight as it was) or NULL.
+ */
+static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int res)
 {
 	struct blk_io *io = rq->io;
 	struct rbd_req *next = NULL;
@@ -142,9 +147,22 @@ static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
 	}
 	/* No lock of ours or librbd's is held here (see the top of the file). */
 	io->end_io(io, res);
-	/* The slot passes to the oldest waiter; it keeps inflight as it is. */
-	if (next)
-		rbd_start(next);
+	return next;
+}
+
+/*
+ * End @rq with @res, then start the waiters its slot passes to. A loop,
+ * not a recursion: each waiter can fail at once (past an end that moved
+ * in after an outside shrink, a refusal by librbd), and a long queue of
+ * such would otherwise nest as deep as it is long, on librbd's thread.
+ */
+static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
+{
+	while ((rq = rbd_end_one(rd, rq, res))) {
+		res = rbd_start(rq);
+		if (!res)
+			break;
+	}
 }
 
 static void rbd_complete_cb(rbd_completion_t c, void *arg)
@@ -164,8 +182,9 @@ static void rbd_complete_cb(rbd_completion_t c, void *arg)
 }
 
 /*
- * Hand @rq to librbd; a refusal at submission, or an I/O past an end that
- * moved in (rbd_be_submit), ends it like a failed I/O.
+ * Hand @rq, which holds a slot, to librbd: 0, or -errno for a refusal at
+ * submission or an I/O past an end that moved in (rbd_be_submit), which
+ * the caller ends like a failed I/O (rbd_finish).
  */
 static int rbd_start(struct rbd_req *rq)
 {
@@ -175,15 +194,11 @@ static int rbd_start(struct rbd_req *rq)
 	int r;
 
 	if (io->op != BLK_FLUSH &&
-	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
-		rbd_finish(rd, rq, -ENXIO);	/* past an end that moved in (above) */
-		return 0;
-	}
+	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
+		return -ENXIO;	/* past an end that moved in (above) */
 	r = rbd_aio_create_completion(rq, rbd_complete_cb, &c);
-	if (r < 0) {
-		rbd_finish(rd, rq, r);
-		return 0;
-	}
+	if (r < 0)
+		return r;
 	switch (io->op) {
 	case BLK_READ:
 		r = rbd_aio_readv(rd->image, io->iov, io->iovcnt, io->pos, c);
@@ -201,11 +216,9 @@ static int rbd_start(struct rbd_req *rq)
 	default:
 		r = -EINVAL;
 	}
-	if (r < 0) {
+	if (r < 0)
 		rbd_aio_release(c);
-		rbd_finish(rd, rq, r);
-	}
-	return 0;
+	return r < 0 ? r : 0;
 }
 
 static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
@@ -213,6 +226,7 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 	struct rbd_req *rq;
 	bool now;
+	int r;
 
 	rq = be_pool_get(&rd->pool);
 	if (!rq)
@@ -239,9 +253,13 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	else
 		list_add_tail(&rq->link, &rd->waiting);
 	pthread_mutex_unlock(&rd->lock);
-	if (now)
-		return rbd_start(rq);
-	__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
+	if (!now) {
+		__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	r = rbd_start(rq);
+	if (r)
+		rbd_finish(rd, rq, r);
 	return 0;
 }
 
