@@ -72,7 +72,8 @@ struct rbd_req {
 struct rbd_dev {
 	struct blk_backend be;		/* must come first */
 	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced) */
-	uint64_t max_size;		/* the largest geo.size of this open (rbd_be_submit) */
+	uint64_t max_size;		/* atomic: the largest geo.size of this open
+					 * (rbd_check_geometry, under writeback) */
 	rados_t cluster;
 	rados_ioctx_t ioctx;
 	rbd_image_t image;
@@ -265,7 +266,11 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 
 static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
-	*geo = ((struct rbd_dev *)be)->geo;
+	struct rbd_dev *rd = (struct rbd_dev *)be;
+
+	*geo = rd->geo;
+	/* size is stored atomically by rbd_be_resize (the rest is fixed at open) */
+	geo->size = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
 }
 
 /*
@@ -279,7 +284,8 @@ static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
 	*geo = rd->geo;
-	geo->size = rd->max_size;
+	/* rbd_be_resize raises it while background writeback may submit */
+	geo->size = __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- watch */
@@ -888,8 +894,9 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 			rd->pool_name, rd->image_name, info.size, rd->geo.lbs);
 		return -EINVAL;
 	}
-	if (info.size > rd->max_size)
-		rd->max_size = info.size;
+	/* Only here (blk_resize is one at a time): a load then a store is enough. */
+	if (info.size > __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED))
+		__atomic_store_n(&rd->max_size, info.size, __ATOMIC_RELAXED);
 	__atomic_store_n(&rd->geo.size, info.size, __ATOMIC_RELAXED);
 	*size = info.size;
 	return 0;
