@@ -829,7 +829,16 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	if (r)
 		goto out_free;
 
-	rbd_get_features(rd->image, &features);
+	/*
+	 * A failure here must not open the image as if it had no
+	 * exclusive-lock feature: that would skip the lock and warn falsely.
+	 */
+	r = rbd_get_features(rd->image, &features);
+	if (r < 0) {
+		blk_param_error(p, "image", "rbd_get_features of %s/%s: %s (the lock cannot "
+				"be taken without knowing them)", pool, image, strerror(-r));
+		goto out_free;
+	}
 	if (!(features & RBD_FEATURE_EXCLUSIVE_LOCK)) {
 		if (rd->exclusive)
 			blk_warn("rbd: %s: %s/%s has no exclusive-lock feature: nothing keeps a "
