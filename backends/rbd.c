@@ -55,6 +55,12 @@
 #define RBD_DEF_QD		64u
 #define RBD_MAX_QD		4096u
 #define RBD_DEF_TIMEOUT_S	30u
+/*
+ * Below this a real cluster's ordinary OSD failover fails I/O: the monitors
+ * mark a dead OSD down only after osd_heartbeat_grace (20 s) plus up to
+ * osd_heartbeat_interval (6 s), and requests to it wait that long.
+ */
+#define RBD_SAFE_TIMEOUT_S	30u
 /* Connecting at open waits at most this long (a dead monitor fails a mount fast). */
 #define RBD_MAX_MOUNT_TIMEOUT_S	10u
 #define NS_PER_S		1000000000ull
@@ -722,6 +728,13 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		goto out_free;
 	}
 	timeout_s = (unsigned int)(ns_tmo / NS_PER_S);
+	if (timeout_s < RBD_SAFE_TIMEOUT_S)
+		blk_warn("rbd: %s: timeout = %s is below %us: on a real cluster an ordinary OSD "
+			 "failover (about 26 s before the monitors mark a dead OSD down: "
+			 "osd_heartbeat_grace 20 s + osd_heartbeat_interval 6 s) then fails I/O "
+			 "with EIO instead of waiting for it (the data stays dirty, fsync "
+			 "reports it); right for a test cluster only", rd->dev,
+			 blk_param_get(p, "timeout"), RBD_SAFE_TIMEOUT_S);
 	if (create && !p->geo.size) {
 		r = blk_param_error(p, "size", "needed to create %s/%s (create = yes)", pool, image);
 		goto out_free;

@@ -8,7 +8,8 @@
 #  1. bad config fails `blkfs check` and `blkfs mount` within seconds, with
 #     a message naming the key and the cause: no pool key, no image key, no
 #     such pool, no such image, a conf that does not exist, a monitor that
-#     does not answer (timeout = 2s), create = yes without size;
+#     does not answer (timeout = 2s), create = yes without size; a
+#     timeout below 30 s is taken with a warning that says what it costs;
 #  2. an acknowledged fsync is in the image (rbd export) after kill -9 of
 #     blkfs, with rbd_cache off (the default) and on;
 #  3. the exclusive lock: a second opener is refused naming the holder;
@@ -63,7 +64,7 @@ bad() {
 		*) fail "blkfs check does not say '$w' ($((SECONDS - t0)) s): $out" ;;
 		esac
 	done
-	info "refused in $((SECONDS - t0)) s: ${out%%$'\n'*}"
+	info "refused in $((SECONDS - t0)) s: $(printf '%s\n' "$out" | grep -m1 -F -- "$1")"
 }
 
 info "1. bad config"
@@ -79,6 +80,17 @@ sed "s|^mon host = .*|mon host = [v2:127.0.0.1:$port]|" "$CEPH_CONF" >"$TDIR/dea
 bad "$(rbd_conf "$img" 'timeout = 2s' | sed "s|^conf = .*|conf = $TDIR/dead.conf|")" \
 	"conf: connecting to the cluster of $TDIR/dead.conf: Connection timed out" "no monitor answered"
 bad "$(rbd_conf "$(rbd_name newimg)" 'create = yes')" "size: needed to create rbd/$(rbd_name newimg)"
+# a timeout below an OSD failover's time is taken, with a warning; 30 s is not warned about
+printf '%s\n' "$(rbd_conf "$img" 'timeout = 5s')" >"$TDIR/short.conf"
+out=$(timeout 60 "$BLKFS" check -c "$TDIR/short.conf" 2>&1) || fail "blkfs check refused timeout = 5s: $out"
+case $out in
+*"timeout = 5s is below 30s"*"OSD failover"*EIO*) ;;
+*) fail "timeout = 5s: no warning saying what it costs: $out" ;;
+esac
+info "timeout = 5s: $(printf '%s\n' "$out" | grep -m1 'timeout = 5s')"
+printf '%s\n' "$(rbd_conf "$img" 'timeout = 30s')" >"$TDIR/short.conf"
+out=$(timeout 60 "$BLKFS" check -c "$TDIR/short.conf" 2>&1) || fail "blkfs check refused timeout = 30s: $out"
+case $out in *"is below 30s"*) fail "timeout = 30s warned about: $out" ;; esac
 # the mount itself fails the same way, and leaves nothing mounted
 rbd_conf "$nope" >"$TDIR/bad.conf"
 new_mountpoint
