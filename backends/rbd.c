@@ -101,15 +101,21 @@ struct rbd_dev {
 	 * The header watch (rbd_update_watch): librbd's callback only wakes
 	 * watch_thread, which asks the image's size (a librbd call that may
 	 * refresh the image: not for librbd's own thread) and tells the host
-	 * when it differs from geo.size.
+	 * when it differs from geo.size. A notice stays pending until the
+	 * size is read (a failed read is tried again each second), and none
+	 * is taken for an outside resize while blkfs's own resize or reset
+	 * changes the size (wown), or across one (wgen).
 	 */
 	const struct blk_host *host;
 	uint64_t watch_handle;
 	bool watching;
 	pthread_t watch_thread;
 	pthread_mutex_t wlock;
-	pthread_cond_t wcond;		/* to watch_thread: wpending or wstop */
+	pthread_cond_t wcond;		/* to watch_thread: wpending, !wown or wstop
+					 * (blk_cond_init: timed retries) */
 	bool wpending, wstop;		/* wlock */
+	bool wown;			/* wlock: an own resize or reset is under way */
+	uint64_t wgen;			/* wlock: own resizes and resets ended */
 	uint64_t nr_outside_resizes;	/* atomic */
 };
 
@@ -309,28 +315,71 @@ static void rbd_watch_cb(void *arg)
 static void *rbd_watch_fn(void *arg)
 {
 	struct rbd_dev *rd = arg;
-	uint64_t size;
+	bool said = false;
+	uint64_t size, gen;
+	int r;
 
 	pthread_mutex_lock(&rd->wlock);
 	for (;;) {
-		while (!rd->wpending && !rd->wstop)
+		while ((!rd->wpending || rd->wown) && !rd->wstop)
 			pthread_cond_wait(&rd->wcond, &rd->wlock);
 		if (rd->wstop)
 			break;
 		rd->wpending = false;
+		gen = rd->wgen;
 		pthread_mutex_unlock(&rd->wlock);
 		/* The header changed: a resize, or a snapshot, a lock, a feature. */
-		if (!rbd_get_size(rd->image, &size) &&
-		    size != __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
-			__atomic_add_fetch(&rd->nr_outside_resizes, 1, __ATOMIC_RELAXED);
-			blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes now (resized outside blkfs)",
-				 rd->dev, rd->pool_name, rd->image_name, size);
-			rd->host->size_changed(rd->host->ctx);
+		r = rbd_get_size(rd->image, &size);
+		pthread_mutex_lock(&rd->wlock);
+		if (r < 0) {
+			/* Not lost: asked again in a second until it is read. */
+			if (!said)
+				blk_warn("rbd: %s: reading the size of %s/%s after a header "
+					 "notice: %s; trying again each second", rd->dev,
+					 rd->pool_name, rd->image_name, strerror(-r));
+			said = true;
+			rd->wpending = true;
+			if (!rd->wstop)
+				blk_cond_wait_ms(&rd->wcond, &rd->wlock, 1000);
+			continue;
 		}
+		said = false;
+		if (rd->wown || rd->wgen != gen) {
+			/* read across blkfs's own change: read again once it is done */
+			rd->wpending = true;
+			continue;
+		}
+		if (size == __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
+			continue;
+		pthread_mutex_unlock(&rd->wlock);
+		__atomic_add_fetch(&rd->nr_outside_resizes, 1, __ATOMIC_RELAXED);
+		blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes now (resized outside blkfs)",
+			 rd->dev, rd->pool_name, rd->image_name, size);
+		rd->host->size_changed(rd->host->ctx);
 		pthread_mutex_lock(&rd->wlock);
 	}
 	pthread_mutex_unlock(&rd->wlock);
 	return NULL;
+}
+
+/*
+ * Around blkfs's own change of the image's size (rbd_be_resize, a reset):
+ * the header notice it causes is not an outside resize.
+ */
+static void rbd_own_begin(struct rbd_dev *rd)
+{
+	pthread_mutex_lock(&rd->wlock);
+	rd->wown = true;
+	pthread_mutex_unlock(&rd->wlock);
+}
+
+static void rbd_own_end(struct rbd_dev *rd)
+{
+	pthread_mutex_lock(&rd->wlock);
+	rd->wown = false;
+	rd->wgen++;
+	pthread_cond_signal(&rd->wcond);
+	pthread_mutex_unlock(&rd->wlock);
 }
 
 static int rbd_watch_start(struct rbd_dev *rd, struct blk_params *p)
@@ -696,7 +745,13 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	rd->be.ops = &rbd_backend_ops;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_mutex_init(&rd->wlock, NULL);
-	pthread_cond_init(&rd->wcond, NULL);
+	r = blk_cond_init(&rd->wcond);
+	if (r) {
+		pthread_mutex_destroy(&rd->wlock);
+		pthread_mutex_destroy(&rd->lock);
+		free(rd);
+		return ERR_PTR(blk_param_error(p, NULL, "pthread_cond_init: %s", strerror(r)));
+	}
 	rd->host = p->host;
 	list_init(&rd->waiting);
 	rd->pool_name = strdup(pool);
@@ -888,23 +943,15 @@ static void rbd_be_close(struct blk_backend *be)
 
 /* ------------------------------------------------------- resize, stats */
 
-/* blk_resize(): rbd_resize to @size, or (0) the image's size now. */
-static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
+/*
+ * The image's size now (rbd_stat) as geo.size, raising max_size; 0 or
+ * -errno. Called with the device quiesced, inside rbd_own_begin/end.
+ */
+static int rbd_size_take(struct rbd_dev *rd, uint64_t *size)
 {
-	struct rbd_dev *rd = (struct rbd_dev *)be;
 	rbd_image_info_t info;
 	int r;
 
-	if (*size % rd->geo.lbs)
-		return -EINVAL;
-	if (*size && *size != rd->geo.size) {
-		r = rbd_resize(rd->image, *size);
-		if (r < 0) {
-			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
-				rd->pool_name, rd->image_name, *size, strerror(-r));
-			return r;
-		}
-	}
 	r = rbd_stat(rd->image, &info, sizeof(info));
 	if (r < 0) {
 		blk_err("rbd: %s: rbd_stat(%s/%s): %s", rd->dev, rd->pool_name, rd->image_name,
@@ -922,6 +969,27 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 	__atomic_store_n(&rd->geo.size, info.size, __ATOMIC_RELAXED);
 	*size = info.size;
 	return 0;
+}
+
+/* blk_resize(): rbd_resize to @size, or (0) the image's size now. */
+static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct rbd_dev *rd = (struct rbd_dev *)be;
+	int r = 0;
+
+	if (*size % rd->geo.lbs)
+		return -EINVAL;
+	rbd_own_begin(rd);
+	if (*size && *size != rd->geo.size) {
+		r = rbd_resize(rd->image, *size);
+		if (r < 0)
+			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
+				rd->pool_name, rd->image_name, *size, strerror(-r));
+	}
+	if (!r)
+		r = rbd_size_take(rd, size);
+	rbd_own_end(rd);
+	return r;
 }
 
 static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
@@ -977,13 +1045,32 @@ static int rbd_be_snap_destroy(struct blk_backend *be, const char *name)
 static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
+	uint64_t old = rd->geo.size, size;
+	int r;
 
 	if (!blk_snap_name_valid(name))
 		return -EINVAL;
 	pthread_mutex_lock(&rd->lock);
 	assert(!rd->inflight);
 	pthread_mutex_unlock(&rd->lock);
-	return rbd_snap_err(rd, "rbd_snap_rollback", name, rbd_snap_rollback(rd->image, name));
+	rbd_own_begin(rd);
+	r = rbd_snap_err(rd, "rbd_snap_rollback", name, rbd_snap_rollback(rd->image, name));
+	/*
+	 * A snapshot of another size: the image has that size now, so the
+	 * device does at once, not when (if) the header notice comes; the
+	 * host takes it (size_changed) once this reset is done. The size is
+	 * read even after a failed rollback, which may have got that far.
+	 */
+	if (rbd_size_take(rd, &size) < 0)
+		size = old;
+	rbd_own_end(rd);
+	if (size != old) {
+		blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes after the reset to %s (%" PRIu64
+			 " before)", rd->dev, rd->pool_name, rd->image_name, size, name, old);
+		if (rd->host && rd->host->size_changed)
+			rd->host->size_changed(rd->host->ctx);
+	}
+	return r;
 }
 
 /*
