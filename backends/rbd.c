@@ -29,7 +29,9 @@
  *
  * The exclusive lock: taken with rbd_lock_acquire(EXCLUSIVE) (librbd hands
  * a lock taken automatically to whoever asks); a second opener is refused
- * naming the holder. `break_lock = yes` breaks a dead holder's lock.
+ * naming the holder. `break_lock = yes` breaks the lock of a holder that
+ * is dead, which is one that no longer watches the image (a live one is
+ * refused by name even so: rbd_break_dead_lock).
  *
  * Lock order: rd->lock is a leaf; it is never held across a librbd call
  * or end_io.
@@ -53,6 +55,12 @@
 #define RBD_DEF_QD		64u
 #define RBD_MAX_QD		4096u
 #define RBD_DEF_TIMEOUT_S	30u
+/*
+ * Below this a real cluster's ordinary OSD failover fails I/O: the monitors
+ * mark a dead OSD down only after osd_heartbeat_grace (20 s) plus up to
+ * osd_heartbeat_interval (6 s), and requests to it wait that long.
+ */
+#define RBD_SAFE_TIMEOUT_S	30u
 /* Connecting at open waits at most this long (a dead monitor fails a mount fast). */
 #define RBD_MAX_MOUNT_TIMEOUT_S	10u
 #define NS_PER_S		1000000000ull
@@ -70,7 +78,8 @@ struct rbd_req {
 struct rbd_dev {
 	struct blk_backend be;		/* must come first */
 	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced) */
-	uint64_t max_size;		/* the largest geo.size of this open (rbd_be_submit) */
+	uint64_t max_size;		/* atomic: the largest geo.size of this open
+					 * (rbd_check_geometry, under writeback) */
 	rados_t cluster;
 	rados_ioctx_t ioctx;
 	rbd_image_t image;
@@ -92,15 +101,21 @@ struct rbd_dev {
 	 * The header watch (rbd_update_watch): librbd's callback only wakes
 	 * watch_thread, which asks the image's size (a librbd call that may
 	 * refresh the image: not for librbd's own thread) and tells the host
-	 * when it differs from geo.size.
+	 * when it differs from geo.size. A notice stays pending until the
+	 * size is read (a failed read is tried again each second), and none
+	 * is taken for an outside resize while blkfs's own resize or reset
+	 * changes the size (wown), or across one (wgen).
 	 */
 	const struct blk_host *host;
 	uint64_t watch_handle;
 	bool watching;
 	pthread_t watch_thread;
 	pthread_mutex_t wlock;
-	pthread_cond_t wcond;		/* to watch_thread: wpending or wstop */
+	pthread_cond_t wcond;		/* to watch_thread: wpending, !wown or wstop
+					 * (blk_cond_init: timed retries) */
 	bool wpending, wstop;		/* wlock */
+	bool wown;			/* wlock: an own resize or reset is under way */
+	uint64_t wgen;			/* wlock: own resizes and resets ended */
 	uint64_t nr_outside_resizes;	/* atomic */
 };
 
@@ -115,7 +130,12 @@ static int rbd_map_err(int r)
 	return r == -ENOSPC || r == -EDQUOT ? -ENOSPC : -EIO;
 }
 
-static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
+/*
+ * End @rq's I/O with @res and pass its slot to the oldest waiter, if any:
+ * the next I/O to end when that one fails at once. Returns the waiter
+ * (its slot taken, inflight as it was) or NULL.
+ */
+static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int res)
 {
 	struct blk_io *io = rq->io;
 	struct rbd_req *next = NULL;
@@ -140,9 +160,22 @@ static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
 	}
 	/* No lock of ours or librbd's is held here (see the top of the file). */
 	io->end_io(io, res);
-	/* The slot passes to the oldest waiter; it keeps inflight as it is. */
-	if (next)
-		rbd_start(next);
+	return next;
+}
+
+/*
+ * End @rq with @res, then start the waiters its slot passes to. A loop,
+ * not a recursion: each waiter can fail at once (past an end that moved
+ * in after an outside shrink, a refusal by librbd), and a long queue of
+ * such would otherwise nest as deep as it is long, on librbd's thread.
+ */
+static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
+{
+	while ((rq = rbd_end_one(rd, rq, res))) {
+		res = rbd_start(rq);
+		if (!res)
+			break;
+	}
 }
 
 static void rbd_complete_cb(rbd_completion_t c, void *arg)
@@ -162,8 +195,9 @@ static void rbd_complete_cb(rbd_completion_t c, void *arg)
 }
 
 /*
- * Hand @rq to librbd; a refusal at submission, or an I/O past an end that
- * moved in (rbd_be_submit), ends it like a failed I/O.
+ * Hand @rq, which holds a slot, to librbd: 0, or -errno for a refusal at
+ * submission or an I/O past an end that moved in (rbd_be_submit), which
+ * the caller ends like a failed I/O (rbd_finish).
  */
 static int rbd_start(struct rbd_req *rq)
 {
@@ -173,15 +207,11 @@ static int rbd_start(struct rbd_req *rq)
 	int r;
 
 	if (io->op != BLK_FLUSH &&
-	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
-		rbd_finish(rd, rq, -ENXIO);	/* past an end that moved in (above) */
-		return 0;
-	}
+	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
+		return -ENXIO;	/* past an end that moved in (above) */
 	r = rbd_aio_create_completion(rq, rbd_complete_cb, &c);
-	if (r < 0) {
-		rbd_finish(rd, rq, r);
-		return 0;
-	}
+	if (r < 0)
+		return r;
 	switch (io->op) {
 	case BLK_READ:
 		r = rbd_aio_readv(rd->image, io->iov, io->iovcnt, io->pos, c);
@@ -199,11 +229,9 @@ static int rbd_start(struct rbd_req *rq)
 	default:
 		r = -EINVAL;
 	}
-	if (r < 0) {
+	if (r < 0)
 		rbd_aio_release(c);
-		rbd_finish(rd, rq, r);
-	}
-	return 0;
+	return r < 0 ? r : 0;
 }
 
 static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
@@ -211,6 +239,7 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 	struct rbd_req *rq;
 	bool now;
+	int r;
 
 	rq = be_pool_get(&rd->pool);
 	if (!rq)
@@ -237,15 +266,23 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	else
 		list_add_tail(&rq->link, &rd->waiting);
 	pthread_mutex_unlock(&rd->lock);
-	if (now)
-		return rbd_start(rq);
-	__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
+	if (!now) {
+		__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	r = rbd_start(rq);
+	if (r)
+		rbd_finish(rd, rq, r);
 	return 0;
 }
 
 static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
-	*geo = ((struct rbd_dev *)be)->geo;
+	struct rbd_dev *rd = (struct rbd_dev *)be;
+
+	*geo = rd->geo;
+	/* size is stored atomically by rbd_be_resize (the rest is fixed at open) */
+	geo->size = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
 }
 
 /*
@@ -259,7 +296,8 @@ static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
 	*geo = rd->geo;
-	geo->size = rd->max_size;
+	/* rbd_be_resize raises it while background writeback may submit */
+	geo->size = __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- watch */
@@ -277,28 +315,71 @@ static void rbd_watch_cb(void *arg)
 static void *rbd_watch_fn(void *arg)
 {
 	struct rbd_dev *rd = arg;
-	uint64_t size;
+	bool said = false;
+	uint64_t size, gen;
+	int r;
 
 	pthread_mutex_lock(&rd->wlock);
 	for (;;) {
-		while (!rd->wpending && !rd->wstop)
+		while ((!rd->wpending || rd->wown) && !rd->wstop)
 			pthread_cond_wait(&rd->wcond, &rd->wlock);
 		if (rd->wstop)
 			break;
 		rd->wpending = false;
+		gen = rd->wgen;
 		pthread_mutex_unlock(&rd->wlock);
 		/* The header changed: a resize, or a snapshot, a lock, a feature. */
-		if (!rbd_get_size(rd->image, &size) &&
-		    size != __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
-			__atomic_add_fetch(&rd->nr_outside_resizes, 1, __ATOMIC_RELAXED);
-			blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes now (resized outside blkfs)",
-				 rd->dev, rd->pool_name, rd->image_name, size);
-			rd->host->size_changed(rd->host->ctx);
+		r = rbd_get_size(rd->image, &size);
+		pthread_mutex_lock(&rd->wlock);
+		if (r < 0) {
+			/* Not lost: asked again in a second until it is read. */
+			if (!said)
+				blk_warn("rbd: %s: reading the size of %s/%s after a header "
+					 "notice: %s; trying again each second", rd->dev,
+					 rd->pool_name, rd->image_name, strerror(-r));
+			said = true;
+			rd->wpending = true;
+			if (!rd->wstop)
+				blk_cond_wait_ms(&rd->wcond, &rd->wlock, 1000);
+			continue;
 		}
+		said = false;
+		if (rd->wown || rd->wgen != gen) {
+			/* read across blkfs's own change: read again once it is done */
+			rd->wpending = true;
+			continue;
+		}
+		if (size == __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
+			continue;
+		pthread_mutex_unlock(&rd->wlock);
+		__atomic_add_fetch(&rd->nr_outside_resizes, 1, __ATOMIC_RELAXED);
+		blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes now (resized outside blkfs)",
+			 rd->dev, rd->pool_name, rd->image_name, size);
+		rd->host->size_changed(rd->host->ctx);
 		pthread_mutex_lock(&rd->wlock);
 	}
 	pthread_mutex_unlock(&rd->wlock);
 	return NULL;
+}
+
+/*
+ * Around blkfs's own change of the image's size (rbd_be_resize, a reset):
+ * the header notice it causes is not an outside resize.
+ */
+static void rbd_own_begin(struct rbd_dev *rd)
+{
+	pthread_mutex_lock(&rd->wlock);
+	rd->wown = true;
+	pthread_mutex_unlock(&rd->wlock);
+}
+
+static void rbd_own_end(struct rbd_dev *rd)
+{
+	pthread_mutex_lock(&rd->wlock);
+	rd->wown = false;
+	rd->wgen++;
+	pthread_cond_signal(&rd->wcond);
+	pthread_mutex_unlock(&rd->wlock);
 }
 
 static int rbd_watch_start(struct rbd_dev *rd, struct blk_params *p)
@@ -340,27 +421,178 @@ static void rbd_watch_stop(struct rbd_dev *rd)
 
 /* ---------------------------------------------------------------- open */
 
-/* Who holds the image's lock, for a message: "OWNER" or "another client". */
-static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, rbd_lock_mode_t *mode,
-			    bool *any)
-{
-	char *owners[8];
-	size_t nr = 8, i, off = 0;
+#define RBD_MAX_LOCKERS		8
+#define RBD_MAX_WATCHERS	64
 
-	*any = false;
+/* A holder of the image's lock, from rbd_list_lockers. */
+struct rbd_locker {
+	char client[64];		/* "client.4123" */
+	char addr[128];			/* "127.0.0.1:0/3456": rbd_lock_get_owners' name */
+	int64_t id;			/* 4123, or -1 */
+};
+
+/* An address without its messenger prefix ("v1:"): the forms may differ. */
+static const char *rbd_addr_bare(const char *a)
+{
+	if (!strncmp(a, "v1:", 3) || !strncmp(a, "v2:", 3))
+		return a + 3;
+	if (!strncmp(a, "any:", 4))
+		return a + 4;
+	return a;
+}
+
+static bool rbd_addr_eq(const char *a, const char *b)
+{
+	return !strcmp(rbd_addr_bare(a), rbd_addr_bare(b));
+}
+
+/*
+ * The image's lockers: their number (at most @max in @v), or -errno.
+ * librbd's exclusive lock is a cls lock on the header object, so it is
+ * listed here, with the client and address rbd_lock_get_owners leaves out.
+ */
+static int rbd_lockers(rbd_image_t img, struct rbd_locker *v, int max)
+{
+	char clients[1024], cookies[1024], addrs[1024], tag[256];
+	size_t clen = sizeof(clients), klen = sizeof(cookies), alen = sizeof(addrs);
+	size_t tlen = sizeof(tag), coff = 0, aoff = 0;
+	int excl, i;
+	ssize_t n;
+
+	n = rbd_list_lockers(img, &excl, tag, &tlen, clients, &clen, cookies, &klen, addrs,
+			     &alen);
+	if (n < 0)
+		return (int)n;
+	for (i = 0; i < n && i < max && coff < clen && aoff < alen; i++) {
+		const char *c = clients + coff, *a = addrs + aoff;
+
+		snprintf(v[i].client, sizeof(v[i].client), "%s", c);
+		snprintf(v[i].addr, sizeof(v[i].addr), "%s", a);
+		v[i].id = !strncmp(c, "client.", 7) ? strtoll(c + 7, NULL, 10) : -1;
+		coff += strnlen(c, clen - coff) + 1;
+		aoff += strnlen(a, alen - aoff) + 1;
+	}
+	return i;
+}
+
+/* "client.4123 at 127.0.0.1:0/3456, ..." in @buf, for a message. */
+static void rbd_lockers_name(const struct rbd_locker *v, int nr, char *buf, size_t len)
+{
+	size_t off = 0;
+	int i;
+
 	snprintf(buf, len, "another client");
-	if (rbd_lock_get_owners(img, mode, owners, &nr) < 0 || !nr)
-		return;
-	*any = true;
-	buf[0] = '\0';
 	for (i = 0; i < nr && off < len; i++) {
-		int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", owners[i]);
+		int n = snprintf(buf + off, len - off, "%s%s at %s", i ? ", " : "", v[i].client,
+				 v[i].addr);
 
 		if (n < 0)
 			break;
 		off += (size_t)n;
 	}
-	rbd_lock_get_owners_cleanup(owners, nr);
+}
+
+/* Who holds the image's lock, for a message; *@any: someone does. */
+static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, bool *any)
+{
+	struct rbd_locker v[RBD_MAX_LOCKERS];
+	int nr = rbd_lockers(img, v, RBD_MAX_LOCKERS);
+
+	*any = nr > 0;
+	rbd_lockers_name(v, nr > 0 ? nr : 0, buf, len);
+}
+
+/*
+ * Whether @l still watches the image's header: 1 yes, 0 no, or -errno.
+ * A client that watches is alive, or died less than the OSD's watch
+ * timeout ago; one that does not cannot answer a lock request either
+ * (librbd's request goes to the holder through its watch). Matched by
+ * client id or address, either being enough: a false "alive" only keeps
+ * a lock, a false "dead" would blocklist a live client.
+ */
+static int rbd_locker_watches(rbd_image_t img, const struct rbd_locker *l)
+{
+	rbd_image_watcher_t w[RBD_MAX_WATCHERS];
+	size_t nr = RBD_MAX_WATCHERS, i;
+	int r, found = 0;
+
+	r = rbd_watchers_list(img, w, &nr);
+	if (r < 0)
+		return r;
+	for (i = 0; i < nr; i++)
+		if ((l->id >= 0 && w[i].id == l->id) || rbd_addr_eq(w[i].addr, l->addr))
+			found = 1;
+	rbd_watchers_list_cleanup(w, nr);
+	return found;
+}
+
+/*
+ * break_lock = yes: break the lock of holders that are dead, that is no
+ * longer watch the image; a holder that watches is refused by name. The
+ * break (rbd_lock_break) blocklists the holder, so a client taken for
+ * dead that is only cut off (its watch lapsed) can write no more, and it
+ * breaks only while the lock is still the one checked here (librbd
+ * compares the owner's address): a lock that changed hands in between is
+ * refused. Returns 0 or what blk_param_error returns.
+ */
+static int rbd_break_dead_lock(struct rbd_dev *rd, struct blk_params *p,
+			       const struct rbd_locker *v, int nr, const char *holder)
+{
+	rbd_lock_mode_t mode = RBD_LOCK_MODE_EXCLUSIVE;
+	char *owners[RBD_MAX_LOCKERS], wto[32];
+	size_t nr_owners = RBD_MAX_LOCKERS, i;
+	int r, j;
+
+	for (j = 0; j < nr; j++) {
+		r = rbd_locker_watches(rd->image, &v[j]);
+		if (r < 0)
+			return blk_param_error(p, "break_lock", "cannot list the watchers of "
+					       "%s/%s to tell whether %s is alive: %s",
+					       rd->pool_name, rd->image_name, v[j].client,
+					       strerror(-r));
+		if (!r)
+			continue;
+		if (rados_conf_get(rd->cluster, "osd_client_watch_timeout", wto, sizeof(wto)))
+			snprintf(wto, sizeof(wto), "30");
+		return blk_param_error(p, "image",
+			"%s/%s is locked by %s, which still watches the image, so it is taken "
+			"for alive: not broken although break_lock = yes (breaking a live "
+			"holder's lock would blocklist it and fail its unwritten data). If it "
+			"was killed, the OSD keeps its watch "
+			"for osd_client_watch_timeout after its last ping (%s s in this client's "
+			"ceph.conf, 30 s by default; the OSDs' own setting rules): mount again "
+			"after that", rd->pool_name, rd->image_name, holder, wto);
+	}
+	r = rbd_lock_get_owners(rd->image, &mode, owners, &nr_owners);
+	if (r == -ENOENT)
+		return 0;	/* released meanwhile: rbd_lock_acquire takes it */
+	if (r < 0)
+		return blk_param_error(p, "break_lock", "cannot list the lock owners of %s/%s: %s",
+				       rd->pool_name, rd->image_name, strerror(-r));
+	for (i = 0; i < nr_owners && !r; i++) {
+		for (j = 0; j < nr && !rbd_addr_eq(owners[i], v[j].addr); j++)
+			;
+		if (j == nr) {
+			r = -EBUSY;
+			blk_param_error(p, "image", "%s/%s: its lock passed to %s while blkfs "
+					"checked %s for life; not broken, try again",
+					rd->pool_name, rd->image_name, owners[i], holder);
+			break;
+		}
+		r = rbd_lock_break(rd->image, mode, owners[i]);
+		if (r < 0) {
+			blk_param_error(p, "break_lock", "breaking the lock of %s/%s held by "
+					"%s: %s", rd->pool_name, rd->image_name, v[j].client,
+					strerror(-r));
+			break;
+		}
+		rd->nr_broken++;
+		blk_warn("rbd: %s: broke the lock of %s/%s held by %s at %s, which no longer "
+			 "watches the image (break_lock = yes; librbd blocklists it)", rd->dev,
+			 rd->pool_name, rd->image_name, v[j].client, v[j].addr);
+	}
+	rbd_lock_get_owners_cleanup(owners, nr_owners);
+	return r;
 }
 
 /*
@@ -368,49 +600,34 @@ static void rbd_lock_holder(rbd_image_t img, char *buf, size_t len, rbd_lock_mod
  * that already has a holder is refused without asking for the lock:
  * librbd's own acquire would wait out the holder's watch (30 s when it
  * died) and then break the lock by itself, which only break_lock = yes
- * may do here.
+ * may do here, and only to a dead holder (rbd_break_dead_lock).
  */
 static int rbd_take_lock(struct rbd_dev *rd, struct blk_params *p, bool break_lock)
 {
+	struct rbd_locker v[RBD_MAX_LOCKERS];
 	char holder[512];
-	rbd_lock_mode_t mode = RBD_LOCK_MODE_EXCLUSIVE;
-	char *owners[8];
-	size_t nr = 8, i;
 	bool any;
-	int r;
+	int r, nr;
 
-	rbd_lock_holder(rd->image, holder, sizeof(holder), &mode, &any);
-	if (any && !break_lock)
+	nr = rbd_lockers(rd->image, v, RBD_MAX_LOCKERS);
+	if (nr < 0)
+		return blk_param_error(p, "image", "cannot list the lockers of %s/%s: %s",
+				       rd->pool_name, rd->image_name, strerror(-nr));
+	rbd_lockers_name(v, nr, holder, sizeof(holder));
+	if (nr && !break_lock)
 		return blk_param_error(p, "image",
 			"%s/%s is locked by %s; if that holder is dead (a killed blkfs), "
-			"`break_lock = yes` in this section (or `rbd lock rm`) breaks its lock; "
-			"`exclusive = no` shares the image on purpose",
+			"`break_lock = yes` in this section (or `rbd lock rm`) breaks its lock "
+			"once its watch is gone; `exclusive = no` shares the image on purpose",
 			rd->pool_name, rd->image_name, holder);
-	if (any) {
-		/* break_lock = yes: the holder is taken to be dead; librbd blocklists it. */
-		r = rbd_lock_get_owners(rd->image, &mode, owners, &nr);
-		if (r < 0)
-			return blk_param_error(p, "break_lock", "cannot list the lock owners of "
-					       "%s/%s: %s", rd->pool_name, rd->image_name,
-					       strerror(-r));
-		for (i = 0; i < nr && !r; i++) {
-			r = rbd_lock_break(rd->image, mode, owners[i]);
-			if (!r)
-				rd->nr_broken++;
-			if (!r)
-				blk_warn("rbd: %s: broke the lock of %s/%s held by %s "
-					 "(break_lock = yes)", rd->dev, rd->pool_name,
-					 rd->image_name, owners[i]);
-		}
-		rbd_lock_get_owners_cleanup(owners, nr);
-		if (r < 0)
-			return blk_param_error(p, "break_lock", "breaking the lock of %s/%s held "
-					       "by %s: %s", rd->pool_name, rd->image_name, holder,
-					       strerror(-r));
+	if (nr) {
+		r = rbd_break_dead_lock(rd, p, v, nr, holder);
+		if (r)
+			return r;
 	}
 	r = rbd_lock_acquire(rd->image, RBD_LOCK_MODE_EXCLUSIVE);
 	if (r < 0) {
-		rbd_lock_holder(rd->image, holder, sizeof(holder), &mode, &any);
+		rbd_lock_holder(rd->image, holder, sizeof(holder), &any);
 		return blk_param_error(p, "image", "%s/%s: taking its exclusive lock failed: %s%s%s",
 				       rd->pool_name, rd->image_name, strerror(-r),
 				       any ? "; held by " : "", any ? holder : "");
@@ -528,7 +745,13 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	rd->be.ops = &rbd_backend_ops;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_mutex_init(&rd->wlock, NULL);
-	pthread_cond_init(&rd->wcond, NULL);
+	r = blk_cond_init(&rd->wcond);
+	if (r) {
+		pthread_mutex_destroy(&rd->wlock);
+		pthread_mutex_destroy(&rd->lock);
+		free(rd);
+		return ERR_PTR(blk_param_error(p, NULL, "pthread_cond_init: %s", strerror(r)));
+	}
 	rd->host = p->host;
 	list_init(&rd->waiting);
 	rd->pool_name = strdup(pool);
@@ -560,6 +783,13 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		goto out_free;
 	}
 	timeout_s = (unsigned int)(ns_tmo / NS_PER_S);
+	if (timeout_s < RBD_SAFE_TIMEOUT_S)
+		blk_warn("rbd: %s: timeout = %s is below %us: on a real cluster an ordinary OSD "
+			 "failover (about 26 s before the monitors mark a dead OSD down: "
+			 "osd_heartbeat_grace 20 s + osd_heartbeat_interval 6 s) then fails I/O "
+			 "with EIO instead of waiting for it (the data stays dirty, fsync "
+			 "reports it); right for a test cluster only", rd->dev,
+			 blk_param_get(p, "timeout"), RBD_SAFE_TIMEOUT_S);
 	if (create && !p->geo.size) {
 		r = blk_param_error(p, "size", "needed to create %s/%s (create = yes)", pool, image);
 		goto out_free;
@@ -667,7 +897,16 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	if (r)
 		goto out_free;
 
-	rbd_get_features(rd->image, &features);
+	/*
+	 * A failure here must not open the image as if it had no
+	 * exclusive-lock feature: that would skip the lock and warn falsely.
+	 */
+	r = rbd_get_features(rd->image, &features);
+	if (r < 0) {
+		blk_param_error(p, "image", "rbd_get_features of %s/%s: %s (the lock cannot "
+				"be taken without knowing them)", pool, image, strerror(-r));
+		goto out_free;
+	}
 	if (!(features & RBD_FEATURE_EXCLUSIVE_LOCK)) {
 		if (rd->exclusive)
 			blk_warn("rbd: %s: %s/%s has no exclusive-lock feature: nothing keeps a "
@@ -704,23 +943,15 @@ static void rbd_be_close(struct blk_backend *be)
 
 /* ------------------------------------------------------- resize, stats */
 
-/* blk_resize(): rbd_resize to @size, or (0) the image's size now. */
-static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
+/*
+ * The image's size now (rbd_stat) as geo.size, raising max_size; 0 or
+ * -errno. Called with the device quiesced, inside rbd_own_begin/end.
+ */
+static int rbd_size_take(struct rbd_dev *rd, uint64_t *size)
 {
-	struct rbd_dev *rd = (struct rbd_dev *)be;
 	rbd_image_info_t info;
 	int r;
 
-	if (*size % rd->geo.lbs)
-		return -EINVAL;
-	if (*size && *size != rd->geo.size) {
-		r = rbd_resize(rd->image, *size);
-		if (r < 0) {
-			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
-				rd->pool_name, rd->image_name, *size, strerror(-r));
-			return r;
-		}
-	}
 	r = rbd_stat(rd->image, &info, sizeof(info));
 	if (r < 0) {
 		blk_err("rbd: %s: rbd_stat(%s/%s): %s", rd->dev, rd->pool_name, rd->image_name,
@@ -732,11 +963,33 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 			rd->pool_name, rd->image_name, info.size, rd->geo.lbs);
 		return -EINVAL;
 	}
-	if (info.size > rd->max_size)
-		rd->max_size = info.size;
+	/* Only here (blk_resize is one at a time): a load then a store is enough. */
+	if (info.size > __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED))
+		__atomic_store_n(&rd->max_size, info.size, __ATOMIC_RELAXED);
 	__atomic_store_n(&rd->geo.size, info.size, __ATOMIC_RELAXED);
 	*size = info.size;
 	return 0;
+}
+
+/* blk_resize(): rbd_resize to @size, or (0) the image's size now. */
+static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
+{
+	struct rbd_dev *rd = (struct rbd_dev *)be;
+	int r = 0;
+
+	if (*size % rd->geo.lbs)
+		return -EINVAL;
+	rbd_own_begin(rd);
+	if (*size && *size != rd->geo.size) {
+		r = rbd_resize(rd->image, *size);
+		if (r < 0)
+			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
+				rd->pool_name, rd->image_name, *size, strerror(-r));
+	}
+	if (!r)
+		r = rbd_size_take(rd, size);
+	rbd_own_end(rd);
+	return r;
 }
 
 static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
@@ -792,13 +1045,32 @@ static int rbd_be_snap_destroy(struct blk_backend *be, const char *name)
 static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
+	uint64_t old = rd->geo.size, size;
+	int r;
 
 	if (!blk_snap_name_valid(name))
 		return -EINVAL;
 	pthread_mutex_lock(&rd->lock);
 	assert(!rd->inflight);
 	pthread_mutex_unlock(&rd->lock);
-	return rbd_snap_err(rd, "rbd_snap_rollback", name, rbd_snap_rollback(rd->image, name));
+	rbd_own_begin(rd);
+	r = rbd_snap_err(rd, "rbd_snap_rollback", name, rbd_snap_rollback(rd->image, name));
+	/*
+	 * A snapshot of another size: the image has that size now, so the
+	 * device does at once, not when (if) the header notice comes; the
+	 * host takes it (size_changed) once this reset is done. The size is
+	 * read even after a failed rollback, which may have got that far.
+	 */
+	if (rbd_size_take(rd, &size) < 0)
+		size = old;
+	rbd_own_end(rd);
+	if (size != old) {
+		blk_info("rbd: %s: %s/%s is %" PRIu64 " bytes after the reset to %s (%" PRIu64
+			 " before)", rd->dev, rd->pool_name, rd->image_name, size, name, old);
+		if (rd->host && rd->host->size_changed)
+			rd->host->size_changed(rd->host->ctx);
+	}
+	return r;
 }
 
 /*

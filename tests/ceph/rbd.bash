@@ -52,7 +52,8 @@ rbd_name() {
 
 # rbd_remove_own: remove every image named with RBD_PREFIX, snapshots
 # first; 1 if one is left. An image a killed client still watches cannot
-# be removed until the OSD drops the watch (30 s): retried up to 60 s.
+# be removed until the OSD drops the watch (osd client watch timeout: 10 s
+# on tests/ceph/cluster, 30 s by default): retried up to 60 s.
 rbd_remove_own() {
 	local img left end=$((SECONDS + 60))
 	while :; do

@@ -5,7 +5,8 @@
 # in the runner's shared Ceph cluster (or, run alone, one it starts:
 # tests/ceph/rbd.bash):
 #  - `blkfs resize MNT d 96M` grows the image (rbd info says so) and the
-#    file; data before the old end stays, the new part reads zeros;
+#    file; data before the old end stays, the new part reads zeros; the
+#    header notice it causes is not counted as an outside resize;
 #  - `rbd resize` by another client: the file's size follows (learnt
 #    through librbd's header watch), growing and shrinking;
 #  - an outside shrink below data the cache holds dirty: the file follows,
@@ -14,7 +15,8 @@
 #    end reaches the image at the next fsync;
 #  - `blkfs snapshot` is an RBD snapshot (`rbd snap ls`), listed in
 #    .sys/d/snapshots; `blkfs reset` rolls the device back to it, dirty
-#    data included in the snapshot; `blkfs snapshot -d` removes it;
+#    data included in the snapshot, and to its size after a `blkfs resize`
+#    (not counted as an outside resize); `blkfs snapshot -d` removes it;
 #  - `blkfs save` is refused with EOPNOTSUPP and a message.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -49,6 +51,11 @@ assert_eq "image size after blkfs resize" $((96 * M)) "$(rbd_image_size "$img")"
 assert_eq "st_size after blkfs resize" $((96 * M)) "$(stat -c %s "$dev")"
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data before the old end changed"
 cmp -n $((32 * M)) /dev/zero <(dd if="$dev" bs=1M skip=64 status=none) || fail "the grown part does not read zeros"
+stat_of() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.sys/d/blkfs_stat"; }
+# the resize's header notice reaches the watch within moments; it must not
+# count as (or be taken for) a resize from outside
+sleep 2
+assert_eq "rbd_outside_resizes after blkfs's own resize" 0 "$(stat_of rbd_outside_resizes)"
 
 info "resize from outside (rbd resize)"
 rbd resize --no-progress --size 128M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize 128M failed"
@@ -60,7 +67,6 @@ wait_until 60 "st_size $((80 * M)) after rbd resize --allow-shrink" file_size_is
 cmp -n $((16 * M)) "$src" <(dd if="$dev" bs=1M skip=48 count=16 status=none) || fail "data changed over the outside resizes"
 
 info "an outside shrink below dirty data: dropped, counted, in the log"
-stat_of() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.sys/d/blkfs_stat"; }
 d0=$(stat_of dropped_bytes)
 # dirty, not written back (dirty_expire = 1h, under dirty_background):
 # 4 MiB past the coming end, 2 MiB before it
@@ -87,8 +93,14 @@ rbd snap ls "rbd/$img" | grep -qw base || fail "rbd snap ls does not list base: 
 grep -q '^base' "$MNT/.sys/d/snapshots" || fail ".sys/d/snapshots: $(cat "$MNT/.sys/d/snapshots")"
 ddev if=/dev/zero of="$dev" bs=1M count=8 seek=50 conv=notrunc,fsync
 cmp -s "$TDIR/before" "$dev" && fail "the overwrite did not change the device"
+# a snapshot of another size: the reset takes the device back to it
+"$BLKFS" resize "$MNT" d 72M || fail "blkfs resize d 72M failed"
+o0=$(stat_of rbd_outside_resizes)
 "$BLKFS" reset "$MNT" d base || fail "blkfs reset failed"
+wait_until 10 "st_size $((68 * M)) (the snapshot's) after the reset" file_size_is $((68 * M))
 cmp "$TDIR/before" "$dev" || fail "the device after reset differs from the snapshot"
+sleep 2
+assert_eq "rbd_outside_resizes after blkfs's resize and reset" "$o0" "$(stat_of rbd_outside_resizes)"
 out=$("$BLKFS" save "$MNT" d "$TDIR/save.img" 2>&1) && fail "blkfs save on rbd succeeded: $out"
 case $out in *"rbd backend cannot do this"*) ;; *) fail "blkfs save on rbd: no reason given: $out" ;; esac
 info "save: $out"
