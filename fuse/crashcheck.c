@@ -758,22 +758,6 @@ static char *task_id(const struct cc *cc, const struct cc_task *t)
 	return state_id(cc->pts[t->point].ev, cc->rolls + t->roll, t->nr_roll);
 }
 
-/* Index of physical block @blk among @pt's touched blocks, or -1. */
-static long point_block(const struct blk_cm_point *pt, uint64_t blk)
-{
-	size_t lo = 0, hi = pt->nr_blocks;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (pt->b[mid].blk < blk)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < pt->nr_blocks && pt->b[lo].blk == blk ? (long)lo : -1;
-}
-
 /*
  * The state an id's rolled-back part names (@spec: what follows "EVENT:",
  * or "" for the in-order state) into @choice. 0, or -EINVAL with @why.
@@ -804,8 +788,8 @@ static int parse_rollbacks(const struct blk_cm_point *pt, const char *spec, uint
 		keep = strtoull(end + 1, &end, 10);
 		if (errno || (*end && *end != ','))
 			goto out_syntax;
-		ia = point_block(pt, a);
-		ib = point_block(pt, b);
+		ia = blk_cm_find_block(pt, a);
+		ib = blk_cm_find_block(pt, b);
 		if (ia < 0 || ib < 0) {
 			snprintf(why, wlen, "no unflushed write touches physical block %llu at this "
 				 "crash point", ia < 0 ? a : b);

@@ -228,8 +228,7 @@ bool blk_cm_state_valid(const struct blk_cm_point *pt, const uint32_t *choice)
 	return true;
 }
 
-/* Index of physical block @blk in pt->b, or -1. */
-static long find_block(const struct blk_cm_point *pt, uint64_t blk)
+long blk_cm_find_block(const struct blk_cm_point *pt, uint64_t blk)
 {
 	size_t lo = 0, hi = pt->nr_blocks;
 
@@ -293,7 +292,7 @@ static int apply(const struct blk_cm_point *pt, const uint32_t *choice, bool dur
 		/* Piece by physical block; adjacent kept pieces go out as one. */
 		for (p = e->pos; p < end;) {
 			uint64_t next = (p / pbs + 1) * pbs;
-			long bi = find_block(pt, p / pbs);
+			long bi = blk_cm_find_block(pt, p / pbs);
 			bool keep;
 
 			if (next > end)

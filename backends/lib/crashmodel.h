@@ -117,6 +117,9 @@ int blk_cm_state_nth(const struct blk_cm_point *pt, uint64_t n, uint32_t *choice
 /* Is @choice (one entry per block) a state of the set? */
 bool blk_cm_state_valid(const struct blk_cm_point *pt, const uint32_t *choice);
 
+/* Index of physical block @blk in pt->b (sorted by blk), or -1 if no write touched it. */
+long blk_cm_find_block(const struct blk_cm_point *pt, uint64_t blk);
+
 /*
  * blk_cm_apply - the writes that turn the base (the device before the log)
  * into the state @choice
