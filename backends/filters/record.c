@@ -47,9 +47,12 @@
  * falls between the snapshot and the log.
  *
  * Lock: rd->lock covers the state, the tail, the mapped length and the
- * counters, and every store into the map; it is never held across a
- * submit, an end_io or a system call. A submitter may wait on rd->cv (a
- * start draining); a completion may wait on rd->space_cv (the writer).
+ * counters, the flushes in flight and the held entries, and every store
+ * into the map; it is never held across a submit, an end_io or a system
+ * call. A submitter may wait on rd->cv (a start draining); a completion
+ * may wait on rd->space_cv (the writer), a flush's completion on rd->cv
+ * (another one logging what it held), a mark's writer on rd->cv (until it
+ * is logged).
  */
 #include <errno.h>
 #include <fcntl.h>
