@@ -370,6 +370,21 @@ static void *mark_main(void *arg)
 }
 
 /*
+ * Until the filter has taken @n marks (a mark held counts), then a little
+ * longer: a mark that does not wait has returned by then.
+ */
+static void wait_marks(struct blk_backend *be, uint64_t n)
+{
+	uint64_t end = blk_now_ns() + WAIT_MS * 1000000ull;
+
+	while (stat_get(be, "record_marks") < n) {
+		cr_assert_lt(blk_now_ns(), end, "the mark was not taken");
+		usleep(1000);
+	}
+	usleep(50 * 1000);
+}
+
+/*
  * A mark written while a flush is held waits for it: the log has the
  * writes completed before the flush was submitted, the flush, the write
  * that completed during it (before the mark), the mark, and the write that
@@ -409,7 +424,7 @@ Test(record, a_mark_waits_for_the_flushes_in_flight)
 	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));	/* during the flush */
 	cr_assert(tio_wait(&w[1], WAIT_MS));
 	cr_assert_eq(pthread_create(&t, NULL, mark_main, &m), 0);
-	usleep(200 * 1000);
+	wait_marks(be, 1);
 	cr_assert_eq(__atomic_load_n(&m.done, __ATOMIC_ACQUIRE), 0,
 		     "the mark returned while the flush before it was in flight");
 	cr_assert_eq(tio_submit(be, &w[2]), 0);
@@ -424,7 +439,7 @@ Test(record, a_mark_waits_for_the_flushes_in_flight)
 	fake_fault_set(fb, &f);
 	cr_assert_eq(tio_submit(be, &fl2), 0);
 	cr_assert_eq(pthread_create(&t, NULL, mark_main, &m2), 0);
-	usleep(100 * 1000);
+	wait_marks(be, 2);
 	cr_assert_eq(__atomic_load_n(&m2.done, __ATOMIC_ACQUIRE), 0);
 	cr_assert_eq(tio_submit(be, &w[3]), 0);
 	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));
