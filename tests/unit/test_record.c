@@ -475,6 +475,97 @@ Test(record, a_mark_waits_for_the_flushes_in_flight)
 	fake_destroy(fb);
 }
 
+/*
+ * Writes completing late and out of order (the fake's deferred mode) while
+ * flushes, one of them failing, are in flight one at a time: every write is
+ * logged once with its data; a write that completed before a flush was
+ * submitted comes before that flush's entry, one submitted after the
+ * flush completed comes after it; the failed flush has no entry.
+ */
+Test(record, writes_and_flushes_out_of_order_keep_the_flush_order)
+{
+	enum { NW = 40, NF = 8 };
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 4096, .pbs = 4096 };
+	const struct fake_fault f = { .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 3, .err = -EIO };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio w[NW], fl[NF];
+	long at[NW], fat[NF];
+	int nf = 0, i, k, ok = 0;
+	unsigned char d[4096];
+	struct rlog l;
+
+	cr_assert_not_null(fb);
+	be = open_over(fake_backend(fb), &tp);
+	cr_assert_eq(attr_store(be, "start", "-"), 0);
+	fake_set_seed(fb, 7);
+	fake_set_delay(fb, 400);
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_fault_set(fb, &f);
+	tio_done_reset();
+	for (i = 0; i < NW; i++) {
+		memset(d, i + 1, sizeof(d));
+		tio_init(&w[i], BLK_WRITE, (uint64_t)i * 4096, 4096, d, 0);
+		cr_assert_eq(tio_submit(be, &w[i]), 0);
+		if (i % 5 == 2) {
+			if (nf)
+				cr_assert(tio_wait(&fl[nf - 1], WAIT_MS));
+			tio_init(&fl[nf], BLK_FLUSH, 0, 0, NULL, 0);
+			cr_assert_eq(tio_submit(be, &fl[nf]), 0);
+			nf++;
+		}
+		usleep(100);
+	}
+	cr_assert(tio_done_wait(NW + nf, WAIT_MS));
+	fake_set_mode(fb, FAKE_INLINE);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+
+	rlog_read(&l);
+	for (i = 0; i < NW; i++)
+		at[i] = -1;
+	for (k = 0; k < (int)l.nr; k++) {
+		if (l.e[k].flags == LW_FLUSH) {
+			/* the k-th flush that succeeded, in submission order */
+			while (ok < nf && fl[ok].res)
+				ok++;
+			cr_assert_lt(ok, nf, "more flush entries than flushes that succeeded");
+			fat[ok++] = k;
+			continue;
+		}
+		cr_assert_eq(l.e[k].flags, 0);
+		i = (int)l.e[k].sector;
+		cr_assert_lt(i, NW);
+		cr_assert_eq(at[i], -1, "write %d logged twice", i);
+		at[i] = k;
+		memset(d, i + 1, sizeof(d));
+		cr_assert_eq(memcmp(l.buf + l.data_off[k], d, 4096), 0);
+	}
+	while (ok < nf && fl[ok].res)
+		ok++;
+	cr_assert_eq(ok, nf, "a flush that succeeded has no entry");
+	cr_assert_eq(fl[2].res, -EIO);
+	for (i = 0; i < NW; i++)
+		cr_assert_neq(at[i], -1, "write %d not logged", i);
+	for (k = 0; k < nf; k++) {
+		if (fl[k].res)
+			continue;
+		for (i = 0; i < NW; i++) {
+			if (w[i].done_ns < fl[k].submit_ns)
+				cr_assert_lt(at[i], fat[k], "write %d completed before flush %d was "
+					     "submitted, logged after it", i, k);
+			if (w[i].submit_ns > fl[k].done_ns)
+				cr_assert_gt(at[i], fat[k], "write %d submitted after flush %d "
+					     "completed, logged before it", i, k);
+		}
+	}
+	rlog_free(&l);
+	for (i = 0; i < NW; i++)
+		tio_free(&w[i]);
+	be->ops->close(be);
+	fake_destroy(fb);
+}
+
 Test(record, must_sit_directly_above_the_backend)
 {
 	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 512, .pbs = 4096 };
