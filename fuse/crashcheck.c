@@ -1985,7 +1985,9 @@ static const char usage[] =
 	"Usage: blkfs crashcheck LOG --base BASE --check CMD [--jobs N] [--n N] [--k K]\n"
 	"           [--states MAX] [--seed S] [--each-write] [--attach] [--timeout SECS]\n"
 	"           [--json] [--scratch DIR] [--keep DIR] [--size SIZE] [--pbs BYTES]\n"
-	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n";
+	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n"
+	"Exit status: 0 no state failed, 1 a state failed, 2 bad input, 3 an error of blkfs's own\n"
+	"(set-up, I/O, scratch space); killed by SIGINT or SIGTERM, it cleans up and dies of it.\n";
 
 int bf_cmd_crashcheck(int argc, char **argv)
 {
@@ -2007,6 +2009,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		{ "pbs", required_argument, NULL, 'p' },
 		{ "state", required_argument, NULL, 'i' },
 		{ "materialize", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cc cc = { .n = CC_DEF_N, .k = CC_DEF_K, .jobs = 1, .timeout_s = 0 };
