@@ -87,8 +87,9 @@ run 1 "a failing run" "$log" --base zeros --scratch "$scratch" --check false
 dir=$(folder)
 [ "$(entries)" = "$(printf '%s\n' "$before" "$dir" | sed '/^$/d' | sort)" ] ||
 	fail "a failing run: entries [$(entries)], expected its folder $dir"
-[ "$(find "$dir" -mindepth 1 | wc -l)" = 6 ] && [ "$(find "$dir" -name 'state-*.out' | wc -l)" = 6 ] ||
+if [ "$(find "$dir" -mindepth 1 | wc -l)" != 6 ] || [ "$(find "$dir" -name 'state-*.out' | wc -l)" != 6 ]; then
 	fail "a failing run's folder holds more than the 6 outputs: $(ls -l "$dir")"
+fi
 grep -q "kept the output of 6 failing states in $dir" "$TDIR/err" ||
 	fail "where the outputs are kept is not said: $(cat "$TDIR/err")"
 rm -r "$dir"
@@ -120,7 +121,7 @@ if [ "$(id -u)" = 0 ]; then
 	[ -z "$(find "$small" -mindepth 1)" ] || fail "left in the scratch folder: $(ls -lR "$small")"
 	umount "$small"
 else
-	info "not root: no tmpfs; a --scratch that is a file instead"
+	info "not root: no tmpfs (exit 3 from a --scratch that is a file, below)"
 fi
 : >"$TDIR/afile"
 run 3 "a --scratch that is a file" "$log" --base zeros --scratch "$TDIR/afile" --check true
