@@ -225,8 +225,11 @@ static void run_dir_finish(struct cc *cc, size_t nr_kept)
 	bool keep_here = cc->keep && !strcmp(cc->keep, cc->run_dir);
 	DIR *d;
 
-	if (!cc->run_dir[0])
+	if (!cc->run_dir[0]) {
+		if (cc->keep_made)
+			rmdir(cc->keep);	/* the run stopped before it began */
 		return;
+	}
 	d = opendir(cc->run_dir);
 	if (d) {
 		struct dirent *e;
@@ -1035,6 +1038,8 @@ static int run_checker(struct cc *cc, const char *dev, const char *loop, const c
 		return CC_ERROR;
 	pthread_mutex_lock(&cc->lock);
 	*cur = pid;
+	if (cc->stop && cc_signal)
+		kill(-pid, SIGKILL);	/* spawned after the run's loop killed the others */
 	pthread_mutex_unlock(&cc->lock);
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	ms = cc->timeout_s > 0 ? (int)(cc->timeout_s * 1000) : -1;
