@@ -18,8 +18,9 @@
 #    device's 8 histograms (2 levels x 4 ops) spans from its fastest I/O
 #    (microseconds) to 17 s, 20 buckets or more, and the file beyond
 #    16 KiB; a read returns it whole (its size, every histogram with all
-#    its bucket lines, a newline at the end), and --prometheus has the 8
-#    histograms with the same counts, promtool clean.
+#    its bucket lines, a newline at the end), --prometheus has the 8
+#    histograms with the same counts, promtool clean, and `blkfs stat`
+#    their 8 percentile lines.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -229,6 +230,8 @@ while read -r l o c; do
 	grep -q "^blkfs_latency_seconds_bucket{device=\"wide\",level=\"$l\",op=\"$o\",le=\"+Inf\"} $c\$" "$TDIR/promw" ||
 		fail "--prometheus: wide's $l $o histogram has no +Inf bucket of $c"
 done < <(awk '/ count [0-9]+ sum_ns / { print $1, $2, $4 }' "$TDIR/wide.lat")
-info ".sys/wide/latency read whole ($got bytes), its 8 histograms in --prometheus, promtool clean"
+n=$("$BLKFS" stat "$MNT" wide | grep -c '^ *latency ' || true)
+assert_eq "blkfs stat's latency lines of wide (.sys/wide/latency past 16 KiB)" 8 "$n"
+info ".sys/wide/latency read whole ($got bytes), its 8 histograms in --prometheus and blkfs stat, promtool clean"
 
 stop_blkfs
