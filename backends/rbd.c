@@ -25,7 +25,21 @@
  * Failure: librados's op, mon-op and mount timeouts are set from `timeout`
  * (default 30 s), so a cluster that stops answering fails requests with
  * EIO after that long instead of hanging the mount; the cache keeps the
- * data dirty and the next fsync reports it.
+ * data dirty and the next fsync reports it. librados counts the timeout
+ * from the moment librbd has an I/O, not from its submit here: an I/O that
+ * waited for a slot behind ones that timed out would wait a whole timeout
+ * more, and a queue of them one timeout per queue_depth I/Os (an fsync
+ * with the OSD stopped took twice `timeout` to fail). So when an I/O ends
+ * with ETIMEDOUT, every waiter queued before that moment fails with it at
+ * once instead of going out (rbd_finish); the cache keeps their data dirty
+ * and writes it again later. The same for what comes after: once an I/O
+ * timed out the device is "down" (down_ns), and every I/O fails at once
+ * with ETIMEDOUT until the probe thread (rbd_probe_fn) has the OSD of the
+ * image's header answer a stat, tried each second. An fsync would
+ * otherwise wait for its writeback in flight to time out, then write the
+ * same data again and wait a second timeout. Where only some OSDs are gone
+ * and the header's answers, the probe ends "down" at once, and I/O waits
+ * its own timeout as before.
  *
  * The exclusive lock: taken with rbd_lock_acquire(EXCLUSIVE) (librbd hands
  * a lock taken automatically to whoever asks); a second opener is refused
@@ -73,6 +87,7 @@ struct rbd_req {
 	struct blk_io *io;
 	struct rbd_dev *rd;
 	struct list_head link;		/* rd->lock: on rd->waiting */
+	uint64_t queued_ns;		/* blk_now_ns() when it joined rd->waiting */
 };
 
 struct rbd_dev {
@@ -117,6 +132,18 @@ struct rbd_dev {
 	bool wown;			/* wlock: an own resize or reset is under way */
 	uint64_t wgen;			/* wlock: own resizes and resets ended */
 	uint64_t nr_outside_resizes;	/* atomic */
+
+	/* An I/O timed out: fail I/O at once until the probe is answered. */
+	uint64_t down_ns;		/* atomic: blk_now_ns() it went down, 0 up */
+	uint64_t nr_fast_fails;		/* atomic: I/Os failed at once while down */
+	uint64_t nr_downs;		/* atomic */
+	char header_oid[128];		/* the object the probe stats */
+	pthread_t probe_thread;
+	bool probe_running;
+	pthread_mutex_t plock;
+	pthread_cond_t pcond;		/* to the probe thread: down or pstop
+					 * (blk_cond_init: timed retries) */
+	bool pstop;			/* plock */
 };
 
 static int rbd_start(struct rbd_req *rq);
@@ -171,11 +198,33 @@ static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int r
  */
 static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
 {
+	/* waiters queued before this moment fail with a timeout (the top of the file) */
+	uint64_t tmo_at = res == -ETIMEDOUT ? blk_now_ns() : 0;
+
 	while ((rq = rbd_end_one(rd, rq, res))) {
+		if (tmo_at && rq->queued_ns <= tmo_at) {
+			res = -ETIMEDOUT;
+			continue;
+		}
 		res = rbd_start(rq);
 		if (!res)
 			break;
+		tmo_at = res == -ETIMEDOUT ? blk_now_ns() : 0;
 	}
+}
+
+/* An I/O timed out: the device is down until the probe is answered (the top). */
+static void rbd_set_down(struct rbd_dev *rd)
+{
+	uint64_t zero = 0;
+
+	if (!__atomic_compare_exchange_n(&rd->down_ns, &zero, blk_now_ns(), false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	__atomic_add_fetch(&rd->nr_downs, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&rd->plock);
+	pthread_cond_signal(&rd->pcond);
+	pthread_mutex_unlock(&rd->plock);
 }
 
 static void rbd_complete_cb(rbd_completion_t c, void *arg)
@@ -186,6 +235,11 @@ static void rbd_complete_cb(rbd_completion_t c, void *arg)
 	int res = 0;
 
 	rbd_aio_release(c);
+	if (r == -ETIMEDOUT)
+		rbd_set_down(rq->rd);
+	else if (r >= 0 && __atomic_load_n(&rq->rd->down_ns, __ATOMIC_RELAXED))
+		/* the cluster answered an I/O: up again */
+		__atomic_store_n(&rq->rd->down_ns, 0, __ATOMIC_RELAXED);
 	if (r < 0)
 		res = (int)r;
 	else if (io->op == BLK_READ && (uint64_t)r != io->len)
@@ -209,6 +263,11 @@ static int rbd_start(struct rbd_req *rq)
 	if (io->op != BLK_FLUSH &&
 	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
 		return -ENXIO;	/* past an end that moved in (above) */
+	if (__atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED)) {
+		/* an I/O timed out and the probe has had no answer yet (the top) */
+		__atomic_add_fetch(&rd->nr_fast_fails, 1, __ATOMIC_RELAXED);
+		return -ETIMEDOUT;
+	}
 	r = rbd_aio_create_completion(rq, rbd_complete_cb, &c);
 	if (r < 0)
 		return r;
@@ -259,6 +318,7 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	default:
 		__atomic_add_fetch(&rd->nr_zeroes, 1, __ATOMIC_RELAXED);
 	}
+	rq->queued_ns = blk_now_ns();
 	pthread_mutex_lock(&rd->lock);
 	now = rd->inflight < rd->qd;
 	if (now)
@@ -298,6 +358,74 @@ static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
 	*geo = rd->geo;
 	/* rbd_be_resize raises it while background writeback may submit */
 	geo->size = __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- probe */
+
+/*
+ * While the device is down, stat the image's header object each second
+ * (bounded by the OSD op timeout, `timeout`); an answer, whatever it says,
+ * is the cluster answering: up again. A plain RADOS op, past librbd's
+ * cache, which could answer a read without the cluster.
+ */
+static void *rbd_probe_fn(void *arg)
+{
+	struct rbd_dev *rd = arg;
+	uint64_t size, down;
+	time_t mtime;
+	int r;
+
+	pthread_mutex_lock(&rd->plock);
+	while (!rd->pstop) {
+		down = __atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED);
+		if (!down) {
+			pthread_cond_wait(&rd->pcond, &rd->plock);
+			continue;
+		}
+		pthread_mutex_unlock(&rd->plock);
+		r = rados_stat(rd->ioctx, rd->header_oid, &size, &mtime);
+		pthread_mutex_lock(&rd->plock);
+		if (r != -ETIMEDOUT) {
+			if (__atomic_compare_exchange_n(&rd->down_ns, &down, 0, false,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				blk_info("rbd: %s: the cluster answers again after %" PRIu64 " ms "
+					 "(I/O failed at once meanwhile)", rd->dev,
+					 (blk_now_ns() - down) / 1000000u);
+			continue;
+		}
+		if (!rd->pstop)
+			blk_cond_wait_ms(&rd->pcond, &rd->plock, 1000);
+	}
+	pthread_mutex_unlock(&rd->plock);
+	return NULL;
+}
+
+static int rbd_probe_start(struct rbd_dev *rd, struct blk_params *p)
+{
+	char id[96];
+	int r;
+
+	if (rbd_get_id(rd->image, id, sizeof(id)) >= 0)
+		snprintf(rd->header_oid, sizeof(rd->header_oid), "rbd_header.%s", id);
+	else	/* a format 1 image */
+		snprintf(rd->header_oid, sizeof(rd->header_oid), "%s.rbd", rd->image_name);
+	r = pthread_create(&rd->probe_thread, NULL, rbd_probe_fn, rd);
+	if (r)
+		return blk_param_error(p, NULL, "no thread for the rbd probe: %s", strerror(r));
+	rd->probe_running = true;
+	return 0;
+}
+
+static void rbd_probe_stop(struct rbd_dev *rd)
+{
+	if (!rd->probe_running)
+		return;
+	pthread_mutex_lock(&rd->plock);
+	rd->pstop = true;
+	pthread_cond_signal(&rd->pcond);
+	pthread_mutex_unlock(&rd->plock);
+	pthread_join(rd->probe_thread, NULL);
+	rd->probe_running = false;
 }
 
 /* ---------------------------------------------------------------- watch */
@@ -692,6 +820,7 @@ static int rbd_conf_set(struct rbd_dev *rd, struct blk_params *p, const char *ke
 static void rbd_dev_free(struct rbd_dev *rd)
 {
 	rbd_watch_stop(rd);
+	rbd_probe_stop(rd);
 	if (rd->image)
 		rbd_close(rd->image);
 	if (rd->ioctx)
@@ -702,6 +831,8 @@ static void rbd_dev_free(struct rbd_dev *rd)
 	pthread_mutex_destroy(&rd->lock);
 	pthread_mutex_destroy(&rd->wlock);
 	pthread_cond_destroy(&rd->wcond);
+	pthread_mutex_destroy(&rd->plock);
+	pthread_cond_destroy(&rd->pcond);
 	free(rd->pool_name);
 	free(rd->image_name);
 	free(rd->dev);
@@ -745,8 +876,15 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	rd->be.ops = &rbd_backend_ops;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_mutex_init(&rd->wlock, NULL);
+	pthread_mutex_init(&rd->plock, NULL);
 	r = blk_cond_init(&rd->wcond);
+	if (!r) {
+		r = blk_cond_init(&rd->pcond);
+		if (r)
+			pthread_cond_destroy(&rd->wcond);
+	}
 	if (r) {
+		pthread_mutex_destroy(&rd->plock);
 		pthread_mutex_destroy(&rd->wlock);
 		pthread_mutex_destroy(&rd->lock);
 		free(rd);
@@ -920,6 +1058,9 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	r = rbd_watch_start(rd, p);
 	if (r)
 		goto out_free;
+	r = rbd_probe_start(rd, p);
+	if (r)
+		goto out_free;
 	snprintf(who, sizeof(who), "%s/%s%s%s", pool, ns ? ns : "", ns ? "/" : "", image);
 	blk_info("rbd: %s: %s%s, %" PRIu64 " bytes, objects of %" PRIu64 " bytes, rbd_cache %s",
 		 rd->dev, who, created ? " (created)" : "", info.size, info.obj_size,
@@ -1003,14 +1144,18 @@ static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
 	return be_stat_printf(buf, len,
 		"rbd_cache %d\nrbd_queue_depth %u\nrbd_inflight %u\nrbd_reads %" PRIu64 "\nrbd_writes %" PRIu64
 		"\nrbd_flushes %" PRIu64 "\nrbd_zeroes %" PRIu64 "\nrbd_queued %" PRIu64
-		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\nrbd_outside_resizes %" PRIu64 "\n", rd->cache, rd->qd, inflight,
+		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\nrbd_outside_resizes %" PRIu64
+		"\nrbd_down %d\nrbd_downs %" PRIu64 "\nrbd_fast_fails %" PRIu64 "\n", rd->cache, rd->qd, inflight,
 		__atomic_load_n(&rd->nr_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_writes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_flushes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_zeroes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_queued, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED), rd->nr_broken,
-		__atomic_load_n(&rd->nr_outside_resizes, __ATOMIC_RELAXED));
+		__atomic_load_n(&rd->nr_outside_resizes, __ATOMIC_RELAXED),
+		__atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED) != 0,
+		__atomic_load_n(&rd->nr_downs, __ATOMIC_RELAXED),
+		__atomic_load_n(&rd->nr_fast_fails, __ATOMIC_RELAXED));
 }
 
 /* ------------------------------------------------------------ snapshots */
