@@ -140,6 +140,13 @@ struct rbd_dev {
 	char header_oid[128];		/* the object the probe stats */
 	pthread_t probe_thread;
 	bool probe_running;
+	/*
+	 * Test hooks (BLKFS_RBD_TEST, read at open; the tests' only way to
+	 * make librbd fail on cue): "features" makes rbd_get_features fail
+	 * with EIO, "notice_size=N" the watch's first N reads of the size.
+	 */
+	bool test_features;
+	unsigned int test_notice_fails;	/* wlock */
 	pthread_mutex_t plock;
 	pthread_cond_t pcond;		/* to the probe thread: down or pstop
 					 * (blk_cond_init: timed retries) */
@@ -459,6 +466,10 @@ static void *rbd_watch_fn(void *arg)
 		/* The header changed: a resize, or a snapshot, a lock, a feature. */
 		r = rbd_get_size(rd->image, &size);
 		pthread_mutex_lock(&rd->wlock);
+		if (rd->test_notice_fails && r >= 0) {
+			rd->test_notice_fails--;
+			r = -EIO;
+		}
 		if (r < 0) {
 			/* Not lost: asked again in a second until it is read. */
 			if (!said)
@@ -839,6 +850,26 @@ static void rbd_dev_free(struct rbd_dev *rd)
 	free(rd);
 }
 
+/* BLKFS_RBD_TEST=features,notice_size=N: the test hooks (struct rbd_dev). */
+static void rbd_test_env(struct rbd_dev *rd)
+{
+	const char *env = getenv("BLKFS_RBD_TEST");
+	char buf[128], *tok, *save;
+
+	if (!env || !*env)
+		return;
+	snprintf(buf, sizeof(buf), "%s", env);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "features"))
+			rd->test_features = true;
+		else if (!strncmp(tok, "notice_size=", 12))
+			rd->test_notice_fails = (unsigned int)strtoul(tok + 12, NULL, 10);
+		else
+			blk_warn("rbd: BLKFS_RBD_TEST: '%s' is no test hook (features, "
+				 "notice_size=N)", tok);
+	}
+}
+
 static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend *next)
 {
 	const char *pool, *image, *ns, *conf, *id, *keyring;
@@ -891,6 +922,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		return ERR_PTR(blk_param_error(p, NULL, "pthread_cond_init: %s", strerror(r)));
 	}
 	rd->host = p->host;
+	rbd_test_env(rd);
 	list_init(&rd->waiting);
 	rd->pool_name = strdup(pool);
 	rd->image_name = strdup(image);
@@ -1040,6 +1072,8 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	 * exclusive-lock feature: that would skip the lock and warn falsely.
 	 */
 	r = rbd_get_features(rd->image, &features);
+	if (rd->test_features && r >= 0)
+		r = -EIO;
 	if (r < 0) {
 		blk_param_error(p, "image", "rbd_get_features of %s/%s: %s (the lock cannot "
 				"be taken without knowing them)", pool, image, strerror(-r));

@@ -17,7 +17,10 @@
 #    .sys/d/snapshots; `blkfs reset` rolls the device back to it, dirty
 #    data included in the snapshot, and to its size after a `blkfs resize`
 #    (not counted as an outside resize); `blkfs snapshot -d` removes it;
-#  - `blkfs save` is refused with EOPNOTSUPP and a message.
+#  - `blkfs save` is refused with EOPNOTSUPP and a message;
+#  - (test hooks, BLKFS_RBD_TEST) a failed rbd_get_features fails `blkfs
+#    check` and `blkfs mount` within 10 s, saying why; a header notice whose
+#    size reads fail twice is still taken (read again each second).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -106,5 +109,32 @@ case $out in *"rbd backend cannot do this"*) ;; *) fail "blkfs save on rbd: no r
 info "save: $out"
 "$BLKFS" snapshot -d "$MNT" d base || fail "blkfs snapshot -d failed"
 ! rbd snap ls "rbd/$img" | grep -qw base || fail "the snapshot is still in rbd snap ls"
+stop_blkfs "$MNT"
+
+# The test hooks (BLKFS_RBD_TEST, backends/rbd.c) make librbd fail on cue.
+info "a failed rbd_get_features fails the open, saying why"
+t0=$SECONDS
+out=$(BLKFS_RBD_TEST=features timeout 60 "$BLKFS" check -c "$CONF" 2>&1) &&
+	fail "blkfs check opened rbd/$img although rbd_get_features failed: $out"
+[ $((SECONDS - t0)) -le 10 ] || fail "blkfs check took $((SECONDS - t0)) s to refuse (at most 10)"
+case $out in
+*"image: rbd_get_features of rbd/$img: Input/output error (the lock cannot be taken without knowing them)"*) ;;
+*) fail "a features error: the refusal does not say why: $out" ;;
+esac
+case $out in *"no exclusive-lock feature"*) fail "a features error warned of a missing feature: $out" ;; esac
+lmnt=$MNT
+out=$(BLKFS_RBD_TEST=features timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) &&
+	fail "blkfs mount opened rbd/$img although rbd_get_features failed: $out"
+! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
+info "features error: $(printf '%s\n' "$out" | grep -m1 rbd_get_features)"
+
+info "a resize notice whose size read fails is read again"
+BLKFS_RBD_TEST=notice_size=2 remount_blkfs "$lmnt"
+sz=$(stat -c %s "$dev")
+rbd resize --no-progress --size $((sz / M + 8))M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize failed"
+wait_until 30 "st_size $((sz + 8 * M)) after rbd resize, its first two size reads failing" file_size_is $((sz + 8 * M))
+grep -q "rbd: d: reading the size of rbd/$img after a header notice: Input/output error; trying again each second" "$LOG" ||
+	fail "the daemon log does not say the size read failed: $(tail -n 5 "$LOG")"
+assert_eq "rbd_outside_resizes after the retried notice" 1 "$(stat_of rbd_outside_resizes)"
 stop_blkfs "$MNT"
 info "ok"
