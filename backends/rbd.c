@@ -132,6 +132,7 @@ struct rbd_dev {
 	bool wown;			/* wlock: an own resize or reset is under way */
 	uint64_t wgen;			/* wlock: own resizes and resets ended */
 	uint64_t nr_outside_resizes;	/* atomic */
+	uint64_t obj_size;		/* the image's object size (fixed) */
 
 	/* An I/O timed out: fail I/O at once until the probe is answered. */
 	uint64_t down_ns;		/* atomic: blk_now_ns() it went down, 0 up */
@@ -1063,6 +1064,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		blk_param_error(p, "image", "rbd_stat of %s/%s: %s", pool, image, strerror(-r));
 		goto out_free;
 	}
+	rd->obj_size = info.obj_size;
 	r = rbd_geometry_init(rd, p, info.size, info.obj_size);
 	if (r)
 		goto out_free;
@@ -1253,14 +1255,102 @@ static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 }
 
 /*
- * data_bytes and own_bytes are not counted for rbd (0): it would take an
- * rbd_diff_iterate2 walk of every object per snapshot.
+ * data_bytes and own_bytes from rbd_diff_iterate2, by whole objects where
+ * the image keeps a valid fast-diff object map (it answers from the map,
+ * cheaply), else by exact extents (a listing of every object's clones: one
+ * RADOS op per object of the image, per snapshot):
+ *  - data_bytes: what the snapshot has data for (the diff from the start);
+ *  - own_bytes: what deleting it frees. RADOS keeps an object's clone for
+ *    a snapshot when the object was written after it (before the next
+ *    snapshot, or the head for the last one), and that clone is the
+ *    snapshot's alone when the object was also written since the one
+ *    before (else the older snapshot reads the same clone). So: the
+ *    objects written both in (previous, this] and in (this, next], whole
+ *    (a clone is a whole object), that this snapshot has data in.
  */
+struct rbd_diff_acc {
+	uint64_t bytes;		/* bytes of extents with data */
+	uint8_t *objs;		/* per object: 1 written in the diff (NULL: not kept) */
+	uint64_t obj_size, nr_objs;
+};
+
+static int rbd_diff_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct rbd_diff_acc *a = arg;
+	uint64_t o;
+
+	if (exists)
+		a->bytes += len;
+	if (a->objs && len)
+		for (o = off / a->obj_size; o <= (off + len - 1) / a->obj_size && o < a->nr_objs; o++)
+			a->objs[o] = 1;
+	return 0;
+}
+
+/* The diff of @img (at its snapshot, or the head) from @from (NULL: the start). */
+static int rbd_diff(rbd_image_t img, const char *from, uint64_t size, bool whole,
+		    struct rbd_diff_acc *a)
+{
+	a->bytes = 0;
+	if (a->objs)
+		memset(a->objs, 0, a->nr_objs);
+	return rbd_diff_iterate2(img, from, 0, size, 1, whole, rbd_diff_cb, a);
+}
+
+/* data_bytes and own_bytes of snapshot @i of @snaps (the comment above). */
+static int rbd_snap_usage(struct rbd_dev *rd, rbd_snap_info_t *snaps, int n, int i, bool whole,
+			  struct blk_snap_info *out)
+{
+	uint64_t nr = (snaps[i].size + rd->obj_size - 1) / rd->obj_size, o, own = 0, end;
+	struct rbd_diff_acc data = { .obj_size = rd->obj_size, .nr_objs = nr };
+	struct rbd_diff_acc since = data, after = data;
+	rbd_image_t at = NULL, next = NULL;
+	int r;
+
+	data.objs = calloc(nr ? nr : 1, 3);
+	if (!data.objs)
+		return -ENOMEM;
+	since.objs = data.objs + nr;
+	after.objs = data.objs + 2 * nr;
+	r = rbd_open_read_only(rd->ioctx, rd->image_name, &at, snaps[i].name);
+	if (r < 0)
+		goto out;
+	if (i + 1 < n) {
+		r = rbd_open_read_only(rd->ioctx, rd->image_name, &next, snaps[i + 1].name);
+		if (r < 0)
+			goto out;
+	}
+	r = rbd_diff(at, NULL, snaps[i].size, whole, &data);
+	if (!r)
+		r = rbd_diff(at, i ? snaps[i - 1].name : NULL, snaps[i].size, whole, &since);
+	/* what follows may be smaller (a shrink): diffed up to its end only */
+	end = next ? snaps[i + 1].size : __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
+	if (!r)
+		r = rbd_diff(next ? next : rd->image, snaps[i].name,
+			     end < snaps[i].size ? end : snaps[i].size, whole, &after);
+	if (r < 0)
+		goto out;
+	for (o = 0; o < nr; o++)
+		if (data.objs[o] && since.objs[o] && after.objs[o])
+			own += o + 1 < nr ? rd->obj_size : snaps[i].size - o * rd->obj_size;
+	out->data_bytes = data.bytes;
+	out->own_bytes = own;
+out:
+	if (next)
+		rbd_close(next);
+	if (at)
+		rbd_close(at);
+	free(data.objs);
+	return r;
+}
+
 static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
+	uint64_t features = 0, flags = 0;
 	rbd_snap_info_t *snaps;
-	int max = 16, n, i, out = 0;
+	int max = 16, n, i, out = 0, r = 0;
+	bool whole;
 
 	for (;;) {
 		snaps = calloc((size_t)max, sizeof(*snaps));
@@ -1275,6 +1365,8 @@ static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int
 		free(snaps);
 		return n;
 	}
+	whole = !rbd_get_features(rd->image, &features) && (features & RBD_FEATURE_FAST_DIFF) &&
+		!rbd_get_flags(rd->image, &flags) && !(flags & RBD_FLAG_FAST_DIFF_INVALID);
 	for (i = 0; i < n; i++) {
 		struct timespec ts = { 0 };
 
@@ -1285,12 +1377,18 @@ static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int
 			snprintf(v[out].name, sizeof(v[out].name), "%s", snaps[i].name);
 			if (!rbd_snap_get_timestamp(rd->image, snaps[i].id, &ts))
 				v[out].created = (uint64_t)ts.tv_sec;
+			r = rbd_snap_usage(rd, snaps, n, i, whole, &v[out]);
+			if (r < 0) {
+				blk_err("rbd: %s: counting the data of %s@%s (rbd_diff_iterate2): %s",
+					rd->dev, rd->image_name, snaps[i].name, strerror(-r));
+				break;
+			}
 		}
 		out++;
 	}
 	rbd_snap_list_end(snaps);
 	free(snaps);
-	return out;
+	return r < 0 ? r : out;
 }
 
 static int rbd_be_snap_save(struct blk_backend *be, const char *name, const char *path)
