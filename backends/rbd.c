@@ -92,7 +92,10 @@ struct rbd_req {
 
 struct rbd_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced) */
+	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced),
+					 * atomically: read with __atomic_load_n */
+	struct blk_geometry geo_open;	/* geo as opened: the fields that never change,
+					 * copied whole without racing with size */
 	uint64_t max_size;		/* atomic: the largest geo.size of this open
 					 * (rbd_check_geometry, under writeback) */
 	rados_t cluster;
@@ -348,8 +351,12 @@ static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
-	*geo = rd->geo;
-	/* size is stored atomically by rbd_be_resize (the rest is fixed at open) */
+	/*
+	 * Not *geo = rd->geo: that reads size plainly while rbd_size_take
+	 * stores it (TSan, tests/tsan/rbd.sh: writeback's check against an
+	 * outside resize). size is stored atomically; the rest is fixed.
+	 */
+	*geo = rd->geo_open;
 	geo->size = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
 }
 
@@ -363,7 +370,7 @@ static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
-	*geo = rd->geo;
+	*geo = rd->geo_open;	/* not rd->geo: see rbd_be_geometry */
 	/* rbd_be_resize raises it while background writeback may submit */
 	geo->size = __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED);
 }
@@ -1068,6 +1075,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	r = rbd_geometry_init(rd, p, info.size, info.obj_size);
 	if (r)
 		goto out_free;
+	rd->geo_open = rd->geo;
 
 	/*
 	 * A failure here must not open the image as if it had no
@@ -1157,7 +1165,7 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 	if (*size % rd->geo.lbs)
 		return -EINVAL;
 	rbd_own_begin(rd);
-	if (*size && *size != rd->geo.size) {
+	if (*size && *size != __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
 		r = rbd_resize(rd->image, *size);
 		if (r < 0)
 			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
@@ -1226,7 +1234,7 @@ static int rbd_be_snap_destroy(struct blk_backend *be, const char *name)
 static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
-	uint64_t old = rd->geo.size, size;
+	uint64_t old = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED), size;
 	int r;
 
 	if (!blk_snap_name_valid(name))
