@@ -39,7 +39,13 @@
  * otherwise wait for its writeback in flight to time out, then write the
  * same data again and wait a second timeout. Where only some OSDs are gone
  * and the header's answers, the probe ends "down" at once, and I/O waits
- * its own timeout as before.
+ * its own timeout as before. And before the first timeout: while librbd
+ * has answered nothing for stall_ns (min(timeout / 2, 2 s)) with I/O in
+ * flight, new I/O waits here instead of going out, so that it fails with
+ * the first timeout rather than wait for one of its own (an I/O that went
+ * out just before the first timeout timed out a whole timeout later, and an
+ * fsync waiting for it took 2 x timeout, 1 run of rbd_outage.sh in 10).
+ * From a stop of the OSD to the EIO is then at most timeout + stall_ns.
  *
  * The exclusive lock: taken with rbd_lock_acquire(EXCLUSIVE) (librbd hands
  * a lock taken automatically to whoever asks); a second opener is refused
@@ -109,6 +115,9 @@ struct rbd_dev {
 	pthread_mutex_t lock;
 	struct list_head waiting;	/* lock: requests past queue_depth */
 	unsigned int inflight;		/* lock: requests in librbd */
+	uint64_t progress_ns;		/* lock: the last completion, or when inflight
+					 * left 0: how long librbd has answered nothing */
+	uint64_t stall_ns;		/* set at open: min(timeout / 2, 2 s) */
 
 	/* atomic counters for ->stat */
 	uint64_t nr_reads, nr_writes, nr_flushes, nr_zeroes, nr_errors, nr_queued;
@@ -179,6 +188,7 @@ static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int r
 	struct rbd_req *next = NULL;
 
 	pthread_mutex_lock(&rd->lock);
+	rd->progress_ns = blk_now_ns();
 	if (!list_empty(&rd->waiting)) {
 		next = list_first_entry(&rd->waiting, struct rbd_req, link);
 		list_del_init(&next->link);
@@ -233,6 +243,8 @@ static void rbd_set_down(struct rbd_dev *rd)
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
 	__atomic_add_fetch(&rd->nr_downs, 1, __ATOMIC_RELAXED);
+	blk_warn("rbd: %s: an I/O to %s/%s timed out: I/O fails at once until the cluster "
+		 "answers (asked each second)", rd->dev, rd->pool_name, rd->image_name);
 	pthread_mutex_lock(&rd->plock);
 	pthread_cond_signal(&rd->pcond);
 	pthread_mutex_unlock(&rd->plock);
@@ -246,11 +258,15 @@ static void rbd_complete_cb(rbd_completion_t c, void *arg)
 	int res = 0;
 
 	rbd_aio_release(c);
+	/*
+	 * Only the probe ends "down", never an I/O that succeeds: librbd
+	 * answers some without the cluster (a read of an object the object
+	 * map says does not exist, a flush with nothing to flush, a write
+	 * into its cache), and one such let an fsync with the OSD stopped
+	 * wait for a second timeout (rbd_outage.sh, 1 run in 10).
+	 */
 	if (r == -ETIMEDOUT)
 		rbd_set_down(rq->rd);
-	else if (r >= 0 && __atomic_load_n(&rq->rd->down_ns, __ATOMIC_RELAXED))
-		/* the cluster answered an I/O: up again */
-		__atomic_store_n(&rq->rd->down_ns, 0, __ATOMIC_RELAXED);
 	if (r < 0)
 		res = (int)r;
 	else if (io->op == BLK_READ && (uint64_t)r != io->len)
@@ -331,11 +347,13 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	}
 	rq->queued_ns = blk_now_ns();
 	pthread_mutex_lock(&rd->lock);
-	now = rd->inflight < rd->qd;
-	if (now)
-		rd->inflight++;
-	else
+	/* librbd answering nothing for stall_ns: wait here (the top of the file) */
+	now = rd->inflight < rd->qd && list_empty(&rd->waiting) &&
+	      (!rd->inflight || rq->queued_ns < rd->progress_ns + rd->stall_ns);
+	if (!now)
 		list_add_tail(&rq->link, &rd->waiting);
+	else if (!rd->inflight++)
+		rd->progress_ns = rq->queued_ns;
 	pthread_mutex_unlock(&rd->lock);
 	if (!now) {
 		__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
@@ -387,6 +405,7 @@ static void *rbd_probe_fn(void *arg)
 {
 	struct rbd_dev *rd = arg;
 	uint64_t size, down;
+	bool said = false;
 	time_t mtime;
 	int r;
 
@@ -400,14 +419,24 @@ static void *rbd_probe_fn(void *arg)
 		pthread_mutex_unlock(&rd->plock);
 		r = rados_stat(rd->ioctx, rd->header_oid, &size, &mtime);
 		pthread_mutex_lock(&rd->plock);
-		if (r != -ETIMEDOUT) {
+		/*
+		 * The OSD answered: the header's stat, or that it is gone.
+		 * Any other error is no answer (one came back 3 s into a
+		 * stop of the OSD, before the timeout): asked again.
+		 */
+		if (r >= 0 || r == -ENOENT) {
 			if (__atomic_compare_exchange_n(&rd->down_ns, &down, 0, false,
 							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
 				blk_info("rbd: %s: the cluster answers again after %" PRIu64 " ms "
 					 "(I/O failed at once meanwhile)", rd->dev,
 					 (blk_now_ns() - down) / 1000000u);
+			said = false;
 			continue;
 		}
+		if (r != -ETIMEDOUT && !said)
+			blk_warn("rbd: %s: the probe of %s (rados_stat): %s; asked again each "
+				 "second", rd->dev, rd->header_oid, strerror(-r));
+		said = said || r != -ETIMEDOUT;
 		if (!rd->pstop)
 			blk_cond_wait_ms(&rd->pcond, &rd->plock, 1000);
 	}
@@ -961,6 +990,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		goto out_free;
 	}
 	timeout_s = (unsigned int)(ns_tmo / NS_PER_S);
+	rd->stall_ns = ns_tmo / 2 < 2 * NS_PER_S ? ns_tmo / 2 : 2 * NS_PER_S;
 	if (timeout_s < RBD_SAFE_TIMEOUT_S)
 		blk_warn("rbd: %s: timeout = %s is below %us: on a real cluster an ordinary OSD "
 			 "failover (about 26 s before the monitors mark a dead OSD down: "
