@@ -69,10 +69,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/lib/crashmodel.h"
-#include "../backends/lib/logwrites.h"
-#include "control.h"
-#include "crashcheck.h"
+#include "crashmodel.h"
+#include "logwrites.h"
+#include "../../fuse/control.h"
+#include "../../fuse/crashcheck.h"
 
 #define CC_DEF_N	10	/* 2^10 states when each block has one write: a few seconds of checks */
 #define CC_DEF_K	1	/* one block rolled back at a time: linear in the blocks touched */
