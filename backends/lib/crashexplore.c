@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * fuse/crashcheck.c - `blkfs crashcheck LOG --base BASE --check CMD`: run a
- * checker on the crash states of a recorded workload (a dm-log-writes log:
- * the record filter's, or the kernel's), as backends/lib/crashmodel.h defines
- * them, and `--state ID --materialize FILE` to write one state out.
+ * backends/lib/crashexplore.c - the crash explorer's engine (crashexplore.h):
+ * the crash states of a recorded workload (a dm-log-writes log: the record
+ * filter's, or the kernel's), as backends/lib/crashmodel.h defines them,
+ * listed or sampled, built one after the other and handed to a checker;
+ * and one state written out. `blkfs crashcheck` (fuse/crashcheck.c) is its
+ * command line; its options are named here as that command spells them.
  *
  * Crash points: after every flush and every mark (with --each-write, after
  * every write too). At each, the in-order state first, then the rest of
@@ -48,7 +50,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/fs.h>
@@ -69,104 +70,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crashmodel.h"
-#include "logwrites.h"
-#include "../../fuse/control.h"
-#include "../../fuse/crashcheck.h"
+#include "crashexplore.h"
 
-#define CC_DEF_N	10	/* 2^10 states when each block has one write: a few seconds of checks */
-#define CC_DEF_K	1	/* one block rolled back at a time: linear in the blocks touched */
-#define CC_MAX_K	8	/* the largest --k */
-#define CC_MAX_LIST	(1u << 22)	/* the most states one crash point may list */
-
-enum cc_verdict { CC_OK, CC_FAIL, CC_TIMEOUT, CC_ERROR };
-
-/* Exit statuses (fuse/blkfs.1 says the same). */
-enum {
-	CC_EXIT_OK = 0,		/* no state failed */
-	CC_EXIT_FAILED = 1,	/* a state failed (or timed out) */
-	CC_EXIT_USAGE = 2,	/* bad input: an option, the log, the base, the checker */
-	CC_EXIT_ERROR = 3,	/* an error of blkfs's own: set-up, I/O, scratch space, memory */
-};
-
-/* A block rolled back from the in-order state. */
-struct cc_roll {
-	uint64_t blk;		/* physical block number */
-	uint32_t bi;		/* its index in the point's blocks (blk_cm_point.b) */
-	uint32_t keep;		/* the prefix of its unflushed writes it keeps */
-};
-
-struct cc_task {
-	size_t point;		/* index into cc->pts */
-	size_t roll;		/* its rolled-back blocks: cc->rolls[roll, roll + nr_roll) */
-	uint32_t nr_roll;	/* 0: the in-order state */
-	int verdict;
-	int status;		/* the checker's exit status, or -signal */
-	char *out;		/* a failing state's output file, kept */
-};
-
-struct cc_point {
-	size_t ev;		/* the crash follows event ev */
-	uint64_t full;		/* states in the full set (UINT64_MAX: more) */
-	uint64_t dflt;		/* states in the default set (UINT64_MAX: more) */
-	bool sampled;		/* listed: a sample of the default set (--states) */
-	uint64_t listed;
-	uint64_t failed;
-	size_t first_fail;	/* task index, or SIZE_MAX */
-	size_t first_task;
-};
-
-struct cc {
-	/* options */
-	const char *log_path, *base, *check, *state_id, *materialize, *scratch, *keep;
-	unsigned int n, k, jobs;
-	uint64_t max_states, seed, size;
-	uint32_t pbs;
-	bool each_write, attach, json;
-	double timeout_s;
-
-	/*
-	 * The run's folder, scratch/blkfs-crash-PID: scratch images, the
-	 * checkers' outputs, and the kept ones unless --keep says elsewhere.
-	 * "" until made. keep_made: we made --keep's folder (removed if empty).
-	 */
-	char run_dir[PATH_MAX - 64];	/* room for the names in it */
-	bool keep_made;
-
-	/* input */
-	unsigned char *map;
-	size_t map_len;
-	struct lw_log lw;
-	struct blk_cm_log m;
-	char *base_img;		/* the base as an image file; NULL: zeros */
-	bool base_tmp;		/* base_img is ours to delete */
-	char *snap_mnt;		/* a base MNT/DEV@SNAP: MNT, DEV and SNAP (one allocation) */
-	const char *snap_dev, *snap_name;
-	bool clone;		/* jobs build states in clones of it (else in files) */
-	uint64_t dev_size;
-	const char **mark_text;	/* per model event: a mark's text (owned) or NULL */
-
-	struct cc_point *pts;
-	size_t nr_pts;
-	struct cc_task *tasks;
-	size_t nr_tasks;
-	struct cc_roll *rolls;	/* the tasks' rolled-back blocks */
-	size_t nr_rolls;
-
-	/* after the run: the jobs' times, summed (see struct cc_job) */
-	uint64_t nr_built, build_ns, reset_ns, nr_resets, check_ns, nr_diffs;
-
-	pthread_mutex_t lock;
-	size_t next;		/* lock: next task to take */
-	uint64_t done, failed;	/* lock */
-	bool stop;
-};
-
-static void usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void usage_err(const char *fmt, ...)
-{
-	va_list ap;
+void cc_err(const char *fmt, ...)
+	    {
+	    va_list ap;
 
 	fputs("blkfs crashcheck: ", stderr);
 	va_start(ap, fmt);
@@ -183,6 +91,11 @@ static volatile sig_atomic_t cc_signal;
 static void on_signal(int sig)
 {
 	cc_signal = sig;
+}
+
+int cc_stop_signal(void)
+{
+	return cc_signal;
 }
 
 /*
@@ -203,7 +116,7 @@ static int run_dir_make(struct cc *cc)
 	else if (mkdir(cc->run_dir, 0700) == 0 || errno == EEXIST)
 		errno = 0;
 	if (errno) {
-		usage_err("--scratch %s: %s", cc->scratch, strerror(errno));
+		cc_err("--scratch %s: %s", cc->scratch, strerror(errno));
 		cc->run_dir[0] = 0;
 		return CC_EXIT_ERROR;
 	}
@@ -240,12 +153,12 @@ static void run_dir_finish(struct cc *cc, size_t nr_kept)
 			if (keep_here && nr_kept && !strncmp(e->d_name, "state-", 6))
 				continue;
 			if (unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT)
-				usage_err("%s/%s: %s", cc->run_dir, e->d_name, strerror(errno));
+				cc_err("%s/%s: %s", cc->run_dir, e->d_name, strerror(errno));
 		}
 		closedir(d);
 	}
 	if ((!keep_here || !nr_kept) && rmdir(cc->run_dir) && errno != ENOENT)
-		usage_err("%s: %s", cc->run_dir, strerror(errno));
+		cc_err("%s: %s", cc->run_dir, strerror(errno));
 	if (!keep_here && cc->keep && cc->keep_made && !nr_kept)
 		rmdir(cc->keep);
 	if (nr_kept)
@@ -309,7 +222,7 @@ static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
 	*at = 0;
 	slash = strrchr(spec, '/');
 	if (!slash || !slash[1] || !at[1]) {
-		usage_err("--base %s: expected MNT/DEV@SNAP, an image file, or zeros", cc->base);
+		cc_err("--base %s: expected MNT/DEV@SNAP, an image file, or zeros", cc->base);
 		free(spec);
 		return 2;
 	}
@@ -320,28 +233,28 @@ static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
 	if (!*spec)
 		cc->snap_mnt = strcpy(spec, "/");	/* "/DEV@SNAP": the mount is / */
 	if (read_sys_u32(cc->snap_mnt, cc->snap_dev, "logical_block_size", lbs)) {
-		usage_err("--base %s: %s is not a device of a blkfs mount at %s", cc->base,
-			  cc->snap_dev, cc->snap_mnt);
+		cc_err("--base %s: %s is not a device of a blkfs mount at %s", cc->base,
+		       cc->snap_dev, cc->snap_mnt);
 		return 2;
 	}
 	if (!cc->pbs && read_sys_u32(cc->snap_mnt, cc->snap_dev, "physical_block_size", &cc->pbs))
 		cc->pbs = 0;
 	snprintf(path, sizeof(path), "%s/%s", cc->snap_mnt, cc->snap_dev);
 	if (stat(path, &st)) {
-		usage_err("--base %s: %s: %s", cc->base, path, strerror(errno));
+		cc_err("--base %s: %s: %s", cc->base, path, strerror(errno));
 		return 2;
 	}
 	cc->size = (uint64_t)st.st_size;
 	ret = snapshot_listed(cc->snap_mnt, cc->snap_dev, cc->snap_name);
 	if (ret <= 0) {
 		if (ret == -ENOENT)
-			usage_err("--base %s: %s keeps no snapshots", cc->base, cc->snap_dev);
+			cc_err("--base %s: %s keeps no snapshots", cc->base, cc->snap_dev);
 		else if (ret)
-			usage_err("--base %s: %s/.sys/%s/snapshots: %s", cc->base, cc->snap_mnt,
-				  cc->snap_dev, strerror(-ret));
+			cc_err("--base %s: %s/.sys/%s/snapshots: %s", cc->base, cc->snap_mnt,
+			       cc->snap_dev, strerror(-ret));
 		else
-			usage_err("--base %s: %s has no snapshot named %s", cc->base, cc->snap_dev,
-				  cc->snap_name);
+			cc_err("--base %s: %s has no snapshot named %s", cc->base, cc->snap_dev,
+			       cc->snap_name);
 		return 2;
 	}
 	return 0;
@@ -360,7 +273,7 @@ static int base_save(struct cc *cc)
 	snprintf(img, sizeof(img), "%s/base.img", cc->run_dir);
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0) {
-		usage_err("cannot find the blkfs binary: %s", strerror(errno));
+		cc_err("cannot find the blkfs binary: %s", strerror(errno));
 		return CC_EXIT_ERROR;
 	}
 	self[n] = 0;
@@ -377,8 +290,8 @@ static int base_save(struct cc *cc)
 	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-		usage_err("--base %s: cannot save snapshot %s of %s", cc->base, cc->snap_name,
-			  cc->snap_dev);
+		cc_err("--base %s: cannot save snapshot %s of %s", cc->base, cc->snap_name,
+		       cc->snap_dev);
 		unlink(img);
 		return CC_EXIT_ERROR;
 	}
@@ -399,7 +312,7 @@ static int resolve_base(struct cc *cc, uint32_t *lbs)
 	}
 	if (stat(cc->base, &st) == 0) {
 		if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-			usage_err("--base %s: not an image file", cc->base);
+			cc_err("--base %s: not an image file", cc->base);
 			return 2;
 		}
 		cc->base_img = strdup(cc->base);
@@ -408,7 +321,7 @@ static int resolve_base(struct cc *cc, uint32_t *lbs)
 			uint64_t sz = 0;
 
 			if (fd < 0 || ioctl(fd, BLKGETSIZE64, &sz)) {
-				usage_err("--base %s: %s", cc->base, strerror(errno));
+				cc_err("--base %s: %s", cc->base, strerror(errno));
 				if (fd >= 0)
 					close(fd);
 				return 2;
@@ -422,7 +335,7 @@ static int resolve_base(struct cc *cc, uint32_t *lbs)
 	}
 	if (strchr(cc->base, '@'))
 		return base_from_snapshot(cc, lbs);
-	usage_err("--base %s: %s", cc->base, strerror(errno));
+	cc_err("--base %s: %s", cc->base, strerror(errno));
 	return 2;
 }
 
@@ -828,8 +741,8 @@ static int point_states(struct cc *cc, const struct blk_cm_point *pt, struct cc_
 	if (cp->sampled && n > CC_MAX_LIST)
 		return rollbacks_draw(pt, cc->k, m, seed, l);
 	if (n > CC_MAX_LIST) {
-		usage_err("crash point after event %zu: more than %u states within --k %u; "
-			  "use --states MAX to sample", cp->ev, CC_MAX_LIST, cc->k);
+		cc_err("crash point after event %zu: more than %u states within --k %u; "
+		       "use --states MAX to sample", cp->ev, CC_MAX_LIST, cc->k);
 		return -E2BIG;
 	}
 	tmp = calloc(pt->nr_blocks + 1, sizeof(*tmp));
@@ -865,7 +778,7 @@ out:
  * "EVENT:BLK=KEEP,..." with runs of consecutive touched blocks that keep
  * the same prefix as "BLK1-BLK2=KEEP".
  */
-static char *state_id(size_t ev, const struct cc_roll *r, uint32_t n)
+char *cc_state_id(size_t ev, const struct cc_roll *r, uint32_t n)
 {
 	size_t cap = 24 + (size_t)n * 56, len;
 	char *s = malloc(cap);
@@ -885,16 +798,16 @@ static char *state_id(size_t ev, const struct cc_roll *r, uint32_t n)
 	return s;
 }
 
-static char *task_id(const struct cc *cc, const struct cc_task *t)
+char *cc_task_id(const struct cc *cc, const struct cc_task *t)
 {
-	return state_id(cc->pts[t->point].ev, cc->rolls + t->roll, t->nr_roll);
+	return cc_state_id(cc->pts[t->point].ev, cc->rolls + t->roll, t->nr_roll);
 }
 
 /*
  * The state an id's rolled-back part names (@spec: what follows "EVENT:",
  * or "" for the in-order state) into @choice. 0, or -EINVAL with @why.
  */
-static int parse_rollbacks(const struct blk_cm_point *pt, const char *spec, uint32_t *choice,
+int cc_parse_rollbacks(const struct blk_cm_point *pt, const char *spec, uint32_t *choice,
 			   char *why, size_t wlen)
 {
 	const char *p = spec;
@@ -1130,13 +1043,13 @@ static uint64_t now_ns(void)
  */
 static int job_ctl(struct cc_job *j, char *msg, size_t len, int argc, char **argv)
 {
-	char line[BF_CTL_MAX_LINE + 1];
+	char line[CC_CTL_MAX_LINE + 1];
 	size_t got = 0;
 	ssize_t n;
 	int l, err;
 
 	msg[0] = 0;
-	l = bf_ctl_format(argc, argv, line, sizeof(line));
+	l = j->cc->ctl_format(argc, argv, line, sizeof(line));
 	if (l < 0)
 		return l;
 	n = write(j->ctl_fd, line, (size_t)l);
@@ -1164,12 +1077,12 @@ static int job_ctl2(struct cc_job *j, const char *verb, const char *a, const cha
 		    const char *c)
 {
 	char *argv[] = { (char *)verb, (char *)a, (char *)b, (char *)c, NULL };
-	char msg[BF_CTL_MSG_MAX + 1];
+	char msg[CC_CTL_MSG_MAX + 1];
 	int argc = c ? 4 : b ? 3 : 2, ret;
 
 	ret = job_ctl(j, msg, sizeof(msg), argc, argv);
 	if (ret)
-		usage_err("%s %s %s: %s", verb, a, b ? b : "", msg[0] ? msg : strerror(-ret));
+		cc_err("%s %s %s: %s", verb, a, b ? b : "", msg[0] ? msg : strerror(-ret));
 	return ret;
 }
 
@@ -1337,7 +1250,7 @@ static int clone_remember(struct cc_job *j, const struct blk_cm_point *pt, const
 static int clone_add(struct cc_job *j, char *why, size_t wlen)
 {
 	struct cc *cc = j->cc;
-	char path[PATH_MAX], spec[PATH_MAX], msg[BF_CTL_MSG_MAX + 1];
+	char path[PATH_MAX], spec[PATH_MAX], msg[CC_CTL_MSG_MAX + 1];
 	char *argv[4];
 	int ret;
 
@@ -1405,7 +1318,7 @@ static void clone_remove(struct cc_job *j)
 	j->fd = -1;
 	if (j->added) {
 		char *argv[] = { "remove", j->name, NULL };
-		char msg[BF_CTL_MSG_MAX + 1];
+		char msg[CC_CTL_MSG_MAX + 1];
 
 		/* the kernel releases a file closed a moment ago in the background */
 		for (i = 0; i < 10; i++) {
@@ -1415,8 +1328,8 @@ static void clone_remove(struct cc_job *j)
 			usleep(200000);
 		}
 		if (ret)
-			usage_err("remove %s: %s (remove it with blkfs remove %s %s)", j->name,
-				  msg[0] ? msg : strerror(-ret), j->cc->snap_mnt, j->name);
+			cc_err("remove %s: %s (remove it with blkfs remove %s %s)", j->name,
+			       msg[0] ? msg : strerror(-ret), j->cc->snap_mnt, j->name);
 	}
 	if (j->ctl_fd >= 0)
 		close(j->ctl_fd);
@@ -1497,77 +1410,75 @@ static int job_advance(struct cc_job *j, const struct blk_cm_point *pt)
 	return 0;
 }
 
-static int run_state(struct cc_job *j, size_t ti)
+/* A clone's state: the writes that extend the one it holds, or a reset and its unflushed pieces. */
+static int clone_build(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice)
 {
-	struct cc *cc = j->cc;
-	struct cc_task *t = &cc->tasks[ti];
-	const struct cc_point *cp = &cc->pts[t->point];
-	struct blk_cm_point pt;
-	uint32_t *choice = NULL;
-	unsigned char *saved = NULL;
-	char outp[PATH_MAX], *id = NULL, *marks = NULL;
-	uint64_t t0, t1;
+	struct piece_ctx pc = { .fd = j->fd };
+	uint64_t bytes = 0;
+	int ret;
+
+	/* the clone holds a state this one only adds writes to: write those */
+	ret = clone_extend(j, pt, choice, &bytes);
+	if (ret < 0)
+		return ret;
+	j->wpending += bytes;
+	if (ret) {
+		j->nr_diffs++;
+		ret = clone_remember(j, pt, choice);
+		if (!ret)
+			j->at_snap = false;
+		return ret;
+	}
+	/* else what the last state and its checker wrote goes */
+	ret = clone_reset(j);
+	if (ret)
+		return ret;
+	ret = blk_cm_apply_volatile(pt, choice, write_piece_counted, &pc);
+	j->wpending += pc.bytes;
+	if (ret)
+		return ret;
+	ret = clone_remember(j, pt, choice);
+	if (ret)
+		return ret;
+	if (pc.bytes)
+		j->at_snap = false;
+	return 0;
+}
+
+/* A scratch file's state: the physical blocks it touches saved into @saved, then its pieces. */
+static int file_build(struct cc_job *j, const struct blk_cm_point *pt, const uint32_t *choice,
+		      unsigned char *saved)
+{
+	uint32_t pbs = j->cc->pbs;
+	struct piece_ctx pc = { .fd = j->fd };
 	size_t b;
 	int ret;
 
-	ret = blk_cm_point_init(&pt, &cc->m, cp->ev + 1);
+	for (b = 0; b < pt->nr_blocks; b++)
+		if (pread(j->fd, saved + b * pbs, pbs, (off_t)(pt->b[b].blk * pbs)) != (ssize_t)pbs)
+			memset(saved + b * pbs, 0, pbs);
+	ret = blk_cm_apply_volatile(pt, choice, write_piece_counted, &pc);
+	j->wpending += pc.bytes;
+	return ret;
+}
+
+/* Build task @t's state at @pt in the job's scratch: @choice and @saved are the caller's room. */
+static int state_build(struct cc_job *j, const struct cc_task *t, const struct blk_cm_point *pt,
+		       uint32_t *choice, unsigned char *saved)
+{
+	struct cc *cc = j->cc;
+	size_t b;
+	int ret;
+
+	ret = job_advance(j, pt);
 	if (ret)
 		return ret;
-	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
-	saved = malloc(pt.nr_blocks * (size_t)cc->pbs + 1);
-	if (!choice || !saved) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	t0 = now_ns();
-	ret = job_advance(j, &pt);
-	if (ret)
-		goto out;
-	blk_cm_state_in_order(&pt, choice);
+	blk_cm_state_in_order(pt, choice);
 	for (b = 0; b < t->nr_roll; b++)
 		choice[cc->rolls[t->roll + b].bi] = cc->rolls[t->roll + b].keep;
-	if (j->added) {
-		uint64_t bytes = 0;
-
-		/* the clone holds a state this one only adds writes to: write those */
-		ret = clone_extend(j, &pt, choice, &bytes);
-		if (ret < 0)
-			goto out;
-		j->wpending += bytes;
-		if (ret) {
-			j->nr_diffs++;
-			ret = clone_remember(j, &pt, choice);
-			if (ret)
-				goto out;
-			j->at_snap = false;
-			goto built;
-		}
-		/* else what the last state and its checker wrote goes */
-		ret = clone_reset(j);
-		if (ret)
-			goto out;
-	} else {
-		for (b = 0; b < pt.nr_blocks; b++)
-			if (pread(j->fd, saved + b * cc->pbs, cc->pbs,
-				  (off_t)(pt.b[b].blk * cc->pbs)) != (ssize_t)cc->pbs)
-				memset(saved + b * cc->pbs, 0, cc->pbs);
-	}
-	{
-		struct piece_ctx pc = { .fd = j->fd };
-
-		ret = blk_cm_apply_volatile(&pt, choice, write_piece_counted, &pc);
-		j->wpending += pc.bytes;
-		if (ret)
-			goto out;
-		if (j->added) {
-			ret = clone_remember(j, &pt, choice);
-			if (ret)
-				goto out;
-			if (pc.bytes)
-				j->at_snap = false;
-		}
-	}
-built:
+	ret = j->added ? clone_build(j, pt, choice) : file_build(j, pt, choice, saved);
+	if (ret)
+		return ret;
 	if (j->loop_fd >= 0)
 		ioctl(j->loop_fd, BLKFLSBUF, 0);	/* the loop device's own cache is stale */
 	/*
@@ -1580,11 +1491,27 @@ built:
 
 		futimens(j->fd, tv);
 	}
-	id = task_id(cc, t);
-	if (!id) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	return 0;
+}
+
+/*
+ * Run the checker on task @ti's state, built since @t0, and keep a
+ * failing state's output. 0; 1 when the run stops (a signal: this
+ * checker was killed, its state did not fail); or -errno (-ECHILD: the
+ * checker could not be run, and the run stops with exit 3).
+ */
+static int state_check(struct cc_job *j, size_t ti, uint64_t t0)
+{
+	struct cc *cc = j->cc;
+	struct cc_task *t = &cc->tasks[ti];
+	const struct cc_point *cp = &cc->pts[t->point];
+	char outp[PATH_MAX], *id, *marks = NULL;
+	uint64_t t1;
+	int ret;
+
+	id = cc_task_id(cc, t);
+	if (!id)
+		return -ENOMEM;
 	snprintf(outp, sizeof(outp), "%s/job-%u.out", cc->run_dir, j->id);
 	ret = marks_env(cc, cp->ev + 1, &marks);
 	if (ret)
@@ -1596,13 +1523,13 @@ built:
 				 &t->status, &j->checker);
 	j->check_ns += now_ns() - t1;
 	if (cc_signal) {
-		/* the run stops: this checker was killed, its state did not fail */
 		t->verdict = CC_OK;
 		unlink(outp);
+		ret = 1;
 		goto out;
 	}
 	if (t->verdict == CC_ERROR) {
-		ret = -ECHILD;	/* the checker could not be run: the run stops (exit 3) */
+		ret = -ECHILD;
 		goto out;
 	}
 	if (t->verdict != CC_OK) {
@@ -1618,6 +1545,20 @@ built:
 			t->out = strdup(keep);
 	}
 	unlink(outp);
+out:
+	free(id);
+	free(marks);
+	return ret;
+}
+
+/* After the checker: the job's scratch back to the durable contents of @pt (@saved: its blocks). */
+static int state_undo(struct cc_job *j, const struct blk_cm_point *pt, const unsigned char *saved)
+{
+	struct cc *cc = j->cc;
+	struct stat st;
+	size_t b;
+	int ret = 0;
+
 	if (j->added) {
 		uint64_t now = 0;
 
@@ -1635,24 +1576,47 @@ built:
 		}
 		j->wbytes = now;
 		j->wpending = 0;
-		goto out;
+		return 0;
 	}
 	/* Put back the physical blocks the state touched, or all of it if the checker wrote. */
-	{
-		struct stat st;
+	if (j->loop_fd >= 0)
+		ioctl(j->loop_fd, BLKFLSBUF, 0);
+	if (fstat(j->fd, &st) || st.st_mtim.tv_sec != 1 || st.st_mtim.tv_nsec)
+		return copy_file(j->dfd, j->fd, cc->dev_size);
+	for (b = 0; b < pt->nr_blocks && !ret; b++)
+		ret = pwrite_all(j->fd, saved + b * cc->pbs, cc->pbs, pt->b[b].blk * cc->pbs);
+	return ret;
+}
 
-		if (j->loop_fd >= 0)
-			ioctl(j->loop_fd, BLKFLSBUF, 0);
-		if (fstat(j->fd, &st) || st.st_mtim.tv_sec != 1 || st.st_mtim.tv_nsec) {
-			ret = copy_file(j->dfd, j->fd, cc->dev_size);
-			goto out;
-		}
+/* One task: its state built, checked, and taken back. 0 or -errno (the run stops). */
+static int run_state(struct cc_job *j, size_t ti)
+{
+	struct cc *cc = j->cc;
+	const struct cc_task *t = &cc->tasks[ti];
+	struct blk_cm_point pt;
+	uint32_t *choice = NULL;
+	unsigned char *saved = NULL;
+	uint64_t t0;
+	int ret;
+
+	ret = blk_cm_point_init(&pt, &cc->m, cc->pts[t->point].ev + 1);
+	if (ret)
+		return ret;
+	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
+	saved = malloc(pt.nr_blocks * (size_t)cc->pbs + 1);
+	if (!choice || !saved) {
+		ret = -ENOMEM;
+		goto out;
 	}
-	for (b = 0; b < pt.nr_blocks && !ret; b++)
-		ret = pwrite_all(j->fd, saved + b * cc->pbs, cc->pbs, pt.b[b].blk * cc->pbs);
+	t0 = now_ns();
+	ret = state_build(j, t, &pt, choice, saved);
+	if (!ret)
+		ret = state_check(j, ti, t0);
+	if (!ret)
+		ret = state_undo(j, &pt, saved);
+	else if (ret == 1)
+		ret = 0;	/* the run stops: nothing to put back */
 out:
-	free(id);
-	free(marks);
 	free(saved);
 	free(choice);
 	blk_cm_point_destroy(&pt);
@@ -1689,170 +1653,9 @@ static void *job_main(void *arg)
 	return NULL;
 }
 
-/* ---- output ---- */
-
-static const char *verdict_name(int v)
-{
-	return v == CC_OK ? "ok" : v == CC_FAIL ? "failed" : v == CC_TIMEOUT ? "timeout" : "error";
-}
-
-static const char *point_kind(const struct cc *cc, size_t ev)
-{
-	switch (cc->m.ev[ev].kind) {
-	case BLK_CM_FLUSH:
-		return "flush";
-	case BLK_CM_MARK:
-		return "mark";
-	default:
-		return "write";
-	}
-}
-
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
-
-/* How a point was explored: "exhaustive" or "sampled K of N", into @buf. */
-static const char *explored(const struct cc_point *p, char *buf, size_t len)
-{
-	if (!p->sampled)
-		return "exhaustive";
-	if (p->dflt == UINT64_MAX)
-		snprintf(buf, len, "sampled %" PRIu64 " of >2^64", p->listed);
-	else
-		snprintf(buf, len, "sampled %" PRIu64 " of %" PRIu64, p->listed, p->dflt);
-	return buf;
-}
-
-static void report(struct cc *cc, double secs)
-{
-	double built = cc->nr_built ? (double)cc->nr_built : 1;
-	double build_ms = (double)cc->build_ns / 1e6 / built;
-	double reset_ms = cc->nr_resets ? (double)cc->reset_ns / 1e6 / (double)cc->nr_resets : 0;
-	double check_ms = (double)cc->check_ns / 1e6 / built;
-	size_t i, t, nr_sampled = 0;
-	uint64_t timeouts = 0;
-	char how[64];
-
-	for (t = 0; t < cc->nr_tasks; t++) {
-		struct cc_task *tk = &cc->tasks[t];
-		struct cc_point *p = &cc->pts[tk->point];
-
-		if (tk->verdict == CC_TIMEOUT)
-			timeouts++;
-		if (tk->verdict != CC_OK) {
-			p->failed++;
-			if (p->first_fail == SIZE_MAX)
-				p->first_fail = t;
-		}
-	}
-	for (i = 0; i < cc->nr_pts; i++)
-		nr_sampled += cc->pts[i].sampled;
-	if (cc->json) {
-		printf("{\"log\": ");
-		json_str(stdout, cc->log_path);
-		printf(", \"states\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"timeouts\": %" PRIu64
-		       ", \"seconds\": %.3f, \"scratch\": \"%s\", \"build_ms\": %.3f, \"reset_ms\": %.3f"
-		       ", \"check_ms\": %.3f, \"resets\": %" PRIu64 ", \"extended\": %" PRIu64
-		       ", \"sampled_points\": %zu, \"points\": [", cc->done, cc->failed, timeouts, secs,
-		       cc->clone ? "clone" : "file", build_ms, reset_ms, check_ms, cc->nr_resets,
-		       cc->nr_diffs, nr_sampled);
-		for (i = 0; i < cc->nr_pts; i++) {
-			struct cc_point *p = &cc->pts[i];
-
-			printf("%s\n  {\"event\": %zu, \"kind\": \"%s\", \"mark\": ", i ? "," : "", p->ev,
-			       point_kind(cc, p->ev));
-			if (cc->mark_text[p->ev])
-				json_str(stdout, cc->mark_text[p->ev]);
-			else
-				printf("null");
-			printf(", \"states\": %" PRIu64 ", \"full_set\": ", p->listed);
-			if (p->full == UINT64_MAX)
-				printf("null");
-			else
-				printf("%" PRIu64, p->full);
-			printf(", \"default_set\": ");
-			if (p->dflt == UINT64_MAX)
-				printf("null");
-			else
-				printf("%" PRIu64, p->dflt);
-			printf(", \"explored\": \"%s\"", explored(p, how, sizeof(how)));
-			printf(", \"failures\": %" PRIu64 ", \"first_failure\": ", p->failed);
-			if (p->first_fail != SIZE_MAX) {
-				char *id = task_id(cc, &cc->tasks[p->first_fail]);
-
-				json_str(stdout, id);
-				free(id);
-			} else {
-				printf("null");
-			}
-			printf("}");
-		}
-		printf("],\n \"failed\": [");
-		for (t = 0, i = 0; t < cc->nr_tasks; t++) {
-			struct cc_task *tk = &cc->tasks[t];
-			char *id;
-
-			if (tk->verdict == CC_OK)
-				continue;
-			id = task_id(cc, tk);
-			printf("%s\n  {\"state\": ", i++ ? "," : "");
-			json_str(stdout, id);
-			printf(", \"verdict\": \"%s\", \"status\": %d, \"output\": ",
-			       verdict_name(tk->verdict), tk->status);
-			json_str(stdout, tk->out);
-			printf("}");
-			free(id);
-		}
-		printf("]}\n");
-		return;
-	}
-	printf("%-8s %-6s %-24s %10s %12s %-24s %9s  %s\n", "EVENT", "KIND", "MARK", "STATES",
-	       "FULL SET", "EXPLORED", "FAILURES", "FIRST FAILING");
-	for (i = 0; i < cc->nr_pts; i++) {
-		struct cc_point *p = &cc->pts[i];
-		char full[24];
-		char *first = p->first_fail != SIZE_MAX ? task_id(cc, &cc->tasks[p->first_fail]) : NULL;
-
-		if (p->full == UINT64_MAX)
-			snprintf(full, sizeof(full), ">2^64");
-		else
-			snprintf(full, sizeof(full), "%" PRIu64, p->full);
-		printf("%-8zu %-6s %-24.24s %10" PRIu64 " %12s %-24s %9" PRIu64 "  %s\n", p->ev,
-		       point_kind(cc, p->ev), cc->mark_text[p->ev] ? cc->mark_text[p->ev] : "-",
-		       p->listed, full, explored(p, how, sizeof(how)), p->failed, first ? first : "-");
-		free(first);
-	}
-	printf("%" PRIu64 " states, %" PRIu64 " failed (%" PRIu64 " timed out), %.1f s, %.0f states/s\n",
-	       cc->done, cc->failed, timeouts, secs, secs > 0 ? (double)cc->done / secs : 0.0);
-	printf("%zu crash points, %zu of them sampled (--states)\n", cc->nr_pts, nr_sampled);
-	printf("per state: %.3f ms to build (in %s; %" PRIu64 " resets, %.3f ms each; %" PRIu64
-	       " by adding writes to the state before), %.3f ms in the checker\n", build_ms,
-	       cc->clone ? "ram clones" : "scratch files", cc->nr_resets, reset_ms, cc->nr_diffs,
-	       check_ms);
-	for (t = 0; t < cc->nr_tasks; t++)
-		if (cc->tasks[t].verdict != CC_OK && cc->tasks[t].out) {
-			char *id = task_id(cc, &cc->tasks[t]);
-
-			printf("failed %s (%s, status %d): output in %s\n", id ? id : "?",
-			       verdict_name(cc->tasks[t].verdict), cc->tasks[t].status, cc->tasks[t].out);
-			free(id);
-		}
-}
-
 /* ---- materialize ---- */
 
-static int materialize(struct cc *cc)
+int cc_materialize(struct cc *cc)
 {
 	struct blk_cm_point pt;
 	uint32_t *choice;
@@ -1864,21 +1667,21 @@ static int materialize(struct cc *cc)
 	errno = 0;
 	ev = strtoull(cc->state_id, &end, 10);
 	if (errno || end == cc->state_id || (*end && (*end != ':' || !end[1]))) {
-		usage_err("--state %s: expected EVENT or EVENT:BLK=KEEP,... as the table or --json "
-			  "names it", cc->state_id);
+		cc_err("--state %s: expected EVENT or EVENT:BLK=KEEP,... as the table or --json "
+		       "names it", cc->state_id);
 		return 2;
 	}
 	if (ev >= cc->m.nr) {
-		usage_err("--state %s: no such state (the log has %zu events)", cc->state_id, cc->m.nr);
+		cc_err("--state %s: no such state (the log has %zu events)", cc->state_id, cc->m.nr);
 		return 2;
 	}
 	if (blk_cm_point_init(&pt, &cc->m, (size_t)ev + 1)) {
-		usage_err("%s", strerror(ENOMEM));
+		cc_err("%s", strerror(ENOMEM));
 		return CC_EXIT_ERROR;
 	}
 	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
-	if (!choice || parse_rollbacks(&pt, *end ? end + 1 : end, choice, why, sizeof(why))) {
-		usage_err("--state %s: %s", cc->state_id, choice ? why : strerror(ENOMEM));
+	if (!choice || cc_parse_rollbacks(&pt, *end ? end + 1 : end, choice, why, sizeof(why))) {
+		cc_err("--state %s: %s", cc->state_id, choice ? why : strerror(ENOMEM));
 		ret = choice ? CC_EXIT_USAGE : CC_EXIT_ERROR;
 		free(choice);
 		blk_cm_point_destroy(&pt);
@@ -1886,12 +1689,12 @@ static int materialize(struct cc *cc)
 	}
 	fd = open(cc->materialize, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		usage_err("%s: %s", cc->materialize, strerror(errno));
+		cc_err("%s: %s", cc->materialize, strerror(errno));
 		ret = 2;
 		goto out;
 	}
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0)) {
-		usage_err("%s: %s", cc->materialize, strerror(errno));
+		cc_err("%s: %s", cc->materialize, strerror(errno));
 		ret = CC_EXIT_ERROR;
 		goto out_close;
 	}
@@ -1917,7 +1720,7 @@ static int materialize(struct cc *cc)
 	if (!ret && fsync(fd))
 		ret = -errno;
 	if (ret) {
-		usage_err("%s: %s", cc->materialize, strerror(-ret));
+		cc_err("%s: %s", cc->materialize, strerror(-ret));
 		ret = CC_EXIT_ERROR;	/* an I/O error, not a failing state */
 	}
 out_close:
@@ -1928,511 +1731,387 @@ out:
 	return ret;
 }
 
-/* ---- main ---- */
 
-static int checker_ok(const char *cmd)
+/* ---- the run, from the command line's options to its end ---- */
+
+void cc_init(struct cc *cc)
 {
-	char word[256], path[PATH_MAX + 300];
-	const char *p = cmd, *env;
-	size_t n = strcspn(p, " \t\n;|&");
-
-	if (!n || n >= sizeof(word))
-		return 0;
-	memcpy(word, p, n);
-	word[n] = 0;
-	if (strchr(word, '/'))
-		return access(word, X_OK) == 0;
-	if (!strcmp(word, "true") || !strcmp(word, "false") || !strcmp(word, "test") ||
-	    !strcmp(word, "exit") || !strcmp(word, "[") || !strcmp(word, "echo"))
-		return 1;	/* shell builtins */
-	env = getenv("PATH");
-	if (!env)
-		env = "/usr/bin:/bin";
-	while (*env) {
-		size_t l = strcspn(env, ":");
-
-		if (l >= PATH_MAX)
-			return 0;
-		snprintf(path, sizeof(path), "%.*s/%s", (int)l, env, word);
-		if (access(path, X_OK) == 0)
-			return 1;
-		env += l;
-		if (*env)
-			env++;
-	}
-	return 0;
+	memset(cc, 0, sizeof(*cc));
+	cc->n = CC_DEF_N;
+	cc->k = CC_DEF_K;
+	cc->jobs = 1;
+	pthread_mutex_init(&cc->lock, NULL);
 }
 
-static int parse_u64(const char *opt, const char *s, uint64_t *out)
+/* Zeros as a base: the device as large as the log reaches, rounded up to 1 MiB (at least 1 MiB). */
+static uint64_t log_reach(const struct lw_log *lw)
 {
-	char *end;
+	uint64_t end = 0, size;
+	size_t i;
 
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	if (errno || end == s || *s == '-') {
-		usage_err("%s %s: not a number", opt, s);
-		return -1;
-	}
-	if (*end == 'K' || *end == 'k')
-		*out <<= 10, end++;
-	else if (*end == 'M')
-		*out <<= 20, end++;
-	else if (*end == 'G')
-		*out <<= 30, end++;
-	if (*end) {
-		usage_err("%s %s: not a number", opt, s);
-		return -1;
-	}
-	return 0;
+	for (i = 0; i < lw->nr; i++)
+		if (!(lw->v[i].e.flags & LW_MARK) && lw->v[i].e.nr_sectors)
+			end = end > (lw->v[i].e.sector + lw->v[i].e.nr_sectors) * lw->sectorsize ?
+			      end : (lw->v[i].e.sector + lw->v[i].e.nr_sectors) * lw->sectorsize;
+	size = (end + (1u << 20) - 1) & ~((uint64_t)(1u << 20) - 1);
+	return size ? size : 1u << 20;
 }
 
-static const char usage[] =
-	"Usage: blkfs crashcheck LOG --base BASE --check CMD [--jobs N] [--n N] [--k K]\n"
-	"           [--states MAX] [--seed S] [--each-write] [--attach] [--timeout SECS]\n"
-	"           [--json] [--scratch DIR] [--keep DIR] [--size SIZE] [--pbs BYTES]\n"
-	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n"
-	"Exit status: 0 no state failed, 1 a state failed, 2 bad input, 3 an error of blkfs's own\n"
-	"(set-up, I/O, scratch space); killed by SIGINT or SIGTERM, it cleans up and dies of it.\n";
-
-int bf_cmd_crashcheck(int argc, char **argv)
+/* The mapped log parsed (@lbs: the base's logical block size, 0: any) and modelled; the marks' texts. */
+static int load_model(struct cc *cc, uint32_t lbs)
 {
-	static const struct option lopts[] = {
-		{ "base", required_argument, NULL, 'b' },
-		{ "check", required_argument, NULL, 'c' },
-		{ "jobs", required_argument, NULL, 'j' },
-		{ "n", required_argument, NULL, 'N' },
-		{ "k", required_argument, NULL, 'K' },
-		{ "states", required_argument, NULL, 'S' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "each-write", no_argument, NULL, 'w' },
-		{ "attach", no_argument, NULL, 'a' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "json", no_argument, NULL, 'J' },
-		{ "scratch", required_argument, NULL, 'd' },
-		{ "keep", required_argument, NULL, 'k' },
-		{ "size", required_argument, NULL, 'z' },
-		{ "pbs", required_argument, NULL, 'p' },
-		{ "state", required_argument, NULL, 'i' },
-		{ "materialize", required_argument, NULL, 'm' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct cc cc = { .n = CC_DEF_N, .k = CC_DEF_K, .jobs = 1, .timeout_s = 0 };
-	struct cc_job *jobs = NULL;
-	struct list l = { 0 };
 	char err[512] = "";
-	uint32_t lbs = 0;
-	uint64_t v;
-	struct stat st;
-	double t0;
-	struct timespec ts;
-	size_t i, p, nr_sampled = 0;
-	sigset_t sigs;
-	int c, fd, ret = CC_EXIT_USAGE;
+	size_t i;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		switch (c) {
-		case 'b': cc.base = optarg; break;
-		case 'c': cc.check = optarg; break;
-		case 'j':
-			if (parse_u64("--jobs", optarg, &v) || !v || v > 256) {
-				usage_err("--jobs %s: 1 to 256", optarg);
-				return 2;
-			}
-			cc.jobs = (unsigned int)v;
-			break;
-		case 'N':
-			if (parse_u64("--n", optarg, &v) || v > 63)
-				return 2;
-			cc.n = (unsigned int)v;
-			break;
-		case 'K':
-			if (parse_u64("--k", optarg, &v) || v > CC_MAX_K)
-				return 2;
-			cc.k = (unsigned int)v;
-			break;
-		case 'S':
-			if (parse_u64("--states", optarg, &cc.max_states) || !cc.max_states)
-				return 2;
-			break;
-		case 's':
-			if (parse_u64("--seed", optarg, &cc.seed))
-				return 2;
-			break;
-		case 'w': cc.each_write = true; break;
-		case 'a': cc.attach = true; break;
-		case 't': {
-			char *end;
-
-			cc.timeout_s = strtod(optarg, &end);
-			if (*end || cc.timeout_s <= 0) {
-				usage_err("--timeout %s: seconds, more than 0", optarg);
-				return 2;
-			}
-			break;
-		}
-		case 'J': cc.json = true; break;
-		case 'd': cc.scratch = optarg; break;
-		case 'k': cc.keep = optarg; break;
-		case 'z':
-			if (parse_u64("--size", optarg, &cc.size))
-				return 2;
-			break;
-		case 'p':
-			if (parse_u64("--pbs", optarg, &v) || v < 512 || v > 65536 || (v & (v - 1))) {
-				usage_err("--pbs %s: a power of two from 512 to 65536", optarg);
-				return 2;
-			}
-			cc.pbs = (uint32_t)v;
-			break;
-		case 'i': cc.state_id = optarg; break;
-		case 'm': cc.materialize = optarg; break;
-		case 'h':
-			fputs(usage, stdout);
-			return 0;
-		default:
-			fputs(usage, stderr);
-			return 2;
-		}
-	}
-	if (optind != argc - 1 || !cc.base || (!cc.check && !cc.materialize) ||
-	    (!!cc.state_id != !!cc.materialize)) {
-		fputs(usage, stderr);
-		return 2;
-	}
-	cc.log_path = argv[optind];
-	if (!cc.scratch)
-		cc.scratch = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-	if (cc.check && !checker_ok(cc.check)) {
-		usage_err("--check %s: not an executable command", cc.check);
-		return 2;
-	}
-
-	fd = open(cc.log_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st)) {
-		usage_err("%s: %s", cc.log_path, strerror(errno));
-		return 2;
-	}
-	cc.map_len = (size_t)st.st_size;
-	cc.map = cc.map_len ? mmap(NULL, cc.map_len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-	close(fd);
-	if (cc.map == MAP_FAILED) {
-		usage_err("%s: %s", cc.log_path, strerror(errno));
-		return 2;
-	}
-	ret = resolve_base(&cc, &lbs);
-	if (ret)
-		goto out;
-	/* --materialize writes a file: the snapshot as an image to start from */
-	if (cc.snap_mnt && cc.materialize) {
-		ret = base_save(&cc);
-		if (ret)
-			goto out;
-	}
-	ret = CC_EXIT_ERROR;
-	if (!cc.size && !cc.base_img) {
-		/* zeros: as large as the log reaches, unless --size says */
-		cc.size = UINT64_MAX;
-	}
-	if (cc.base_img && cc.base_tmp) {
-		if (stat(cc.base_img, &st)) {
-			usage_err("%s: %s", cc.base_img, strerror(errno));
-			goto out;	/* our own image */
-		}
-		cc.size = (uint64_t)st.st_size;
-	}
-	ret = lw_parse(cc.map ? cc.map : (const unsigned char *)"", cc.map_len, cc.size, lbs,
-		       &cc.lw, err, sizeof(err));
+	ret = lw_parse(cc->map ? cc->map : (const unsigned char *)"", cc->map_len, cc->size, lbs,
+		       &cc->lw, err, sizeof(err));
 	if (ret) {
-		usage_err("%s: %s", cc.log_path, ret == -ENOMEM ? strerror(ENOMEM) : err);
-		ret = ret == -ENOMEM ? CC_EXIT_ERROR : CC_EXIT_USAGE;
-		goto out;
+		cc_err("%s: %s", cc->log_path, ret == -ENOMEM ? strerror(ENOMEM) : err);
+		return ret == -ENOMEM ? CC_EXIT_ERROR : CC_EXIT_USAGE;
 	}
-	ret = CC_EXIT_ERROR;
-	cc.dev_size = cc.size;
-	if (cc.dev_size == UINT64_MAX) {
-		uint64_t end = 0;
+	cc->dev_size = cc->size == UINT64_MAX ? log_reach(&cc->lw) : cc->size;
+	if (!cc->pbs)
+		cc->pbs = cc->lw.sectorsize > 4096 ? cc->lw.sectorsize : 4096;
+	if (cc->pbs < cc->lw.sectorsize) {
+		cc_err("--pbs %u is smaller than the log's sectorsize %u", cc->pbs, cc->lw.sectorsize);
+		return CC_EXIT_USAGE;
+	}
+	if (lw_log_model(&cc->lw, cc->pbs, &cc->m)) {
+		cc_err("%s", strerror(ENOMEM));
+		return CC_EXIT_ERROR;
+	}
+	cc->mark_text = calloc(cc->m.nr + 1, sizeof(*cc->mark_text));
+	if (!cc->mark_text)
+		return CC_EXIT_ERROR;
+	for (i = 0; i < cc->lw.nr; i++)
+		if ((cc->lw.v[i].e.flags & LW_MARK) && cc->lw.v[i].last_ev)
+			cc->mark_text[cc->lw.v[i].last_ev - 1] =
+				strndup((const char *)cc->lw.v[i].data, (size_t)cc->lw.v[i].e.data_len);
+	return 0;
+}
 
-		for (i = 0; i < cc.lw.nr; i++)
-			if (!(cc.lw.v[i].e.flags & LW_MARK) && cc.lw.v[i].e.nr_sectors)
-				end = end > (cc.lw.v[i].e.sector + cc.lw.v[i].e.nr_sectors) * cc.lw.sectorsize ?
-				      end : (cc.lw.v[i].e.sector + cc.lw.v[i].e.nr_sectors) * cc.lw.sectorsize;
-		cc.dev_size = (end + (1u << 20) - 1) & ~((uint64_t)(1u << 20) - 1);
-		if (!cc.dev_size)
-			cc.dev_size = 1u << 20;
-	}
-	if (!cc.pbs)
-		cc.pbs = cc.lw.sectorsize > 4096 ? cc.lw.sectorsize : 4096;
-	if (cc.pbs < cc.lw.sectorsize) {
-		usage_err("--pbs %u is smaller than the log's sectorsize %u", cc.pbs, cc.lw.sectorsize);
-		ret = CC_EXIT_USAGE;
-		goto out;
-	}
-	if (lw_log_model(&cc.lw, cc.pbs, &cc.m)) {
-		usage_err("%s", strerror(ENOMEM));
-		goto out;
-	}
-	cc.mark_text = calloc(cc.m.nr + 1, sizeof(*cc.mark_text));
-	if (!cc.mark_text)
-		goto out;
-	for (i = 0; i < cc.lw.nr; i++)
-		if ((cc.lw.v[i].e.flags & LW_MARK) && cc.lw.v[i].last_ev)
-			cc.mark_text[cc.lw.v[i].last_ev - 1] =
-				strndup((const char *)cc.lw.v[i].data, (size_t)cc.lw.v[i].e.data_len);
+int cc_load(struct cc *cc)
+{
+	uint32_t lbs = 0;
+	struct stat st;
+	int fd, ret;
 
-	if (cc.materialize) {
-		ret = materialize(&cc);
-		goto out;
+	if (!cc->scratch)
+		cc->scratch = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	fd = open(cc->log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st)) {
+		cc_err("%s: %s", cc->log_path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return CC_EXIT_USAGE;
 	}
+	cc->map_len = (size_t)st.st_size;
+	cc->map = cc->map_len ? mmap(NULL, cc->map_len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+	close(fd);
+	if (cc->map == MAP_FAILED) {
+		cc_err("%s: %s", cc->log_path, strerror(errno));
+		return CC_EXIT_USAGE;
+	}
+	ret = resolve_base(cc, &lbs);
+	if (ret)
+		return ret;
+	/* --materialize writes a file: the snapshot as an image to start from */
+	if (cc->snap_mnt && cc->materialize) {
+		ret = base_save(cc);
+		if (ret)
+			return ret;
+	}
+	/* zeros: as large as the log reaches, unless --size says */
+	if (!cc->size && !cc->base_img)
+		cc->size = UINT64_MAX;
+	if (cc->base_img && cc->base_tmp) {
+		if (stat(cc->base_img, &st)) {
+			cc_err("%s: %s", cc->base_img, strerror(errno));
+			return CC_EXIT_ERROR;	/* our own image */
+		}
+		cc->size = (uint64_t)st.st_size;
+	}
+	return load_model(cc, lbs);
+}
 
+int cc_make_dirs(struct cc *cc)
+{
 	/* The run's folder first: every exit from here on empties it. */
-	if (!cc.keep) {
-		cc.keep = cc.run_dir;
-	} else if (mkdir(cc.keep, 0700) == 0) {
-		cc.keep_made = true;
+	if (!cc->keep) {
+		cc->keep = cc->run_dir;
+	} else if (mkdir(cc->keep, 0700) == 0) {
+		cc->keep_made = true;
 	} else if (errno != EEXIST) {
-		usage_err("--keep %s: %s", cc.keep, strerror(errno));
-		ret = CC_EXIT_USAGE;
-		goto out;
+		cc_err("--keep %s: %s", cc->keep, strerror(errno));
+		return CC_EXIT_USAGE;
 	}
-	if (run_dir_make(&cc))
-		goto out;
+	return run_dir_make(cc) ? CC_EXIT_ERROR : 0;
+}
 
-	/* Crash points and their states. */
-	cc.pts = calloc(cc.m.nr + 1, sizeof(*cc.pts));
-	if (!cc.pts)
-		goto out;
-	for (i = 0; i < cc.m.nr; i++) {
-		enum blk_cm_kind k = cc.m.ev[i].kind;
+int cc_plan(struct cc *cc)
+{
+	struct list l = { 0 };
+	size_t i, p;
+	int ret = CC_EXIT_ERROR;
+
+	cc->pts = calloc(cc->m.nr + 1, sizeof(*cc->pts));
+	if (!cc->pts)
+		return CC_EXIT_ERROR;
+	for (i = 0; i < cc->m.nr; i++) {
+		enum blk_cm_kind k = cc->m.ev[i].kind;
 		struct blk_cm_point pt;
 		struct cc_point *cp;
 		size_t before = l.n;
+		int err;
 
-		if (k == BLK_CM_WRITE && !cc.each_write)
+		if (k == BLK_CM_WRITE && !cc->each_write)
 			continue;
 		if (cc_signal)
 			goto out;
-		if (blk_cm_point_init(&pt, &cc.m, i + 1))
+		if (blk_cm_point_init(&pt, &cc->m, i + 1))
 			goto out;
-		cp = &cc.pts[cc.nr_pts++];
+		cp = &cc->pts[cc->nr_pts++];
 		cp->ev = i;
 		cp->full = pt.nr_states;
 		cp->first_fail = SIZE_MAX;
 		cp->first_task = before;
-		ret = point_states(&cc, &pt, cp, &l);
-		if (ret) {
+		err = point_states(cc, &pt, cp, &l);
+		blk_cm_point_destroy(&pt);
+		if (err) {
 			/* more states than can be listed: --n, --k or --states must change */
-			ret = ret == -E2BIG ? CC_EXIT_USAGE : CC_EXIT_ERROR;
-			blk_cm_point_destroy(&pt);
+			ret = err == -E2BIG ? CC_EXIT_USAGE : CC_EXIT_ERROR;
 			goto out;
 		}
-		ret = CC_EXIT_ERROR;
 		cp->listed = l.n - before;
-		nr_sampled += cp->sampled;
-		blk_cm_point_destroy(&pt);
 	}
 	/* the list becomes the tasks */
-	cc.nr_tasks = l.n;
-	cc.tasks = l.v ? l.v : calloc(1, sizeof(*cc.tasks));
-	cc.rolls = l.r;
-	cc.nr_rolls = l.nr;
+	cc->tasks = l.v ? l.v : calloc(1, sizeof(*cc->tasks));
+	if (!cc->tasks)
+		goto out;
+	cc->nr_tasks = l.n;
+	cc->rolls = l.r;
+	cc->nr_rolls = l.nr;
 	l.v = NULL;
 	l.r = NULL;
-	if (!cc.tasks)
-		goto out;
-	for (p = 0; p < cc.nr_pts; p++)
-		for (i = 0; i < cc.pts[p].listed; i++)
-			cc.tasks[cc.pts[p].first_task + i].point = p;
-	fprintf(stderr, "crashcheck: %zu crash points, %zu states", cc.nr_pts, cc.nr_tasks);
-	if (cc.max_states)
-		fprintf(stderr, "; %zu points sampled (--states %" PRIu64 " --seed %" PRIu64
-			"), the rest exhaustive", nr_sampled, cc.max_states, cc.seed);
-	fputc('\n', stderr);
+	for (p = 0; p < cc->nr_pts; p++)
+		for (i = 0; i < cc->pts[p].listed; i++)
+			cc->tasks[cc->pts[p].first_task + i].point = p;
+	ret = 0;
+out:
+	free(l.v);
+	free(l.r);
+	return ret;
+}
 
-	pthread_mutex_init(&cc.lock, NULL);
-	jobs = calloc(cc.jobs, sizeof(*jobs));
-	if (!jobs)
-		goto out;
-	for (i = 0; i < cc.jobs; i++) {
-		jobs[i].cc = &cc;
-		jobs[i].id = (unsigned int)i;
-		jobs[i].loop_fd = jobs[i].fd = jobs[i].dfd = jobs[i].ctl_fd = -1;
-	}
-	/* A ram snapshot: a clone per job; another backend's: saved to an image. */
-	cc.clone = cc.snap_mnt != NULL;
-	for (i = 0; cc.clone && i < cc.jobs; i++) {
-		struct cc_job *j = &jobs[i];
-		char why[BF_CTL_MSG_MAX + 64];
+/* A ram snapshot: a clone per job; another backend's: saved to an image (cc->clone false). */
+static int jobs_clone(struct cc *cc)
+{
+	size_t i;
+	int ret;
+
+	cc->clone = true;
+	for (i = 0; i < cc->jobs; i++) {
+		struct cc_job *j = &cc->jobv[i];
+		char why[CC_CTL_MSG_MAX + 64];
 
 		ret = clone_add(j, why, sizeof(why));
 		if (ret == -ENODEV && i == 0) {
 			clone_remove(j);
-			cc.clone = false;
-			ret = base_save(&cc);
-			if (ret)
-				goto out_jobs;
-			ret = CC_EXIT_ERROR;
-			break;
+			cc->clone = false;
+			return base_save(cc);
 		}
-		if (ret || (cc.attach && attach_loop(j))) {
-			usage_err("scratch clone %s of %s@%s: %s", j->name, cc.snap_dev, cc.snap_name,
-				  ret ? why : "cannot attach a loop device");
-			ret = CC_EXIT_ERROR;
-			goto out_jobs;
+		if (ret || (cc->attach && attach_loop(j))) {
+			cc_err("scratch clone %s of %s@%s: %s", j->name, cc->snap_dev, cc->snap_name,
+			       ret ? why : "cannot attach a loop device");
+			return CC_EXIT_ERROR;
 		}
 	}
-	for (i = 0; !cc.clone && i < cc.jobs; i++) {
-		struct cc_job *j = &jobs[i];
+	return 0;
+}
+
+/* A scratch image per job, and the durable contents beside it, each a copy of the base. */
+static int jobs_files(struct cc *cc)
+{
+	size_t i;
+
+	for (i = 0; i < cc->jobs; i++) {
+		struct cc_job *j = &cc->jobv[i];
 		int e;
 
-		snprintf(j->path, sizeof(j->path), "%s/job-%zu.img", cc.run_dir, i);
-		snprintf(j->dpath, sizeof(j->dpath), "%s/job-%zu.durable", cc.run_dir, i);
+		snprintf(j->path, sizeof(j->path), "%s/job-%zu.img", cc->run_dir, i);
+		snprintf(j->dpath, sizeof(j->dpath), "%s/job-%zu.durable", cc->run_dir, i);
 		j->fd = open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		j->dfd = open(j->dpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		e = j->fd < 0 || j->dfd < 0 ? -errno : copy_base(&cc, j->fd);
+		e = j->fd < 0 || j->dfd < 0 ? -errno : copy_base(cc, j->fd);
 		if (!e)
-			e = copy_base(&cc, j->dfd);
-		if (!e && cc.attach)
+			e = copy_base(cc, j->dfd);
+		if (!e && cc->attach)
 			e = attach_loop(j);
 		if (e) {
-			usage_err("scratch image %s: %s", j->path, strerror(-e));
-			goto out_jobs;
+			cc_err("scratch image %s: %s", j->path, strerror(-e));
+			return CC_EXIT_ERROR;
 		}
 	}
+	return 0;
+}
+
+static double mono_s(void)
+{
+	return (double)now_ns() / 1e9;
+}
+
+/*
+ * Stop on a signal: no more states, and the running checkers' groups
+ * killed. Then what the progress callback is told. Locking: cc->lock held.
+ */
+static void run_poll_locked(struct cc *cc, struct cc_progress *pr)
+{
+	size_t i;
+
+	if (cc_signal && !cc->stop) {
+		cc->stop = true;
+		for (i = 0; i < cc->jobs; i++)
+			if (cc->jobv[i].checker > 0)
+				kill(-cc->jobv[i].checker, SIGKILL);
+	}
+	pr->done = cc->done;
+	pr->failed = cc->failed;
+	pr->fin = pr->done >= cc->nr_tasks || cc->stop;
+	pr->at = cc->next ? &cc->pts[cc->tasks[cc->next - 1].point] : NULL;
+}
+
+/* The workers started, watched every 100 ms until they are done, joined; their times summed. */
+static int jobs_run(struct cc *cc, void (*progress)(const struct cc *, const struct cc_progress *,
+						     void *), void *arg)
+{
+	pthread_t *th = calloc(cc->jobs ? cc->jobs : 1, sizeof(*th));
+	double t0 = mono_s(), now;
+	unsigned int started = 0;
+	sigset_t sigs;
+	int jerr = 0;
+	size_t i;
+
+	if (!th)
+		return CC_EXIT_ERROR;
+	/* SIGINT and SIGTERM reach this thread only: its loop sees cc_signal */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	for (i = 0; i < cc->jobs; i++)
+		if (!pthread_create(&th[i], NULL, job_main, &cc->jobv[i]))
+			started++;
+		else
+			break;
+	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+	for (;;) {
+		struct cc_progress pr;
+
+		usleep(100000);
+		now = mono_s();
+		pthread_mutex_lock(&cc->lock);
+		run_poll_locked(cc, &pr);
+		pthread_mutex_unlock(&cc->lock);
+		pr.secs = now - t0;
+		progress(cc, &pr, arg);
+		if (pr.fin)
+			break;
+	}
+	for (i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	for (i = 0; i < cc->jobs; i++) {
+		struct cc_job *j = &cc->jobv[i];
+
+		if (j->err)
+			jerr = j->err;
+		cc->nr_built += j->nr_built;
+		cc->build_ns += j->build_ns;
+		cc->reset_ns += j->reset_ns;
+		cc->nr_resets += j->nr_resets;
+		cc->check_ns += j->check_ns;
+		cc->nr_diffs += j->nr_diffs;
+	}
+	cc->secs = now - t0;
 	if (cc_signal)
-		goto out_jobs;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	{
-		pthread_t *th = calloc(cc.jobs ? cc.jobs : 1, sizeof(*th));
-		bool tty = isatty(2);
-		double last = t0, now;
-		unsigned int started = 0;
-		int jerr = 0;
-
-		if (!th)
-			goto out_jobs;
-		/* SIGINT and SIGTERM reach this thread only: its loop sees cc_signal */
-		sigemptyset(&sigs);
-		sigaddset(&sigs, SIGINT);
-		sigaddset(&sigs, SIGTERM);
-		pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-		for (i = 0; i < cc.jobs; i++)
-			if (!pthread_create(&th[i], NULL, job_main, &jobs[i]))
-				started++;
-			else
-				break;
-		pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-		for (;;) {
-			char how[64], at[96] = "";
-			uint64_t d, f;
-			bool fin;
-
-			usleep(100000);
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-			pthread_mutex_lock(&cc.lock);
-			if (cc_signal && !cc.stop) {
-				/* no more states; the running checkers' groups are killed */
-				cc.stop = true;
-				for (i = 0; i < cc.jobs; i++)
-					if (jobs[i].checker > 0)
-						kill(-jobs[i].checker, SIGKILL);
-			}
-			d = cc.done;
-			f = cc.failed;
-			fin = d >= cc.nr_tasks || cc.stop;
-			/* the point of the last state taken, and how it is explored */
-			if (cc.next) {
-				const struct cc_point *cp = &cc.pts[cc.tasks[cc.next - 1].point];
-
-				snprintf(at, sizeof(at), "; event %zu: %s", cp->ev,
-					 explored(cp, how, sizeof(how)));
-			}
-			pthread_mutex_unlock(&cc.lock);
-			if (fin || now - last >= (tty ? 0.5 : 10.0)) {
-				fprintf(stderr, "%scrashcheck: %" PRIu64 "/%zu states, %.0f states/s, %"
-					PRIu64 " failed%s%s%s", tty ? "\r" : "", d, cc.nr_tasks,
-					now > t0 ? (double)d / (now - t0) : 0.0, f, at,
-					tty ? "\033[K" : "", tty ? "" : "\n");
-				last = now;
-			}
-			if (fin)
-				break;
-		}
-		if (tty)
-			fputc('\n', stderr);
-		for (i = 0; i < started; i++)
-			pthread_join(th[i], NULL);
-		free(th);
-		for (i = 0; i < cc.jobs; i++) {
-			if (jobs[i].err)
-				jerr = jobs[i].err;
-			cc.nr_built += jobs[i].nr_built;
-			cc.build_ns += jobs[i].build_ns;
-			cc.reset_ns += jobs[i].reset_ns;
-			cc.nr_resets += jobs[i].nr_resets;
-			cc.check_ns += jobs[i].check_ns;
-			cc.nr_diffs += jobs[i].nr_diffs;
-		}
-		if (cc_signal)
-			goto out_jobs;
-		if (jerr) {
-			usage_err("%s: %s", jerr == -ECHILD ? "cannot run the checker" :
-				  "building a state failed", strerror(-jerr));
-			goto out_jobs;
-		}
-		report(&cc, now - t0);
-		ret = cc.failed ? CC_EXIT_FAILED : CC_EXIT_OK;
+		return CC_EXIT_ERROR;
+	if (jerr) {
+		cc_err("%s: %s", jerr == -ECHILD ? "cannot run the checker" :
+		       "building a state failed", strerror(-jerr));
+		return CC_EXIT_ERROR;
 	}
-out_jobs:
-	for (i = 0; i < cc.jobs; i++) {
-		if (jobs[i].ctl_fd >= 0) {
-			clone_remove(&jobs[i]);
-			continue;
-		}
-		if (jobs[i].fd >= 0)
-			close(jobs[i].fd);
-		if (jobs[i].dfd >= 0)
-			close(jobs[i].dfd);
-		if (jobs[i].dpath[0])
-			unlink(jobs[i].dpath);
-		detach_loop(&jobs[i]);
-		if (jobs[i].path[0])
-			unlink(jobs[i].path);
-	}
-	free(jobs);
-out:
-	if (cc.base_tmp && cc.base_img)
-		unlink(cc.base_img);
-	for (i = 0, p = 0; i < cc.nr_tasks; i++)
-		p += cc.tasks[i].out != NULL;
-	run_dir_finish(&cc, p);
-	free(cc.base_img);
-	free(cc.snap_mnt);
-	free(l.v);
-	free(l.r);
-	free(cc.rolls);
-	if (cc.mark_text)
-		for (i = 0; i < cc.m.nr; i++)
-			free((char *)cc.mark_text[i]);
-	free(cc.mark_text);
-	for (i = 0; i < cc.nr_tasks; i++)
-		free(cc.tasks[i].out);
-	free(cc.tasks);
-	free(cc.pts);
-	blk_cm_destroy(&cc.m);
-	lw_log_free(&cc.lw);
-	if (cc.map && cc.map != MAP_FAILED)
-		munmap(cc.map, cc.map_len);
-	if (cc_signal) {
-		int sig = cc_signal;
+	return 0;
+}
 
-		/* clean, now die of it, as the shell that sent it expects */
-		fprintf(stderr, "crashcheck: stopped by signal %d\n", sig);
-		signal(sig, SIG_DFL);
-		raise(sig);
-		ret = CC_EXIT_ERROR;
+int cc_run(struct cc *cc, void (*progress)(const struct cc *, const struct cc_progress *, void *),
+	   void *arg)
+{
+	size_t i;
+	int ret;
+
+	cc->jobv = calloc(cc->jobs, sizeof(*cc->jobv));
+	if (!cc->jobv)
+		return CC_EXIT_ERROR;
+	for (i = 0; i < cc->jobs; i++) {
+		cc->jobv[i].cc = cc;
+		cc->jobv[i].id = (unsigned int)i;
+		cc->jobv[i].loop_fd = cc->jobv[i].fd = cc->jobv[i].dfd = cc->jobv[i].ctl_fd = -1;
 	}
-	return ret;
+	ret = cc->snap_mnt ? jobs_clone(cc) : 0;
+	if (!ret && !cc->clone)
+		ret = jobs_files(cc);
+	if (ret || cc_signal)
+		return CC_EXIT_ERROR;
+	return jobs_run(cc, progress, arg);
+}
+
+/* A job's clone removed, or its scratch files and loop device. */
+static void job_destroy(struct cc_job *j)
+{
+	if (j->ctl_fd >= 0) {
+		clone_remove(j);
+		return;
+	}
+	if (j->fd >= 0)
+		close(j->fd);
+	if (j->dfd >= 0)
+		close(j->dfd);
+	if (j->dpath[0])
+		unlink(j->dpath);
+	detach_loop(j);
+	if (j->path[0])
+		unlink(j->path);
+}
+
+void cc_destroy(struct cc *cc)
+{
+	size_t i, nr_kept = 0;
+
+	for (i = 0; cc->jobv && i < cc->jobs; i++)
+		job_destroy(&cc->jobv[i]);
+	free(cc->jobv);
+	cc->jobv = NULL;
+	if (cc->base_tmp && cc->base_img)
+		unlink(cc->base_img);
+	for (i = 0; i < cc->nr_tasks; i++)
+		nr_kept += cc->tasks[i].out != NULL;
+	run_dir_finish(cc, nr_kept);
+	free(cc->base_img);
+	free(cc->snap_mnt);
+	free(cc->rolls);
+	if (cc->mark_text)
+		for (i = 0; i < cc->m.nr; i++)
+			free((char *)cc->mark_text[i]);
+	free(cc->mark_text);
+	for (i = 0; i < cc->nr_tasks; i++)
+		free(cc->tasks[i].out);
+	free(cc->tasks);
+	free(cc->pts);
+	blk_cm_destroy(&cc->m);
+	lw_log_free(&cc->lw);
+	if (cc->map && cc->map != MAP_FAILED)
+		munmap(cc->map, cc->map_len);
+	pthread_mutex_destroy(&cc->lock);
+	memset(cc, 0, sizeof(*cc));
 }
