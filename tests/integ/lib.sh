@@ -826,3 +826,26 @@ bg() {
 	BGPID=$!
 	_BGPIDS+=("$BGPID")
 }
+
+# mklog OUT SPEC...: a dm-log-writes log with 4096-byte sectors (the
+# crashcheck tests run the explorer on such hand-made logs). SPEC:
+# wN (write block N, every byte N % 251 + 1), f (flush), mTEXT (mark).
+mklog() {
+	python3 - "$@" <<'PY'
+import struct, sys
+S = 4096
+out, specs = sys.argv[1], sys.argv[2:]
+ents = b''
+for sp in specs:
+    if sp[0] == 'w':
+        n = int(sp[1:])
+        ents += struct.pack('<QQQQ', n, 1, 0, 0).ljust(S, b'\0') + bytes([n % 251 + 1]) * S
+    elif sp == 'f':
+        ents += struct.pack('<QQQQ', 0, 0, 1, 0).ljust(S, b'\0')
+    elif sp[0] == 'm':
+        t = sp[1:].encode()
+        ents += (struct.pack('<QQQQ', 0, 0, 8, len(t)) + t).ljust(S, b'\0')
+sup = struct.pack('<QQQI', 0x6a736677736872, 1, len(specs), S).ljust(S, b'\0')
+open(out, 'wb').write(sup + ents)
+PY
+}
