@@ -753,6 +753,7 @@ struct bt_session {
 	uint32_t nr_base;
 	uint64_t last_ns;	/* the trace thread's: the time of the last record */
 	bool *started;
+	uint32_t *last;		/* the trace thread's, by cpu: the last number in the buffer */
 	uint32_t nr_started;
 	pthread_t writer;
 	/* @lock: the trace thread fills, the writer empties */
@@ -812,7 +813,7 @@ static bool sess_put(struct bt_session *s, const struct blk_io_trace *e, const c
 		if (t.pdu_len)
 			memcpy(s->fill + s->fill_len + sizeof(t), pdu, t.pdu_len);
 		s->fill_len += n;
-		s->fill_count++;
+		s->fill_count += t.action != 0;	/* a mark is no record written */
 		ok = true;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -833,10 +834,14 @@ static void sess_take(struct bt_session *s, const struct bt_slot *e)
 	if (e->t.sequence && c >= s->nr_started) {
 		uint32_t n = c + 1 > 2 * s->nr_started ? c + 1 : 2 * s->nr_started;
 		bool *p = realloc(s->started, n * sizeof(*p));
+		uint32_t *l = p ? realloc(s->last, n * sizeof(*l)) : NULL;
 
-		if (p) {
-			memset(p + s->nr_started, 0, (n - s->nr_started) * sizeof(*p));
+		if (p)
 			s->started = p;
+		if (l) {
+			memset(p + s->nr_started, 0, (n - s->nr_started) * sizeof(*p));
+			memset(l + s->nr_started, 0, (n - s->nr_started) * sizeof(*l));
+			s->last = l;
 			s->nr_started = n;
 		}
 	}
@@ -849,10 +854,57 @@ static void sess_take(struct bt_session *s, const struct bt_slot *e)
 			bt_encode(&mark, b, e->t.time, 0, 0, 0, e->t.pid, e->t.device, 0, 0);
 			mark.cpu = c;
 			s->started[c] = sess_put(s, &mark, NULL, true);
+			s->last[c] = b;
 		}
 	}
-	if (sess_put(s, &e->t, e->pdu, false) && e->t.sequence && c < s->nr_started)
+	if (sess_put(s, &e->t, e->pdu, false) && e->t.sequence && c < s->nr_started) {
 		s->started[c] = true;
+		s->last[c] = e->t.sequence;
+	}
+}
+
+/*
+ * The session ends: blkparse sees no gap after a cpu's last record, so
+ * for each ring that took numbers past the last in the buffer (events
+ * lost at the end), a mark with the number after them. Only while no
+ * other session reads the same device and level, whose events after the
+ * stop take numbers too (these could not be told from events lost).
+ * sess_lock held.
+ */
+static void sess_end_marks_locked(struct bt_session *s)
+{
+	uint32_t i = seq_idx(s->devnum, s->level), *end, nr, c;
+	struct bt_ring *r;
+	struct bt_cpu *cp;
+	int k;
+
+	if (i >= BT_SEQ_DEVS * BT_LEVELS)
+		return;
+	for (k = 0; k < nr_sess; k++)
+		if (sess[k] != s && sess[k]->devnum == s->devnum)
+			return;
+	pthread_mutex_lock(&ring_lock);
+	nr = nr_cpus;
+	end = calloc(nr ? nr : 1, sizeof(*end));
+	if (end) {
+		for (r = rings; r; r = r->next)
+			end[r->cpu->cpu] = __atomic_load_n(&r->cpu->seq[i], __ATOMIC_RELAXED);
+		for (cp = cpu_free; cp; cp = cp->next)
+			end[cp->cpu] = __atomic_load_n(&cp->seq[i], __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&ring_lock);
+	for (c = 0; end && c < nr; c++) {
+		uint32_t last = c < s->nr_started && s->started[c] ? s->last[c] :
+				c < s->nr_base ? s->base[c] : 0;
+		struct blk_io_trace mark;
+
+		if (end[c] == last || end[c] + 1 == 0)
+			continue;
+		bt_encode(&mark, end[c] + 1, s->stop_ns, 0, 0, 0, 0, s->devnum, 0, 0);
+		mark.cpu = c;
+		sess_put(s, &mark, NULL, true);
+	}
+	free(end);
 }
 
 /*
@@ -1013,7 +1065,7 @@ static void sess_write_out(struct bt_session *s, const char *buf, size_t len, ui
 			if (end + n - off > chunk && end > off)
 				break;
 			end += n;
-			nrec++;
+			nrec += t->action != 0;
 		}
 		while (done < end && !err) {
 			ssize_t w;
@@ -1133,6 +1185,9 @@ static void *trace_main(void *arg)
 
 			pthread_mutex_lock(&s->lock);
 			if (s->stopping && s->stop_ns <= cutoff) {
+				pthread_mutex_unlock(&s->lock);
+				sess_end_marks_locked(s);
+				pthread_mutex_lock(&s->lock);
 				s->drained = true;
 				s->drained_ns = blk_now_ns();
 				sess[k--] = sess[--nr_sess];
@@ -1154,6 +1209,7 @@ static void sess_free(struct bt_session *s)
 	pthread_mutex_destroy(&s->lock);
 	free(s->base);
 	free(s->started);
+	free(s->last);
 	free(s->fill);
 	free(s->out);
 	free(s);
