@@ -1059,13 +1059,15 @@ static void sess_write_out(struct bt_session *s, const char *buf, size_t len, ui
 
 		/* whole records, at most a chunk (a record is far below one) */
 		while (end < len) {
-			const struct blk_io_trace *t = (const void *)(buf + end);
-			size_t n = sizeof(*t) + t->pdu_len;
+			struct blk_io_trace t;	/* a copy: records follow payloads, unaligned */
+			size_t n;
 
+			memcpy(&t, buf + end, sizeof(t));
+			n = sizeof(t) + t.pdu_len;
 			if (end + n - off > chunk && end > off)
 				break;
 			end += n;
-			nrec += t->action != 0;
+			nrec += t.action != 0;
 		}
 		while (done < end && !err) {
 			ssize_t w;
