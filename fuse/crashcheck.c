@@ -45,6 +45,7 @@
  * Threads: the main thread prints progress; --jobs workers each run one
  * checker at a time. cc->lock covers the queue index and the results.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -79,6 +80,14 @@
 #define CC_MAX_LIST	(1u << 22)	/* the most states one crash point may list */
 
 enum cc_verdict { CC_OK, CC_FAIL, CC_TIMEOUT, CC_ERROR };
+
+/* Exit statuses (fuse/blkfs.1 says the same). */
+enum {
+	CC_EXIT_OK = 0,		/* no state failed */
+	CC_EXIT_FAILED = 1,	/* a state failed (or timed out) */
+	CC_EXIT_USAGE = 2,	/* bad input: an option, the log, the base, the checker */
+	CC_EXIT_ERROR = 3,	/* an error of blkfs's own: set-up, I/O, scratch space, memory */
+};
 
 /* A block rolled back from the in-order state. */
 struct cc_roll {
@@ -115,6 +124,14 @@ struct cc {
 	uint32_t pbs;
 	bool each_write, attach, json;
 	double timeout_s;
+
+	/*
+	 * The run's folder, scratch/blkfs-crash-PID: scratch images, the
+	 * checkers' outputs, and the kept ones unless --keep says elsewhere.
+	 * "" until made. keep_made: we made --keep's folder (removed if empty).
+	 */
+	char run_dir[PATH_MAX - 64];	/* room for the names in it */
+	bool keep_made;
 
 	/* input */
 	unsigned char *map;
@@ -156,6 +173,84 @@ static void usage_err(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+/* ---- the run's folder, and signals ---- */
+
+/* SIGINT or SIGTERM received: the run stops, cleans up, then dies of it. */
+static volatile sig_atomic_t cc_signal;
+
+static void on_signal(int sig)
+{
+	cc_signal = sig;
+}
+
+/*
+ * Make the run's folder, scratch/blkfs-crash-PID, once, and say where it
+ * is; from here on SIGINT and SIGTERM only ask the run to stop, so that
+ * every exit goes through run_dir_finish(). A folder of that name already
+ * there was left by a process of our pid that is gone (SIGKILL): ours now.
+ */
+static int run_dir_make(struct cc *cc)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	if (cc->run_dir[0])
+		return 0;
+	if ((size_t)snprintf(cc->run_dir, sizeof(cc->run_dir), "%s/blkfs-crash-%d", cc->scratch,
+			     (int)getpid()) >= sizeof(cc->run_dir))
+		errno = ENAMETOOLONG;
+	else if (mkdir(cc->run_dir, 0700) == 0 || errno == EEXIST)
+		errno = 0;
+	if (errno) {
+		usage_err("--scratch %s: %s", cc->scratch, strerror(errno));
+		cc->run_dir[0] = 0;
+		return CC_EXIT_ERROR;
+	}
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	fprintf(stderr, "crashcheck: scratch folder %s\n", cc->run_dir);
+	return 0;
+}
+
+/*
+ * Every exit once the folder is made: remove from it all but the kept
+ * outputs (state-*.out, when it is also the --keep folder), then the
+ * folder itself if nothing is kept; remove a --keep folder we made that
+ * holds nothing. Say where the kept outputs are.
+ */
+static void run_dir_finish(struct cc *cc, size_t nr_kept)
+{
+	bool keep_here = cc->keep && !strcmp(cc->keep, cc->run_dir);
+	DIR *d;
+
+	if (!cc->run_dir[0]) {
+		if (cc->keep_made)
+			rmdir(cc->keep);	/* the run stopped before it began */
+		return;
+	}
+	d = opendir(cc->run_dir);
+	if (d) {
+		struct dirent *e;
+
+		while ((e = readdir(d))) {
+			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+				continue;
+			if (keep_here && nr_kept && !strncmp(e->d_name, "state-", 6))
+				continue;
+			if (unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT)
+				usage_err("%s/%s: %s", cc->run_dir, e->d_name, strerror(errno));
+		}
+		closedir(d);
+	}
+	if ((!keep_here || !nr_kept) && rmdir(cc->run_dir) && errno != ENOENT)
+		usage_err("%s: %s", cc->run_dir, strerror(errno));
+	if (!keep_here && cc->keep && cc->keep_made && !nr_kept)
+		rmdir(cc->keep);
+	if (nr_kept)
+		fprintf(stderr, "crashcheck: kept the output of %zu failing states in %s\n", nr_kept,
+			cc->keep);
 }
 
 /* ---- the base ---- */
@@ -209,7 +304,7 @@ static int base_from_snapshot(struct cc *cc, uint32_t *lbs)
 	int ret;
 
 	if (!spec)
-		return 2;
+		return CC_EXIT_ERROR;
 	at = strrchr(spec, '@');
 	*at = 0;
 	slash = strrchr(spec, '/');
@@ -258,13 +353,15 @@ static int base_save(struct cc *cc)
 	char img[PATH_MAX], self[PATH_MAX];
 	ssize_t n;
 	pid_t pid;
-	int st;
+	int st = -1;
 
-	snprintf(img, sizeof(img), "%s/blkfs-crash-%d-base.img", cc->scratch, (int)getpid());
+	if (run_dir_make(cc))
+		return CC_EXIT_ERROR;
+	snprintf(img, sizeof(img), "%s/base.img", cc->run_dir);
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0) {
 		usage_err("cannot find the blkfs binary: %s", strerror(errno));
-		return 2;
+		return CC_EXIT_ERROR;
 	}
 	self[n] = 0;
 	pid = fork();
@@ -277,16 +374,18 @@ static int base_save(struct cc *cc)
 		      (char *)NULL);
 		_exit(127);
 	}
-	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
 		usage_err("--base %s: cannot save snapshot %s of %s", cc->base, cc->snap_name,
 			  cc->snap_dev);
 		unlink(img);
-		return 2;
+		return CC_EXIT_ERROR;
 	}
 	free(cc->base_img);
 	cc->base_img = strdup(img);
 	cc->base_tmp = true;
-	return cc->base_img ? 0 : 2;
+	return cc->base_img ? 0 : CC_EXIT_ERROR;
 }
 
 static int resolve_base(struct cc *cc, uint32_t *lbs)
@@ -319,7 +418,7 @@ static int resolve_base(struct cc *cc, uint32_t *lbs)
 		} else {
 			cc->size = (uint64_t)st.st_size;
 		}
-		return cc->base_img ? 0 : 2;
+		return cc->base_img ? 0 : CC_EXIT_ERROR;
 	}
 	if (strchr(cc->base, '@'))
 		return base_from_snapshot(cc, lbs);
@@ -328,55 +427,6 @@ static int resolve_base(struct cc *cc, uint32_t *lbs)
 }
 
 /* ---- scratch images ---- */
-
-static int copy_base(struct cc *cc, int dst)
-{
-	int src;
-	int64_t left = (int64_t)cc->dev_size;
-
-	if (ftruncate(dst, (off_t)cc->dev_size))
-		return -errno;
-	if (!cc->base_img)
-		return 0;
-	src = open(cc->base_img, O_RDONLY);
-	if (src < 0)
-		return -errno;
-	while (left > 0) {
-		ssize_t n = copy_file_range(src, NULL, dst, NULL, (size_t)left, 0);
-
-		if (n < 0) {
-			int e = errno;
-
-			close(src);
-			return -e;
-		}
-		if (n == 0)
-			break;
-		left -= n;
-	}
-	close(src);
-	return 0;
-}
-
-/* @dst becomes a copy of @src's first @size bytes. */
-static int copy_file(int src, int dst, uint64_t size)
-{
-	loff_t in = 0, out = 0;
-	uint64_t left = size;
-
-	if (ftruncate(dst, 0) || ftruncate(dst, (off_t)size))
-		return -errno;
-	while (left) {
-		ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)left, 0);
-
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		left -= (uint64_t)n;
-	}
-	return 0;
-}
 
 static const unsigned char zero_buf[1 << 16];
 
@@ -400,6 +450,88 @@ static int pwrite_all(int fd, const void *data, uint64_t len, uint64_t pos)
 		pos += (uint64_t)n;
 	}
 	return 0;
+}
+
+/*
+ * @src's first @size bytes (fewer if it ends first) to the same place in
+ * @dst: copy_file_range, or read and write where it cannot (EXDEV: the
+ * base on another file system than --scratch, with older kernels).
+ */
+static int copy_range(int src, int dst, uint64_t size)
+{
+	unsigned char *buf = NULL;
+	loff_t in = 0, out = 0;
+	int ret = 0;
+
+	while ((uint64_t)in < size && !ret) {
+		size_t len = size - (uint64_t)in;
+		ssize_t n;
+
+		if (!buf) {
+			n = copy_file_range(src, &in, dst, &out, len, 0);
+			if (n > 0)
+				continue;
+			if (n == 0)
+				break;
+			if (errno != EXDEV && errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS)
+				return -errno;
+			buf = malloc(1 << 16);
+			if (!buf)
+				return -ENOMEM;
+		}
+		n = pread(src, buf, len < (1 << 16) ? len : (1 << 16), in);
+		if (n <= 0) {
+			ret = n ? -errno : 0;
+			break;
+		}
+		ret = pwrite_all(dst, buf, (uint64_t)n, (uint64_t)in);
+		in += n;
+	}
+	free(buf);
+	return ret;
+}
+
+static int copy_base(struct cc *cc, int dst)
+{
+	int src, ret;
+
+	if (ftruncate(dst, (off_t)cc->dev_size))
+		return -errno;
+	if (!cc->base_img)
+		return 0;
+	src = open(cc->base_img, O_RDONLY | O_CLOEXEC);
+	if (src < 0)
+		return -errno;
+	ret = copy_range(src, dst, cc->dev_size);
+	close(src);
+	return ret;
+}
+
+/* @dst becomes a copy of @src's first @size bytes. */
+static int copy_file(int src, int dst, uint64_t size)
+{
+	if (ftruncate(dst, 0) || ftruncate(dst, (off_t)size))
+		return -errno;
+	return copy_range(src, dst, size);
+}
+
+/* A checker's output to --keep on another file system. */
+static int move_file(const char *from, const char *to)
+{
+	int src = open(from, O_RDONLY | O_CLOEXEC), dst, ret = -EIO;
+	struct stat st;
+
+	if (src < 0)
+		return -errno;
+	dst = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (dst >= 0 && !fstat(src, &st))
+		ret = copy_file(src, dst, (uint64_t)st.st_size);
+	if (dst >= 0)
+		close(dst);
+	close(src);
+	if (ret)
+		unlink(to);
+	return ret;
 }
 
 static int write_piece(void *ctx, uint64_t pos, uint64_t len, const void *data)
@@ -844,8 +976,12 @@ static int marks_env(struct cc *cc, size_t upto, char **out)
 	return 0;
 }
 
+/*
+ * Run the checker on one state; *cur holds its pid (cc->lock) from its
+ * spawn until it is reaped, so that a signal to the run can kill its group.
+ */
 static int run_checker(struct cc *cc, const char *dev, const char *loop, const char *id,
-		       const char *marks, const char *outp, int *status)
+		       const char *marks, const char *outp, int *status, pid_t *cur)
 {
 	static const char *const names[] = { "BLKFS_CRASH_DEV=", "BLKFS_CRASH_LOOP=",
 					     "BLKFS_CRASH_STATE=", "BLKFS_CRASH_MARKS=" };
@@ -853,6 +989,9 @@ static int run_checker(struct cc *cc, const char *dev, const char *loop, const c
 	char *argv[] = { "sh", "-c", (char *)cc->check, NULL }, **envp, *own[4];
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
+	sigset_t none;
+	siginfo_t si;
+	bool timed_out = false;
 	struct pollfd pfd;
 	size_t nenv = 0, e = 0, i, nown = 0;
 	pid_t pid;
@@ -884,8 +1023,11 @@ static int run_checker(struct cc *cc, const char *dev, const char *loop, const c
 	posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	posix_spawn_file_actions_adddup2(&fa, 1, 2);
 	posix_spawnattr_init(&attr);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+	/* its own group, so that a timeout kills all it started; the jobs block SIGINT and SIGTERM */
+	sigemptyset(&none);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
 	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setsigmask(&attr, &none);
 	ret = i == 4 ? posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp) : ENOMEM;
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
@@ -894,23 +1036,38 @@ static int run_checker(struct cc *cc, const char *dev, const char *loop, const c
 	free(envp);
 	if (ret)
 		return CC_ERROR;
+	pthread_mutex_lock(&cc->lock);
+	*cur = pid;
+	if (cc->stop && cc_signal)
+		kill(-pid, SIGKILL);	/* spawned after the run's loop killed the others */
+	pthread_mutex_unlock(&cc->lock);
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	ms = cc->timeout_s > 0 ? (int)(cc->timeout_s * 1000) : -1;
 	if (pidfd >= 0) {
 		pfd.fd = pidfd;
 		pfd.events = POLLIN;
-		ret = poll(&pfd, 1, ms);
+		timed_out = poll(&pfd, 1, ms) == 0;
 		close(pidfd);
-		if (ret == 0) {
+		if (timed_out)
 			kill(-pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			*status = -SIGKILL;
-			return CC_TIMEOUT;
-		}
 	}
+	/*
+	 * Wait without reaping: a zombie keeps its pid, so its group can
+	 * still be named, by the kill below (what it left behind in it) and
+	 * by a signal to the run until *cur is cleared.
+	 */
+	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
+		;
+	kill(-pid, SIGKILL);
+	pthread_mutex_lock(&cc->lock);
+	*cur = 0;
+	pthread_mutex_unlock(&cc->lock);
 	if (waitpid(pid, &st, 0) < 0)
 		return CC_ERROR;
-	kill(-pid, SIGKILL);	/* what it left behind in its group */
+	if (timed_out) {
+		*status = -SIGKILL;
+		return CC_TIMEOUT;
+	}
 	if (WIFEXITED(st)) {
 		*status = WEXITSTATUS(st);
 		return *status ? CC_FAIL : CC_OK;
@@ -929,6 +1086,7 @@ struct cc_job {
 	size_t ev_done;		/* durable writes applied: events before this index */
 	uint64_t durable;
 	int err;
+	pid_t checker;		/* cc->lock: the running checker, or 0 */
 
 	/* a clone: its name in the mount, the control file, its durable snapshot */
 	char name[64];
@@ -1427,7 +1585,7 @@ built:
 		ret = -ENOMEM;
 		goto out;
 	}
-	snprintf(outp, sizeof(outp), "%s/blkfs-crash-%d-%u.out", cc->scratch, (int)getpid(), j->id);
+	snprintf(outp, sizeof(outp), "%s/job-%u.out", cc->run_dir, j->id);
 	ret = marks_env(cc, cp->ev + 1, &marks);
 	if (ret)
 		goto out;
@@ -1435,8 +1593,18 @@ built:
 	j->build_ns += t1 - t0;
 	j->nr_built++;
 	t->verdict = run_checker(cc, j->path, j->loop[0] ? j->loop : NULL, id, marks, outp,
-				 &t->status);
+				 &t->status, &j->checker);
 	j->check_ns += now_ns() - t1;
+	if (cc_signal) {
+		/* the run stops: this checker was killed, its state did not fail */
+		t->verdict = CC_OK;
+		unlink(outp);
+		goto out;
+	}
+	if (t->verdict == CC_ERROR) {
+		ret = -ECHILD;	/* the checker could not be run: the run stops (exit 3) */
+		goto out;
+	}
 	if (t->verdict != CC_OK) {
 		char keep[PATH_MAX];
 
@@ -1446,7 +1614,7 @@ built:
 		else
 			snprintf(keep, sizeof(keep), "%s/state-%zu-%zu.out", cc->keep, cp->ev,
 				 ti - cp->first_task);
-		if (rename(outp, keep) == 0)
+		if (rename(outp, keep) == 0 || (errno == EXDEV && !move_file(outp, keep)))
 			t->out = strdup(keep);
 	}
 	unlink(outp);
@@ -1704,14 +1872,17 @@ static int materialize(struct cc *cc)
 		usage_err("--state %s: no such state (the log has %zu events)", cc->state_id, cc->m.nr);
 		return 2;
 	}
-	if (blk_cm_point_init(&pt, &cc->m, (size_t)ev + 1))
-		return 2;
+	if (blk_cm_point_init(&pt, &cc->m, (size_t)ev + 1)) {
+		usage_err("%s", strerror(ENOMEM));
+		return CC_EXIT_ERROR;
+	}
 	choice = calloc(pt.nr_blocks + 1, sizeof(*choice));
 	if (!choice || parse_rollbacks(&pt, *end ? end + 1 : end, choice, why, sizeof(why))) {
 		usage_err("--state %s: %s", cc->state_id, choice ? why : strerror(ENOMEM));
+		ret = choice ? CC_EXIT_USAGE : CC_EXIT_ERROR;
 		free(choice);
 		blk_cm_point_destroy(&pt);
-		return 2;
+		return ret;
 	}
 	fd = open(cc->materialize, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -1721,7 +1892,7 @@ static int materialize(struct cc *cc)
 	}
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0)) {
 		usage_err("%s: %s", cc->materialize, strerror(errno));
-		ret = 2;
+		ret = CC_EXIT_ERROR;
 		goto out_close;
 	}
 	ret = S_ISREG(st.st_mode) ? copy_base(cc, fd) : 0;
@@ -1747,7 +1918,7 @@ static int materialize(struct cc *cc)
 		ret = -errno;
 	if (ret) {
 		usage_err("%s: %s", cc->materialize, strerror(-ret));
-		ret = 1;
+		ret = CC_EXIT_ERROR;	/* an I/O error, not a failing state */
 	}
 out_close:
 	close(fd);
@@ -1819,7 +1990,9 @@ static const char usage[] =
 	"Usage: blkfs crashcheck LOG --base BASE --check CMD [--jobs N] [--n N] [--k K]\n"
 	"           [--states MAX] [--seed S] [--each-write] [--attach] [--timeout SECS]\n"
 	"           [--json] [--scratch DIR] [--keep DIR] [--size SIZE] [--pbs BYTES]\n"
-	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n";
+	"       blkfs crashcheck LOG --base BASE --state ID --materialize FILE\n"
+	"Exit status: 0 no state failed, 1 a state failed, 2 bad input, 3 an error of blkfs's own\n"
+	"(set-up, I/O, scratch space); killed by SIGINT or SIGTERM, it cleans up and dies of it.\n";
 
 int bf_cmd_crashcheck(int argc, char **argv)
 {
@@ -1841,19 +2014,21 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		{ "pbs", required_argument, NULL, 'p' },
 		{ "state", required_argument, NULL, 'i' },
 		{ "materialize", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cc cc = { .n = CC_DEF_N, .k = CC_DEF_K, .jobs = 1, .timeout_s = 0 };
 	struct cc_job *jobs = NULL;
 	struct list l = { 0 };
-	char err[512] = "", keepdir[PATH_MAX];
+	char err[512] = "";
 	uint32_t lbs = 0;
 	uint64_t v;
 	struct stat st;
 	double t0;
 	struct timespec ts;
 	size_t i, p, nr_sampled = 0;
-	int c, fd, ret = 2;
+	sigset_t sigs;
+	int c, fd, ret = CC_EXIT_USAGE;
 
 	while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
 		switch (c) {
@@ -1945,11 +2120,16 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		usage_err("%s: %s", cc.log_path, strerror(errno));
 		return 2;
 	}
-	if (resolve_base(&cc, &lbs))
+	ret = resolve_base(&cc, &lbs);
+	if (ret)
 		goto out;
 	/* --materialize writes a file: the snapshot as an image to start from */
-	if (cc.snap_mnt && cc.materialize && base_save(&cc))
-		goto out;
+	if (cc.snap_mnt && cc.materialize) {
+		ret = base_save(&cc);
+		if (ret)
+			goto out;
+	}
+	ret = CC_EXIT_ERROR;
 	if (!cc.size && !cc.base_img) {
 		/* zeros: as large as the log reaches, unless --size says */
 		cc.size = UINT64_MAX;
@@ -1957,7 +2137,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 	if (cc.base_img && cc.base_tmp) {
 		if (stat(cc.base_img, &st)) {
 			usage_err("%s: %s", cc.base_img, strerror(errno));
-			goto out;
+			goto out;	/* our own image */
 		}
 		cc.size = (uint64_t)st.st_size;
 	}
@@ -1965,10 +2145,10 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		       &cc.lw, err, sizeof(err));
 	if (ret) {
 		usage_err("%s: %s", cc.log_path, ret == -ENOMEM ? strerror(ENOMEM) : err);
-		ret = 2;
+		ret = ret == -ENOMEM ? CC_EXIT_ERROR : CC_EXIT_USAGE;
 		goto out;
 	}
-	ret = 2;
+	ret = CC_EXIT_ERROR;
 	cc.dev_size = cc.size;
 	if (cc.dev_size == UINT64_MAX) {
 		uint64_t end = 0;
@@ -1985,6 +2165,7 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		cc.pbs = cc.lw.sectorsize > 4096 ? cc.lw.sectorsize : 4096;
 	if (cc.pbs < cc.lw.sectorsize) {
 		usage_err("--pbs %u is smaller than the log's sectorsize %u", cc.pbs, cc.lw.sectorsize);
+		ret = CC_EXIT_USAGE;
 		goto out;
 	}
 	if (lw_log_model(&cc.lw, cc.pbs, &cc.m)) {
@@ -2004,6 +2185,19 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		goto out;
 	}
 
+	/* The run's folder first: every exit from here on empties it. */
+	if (!cc.keep) {
+		cc.keep = cc.run_dir;
+	} else if (mkdir(cc.keep, 0700) == 0) {
+		cc.keep_made = true;
+	} else if (errno != EEXIST) {
+		usage_err("--keep %s: %s", cc.keep, strerror(errno));
+		ret = CC_EXIT_USAGE;
+		goto out;
+	}
+	if (run_dir_make(&cc))
+		goto out;
+
 	/* Crash points and their states. */
 	cc.pts = calloc(cc.m.nr + 1, sizeof(*cc.pts));
 	if (!cc.pts)
@@ -2016,6 +2210,8 @@ int bf_cmd_crashcheck(int argc, char **argv)
 
 		if (k == BLK_CM_WRITE && !cc.each_write)
 			continue;
+		if (cc_signal)
+			goto out;
 		if (blk_cm_point_init(&pt, &cc.m, i + 1))
 			goto out;
 		cp = &cc.pts[cc.nr_pts++];
@@ -2023,10 +2219,14 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		cp->full = pt.nr_states;
 		cp->first_fail = SIZE_MAX;
 		cp->first_task = before;
-		if (point_states(&cc, &pt, cp, &l)) {
+		ret = point_states(&cc, &pt, cp, &l);
+		if (ret) {
+			/* more states than can be listed: --n, --k or --states must change */
+			ret = ret == -E2BIG ? CC_EXIT_USAGE : CC_EXIT_ERROR;
 			blk_cm_point_destroy(&pt);
 			goto out;
 		}
+		ret = CC_EXIT_ERROR;
 		cp->listed = l.n - before;
 		nr_sampled += cp->sampled;
 		blk_cm_point_destroy(&pt);
@@ -2048,14 +2248,6 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		fprintf(stderr, "; %zu points sampled (--states %" PRIu64 " --seed %" PRIu64
 			"), the rest exhaustive", nr_sampled, cc.max_states, cc.seed);
 	fputc('\n', stderr);
-	if (!cc.keep) {
-		snprintf(keepdir, sizeof(keepdir), "%s/blkfs-crash-%d", cc.scratch, (int)getpid());
-		cc.keep = keepdir;
-	}
-	if (mkdir(cc.keep, 0700) && errno != EEXIST) {
-		usage_err("--keep %s: %s", cc.keep, strerror(errno));
-		goto out;
-	}
 
 	pthread_mutex_init(&cc.lock, NULL);
 	jobs = calloc(cc.jobs, sizeof(*jobs));
@@ -2076,35 +2268,39 @@ int bf_cmd_crashcheck(int argc, char **argv)
 		if (ret == -ENODEV && i == 0) {
 			clone_remove(j);
 			cc.clone = false;
-			if (base_save(&cc)) {
-				ret = 2;
+			ret = base_save(&cc);
+			if (ret)
 				goto out_jobs;
-			}
+			ret = CC_EXIT_ERROR;
 			break;
 		}
 		if (ret || (cc.attach && attach_loop(j))) {
 			usage_err("scratch clone %s of %s@%s: %s", j->name, cc.snap_dev, cc.snap_name,
 				  ret ? why : "cannot attach a loop device");
-			ret = 2;
+			ret = CC_EXIT_ERROR;
 			goto out_jobs;
 		}
 	}
 	for (i = 0; !cc.clone && i < cc.jobs; i++) {
 		struct cc_job *j = &jobs[i];
+		int e;
 
-		snprintf(j->path, sizeof(j->path), "%s/blkfs-crash-%d-%zu.img", cc.scratch,
-			 (int)getpid(), i);
-		snprintf(j->dpath, sizeof(j->dpath), "%s/blkfs-crash-%d-%zu.durable", cc.scratch,
-			 (int)getpid(), i);
+		snprintf(j->path, sizeof(j->path), "%s/job-%zu.img", cc.run_dir, i);
+		snprintf(j->dpath, sizeof(j->dpath), "%s/job-%zu.durable", cc.run_dir, i);
 		j->fd = open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		j->dfd = open(j->dpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (j->fd < 0 || j->dfd < 0 || copy_base(&cc, j->fd) || copy_base(&cc, j->dfd) ||
-		    (cc.attach && attach_loop(j))) {
-			usage_err("scratch image %s: %s", j->path, strerror(errno));
-			ret = 1;
+		e = j->fd < 0 || j->dfd < 0 ? -errno : copy_base(&cc, j->fd);
+		if (!e)
+			e = copy_base(&cc, j->dfd);
+		if (!e && cc.attach)
+			e = attach_loop(j);
+		if (e) {
+			usage_err("scratch image %s: %s", j->path, strerror(-e));
 			goto out_jobs;
 		}
 	}
+	if (cc_signal)
+		goto out_jobs;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	{
@@ -2116,11 +2312,17 @@ int bf_cmd_crashcheck(int argc, char **argv)
 
 		if (!th)
 			goto out_jobs;
+		/* SIGINT and SIGTERM reach this thread only: its loop sees cc_signal */
+		sigemptyset(&sigs);
+		sigaddset(&sigs, SIGINT);
+		sigaddset(&sigs, SIGTERM);
+		pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 		for (i = 0; i < cc.jobs; i++)
 			if (!pthread_create(&th[i], NULL, job_main, &jobs[i]))
 				started++;
 			else
 				break;
+		pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
 		for (;;) {
 			char how[64], at[96] = "";
 			uint64_t d, f;
@@ -2130,6 +2332,13 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 			pthread_mutex_lock(&cc.lock);
+			if (cc_signal && !cc.stop) {
+				/* no more states; the running checkers' groups are killed */
+				cc.stop = true;
+				for (i = 0; i < cc.jobs; i++)
+					if (jobs[i].checker > 0)
+						kill(-jobs[i].checker, SIGKILL);
+			}
 			d = cc.done;
 			f = cc.failed;
 			fin = d >= cc.nr_tasks || cc.stop;
@@ -2166,14 +2375,15 @@ int bf_cmd_crashcheck(int argc, char **argv)
 			cc.check_ns += jobs[i].check_ns;
 			cc.nr_diffs += jobs[i].nr_diffs;
 		}
+		if (cc_signal)
+			goto out_jobs;
 		if (jerr) {
-			usage_err("building a state failed: %s", strerror(-jerr));
-			ret = 2;
+			usage_err("%s: %s", jerr == -ECHILD ? "cannot run the checker" :
+				  "building a state failed", strerror(-jerr));
 			goto out_jobs;
 		}
 		report(&cc, now - t0);
-		ret = cc.failed ? 1 : 0;
-		rmdir(cc.keep);	/* when nothing failed it is empty */
+		ret = cc.failed ? CC_EXIT_FAILED : CC_EXIT_OK;
 	}
 out_jobs:
 	for (i = 0; i < cc.jobs; i++) {
@@ -2195,6 +2405,9 @@ out_jobs:
 out:
 	if (cc.base_tmp && cc.base_img)
 		unlink(cc.base_img);
+	for (i = 0, p = 0; i < cc.nr_tasks; i++)
+		p += cc.tasks[i].out != NULL;
+	run_dir_finish(&cc, p);
 	free(cc.base_img);
 	free(cc.snap_mnt);
 	free(l.v);
@@ -2212,5 +2425,14 @@ out:
 	lw_log_free(&cc.lw);
 	if (cc.map && cc.map != MAP_FAILED)
 		munmap(cc.map, cc.map_len);
+	if (cc_signal) {
+		int sig = cc_signal;
+
+		/* clean, now die of it, as the shell that sent it expects */
+		fprintf(stderr, "crashcheck: stopped by signal %d\n", sig);
+		signal(sig, SIG_DFL);
+		raise(sig);
+		ret = CC_EXIT_ERROR;
+	}
 	return ret;
 }

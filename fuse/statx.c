@@ -325,6 +325,9 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 		{ "blkfs_io_busy_seconds_total", "counter",
 		  "Time with at least one I/O in flight (iostat's %util)" },
 		{ "blkfs_ios_in_flight", "gauge", "I/Os in flight now" },
+		{ "blkfs_io_time_weighted_seconds_total", "counter",
+		  "Time of every I/O in flight added up, each counted while in flight "
+		  "(iostat's aqu-sz is its rate)" },
 	};
 	static struct io_fields f[MAX_DEVS][2];
 	bool ok[MAX_DEVS][2];
@@ -344,13 +347,20 @@ static void prom_levels(const char *mnt, char names[][NAME_MAX + 1], int nr)
 
 				if (!ok[d][l])
 					continue;
-				if (k == 3 || k == 4) {
-					if (k == 3)
-						printf("%s{device=\"%s\",level=\"%s\"} %.9f\n", fam[k].name,
-						       names[d], lvl[l], (double)v[IO_TICKS] / 1e9);
-					else
-						printf("%s{device=\"%s\",level=\"%s\"} %llu\n", fam[k].name,
-						       names[d], lvl[l], v[IN_FLIGHT]);
+				if (k == 3 || k == 5) {
+					/*
+					 * node_exporter's node_disk_io_time_seconds_total and
+					 * node_disk_io_time_weighted_seconds_total: the weighted
+					 * one counts failed I/Os too, so the per-op times do not
+					 * add up to it
+					 */
+					printf("%s{device=\"%s\",level=\"%s\"} %.9f\n", fam[k].name, names[d],
+					       lvl[l], (double)v[k == 3 ? IO_TICKS : TIME_IN_QUEUE] / 1e9);
+					continue;
+				}
+				if (k == 4) {
+					printf("%s{device=\"%s\",level=\"%s\"} %llu\n", fam[k].name,
+					       names[d], lvl[l], v[IN_FLIGHT]);
 					continue;
 				}
 				for (o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {

@@ -10,11 +10,19 @@
  * O_DIRECT, flushes. When powerloss is stacked too it is above record, and
  * the restores of a cut are writes that reach record: they are logged.
  *
- * Order. A write is logged when it completes (before its completion goes
- * up), a flush when it is submitted, a mark when it is written, each under
- * rd->lock: so a write is logged before a flush entry if and only if it
- * completed before that flush was submitted, and writes completing while
- * the flush is in flight come after it, as the format requires.
+ * Order, as the kernel's dm-log-writes has it (drivers/md/dm-log-writes.c:
+ * log_writes_map splices the writes completed so far onto a flush when it
+ * is submitted, normal_end_io logs them and then the flush when it
+ * completes; a write completing meanwhile waits for a later flush). A
+ * flush is logged when it completes, and only if it succeeded; before it
+ * every write that completed before it was submitted, after it every write
+ * that completed while it was in flight. So while no flush is in flight a
+ * write (or discard) is logged when it completes, before its completion
+ * goes up; while one is, what completes is held (a copy, struct rec_held)
+ * and logged once each flush that was in flight when it completed has
+ * ended. A mark is held the same way, and its writer waits until it is
+ * logged: a mark comes after the flushes in flight when it was written.
+ * A failed flush logs no entry; what it held is logged in order.
  *
  * The log is mapped. The file is mapped into one reserved range of
  * address space, and an entry is copied straight into the file's pages at
@@ -39,9 +47,12 @@
  * falls between the snapshot and the log.
  *
  * Lock: rd->lock covers the state, the tail, the mapped length and the
- * counters, and every store into the map; it is never held across a
- * submit, an end_io or a system call. A submitter may wait on rd->cv (a
- * start draining); a completion may wait on rd->space_cv (the writer).
+ * counters, the flushes in flight and the held entries, and every store
+ * into the map; it is never held across a submit, an end_io or a system
+ * call. A submitter may wait on rd->cv (a start draining); a completion
+ * may wait on rd->space_cv (the writer), a flush's completion on rd->cv
+ * (another one logging what it held), a mark's writer on rd->cv (until it
+ * is logged).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +92,14 @@ struct rec_dev {
 	pthread_cond_t writer_cv;	/* to the writer: the tail nears the end, or stop */
 	enum rec_state state;		/* lock */
 	bool gate;			/* lock: a start is draining; new writes wait */
-	uint64_t inflight;		/* lock: writes passed down, not completed */
+	uint64_t inflight;		/* lock: writes and flushes passed down, not completed */
+	struct rec_io *flights;		/* lock: flushes in flight, oldest first */
+	struct rec_io *flights_tail;
+	struct rec_held *held;		/* lock: entries held for flushes in flight, in order */
+	struct rec_held **held_tail;
+	uint64_t held_seq;		/* lock: the next held entry's number */
+	uint64_t logged_seq;		/* lock: held entries below this number are logged */
+	bool draining;			/* lock: a flush's end logs held entries (drops the lock) */
 	unsigned char *map;		/* REC_VA bytes reserved; [0, ready) maps the file */
 	uint64_t tail;			/* lock: the next entry's offset */
 	uint64_t ready;			/* lock: bytes allocated, mapped, faulted in */
@@ -103,6 +121,18 @@ struct rec_io {
 	struct blk_io io;		/* must come first */
 	struct blk_io *parent;
 	struct rec_dev *rd;
+	/* a flush: held entries numbered below pos completed before it was submitted */
+	uint64_t pos;
+	struct rec_io *fprev, *fnext;	/* rd->flights */
+};
+
+/* An entry that completed while a flush was in flight: logged after that flush. */
+struct rec_held {
+	struct rec_held *next;
+	uint64_t seq;
+	struct lw_entry e;
+	size_t len;			/* bytes of data (a write) or text (a mark) */
+	unsigned char data[];
 };
 
 static uint64_t page_up(uint64_t n)
@@ -119,6 +149,7 @@ static void fail_locked(struct rec_dev *rd, int err, const char *what)
 	blk_err("record: %s: %s %s failed: %s; recording stopped (the device goes on)",
 		rd->dev, what, rd->path, strerror(err));
 	pthread_cond_broadcast(&rd->space_cv);
+	pthread_cond_broadcast(&rd->cv);	/* a mark waiting to be logged */
 	pthread_cond_signal(&rd->writer_cv);
 }
 
@@ -269,6 +300,98 @@ static void log_entry_locked(struct rec_dev *rd, const struct lw_entry *e, const
 	lw_put64(rd->map + 16, rd->nr_entries);
 }
 
+/* ---- entries held for the flushes in flight ---- */
+
+/* Must an entry wait for a flush (one in flight, or what one held is not logged yet)? */
+static bool must_hold_locked(const struct rec_dev *rd)
+{
+	return rd->flights || rd->held || rd->draining;
+}
+
+/*
+ * Hold @e (with @iov's data, or @text) until the flushes in flight end.
+ * Returns its number, or UINT64_MAX when the recording failed (no memory).
+ */
+static uint64_t hold_locked(struct rec_dev *rd, const struct lw_entry *e, const char *text,
+			    const struct iovec *iov, int iovcnt)
+{
+	size_t len = iov ? (size_t)(e->nr_sectors * rd->geo.lbs) : text ? e->data_len : 0;
+	struct rec_held *h = malloc(sizeof(*h) + len);
+	unsigned char *p;
+	size_t left = len;
+	int i;
+
+	if (!h) {
+		fail_locked(rd, ENOMEM, "holding an entry for");
+		return UINT64_MAX;
+	}
+	h->next = NULL;
+	h->seq = rd->held_seq++;
+	h->e = *e;
+	h->len = len;
+	if (text)
+		memcpy(h->data, text, len);
+	for (p = h->data, i = 0; iov && i < iovcnt && left; i++) {
+		size_t n = iov[i].iov_len < left ? iov[i].iov_len : left;
+
+		memcpy(p, iov[i].iov_base, n);
+		p += n;
+		left -= n;
+	}
+	*rd->held_tail = h;
+	rd->held_tail = &h->next;
+	return h->seq;
+}
+
+/*
+ * Log the held entries numbered below @upto, in order. rd->draining is
+ * set by the caller: log_entry_locked may drop the lock, and meanwhile
+ * whatever completes is held behind these.
+ */
+static void drain_locked(struct rec_dev *rd, uint64_t upto)
+{
+	struct rec_held *h;
+
+	while ((h = rd->held) && h->seq < upto) {
+		rd->held = h->next;
+		if (!rd->held)
+			rd->held_tail = &rd->held;
+		if (h->e.flags & LW_MARK) {
+			log_entry_locked(rd, &h->e, (const char *)h->data, NULL, 0);
+		} else {
+			struct iovec v = { .iov_base = h->data, .iov_len = h->len };
+
+			log_entry_locked(rd, &h->e, NULL, h->len ? &v : NULL, h->len ? 1 : 0);
+		}
+		rd->logged_seq = h->seq + 1;
+		free(h);
+	}
+	pthread_cond_broadcast(&rd->cv);	/* marks waiting to be logged */
+}
+
+/* Forget what is held (a new recording starts; nothing is in flight). */
+static void held_clear(struct rec_dev *rd)
+{
+	struct rec_held *h;
+
+	while ((h = rd->held)) {
+		rd->held = h->next;
+		free(h);
+	}
+	rd->held_tail = &rd->held;
+	rd->held_seq = rd->logged_seq = 0;
+}
+
+/* A write's or a discard's entry: logged now, or held behind a flush in flight. */
+static void log_or_hold_locked(struct rec_dev *rd, const struct lw_entry *e,
+			       const struct iovec *iov, int iovcnt)
+{
+	if (must_hold_locked(rd))
+		hold_locked(rd, e, NULL, iov, iovcnt);
+	else
+		log_entry_locked(rd, e, NULL, iov, iovcnt);
+}
+
 /* ---- I/O ---- */
 
 static void rec_write_end_io(struct blk_io *io, int res)
@@ -287,8 +410,8 @@ static void rec_write_end_io(struct blk_io *io, int res)
 			.flags = io->op == BLK_WRITE ? 0 : LW_DISCARD,
 		};
 
-		log_entry_locked(rd, &e, NULL, io->op == BLK_WRITE ? io->iov : NULL,
-				 io->op == BLK_WRITE ? io->iovcnt : 0);
+		log_or_hold_locked(rd, &e, io->op == BLK_WRITE ? io->iov : NULL,
+				   io->op == BLK_WRITE ? io->iovcnt : 0);
 	}
 	if (!--rd->inflight)
 		pthread_cond_broadcast(&rd->cv);
@@ -324,6 +447,83 @@ static int rec_submit_write(struct rec_dev *rd, struct blk_io *io)
 	return ret;
 }
 
+/*
+ * A flush ended (@res 0: it succeeded): the entries held from before it,
+ * its own entry, then what no other flush in flight holds back. Lock held.
+ */
+static void flush_end_locked(struct rec_dev *rd, struct rec_io *c, int res)
+{
+	while (rd->draining)
+		pthread_cond_wait(&rd->cv, &rd->lock);
+	if (c->fprev)
+		c->fprev->fnext = c->fnext;
+	else
+		rd->flights = c->fnext;
+	if (c->fnext)
+		c->fnext->fprev = c->fprev;
+	else
+		rd->flights_tail = c->fprev;
+	rd->draining = true;
+	if (!res && rd->state == REC_ON) {
+		struct lw_entry e = { .flags = LW_FLUSH };
+
+		drain_locked(rd, c->pos);
+		log_entry_locked(rd, &e, NULL, NULL, 0);
+		rd->nr_flushes++;
+	}
+	drain_locked(rd, rd->flights ? rd->flights->pos : UINT64_MAX);
+	rd->draining = false;
+	if (!--rd->inflight)
+		pthread_cond_broadcast(&rd->cv);
+	pthread_cond_broadcast(&rd->cv);	/* draining ended */
+}
+
+static void rec_flush_end_io(struct blk_io *io, int res)
+{
+	struct rec_io *c = (struct rec_io *)io;
+	struct rec_dev *rd = c->rd;
+	struct blk_io *parent = c->parent;
+
+	pthread_mutex_lock(&rd->lock);
+	flush_end_locked(rd, c, res);
+	pthread_mutex_unlock(&rd->lock);
+	be_pool_put(&rd->io_pool, c);
+	parent->end_io(parent, res);
+}
+
+static int rec_submit_flush(struct rec_dev *rd, struct blk_io *io)
+{
+	struct rec_io *c = be_pool_get(&rd->io_pool);
+	int ret;
+
+	if (!c)
+		return -ENOMEM;
+	c->io = be_child_io(io, rec_flush_end_io, c);
+	c->parent = io;
+	c->rd = rd;
+	pthread_mutex_lock(&rd->lock);
+	while (rd->gate)
+		pthread_cond_wait(&rd->cv, &rd->lock);
+	rd->inflight++;
+	c->pos = rd->held_seq;
+	c->fnext = NULL;
+	c->fprev = rd->flights_tail;
+	if (rd->flights_tail)
+		rd->flights_tail->fnext = c;
+	else
+		rd->flights = c;
+	rd->flights_tail = c;
+	pthread_mutex_unlock(&rd->lock);
+	ret = blk_submit(rd->be.next, &c->io);
+	if (ret) {
+		pthread_mutex_lock(&rd->lock);
+		flush_end_locked(rd, c, ret);
+		pthread_mutex_unlock(&rd->lock);
+		be_pool_put(&rd->io_pool, c);
+	}
+	return ret;
+}
+
 static int rec_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct rec_dev *rd = (struct rec_dev *)be;
@@ -332,15 +532,7 @@ static int rec_submit(struct blk_backend *be, struct blk_io *io)
 	case BLK_READ:
 		return blk_submit(be->next, io);
 	case BLK_FLUSH:
-		pthread_mutex_lock(&rd->lock);
-		if (rd->state == REC_ON) {
-			struct lw_entry e = { .flags = LW_FLUSH };
-
-			log_entry_locked(rd, &e, NULL, NULL, 0);
-			rd->nr_flushes++;
-		}
-		pthread_mutex_unlock(&rd->lock);
-		return blk_submit(be->next, io);
+		return rec_submit_flush(rd, io);
 	default:
 		return rec_submit_write(rd, io);
 	}
@@ -461,6 +653,7 @@ static int rec_start(struct rec_dev *rd, const char *snap)
 	rd->state = REC_ON;
 	rd->err = 0;
 	rd->nr_entries = rd->nr_marks = rd->nr_flushes = rd->nr_waits = 0;
+	held_clear(rd);		/* nothing in flight: nothing is held */
 	rd->log_bytes = rd->geo.lbs;
 	rd->nr_starts++;
 	rd->gate = false;
@@ -500,6 +693,7 @@ static int rec_stop(struct rec_dev *rd)
 	if (rd->state == REC_ON)
 		rd->state = REC_OFF;	/* nothing more is logged */
 	pthread_cond_broadcast(&rd->space_cv);
+	pthread_cond_broadcast(&rd->cv);	/* a mark waiting to be logged */
 	n = rd->nr_entries;
 	pthread_mutex_unlock(&rd->lock);
 	ret = writer_finish(rd);
@@ -513,6 +707,7 @@ static int rec_stop(struct rec_dev *rd)
 static int rec_mark(struct rec_dev *rd, const char *buf, size_t len)
 {
 	struct lw_entry e = { .flags = LW_MARK };
+	int ret;
 
 	if (len && buf[len - 1] == '\n')
 		len--;
@@ -525,9 +720,19 @@ static int rec_mark(struct rec_dev *rd, const char *buf, size_t len)
 		return -EBADFD;
 	}
 	e.data_len = len;
+	rd->nr_marks++;
+	if (must_hold_locked(rd)) {
+		/* after the flushes in flight: wait until they end and it is logged */
+		uint64_t seq = hold_locked(rd, &e, buf, NULL, 0);
+
+		while (rd->state == REC_ON && rd->logged_seq <= seq)
+			pthread_cond_wait(&rd->cv, &rd->lock);
+		ret = rd->state == REC_ON ? 0 : -EBADFD;
+		pthread_mutex_unlock(&rd->lock);
+		return ret;
+	}
 	/* In the file at once (mapped): a reader sees the mark when this returns. */
 	log_entry_locked(rd, &e, buf, NULL, 0);
-	rd->nr_marks++;
 	pthread_mutex_unlock(&rd->lock);
 	return 0;
 }
@@ -634,6 +839,7 @@ static struct blk_backend *rec_open(struct blk_params *p, struct blk_backend *ne
 	next->ops->geometry(next, &rd->geo);
 	rd->dev = p->dev ? p->dev : "?";
 	rd->fd = -1;
+	rd->held_tail = &rd->held;
 	ret = -pthread_mutex_init(&rd->lock, NULL);
 	if (ret)
 		goto out_free;
@@ -674,6 +880,7 @@ static void rec_close(struct blk_backend *be)
 	pthread_mutex_unlock(&rd->lock);
 	if (running)
 		writer_finish(rd);
+	held_clear(rd);
 	be_pool_destroy(&rd->io_pool);
 	pthread_cond_destroy(&rd->writer_cv);
 	pthread_cond_destroy(&rd->space_cv);

@@ -46,6 +46,7 @@ read -ra mkfs_opts <<<"$(attach_mkfs_opts ext4)"
 
 cat >"$TDIR/check.sh" <<'SH'
 #!/bin/bash
+printf '%s|%s\n' "$BLKFS_CRASH_STATE" "${BLKFS_CRASH_MARKS//$'\n'/,}" >>"$CHECK_TMP/seen$SYNC"
 d=$CHECK_TMP/m.$$
 mkdir "$d" || exit 1
 trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
@@ -80,6 +81,8 @@ run() {
 	echo 1 >"$rec/stop"
 	umount "$fs"
 	_TOPMNTS=()
+	export SYNC=$1
+	rm -f "$TDIR/seen$1"
 	set +e
 	"$BLKFS" crashcheck "$log" --base "$MNT/r@base" --attach --jobs 2 --json \
 		--scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
@@ -109,7 +112,20 @@ PY
 info "the same with f.tmp fsynced before the rename"
 run 1
 [ "$ST" -eq 0 ] || fail "failing states with the fsync: $(cat "$TDIR/out1.json" "$TDIR/err1")"
-python3 -c "
-import json; j = json.load(open('$TDIR/out1.json')); print(j['states'], 'states, none failed')"
+# what ran: the checker saw every state the report counts, each once, at
+# least 4 (crash points at the fsync of f.tmp, at the journal commit of
+# the fsync of g and at the mark, one state or more each: 5 when written),
+# and the mark at the last point
+python3 - "$TDIR/out1.json" "$TDIR/seen1" 4 <<'PY' || fail "what ran (above)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+seen = [l.rstrip('\n').split('|', 1) for l in open(sys.argv[2])]
+ids = {s for s, _ in seen}
+assert len(seen) == len(ids) == j['states'], ('checked', len(seen), 'distinct', len(ids), 'reported', j['states'])
+assert j['states'] >= int(sys.argv[3]), (j['states'], 'states, fewer than', sys.argv[3])
+last = max(int(s.split(':')[0]) for s in ids)
+assert all(m == 'renamed' for s, m in seen if int(s.split(':')[0]) == last), seen
+print(j['states'], 'states checked, each once, none failed; the last point\'s marks: renamed')
+PY
 "$BLKFS" detach "$LOOP"
 stop_blkfs

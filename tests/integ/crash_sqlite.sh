@@ -23,6 +23,12 @@
 #    COMMIT returns may bring the journal back and roll the transaction
 #    back); with FULL the explorer finds exactly that: the failing states
 #    are at "committed N" marks and the state holds the hot journal.
+#  - The passing modes assert what ran: the checker (which writes each
+#    state's id and marks to a file) saw every state the report counts,
+#    each once, at least 2 per transaction, and the last crash point's
+#    marks are every "committed N".
+#  - Each mode says how many crash points were sampled (--states, below):
+#    on a quiet machine none, the default bounds everywhere.
 # Env: BLKFS_SQLITE_MODES (default "off delete-full delete-extra truncate-full
 # wal-full"), BLKFS_SQLITE_TXNS (default 50).
 # integ-timeout: 900
@@ -61,6 +67,7 @@ read -ra mkfs_opts <<<"$(attach_mkfs_opts ext4)"
 # sqlite3 and umount (the rest is bash builtins).
 cat >"$TDIR/check.sh" <<'SH'
 #!/bin/bash
+printf '%s|%s\n' "$BLKFS_CRASH_STATE" "${BLKFS_CRASH_MARKS//$'\n'/,}" >>"$SEEN"
 d=$CHECK_TMP/m.$$
 mkdir "$d" || exit 1
 trap 'umount "$d" 2>/dev/null; rmdir "$d"' EXIT
@@ -113,10 +120,17 @@ record() {
 	_TOPMNTS=()
 }
 
-# explore MODE: crashcheck the log; sets ST (exit status) and JSON.
+# explore MODE: crashcheck the log; sets ST (exit status) and JSON; the
+# checker writes each state's id and marks to $SEEN.
 explore() {
-	local t0=$SECONDS max=256
+	local t0=$SECONDS max=${BLKFS_SQLITE_STATES:-256}
+	export SEEN=$TDIR/$1.seen
+	rm -f "$SEEN"
 	set +e
+	# The default bounds (--n, --k), and --states MAX as a guard that
+	# changes no point whose default set has at most MAX states: on a
+	# quiet machine every point of the FULL modes has one state (nothing
+	# unflushed at a flush or at a mark right after one), none sampled.
 	# --states MAX: a crash point whose default set has more than MAX
 	# states (WAL pages the cache wrote back before a flush, more of them
 	# when the machine is loaded: one state per block rolled back) checks
@@ -126,8 +140,9 @@ explore() {
 	# many states in its default set, each a full mount and query: 50
 	# points took 330 s), and its in-order states already fail: 8 each.
 	[ "$1" = off ] && max=8
+	[ "$max" = 0 ] && max=	# BLKFS_SQLITE_STATES=0: no --states at all
 	"$BLKFS" crashcheck "$log" --base "$MNT/r@base" --attach --jobs 2 --json \
-		--states "$max" --scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
+		${max:+--states "$max"} --scratch "$scratch" --keep "$scratch/keep-$1" --check "$TDIR/check.sh" \
 		>"$TDIR/$1.json" 2>"$TDIR/$1.err"
 	ST=$?
 	set -e
@@ -135,7 +150,7 @@ explore() {
 	info "$1: exit $ST in $((SECONDS - t0)) s: $(python3 -c "
 import json,sys; j=json.load(open('$JSON'))
 print(j['states'], 'states', j['failures'], 'failed', j['timeouts'], 'timeouts;',
-      j['sampled_points'], 'of', len(j['points']), 'points sampled (--states $max);',
+      j['sampled_points'], 'of', len(j['points']), 'points sampled (--states ${max:-none});',
       'scratch', j.get('scratch'), 'build_ms', j.get('build_ms'), 'reset_ms', j.get('reset_ms'),
       'check_ms', j.get('check_ms'), 'resets', j.get('resets'), 'extended', j.get('extended'))" 2>&1)"
 	# where the failures are, and what the first one saw
@@ -175,6 +190,25 @@ PY
 		;;
 	*)
 		[ "$ST" -eq 0 ] || fail "$m: failing states: $(head -c 3000 "$JSON"; cat "$TDIR/$m.err")"
+		# what ran: the checker saw every state the report counts, at
+		# least 2 per transaction (its COMMIT's flushes and its mark are
+		# crash points), and the last point's marks are every commit
+		python3 - "$JSON" "$SEEN" "$((2 * txns))" "$txns" <<'PY' || fail "$m: what ran (above)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+seen = [l.rstrip('\n').split('|', 1) for l in open(sys.argv[2])]
+ids = {s for s, _ in seen}
+least, txns = int(sys.argv[3]), int(sys.argv[4])
+assert len(seen) == len(ids) == j['states'], ('checked', len(seen), 'distinct', len(ids), 'reported', j['states'])
+assert j['states'] >= least, (j['states'], 'states, fewer than', least)
+last = max(int(s.split(':')[0]) for s in ids)
+want = ['committed %d' % i for i in range(1, txns + 1)]
+for s, marks in seen:
+    if int(s.split(':')[0]) == last:
+        assert marks.split(',') == want, ('state', s, 'marks', marks)
+print('#   %d states checked (at least %d), each once; the last point\'s marks: committed 1..%d'
+      % (j['states'], least, txns))
+PY
 		;;
 	esac
 	"$BLKFS" snapshot -d "$MNT" r base

@@ -69,6 +69,7 @@ cat >"$TDIR/promise.sh" <<'SH'
 #!/bin/sh
 byte() { od -An -c -j "$2" -N1 "$1" | tr -d ' '; }
 echo "state $BLKFS_CRASH_STATE marks [$(echo "$BLKFS_CRASH_MARKS" | tr '\n' ,)]"
+echo "$BLKFS_CRASH_STATE|$(echo "$BLKFS_CRASH_MARKS" | tr '\n' ,)" >>"${SEEN:-/dev/null}"
 case "$BLKFS_CRASH_MARKS" in *"committed 1"*) [ "$(byte "$BLKFS_CRASH_DEV" 0)" = a ] || exit 1 ;; esac
 case "$BLKFS_CRASH_MARKS" in *"committed 2"*)
 	[ "$(byte "$BLKFS_CRASH_DEV" 4096)" = b ] && [ "$(byte "$BLKFS_CRASH_DEV" 8192)" = b ] || exit 1 ;;
@@ -88,9 +89,24 @@ chmod +x "$TDIR"/*.sh
 cc() { "$BLKFS" crashcheck "$log" --scratch "$scratch" "$@"; }
 
 info "every state keeps the promise"
-cc --base "$MNT/r@base" --check "$TDIR/promise.sh" >"$TDIR/out" 2>"$TDIR/err" ||
+SEEN=$TDIR/seen cc --base "$MNT/r@base" --check "$TDIR/promise.sh" --json >"$TDIR/out" 2>"$TDIR/err" ||
 	fail "the promise checker failed: $(cat "$TDIR/out" "$TDIR/err")"
-cat "$TDIR/out"
+# what ran: every state the report counts, each once, at least 6 (1 at
+# "committed 1", the 4 of "m2", 1 at "committed 2"), and at the last point
+# both committed marks
+python3 - "$TDIR/out" "$TDIR/seen" 6 <<'PY' || fail "what ran: $(cat "$TDIR/out" "$TDIR/seen")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+seen = [l.rstrip('\n').split('|', 1) for l in open(sys.argv[2])]
+ids = {s for s, _ in seen}
+assert len(seen) == len(ids) == j['states'], ('checked', len(seen), 'distinct', len(ids), 'reported', j['states'])
+assert j['states'] >= int(sys.argv[3]), (j['states'], 'states, fewer than', sys.argv[3])
+last = max(int(s.split(':')[0]) for s in ids)
+for s, m in seen:
+    if int(s.split(':')[0]) == last:
+        assert {'committed 1', 'committed 2'} <= set(m.split(',')), (s, m)
+print('#', j['states'], 'states checked, each once; the last point has both committed marks')
+PY
 
 info "a checker wanting an atomic 8 KiB write finds the torn states"
 set +e

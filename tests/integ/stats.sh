@@ -11,6 +11,16 @@
 #    the same `le` set; no counter, bucket, _sum or _count goes backwards
 #    or disappears from one scrape to the next; no name ends in
 #    _total_total.
+#  - the exposition has iostat's aqu-sz counter, the time-weighted in-flight
+#    time (node_exporter's node_disk_io_time_weighted_seconds_total), per
+#    device and level, equal to field 11 of .sys/DEV/stat_ns when idle.
+#  - .sys/DEV/latency is never cut: with a delay map of 17 s, each of a
+#    device's 8 histograms (2 levels x 4 ops) spans from its fastest I/O
+#    (microseconds) to 17 s, 20 buckets or more, and the file beyond
+#    16 KiB; a read returns it whole (its size, every histogram with all
+#    its bucket lines, a newline at the end), --prometheus has the 8
+#    histograms with the same counts, promtool clean, and `blkfs stat`
+#    their 8 percentile lines.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -32,6 +42,12 @@ size = 16M
 filters = delay
 delay.write = 2ms
 delay.read = 500us
+
+[device wide]
+backend = ram
+size = 16M
+filters = delay
+delay.map = 8M 1M 17s
 "
 
 problems=()
@@ -63,6 +79,9 @@ monotonic() {
 }
 
 # ---- iostat's awaits on ram: microseconds, not 0
+# written once first: a ram device's first write of a page allocates it,
+# which on a loaded machine made the first interval's w_await 1.001 ms
+ddev if=/dev/zero of="$MNT/ram0" bs=1M count=32 oflag=direct
 "$BLKFS" stat "$MNT" ram0 -i 1 3 >"$TDIR/iostat" &
 ipid=$!
 _BGPIDS+=("$ipid")
@@ -128,5 +147,91 @@ if [ "${#problems[@]}" -gt 0 ]; then
 	fail "${#problems[@]} problems with the exposition (above)"
 fi
 info "--prometheus: 3 scrapes, one le set, nothing went backwards, promtool clean"
+
+# ---- aqu-sz: the time-weighted in-flight counter, as the kernel's field 11
+for d in ram0 slow; do
+	for l in device fuse; do
+		grep -q "^blkfs_io_time_weighted_seconds_total{device=\"$d\",level=\"$l\"} " "$TDIR/prom2" ||
+			fail "--prometheus has no blkfs_io_time_weighted_seconds_total of $d's $l level"
+	done
+done
+grep -q '^# TYPE blkfs_io_time_weighted_seconds_total counter$' "$TDIR/prom2" ||
+	fail "blkfs_io_time_weighted_seconds_total is not a counter"
+scrape 3
+q=$(awk '{ printf "%.9f\n", $11 / 1e9 }' "$MNT/.sys/ram0/stat_ns")
+qp=$(awk '/^blkfs_io_time_weighted_seconds_total\{device="ram0",level="device"\} / { print $2 }' "$TDIR/prom3")
+info "ram0's time-weighted in-flight time: $qp s (stat_ns field 11: $q s)"
+assert_eq "blkfs_io_time_weighted_seconds_total of ram0 against stat_ns field 11" "$q" "$qp"
+awk -v v="$q" 'BEGIN { exit !(v > 0) }' || fail "ram0's time-weighted in-flight time is 0 after fio at QD32"
+
+# ---- .sys/DEV/latency beyond 16 KiB, read whole
+W=$MNT/wide
+ddev if=/dev/zero of="$W" bs=64k count=16 oflag=direct conv=notrunc
+for i in $(seq 100); do	# the fastest of each op, at both levels: microseconds
+	dd if="$W" of=/dev/null bs=512 count=1 iflag=direct status=none
+	dd if=/dev/zero of="$W" bs=512 count=1 oflag=direct conv=notrunc status=none
+	fallocate -p -o 4096 -l 4096 "$W"
+	sync "$W"
+done
+# the slowest: 17 s each (the delay map's region at 8M, and delay.flush);
+# the kernel runs the write, the punch and the fsync one after another
+echo 17s >"$MNT/.sys/wide/delay/flush"
+slow_ios() {
+	local pids=() p rc=0
+	# libaio: the write leaves the inode lock to the punch while it waits
+	fio --filename="$W" --bs=512 --size=4k --ioengine=libaio --direct=1 --number_ios=1 \
+		--name=r --rw=read --offset=$((8 * 1048576)) \
+		--name=w --rw=write --offset=$((8 * 1048576 + 65536)) \
+		--output="$TDIR/fio-slow.out" >/dev/null 2>&1 &
+	pids+=($!)
+	sleep 0.2
+	fallocate -p -o $((8 * 1048576 + 524288)) -l 4096 "$W" &
+	pids+=($!)
+	sync "$W" &
+	pids+=($!)
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	return "$rc"
+}
+t0=$SECONDS
+watchdog 180 "$MNT" "the I/Os of 17 s" slow_ios || fail "an I/O of 17 s failed"
+info "the I/Os of 17 s took $((SECONDS - t0)) s in all"
+echo 0 >"$MNT/.sys/wide/delay/flush"
+echo clear >"$MNT/.sys/wide/delay/map"
+cat "$MNT/.sys/wide/latency" >"$TDIR/wide.lat"
+size=$(dd if="$MNT/.sys/wide/latency" bs=1000 status=none | wc -c)	# in many reads
+got=$(wc -c <"$TDIR/wide.lat")
+info ".sys/wide/latency: $got bytes in one read, $size in reads of 1000"
+awk '/ count [0-9]+ sum_ns / { h = $1 " " $2 } / -> / { n[h]++ } END { for (k in n) printf "#   %s: %d buckets\n", k, n[k] }' \
+	"$TDIR/wide.lat" | sort >&2
+assert_eq ".sys/wide/latency read in pieces against in one" "$got" "$size"
+[ "$(tail -c 1 "$TDIR/wide.lat" | od -An -c | tr -d ' ')" = '\n' ] ||
+	fail ".sys/wide/latency does not end in a newline: $(tail -c 100 "$TDIR/wide.lat")"
+# each histogram: its line, the usecs header, then one line per bucket from
+# its fastest to its slowest (17 s: 16777216 -> 33554431)
+bad=$(awk '
+	/ count [0-9]+ sum_ns / { if (h != "") chk(); h = $1 " " $2; c = $4; hdr = 0; n = 0; sum = 0; last = ""; next }
+	/^ +usecs : count +distribution$/ { hdr++; next }
+	/^ +[0-9]+ -> [0-9]+ +: [0-9]+ +\|[* ]+\|$/ { n++; sum += $5; last = $1; next }
+	{ print "a line that is none of the three: " $0 }
+	function chk() {
+		if (hdr != 1 || n < 20 || sum != c || last != 16777216)
+			print h ": header " hdr ", " n " buckets (20 or more wanted), counts " sum " of " c ", slowest from " last " us"
+		seen++
+	}
+	END { if (h != "") chk(); if (seen != 8) print seen " histograms, not 8" }' "$TDIR/wide.lat")
+[ -z "$bad" ] || fail ".sys/wide/latency is not whole: $bad"
+[ "$got" -gt 16384 ] || fail ".sys/wide/latency is $got bytes, not beyond 16 KiB: the test proves nothing"
+"$BLKFS" stat "$MNT" wide --prometheus >"$TDIR/promw" || fail "blkfs stat wide --prometheus failed"
+promtool check metrics <"$TDIR/promw" >"$TDIR/promtoolw" 2>&1 ||
+	fail "promtool check metrics (wide): $(cat "$TDIR/promtoolw")"
+while read -r l o c; do
+	grep -q "^blkfs_latency_seconds_count{device=\"wide\",level=\"$l\",op=\"$o\"} $c\$" "$TDIR/promw" ||
+		fail "--prometheus: wide's $l $o histogram is not there with count $c: $(grep "^blkfs_latency_seconds_count{device=\"wide\",level=\"$l\",op=\"$o\"}" "$TDIR/promw")"
+	grep -q "^blkfs_latency_seconds_bucket{device=\"wide\",level=\"$l\",op=\"$o\",le=\"+Inf\"} $c\$" "$TDIR/promw" ||
+		fail "--prometheus: wide's $l $o histogram has no +Inf bucket of $c"
+done < <(awk '/ count [0-9]+ sum_ns / { print $1, $2, $4 }' "$TDIR/wide.lat")
+n=$("$BLKFS" stat "$MNT" wide | grep -c '^ *latency ' || true)
+assert_eq "blkfs stat's latency lines of wide (.sys/wide/latency past 16 KiB)" 8 "$n"
+info ".sys/wide/latency read whole ($got bytes), its 8 histograms in --prometheus and blkfs stat, promtool clean"
 
 stop_blkfs

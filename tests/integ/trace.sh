@@ -11,11 +11,20 @@
 #  - `blkfs trace MNT ram0 -w 2 | blkparse -i -` reads the events live.
 #  - fio --read_iolog replays the trace (blkparse -d) against the device and
 #    issues as many I/Os as the trace has Q events.
-#  - delay.write = 2ms: btt's D2C average is at least 1.5 ms.
+#  - delay.write = 2ms: btt's D2C average is at least 1.5 ms and its
+#    maximum under 50 ms; `blkfs stat` prints the device's write
+#    percentiles in plain text: count 20, p50 at least 2 ms and under
+#    10 ms, p50 <= p90 <= p99 <= p99.9 <= max, each the value
+#    .sys/DEV/latency holds, in microseconds.
 #  - throttle.queue_depth = 1 over delay.write = 2ms: with 8 writers, the
 #    time from Q to D (btt's Q2C - D2C) is at least 2 ms (one write ahead)
 #    and more than 4x that of one writer.
-#  - .sys/DEV/dev names the device number the events carry; .sys/DEV/latency
+#  - every event of a device's trace carries the device number .sys/DEV/dev
+#    names; after a remount of the same config every device has the same
+#    number again (devices are numbered in config order), and its events
+#    carry it.
+#  - iowatcher (when installed) draws the trace: a non-empty SVG.
+#  - .sys/DEV/latency
 #    has the device level's write histogram, and `reset` clears it.
 #  - a write onto a fault filter's bad block shows as a message note
 #    ("fault: EIO at 1048576 (write)") and a completion with error 5;
@@ -100,9 +109,25 @@ stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$MNT/.sys/$1/blkfs_stat"; }
 events() { blkparse -q -i "$TDIR/$1" -f "%a %d %n\n" 2>/dev/null; }
 
 # btt_avg NAME ROW: btt's average (seconds) of ROW (D2C, Q2C, ...); 0 if absent
-btt_avg() {
+btt_avg() { btt_col "$1" "$2" 3; }
+# btt_max NAME ROW: btt's maximum (seconds) of ROW; 0 if absent
+btt_max() { btt_col "$1" "$2" 4; }
+btt_col() {
 	blkparse -q -i "$TDIR/$1" -d "$TDIR/$1.bin" -o /dev/null >/dev/null 2>&1
-	(cd "$TDIR" && btt -i "$1.bin") | awk -v r="$2" '$1 == r { print $3; f = 1; exit } END { if (!f) print 0 }'
+	(cd "$TDIR" && btt -i "$1.bin") |
+		awk -v r="$2" -v c="$3" '$1 == r { print $c; f = 1; exit } END { if (!f) print 0 }'
+}
+
+# devnums NAME: the distinct "MAJOR:MINOR" of the events of trace NAME
+devnums() { blkparse -q -i "$TDIR/$1" -f "%M:%m\n" 2>/dev/null | grep -E '^[0-9]+:[0-9]+$' | sort -u; }
+
+# assert_devnum NAME DEV: every event of trace NAME carries .sys/DEV/dev
+assert_devnum() {
+	local want got
+	want=$(cat "$MNT/.sys/$2/dev")
+	got=$(devnums "$1")
+	[ -n "$got" ] || fail "trace $1 of $2 has no events"
+	assert_eq "the device number of every event of $2 (.sys/$2/dev)" "$want" "$(tr '\n' ' ' <<<"$got" | sed 's/ $//')"
 }
 
 dev=$(cat "$MNT/.sys/ram0/dev")
@@ -135,6 +160,7 @@ assert_eq "bytes read in the trace against backend_read_bytes" "$((rb1 - rb0))" 
 assert_eq "completed writes in the trace against backend_write_ios" "$((w1 - w0))" "$cw"
 assert_eq "bytes written in the trace against backend_write_bytes" "$((wb1 - wb0))" "$((cws * 512))"
 [ "$cr" -gt 0 ] && [ "$cw" -gt 0 ] || fail "nothing traced"
+assert_devnum t ram0
 
 nx=$(events t | awk '$1 == "X" && $2 ~ /W/' | wc -l)
 big=$(events t | awk '$1 == "D" && $2 ~ /W/ && $3 > 512' | wc -l)
@@ -179,6 +205,26 @@ trace_stop s
 d2c=$(btt_avg s D2C)
 info "delay.write = 2ms: btt D2C average $d2c s"
 awk -v v="$d2c" 'BEGIN { exit !(v >= 0.0015) }' || fail "D2C average $d2c s, expected about 2 ms"
+d2cmax=$(btt_max s D2C)
+info "delay.write = 2ms: btt D2C maximum $d2cmax s"
+awk -v v="$d2cmax" 'BEGIN { exit !(v > 0 && v < 0.05) }' ||
+	fail "D2C maximum $d2cmax s, expected under 50 ms with a 2 ms delay"
+assert_devnum s slow
+# blkfs stat's plain-text percentiles (microseconds) are .sys/slow/latency's (ns)
+"$BLKFS" stat "$MNT" slow >"$TDIR/stat.slow" || fail "blkfs stat $MNT slow failed"
+grep -E '^ +latency device write ' "$TDIR/stat.slow" | sed 's/^/# /'
+read -r cnt avg p50 p90 p99 p999 max < <(awk '$1 == "latency" && $2 == "device" && $3 == "write" {
+	print $5, $7, $10, $12, $14, $16, $18 }' "$TDIR/stat.slow")
+[ -n "${max:-}" ] || fail "blkfs stat has no device write latency line: $(cat "$TDIR/stat.slow")"
+assert_eq "blkfs stat's device write count" 20 "$cnt"
+awk -v a="$avg" -v p50="$p50" -v p90="$p90" -v p99="$p99" -v p999="$p999" -v m="$max" 'BEGIN {
+	exit !(p50 >= 2000 && p50 < 10000 && a >= 2000 && a < 10000 && p50 <= p90 && p90 <= p99 &&
+		p99 <= p999 && p999 <= m) }' ||
+	fail "blkfs stat's device write latency with delay.write = 2ms: avg $avg p50 $p50 p90 $p90 p99 $p99 p99.9 $p999 max $max us"
+want=$(awk '$1 == "device" && $2 == "write" && $3 == "count" {
+	printf "%.1f %.1f %.1f %.1f %.1f %.1f\n", $8 / 1e3, $10 / 1e3, $12 / 1e3, $14 / 1e3, $16 / 1e3, $18 / 1e3 }' \
+	"$MNT/.sys/slow/latency")
+assert_eq "blkfs stat's avg p50 p90 p99 p99.9 max against .sys/slow/latency" "$want" "$avg $p50 $p90 $p99 $p999 $max"
 grep -q "^device write count 20 " "$MNT/.sys/slow/latency" ||
 	fail ".sys/slow/latency: $(head -n 1 "$MNT/.sys/slow/latency")"
 grep -q "2048 -> 4095" "$MNT/.sys/slow/latency" ||
@@ -261,5 +307,33 @@ watchdog_wait 60 "$MNT" "blkfs stat -i" "$ipid" || fail "blkfs stat -i failed"
 	"$TDIR/iostat")" -eq 4 ] || fail "blkfs stat -i 0.5 4: $(cat "$TDIR/iostat")"
 awk '$1 == "ram0" && $2 == "device" && $4 > 0 { f = 1 } END { exit !f }' "$TDIR/iostat" ||
 	fail "blkfs stat -i saw no writes: $(cat "$TDIR/iostat")"
+
+# ---- iowatcher draws the trace
+if command -v iowatcher >/dev/null 2>&1; then
+	(cd "$TDIR" && timeout 120 iowatcher -t t -o t.svg) >"$TDIR/iowatcher.out" 2>&1 ||
+		fail "iowatcher failed: $(tail -n 5 "$TDIR/iowatcher.out")"
+	[ -s "$TDIR/t.svg" ] && grep -q '<svg' "$TDIR/t.svg" ||
+		fail "iowatcher drew no SVG: $(tail -n 5 "$TDIR/iowatcher.out")"
+	info "iowatcher: t.svg, $(wc -c <"$TDIR/t.svg") bytes"
+else
+	info "SKIP: iowatcher not found (Debian's blktrace package): the trace is not drawn"
+fi
+
+# ---- a remount of the same config: the same device numbers
+for d in ram0 slow thr flt fk pl; do echo "$d $(cat "$MNT/.sys/$d/dev")"; done >"$TDIR/devs.before"
+stop_blkfs
+remount_blkfs "$MNT"
+for d in ram0 slow thr flt fk pl; do echo "$d $(cat "$MNT/.sys/$d/dev")"; done >"$TDIR/devs.after"
+info "device numbers: $(tr '\n' ' ' <"$TDIR/devs.before")"
+cmp -s "$TDIR/devs.before" "$TDIR/devs.after" ||
+	fail "device numbers changed across a remount: $(diff "$TDIR/devs.before" "$TDIR/devs.after" | tr '\n' ' ')"
+[ "$(awk '{ print $2 }' "$TDIR/devs.after" | sort -u | wc -l)" -eq 6 ] ||
+	fail "two devices share a number: $(tr '\n' ' ' <"$TDIR/devs.after")"
+trace_start r slow
+ddev if=/dev/zero of="$MNT/slow" bs=4k count=4 oflag=direct conv=notrunc
+trace_stop r
+assert_devnum r slow
+grep -qx "slow $(devnums r)" "$TDIR/devs.before" ||
+	fail "after the remount slow's events carry $(devnums r), before it $(grep '^slow ' "$TDIR/devs.before")"
 
 stop_blkfs

@@ -4,7 +4,8 @@
  * dm-log-writes layout it writes (backends/lib/logwrites.h): the encoder's
  * bytes against the kernel's struct layout, a recording over ram and over
  * the fake read back entry by entry, the order of writes around a flush in
- * flight, marks and their limit, and a log that cannot be written.
+ * flight, a failed flush, a mark waiting for a flush in flight, marks and
+ * their limit, and a log that cannot be written.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -290,6 +291,277 @@ Test(record, a_write_completing_during_a_flush_is_logged_after_it)
 	rlog_free(&l);
 	tio_free(&w1);
 	tio_free(&w2);
+	be->ops->close(be);
+	fake_destroy(fb);
+}
+
+/*
+ * A flush that fails is no flush: no entry, and what completed while it was
+ * in flight is logged in order all the same, before the next flush that
+ * succeeds.
+ */
+Test(record, a_failed_flush_is_not_logged)
+{
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 4096, .pbs = 4096 };
+	const struct fake_fault f = { .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 1, .err = -EIO };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio w1, w2, fl, fl2;
+	unsigned char a[4096];
+	struct rlog l;
+
+	cr_assert_not_null(fb);
+	be = open_over(fake_backend(fb), &tp);
+	memset(a, 0x5a, sizeof(a));
+	cr_assert_eq(attr_store(be, "start", "-"), 0);
+	fake_set_mode(fb, FAKE_MANUAL);
+	tio_init(&w1, BLK_WRITE, 0, 4096, a, 0);
+	tio_init(&w2, BLK_WRITE, 8192, 4096, a, 0);
+	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0);
+	tio_init(&fl2, BLK_FLUSH, 0, 0, NULL, 0);
+	cr_assert_eq(tio_submit(be, &w1), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));
+	cr_assert(tio_wait(&w1, WAIT_MS));
+	fake_fault_set(fb, &f);
+	cr_assert_eq(tio_submit(be, &fl), 0);		/* fails when it completes */
+	cr_assert_eq(tio_submit(be, &w2), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));	/* w2 completes during it */
+	cr_assert(tio_wait(&w2, WAIT_MS));
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_FLUSH)));
+	cr_assert(tio_wait(&fl, WAIT_MS));
+	cr_assert_eq(fl.res, -EIO);
+	cr_assert_eq(stat_get(be, "record_flushes"), 0);
+	cr_assert_eq(tio_submit(be, &fl2), 0);		/* this one succeeds */
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_FLUSH)));
+	cr_assert(tio_wait(&fl2, WAIT_MS));
+	cr_assert_eq(fl2.res, 0);
+	fake_set_mode(fb, FAKE_INLINE);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+	rlog_read(&l);
+	cr_assert_eq(l.nr, 3, "%llu entries", (unsigned long long)l.nr);
+	cr_assert_eq(l.e[0].flags, 0);
+	cr_assert_eq(l.e[0].sector, 0);
+	cr_assert_eq(l.e[1].flags, 0);
+	cr_assert_eq(l.e[1].sector, 2);
+	cr_assert_eq(memcmp(l.buf + l.data_off[1], a, 4096), 0);
+	cr_assert_eq(l.e[2].flags, LW_FLUSH);
+	rlog_free(&l);
+	tio_free(&w1);
+	tio_free(&w2);
+	be->ops->close(be);
+	fake_destroy(fb);
+}
+
+struct mark_thread {
+	struct blk_backend *be;
+	const char *text;
+	int ret;
+	int done;			/* atomic */
+};
+
+static void *mark_main(void *arg)
+{
+	struct mark_thread *m = arg;
+
+	m->ret = attr_store(m->be, "mark", m->text);
+	__atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Until the filter has taken @n marks (a mark held counts), then a little
+ * longer: a mark that does not wait has returned by then.
+ */
+static void wait_marks(struct blk_backend *be, uint64_t n)
+{
+	uint64_t end = blk_now_ns() + WAIT_MS * 1000000ull;
+
+	while (stat_get(be, "record_marks") < n) {
+		cr_assert_lt(blk_now_ns(), end, "the mark was not taken");
+		usleep(1000);
+	}
+	usleep(50 * 1000);
+}
+
+/*
+ * A mark written while a flush is held waits for it: the log has the
+ * writes completed before the flush was submitted, the flush, the write
+ * that completed during it (before the mark), the mark, and the write that
+ * completed after the mark. The writer of the mark returns only then. A
+ * second mark, while a flush that fails is in flight, comes after it with
+ * no flush entry.
+ */
+Test(record, a_mark_waits_for_the_flushes_in_flight)
+{
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 4096, .pbs = 4096 };
+	const struct fake_fault f = { .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 1, .err = -EIO };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio w[4], fl, fl2;
+	unsigned char a[4096];
+	struct mark_thread m = { .text = "m1" }, m2 = { .text = "m2" };
+	pthread_t t;
+	struct rlog l;
+	int i;
+
+	cr_assert_not_null(fb);
+	be = open_over(fake_backend(fb), &tp);
+	m.be = m2.be = be;
+	memset(a, 0x33, sizeof(a));
+	cr_assert_eq(attr_store(be, "start", "-"), 0);
+	fake_set_mode(fb, FAKE_MANUAL);
+	for (i = 0; i < 4; i++)
+		tio_init(&w[i], BLK_WRITE, (uint64_t)i * 4096, 4096, a, 0);
+	tio_init(&fl, BLK_FLUSH, 0, 0, NULL, 0);
+	tio_init(&fl2, BLK_FLUSH, 0, 0, NULL, 0);
+	cr_assert_eq(tio_submit(be, &w[0]), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));
+	cr_assert(tio_wait(&w[0], WAIT_MS));
+	cr_assert_eq(tio_submit(be, &fl), 0);		/* held */
+	cr_assert_eq(tio_submit(be, &w[1]), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));	/* during the flush */
+	cr_assert(tio_wait(&w[1], WAIT_MS));
+	cr_assert_eq(pthread_create(&t, NULL, mark_main, &m), 0);
+	wait_marks(be, 1);
+	cr_assert_eq(__atomic_load_n(&m.done, __ATOMIC_ACQUIRE), 0,
+		     "the mark returned while the flush before it was in flight");
+	cr_assert_eq(tio_submit(be, &w[2]), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));	/* after the mark */
+	cr_assert(tio_wait(&w[2], WAIT_MS));
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_FLUSH)));
+	cr_assert(tio_wait(&fl, WAIT_MS));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(m.ret, 0);
+
+	/* a failing flush in flight: the mark waits, and no flush entry comes */
+	fake_fault_set(fb, &f);
+	cr_assert_eq(tio_submit(be, &fl2), 0);
+	cr_assert_eq(pthread_create(&t, NULL, mark_main, &m2), 0);
+	wait_marks(be, 2);
+	cr_assert_eq(__atomic_load_n(&m2.done, __ATOMIC_ACQUIRE), 0);
+	cr_assert_eq(tio_submit(be, &w[3]), 0);
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_WRITE)));
+	cr_assert(tio_wait(&w[3], WAIT_MS));
+	cr_assert(fake_complete_op(fb, FAKE_OP(BLK_FLUSH)));
+	cr_assert(tio_wait(&fl2, WAIT_MS));
+	cr_assert_eq(fl2.res, -EIO);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(m2.ret, 0);
+	fake_set_mode(fb, FAKE_INLINE);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+
+	rlog_read(&l);
+	cr_assert_eq(l.nr, 7, "%llu entries", (unsigned long long)l.nr);
+	cr_assert_eq(l.e[0].flags, 0);
+	cr_assert_eq(l.e[0].sector, 0);
+	cr_assert_eq(l.e[1].flags, LW_FLUSH);
+	cr_assert_eq(l.e[2].flags, 0);
+	cr_assert_eq(l.e[2].sector, 1);
+	cr_assert_eq(memcmp(l.buf + l.data_off[2], a, 4096), 0);
+	cr_assert_eq(l.e[3].flags, LW_MARK);
+	cr_assert_eq(memcmp(l.buf + l.data_off[3], "m1", 2), 0);
+	cr_assert_eq(l.e[4].flags, 0);
+	cr_assert_eq(l.e[4].sector, 2);
+	cr_assert_eq(l.e[5].flags, LW_MARK);
+	cr_assert_eq(memcmp(l.buf + l.data_off[5], "m2", 2), 0);
+	cr_assert_eq(l.e[6].flags, 0);
+	cr_assert_eq(l.e[6].sector, 3);
+	rlog_free(&l);
+	for (i = 0; i < 4; i++)
+		tio_free(&w[i]);
+	be->ops->close(be);
+	fake_destroy(fb);
+}
+
+/*
+ * Writes completing late and out of order (the fake's deferred mode) while
+ * flushes, one of them failing, are in flight one at a time: every write is
+ * logged once with its data; a write that completed before a flush was
+ * submitted comes before that flush's entry, one submitted after the
+ * flush completed comes after it; the failed flush has no entry.
+ */
+Test(record, writes_and_flushes_out_of_order_keep_the_flush_order)
+{
+	enum { NW = 40, NF = 8 };
+	const struct blk_geometry geo = { .size = 1 * MiB, .lbs = 4096, .pbs = 4096 };
+	const struct fake_fault f = { .op_mask = FAKE_OP(BLK_FLUSH), .countdown = 3, .err = -EIO };
+	struct fake_be *fb = fake_create(&geo);
+	struct tparams tp;
+	struct blk_backend *be;
+	struct tio w[NW], fl[NF];
+	long at[NW], fat[NF];
+	int nf = 0, i, k, ok = 0;
+	unsigned char d[4096];
+	struct rlog l;
+
+	cr_assert_not_null(fb);
+	be = open_over(fake_backend(fb), &tp);
+	cr_assert_eq(attr_store(be, "start", "-"), 0);
+	fake_set_seed(fb, 7);
+	fake_set_delay(fb, 400);
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_fault_set(fb, &f);
+	tio_done_reset();
+	for (i = 0; i < NW; i++) {
+		memset(d, i + 1, sizeof(d));
+		tio_init(&w[i], BLK_WRITE, (uint64_t)i * 4096, 4096, d, 0);
+		cr_assert_eq(tio_submit(be, &w[i]), 0);
+		if (i % 5 == 2) {
+			if (nf)
+				cr_assert(tio_wait(&fl[nf - 1], WAIT_MS));
+			tio_init(&fl[nf], BLK_FLUSH, 0, 0, NULL, 0);
+			cr_assert_eq(tio_submit(be, &fl[nf]), 0);
+			nf++;
+		}
+		usleep(100);
+	}
+	cr_assert(tio_done_wait(NW + nf, WAIT_MS));
+	fake_set_mode(fb, FAKE_INLINE);
+	cr_assert_eq(attr_store(be, "stop", "1"), 0);
+
+	rlog_read(&l);
+	for (i = 0; i < NW; i++)
+		at[i] = -1;
+	for (k = 0; k < (int)l.nr; k++) {
+		if (l.e[k].flags == LW_FLUSH) {
+			/* the k-th flush that succeeded, in submission order */
+			while (ok < nf && fl[ok].res)
+				ok++;
+			cr_assert_lt(ok, nf, "more flush entries than flushes that succeeded");
+			fat[ok++] = k;
+			continue;
+		}
+		cr_assert_eq(l.e[k].flags, 0);
+		i = (int)l.e[k].sector;
+		cr_assert_lt(i, NW);
+		cr_assert_eq(at[i], -1, "write %d logged twice", i);
+		at[i] = k;
+		memset(d, i + 1, sizeof(d));
+		cr_assert_eq(memcmp(l.buf + l.data_off[k], d, 4096), 0);
+	}
+	while (ok < nf && fl[ok].res)
+		ok++;
+	cr_assert_eq(ok, nf, "a flush that succeeded has no entry");
+	cr_assert_eq(fl[2].res, -EIO);
+	for (i = 0; i < NW; i++)
+		cr_assert_neq(at[i], -1, "write %d not logged", i);
+	for (k = 0; k < nf; k++) {
+		if (fl[k].res)
+			continue;
+		for (i = 0; i < NW; i++) {
+			if (w[i].done_ns < fl[k].submit_ns)
+				cr_assert_lt(at[i], fat[k], "write %d completed before flush %d was "
+					     "submitted, logged after it", i, k);
+			if (w[i].submit_ns > fl[k].done_ns)
+				cr_assert_gt(at[i], fat[k], "write %d submitted after flush %d "
+					     "completed, logged before it", i, k);
+		}
+	}
+	rlog_free(&l);
+	for (i = 0; i < NW; i++)
+		tio_free(&w[i]);
 	be->ops->close(be);
 	fake_destroy(fb);
 }
