@@ -96,24 +96,21 @@ struct bt_slot {
 };
 
 /*
- * A ring's identity in the trace: its number is the record's "cpu", and
- * its counters the sequence numbers it gave each device and level, as the
- * kernel's per-CPU sequence of each blk_trace (blkparse counts the gaps
- * per device and cpu: each gap is an event dropped). Written by the ring's
- * thread only; handed to the next ring (a thread that starts after this
- * one's ended) through the free list, so that the numbers of a cpu never
- * go back and cpu numbers stay few.
+ * What a ring lost: for each device and level, the events dropped since
+ * the ring's last event of it, which that next event carries (in its
+ * sequence field) to the trace thread. A session numbers its records as
+ * it writes them (blkparse reads a file's records as one cpu's, and will
+ * not have another cpu's in it: the numbers cannot be per ring) and adds
+ * these counts first, so that each event lost is a missing number, at
+ * the place it was lost: blkparse's "Skips" are the drops. Written by the
+ * ring's thread only; read by a session's end; handed to the next ring
+ * (a thread that starts after this one's ended) through the free list, so
+ * that nothing it counted is forgotten.
  */
-#define BT_SEQ_DEVS	1024	/* devices numbered (minors above: events without a number) */
+#define BT_SEQ_DEVS	1024	/* devices counted (minors above: drops carried by none) */
 
 struct bt_cpu {
-	uint32_t cpu;
-	/*
-	 * [minor * BT_LEVELS + level]: the last number taken; stored by the
-	 * ring's thread alone (relaxed, no locked instruction), loaded by a
-	 * session's start (its first number of each ring)
-	 */
-	uint32_t seq[BT_SEQ_DEVS * BT_LEVELS];
+	uint32_t lost[BT_SEQ_DEVS * BT_LEVELS];	/* [minor * BT_LEVELS + level]; relaxed */
 	struct bt_cpu *next;	/* ring_lock: free list */
 };
 
@@ -124,14 +121,13 @@ struct bt_ring {
 	char pad2[56];
 	bool dead;		/* atomic: its thread exited */
 	struct bt_ring *next;	/* reg: ring_lock */
-	struct bt_cpu *cpu;	/* its thread's while it lives */
+	struct bt_cpu *cpu;	/* its thread's while it lives: what it lost */
 	struct bt_slot slot[];	/* ring_slots */
 };
 
 static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct bt_ring *rings;
 static struct bt_cpu *cpu_free;	/* ring_lock */
-static uint32_t nr_cpus;		/* ring_lock */
 static pthread_key_t ring_key;
 static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
 static uint64_t ring_slots = BT_RING_SLOTS;	/* set once, before any ring */
@@ -187,8 +183,6 @@ static struct bt_ring *ring_get(void)
 		free(c);
 		c = cpu_free;
 		cpu_free = c->next;
-	} else {
-		c->cpu = nr_cpus++;
 	}
 	r->cpu = c;
 	r->next = rings;
@@ -201,23 +195,6 @@ static struct bt_ring *ring_get(void)
 static uint32_t seq_idx(uint32_t devnum, int level)
 {
 	return (devnum & ((1u << BT_MINORBITS) - 1)) * BT_LEVELS + (uint32_t)level;
-}
-
-/*
- * The next sequence number of @d's @level in ring @r (its thread's own),
- * or 0 (no number) for a device beyond BT_SEQ_DEVS.
- */
-static uint32_t ring_seq(struct bt_ring *r, const struct bt_dev *d, int level)
-{
-	uint32_t i = seq_idx(d->devnum[level], level), n;
-
-	if (__builtin_expect(i >= BT_SEQ_DEVS * BT_LEVELS, 0))
-		return 0;
-	n = __atomic_load_n(&r->cpu->seq[i], __ATOMIC_RELAXED) + 1;
-	if (__builtin_expect(n == 0, 0))
-		n = 1;	/* 0 is no number */
-	__atomic_store_n(&r->cpu->seq[i], n, __ATOMIC_RELAXED);
-	return n;
 }
 
 void bt_encode(struct blk_io_trace *out, uint32_t seq, uint64_t time_ns, uint64_t pos,
@@ -242,18 +219,11 @@ void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64
 {
 	struct bt_ring *r = ring_get();
 	struct bt_slot *s;
-	uint32_t seq = 0;
+	uint32_t i = seq_idx(d->devnum[level], level), lost = 0;
 	uint64_t h, t;
 
 	if (!r)
 		goto drop;
-	/*
-	 * The number is taken when the event happens, dropped or not, so that
-	 * each event lost is a gap blkparse counts. A message has none (the
-	 * kernel's notes have none, and blkparse checks no message's).
-	 */
-	if (action != BT_ACT_MESSAGE)
-		seq = ring_seq(r, d, level);
 	h = r->head;
 	t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 	if (h - t >= ring_slots)
@@ -266,13 +236,22 @@ void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64
 	if (pdu_len > BT_PDU_MAX)
 		pdu_len = BT_PDU_MAX;
 	s = &r->slot[h & (ring_slots - 1)];
-	bt_encode(&s->t, seq, blk_now_ns(), pos, len, action, pid, d->devnum[level], err, pdu_len);
-	s->t.cpu = r->cpu->cpu;
+	/* the events of this device and level this ring lost just before this one */
+	if (i < BT_SEQ_DEVS * BT_LEVELS) {
+		lost = __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED);
+		if (__builtin_expect(lost != 0, 0))
+			__atomic_store_n(&r->cpu->lost[i], 0, __ATOMIC_RELAXED);
+	}
+	bt_encode(&s->t, lost, blk_now_ns(), pos, len, action, pid, d->devnum[level], err, pdu_len);
 	if (pdu_len)
 		memcpy(s->pdu, pdu, pdu_len);
 	__atomic_store_n(&r->head, h + 1, __ATOMIC_RELEASE);
 	return;
 drop:
+	if (r && i < BT_SEQ_DEVS * BT_LEVELS)
+		__atomic_store_n(&r->cpu->lost[i],
+				 __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED) + 1,
+				 __ATOMIC_RELAXED);
 	__atomic_add_fetch(&d->dropped[level], 1, __ATOMIC_RELAXED);
 }
 
@@ -728,6 +707,7 @@ size_t bt_latency_total_show(struct bt_dev *d, char *buf, size_t len)
 #define BT_MAX_SESSIONS	16
 #define BT_SESS_PIDS	256
 #define BT_WBUF		(1u << 20)	/* a session's records taken, not yet written */
+#define BT_WMARKS	(2 * sizeof(struct blk_io_trace))	/* room kept for its marks */
 #define BT_WCHUNK	4096		/* PIPE_BUF: a pipe poll() calls writable takes it whole */
 #define BT_POLL_MS	50
 #define BT_STOP_WRITE_NS 500000000ull	/* a stop's reader that takes nothing that long loses the rest */
@@ -744,17 +724,8 @@ struct bt_session {
 	bool stopping;		/* sess_lock: the trace thread lets go once past stop_ns */
 	uint32_t pids[BT_SESS_PIDS];	/* the trace thread's: named so far (a PROCESS note each) */
 	unsigned nr_pids;
-	/*
-	 * By cpu (ring): the last number it had given @devnum when the
-	 * session began (its events up to it are not this session's), and
-	 * (the trace thread's) whether a record of it is in the buffer yet.
-	 */
-	uint32_t *base;
-	uint32_t nr_base;
+	uint32_t seq;		/* the trace thread's: the last number, given or lost */
 	uint64_t last_ns;	/* the trace thread's: the time of the last record */
-	bool *started;
-	uint32_t *last;		/* the trace thread's, by cpu: the last number in the buffer */
-	uint32_t nr_started;
 	pthread_t writer;
 	/* @lock: the trace thread fills, the writer empties */
 	pthread_mutex_t lock;
@@ -804,7 +775,7 @@ static bool sess_put(struct bt_session *s, const struct blk_io_trace *e, const c
 	}
 	s->last_ns = t.time;
 	pthread_mutex_lock(&s->lock);
-	if (s->werr || s->fill_len + n > BT_WBUF) {
+	if (s->werr || s->fill_len + n > (mark ? BT_WBUF + BT_WMARKS : BT_WBUF)) {
 		if (!mark)
 			s->lost_full++;
 	} else {
@@ -821,90 +792,64 @@ static bool sess_put(struct bt_session *s, const struct blk_io_trace *e, const c
 }
 
 /*
- * An event into @s's buffer. blkparse counts the numbers missing between
- * two records of a cpu, never before its first: when the first events of
- * a ring in this session were lost, a mark with the number before them
- * goes first, a record with no category, which blkparse checks the
- * number of but neither prints nor counts nor passes on to btt (-d).
+ * A mark: a record with no category, which blkparse numbers (it counts the
+ * numbers missing before it) but neither prints nor counts nor passes on
+ * to btt (-d). Not counted written.
  */
-static void sess_take(struct bt_session *s, const struct bt_slot *e)
+static void sess_mark(struct bt_session *s, uint32_t seq, uint64_t time_ns)
 {
-	uint32_t c = e->t.cpu;
+	struct blk_io_trace mark;
 
-	if (e->t.sequence && c >= s->nr_started) {
-		uint32_t n = c + 1 > 2 * s->nr_started ? c + 1 : 2 * s->nr_started;
-		bool *p = realloc(s->started, n * sizeof(*p));
-		uint32_t *l = p ? realloc(s->last, n * sizeof(*l)) : NULL;
-
-		if (p)
-			s->started = p;
-		if (l) {
-			memset(p + s->nr_started, 0, (n - s->nr_started) * sizeof(*p));
-			memset(l + s->nr_started, 0, (n - s->nr_started) * sizeof(*l));
-			s->last = l;
-			s->nr_started = n;
-		}
-	}
-	if (e->t.sequence && c < s->nr_started && !s->started[c]) {
-		uint32_t b = c < s->nr_base ? s->base[c] : 0;
-
-		if (e->t.sequence != b + 1) {
-			struct blk_io_trace mark;
-
-			bt_encode(&mark, b, e->t.time, 0, 0, 0, e->t.pid, e->t.device, 0, 0);
-			mark.cpu = c;
-			s->started[c] = sess_put(s, &mark, NULL, true);
-			s->last[c] = b;
-		}
-	}
-	if (sess_put(s, &e->t, e->pdu, false) && e->t.sequence && c < s->nr_started) {
-		s->started[c] = true;
-		s->last[c] = e->t.sequence;
-	}
+	bt_encode(&mark, seq, time_ns, 0, 0, 0, 0, s->devnum, 0, 0);
+	sess_put(s, &mark, NULL, true);
 }
 
 /*
- * The session ends: blkparse sees no gap after a cpu's last record, so
- * for each ring that took numbers past the last in the buffer (events
- * lost at the end), a mark with the number after them. Only while no
- * other session reads the same device and level, whose events after the
- * stop take numbers too (these could not be told from events lost).
- * sess_lock held.
+ * An event into @s's buffer, numbered: first the numbers of the events its
+ * ring lost just before it (@e carries their count), then its own, or,
+ * when the buffer is full, a number lost too. A message takes none
+ * (blkparse checks no message's number, as the kernel gives none).
  */
-static void sess_end_marks_locked(struct bt_session *s)
+static void sess_take(struct bt_session *s, const struct bt_slot *e)
 {
-	uint32_t i = seq_idx(s->devnum, s->level), *end, nr, c;
+	struct blk_io_trace t = e->t;
+
+	s->seq += t.sequence;
+	if (t.action == BT_ACT_MESSAGE) {
+		t.sequence = 0;
+		sess_put(s, &t, e->pdu, false);
+		return;
+	}
+	t.sequence = ++s->seq;
+	sess_put(s, &t, e->pdu, false);
+}
+
+/*
+ * The session ends: blkparse sees no gap after the last record, so a mark
+ * with the number after those lost at the end (its full buffer, and what
+ * the rings lost and no later event carried). The rings' counts are only
+ * read while no other session reads the same device and level, whose
+ * events after the stop carry those counts too. sess_lock held.
+ */
+static void sess_end_mark_locked(struct bt_session *s)
+{
+	uint32_t i = seq_idx(s->devnum, s->level), pending = 0;
 	struct bt_ring *r;
 	struct bt_cpu *cp;
 	int k;
 
-	if (i >= BT_SEQ_DEVS * BT_LEVELS)
-		return;
 	for (k = 0; k < nr_sess; k++)
 		if (sess[k] != s && sess[k]->devnum == s->devnum)
-			return;
-	pthread_mutex_lock(&ring_lock);
-	nr = nr_cpus;
-	end = calloc(nr ? nr : 1, sizeof(*end));
-	if (end) {
+			i = BT_SEQ_DEVS * BT_LEVELS;
+	if (i < BT_SEQ_DEVS * BT_LEVELS) {
+		pthread_mutex_lock(&ring_lock);
 		for (r = rings; r; r = r->next)
-			end[r->cpu->cpu] = __atomic_load_n(&r->cpu->seq[i], __ATOMIC_RELAXED);
+			pending += __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED);
 		for (cp = cpu_free; cp; cp = cp->next)
-			end[cp->cpu] = __atomic_load_n(&cp->seq[i], __ATOMIC_RELAXED);
+			pending += __atomic_load_n(&cp->lost[i], __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&ring_lock);
 	}
-	pthread_mutex_unlock(&ring_lock);
-	for (c = 0; end && c < nr; c++) {
-		uint32_t last = c < s->nr_started && s->started[c] ? s->last[c] :
-				c < s->nr_base ? s->base[c] : 0;
-		struct blk_io_trace mark;
-
-		if (end[c] == last || end[c] + 1 == 0)
-			continue;
-		bt_encode(&mark, end[c] + 1, s->stop_ns, 0, 0, 0, 0, s->devnum, 0, 0);
-		mark.cpu = c;
-		sess_put(s, &mark, NULL, true);
-	}
-	free(end);
+	sess_mark(s, s->seq + pending + 1, s->stop_ns);
 }
 
 /*
@@ -943,7 +888,6 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 	note.pdu[strcspn(note.pdu, "\n")] = 0;
 	bt_encode(&note.t, 0, t->time, 0, 0, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS), t->pid,
 		  t->device, 0, 16);
-	note.t.cpu = t->cpu;
 	/* a full buffer: not an event lost (no number), the next event tries again */
 	if (sess_put(s, &note.t, note.pdu, true))
 		s->pids[s->nr_pids++] = t->pid;
@@ -957,12 +901,13 @@ static void dispatch_locked(const struct bt_slot *e)
 	for (k = 0; k < nr_sess; k++) {
 		struct bt_session *s = sess[k];
 
-		if (s->devnum != e->t.device || (s->stopping && e->t.time > s->stop_ns))
+		if (s->devnum != e->t.device || e->t.time < s->t0)
 			continue;
-		/* a numbered event is this session's by its number, others by time */
-		if (e->t.sequence ? e->t.cpu < s->nr_base && e->t.sequence <= s->base[e->t.cpu] :
-				    e->t.time < s->t0)
+		if (s->stopping && e->t.time > s->stop_ns) {
+			/* not this session's, but what its ring lost before it is */
+			s->seq += e->t.sequence;
 			continue;
+		}
 		sess_name_pid(s, &e->t);
 		sess_take(s, e);
 	}
@@ -1188,7 +1133,7 @@ static void *trace_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 			if (s->stopping && s->stop_ns <= cutoff) {
 				pthread_mutex_unlock(&s->lock);
-				sess_end_marks_locked(s);
+				sess_end_mark_locked(s);
 				pthread_mutex_lock(&s->lock);
 				s->drained = true;
 				s->drained_ns = blk_now_ns();
@@ -1209,9 +1154,6 @@ static void sess_free(struct bt_session *s)
 {
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
-	free(s->base);
-	free(s->started);
-	free(s->last);
 	free(s->fill);
 	free(s->out);
 	free(s);
@@ -1236,8 +1178,8 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	s->fill = malloc(BT_WBUF);
-	s->out = malloc(BT_WBUF);
+	s->fill = malloc(BT_WBUF + BT_WMARKS);
+	s->out = malloc(BT_WBUF + BT_WMARKS);
 	if (!s->fill || !s->out) {
 		sess_free(s);
 		return ERR_PTR(-ENOMEM);
@@ -1265,31 +1207,9 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 			goto out_unlock;
 		thread_running = true;
 	}
-	/*
-	 * Where its numbers start: each ring's last number of the device and
-	 * level now (its thread may be taking one: either side is fine, the
-	 * event is before or after the start), after t0, before the level is
-	 * on.
-	 */
+	/* numbered from 1: a start mark 0 makes a loss before the first record a gap */
 	s->t0 = blk_now_ns();
-	pthread_mutex_lock(&ring_lock);
-	s->base = calloc(nr_cpus ? nr_cpus : 1, sizeof(*s->base));
-	if (s->base) {
-		uint32_t i = seq_idx(s->devnum, level);
-		struct bt_ring *r;
-		struct bt_cpu *c;
-
-		s->nr_base = i < BT_SEQ_DEVS * BT_LEVELS ? nr_cpus : 0;
-		for (r = rings; r && s->nr_base; r = r->next)
-			s->base[r->cpu->cpu] = __atomic_load_n(&r->cpu->seq[i], __ATOMIC_RELAXED);
-		for (c = cpu_free; c && s->nr_base; c = c->next)
-			s->base[c->cpu] = __atomic_load_n(&c->seq[i], __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&ring_lock);
-	if (!s->base) {
-		ret = -ENOMEM;
-		goto out_unlock;
-	}
+	sess_mark(s, 0, s->t0);
 	sess[nr_sess++] = s;
 	__atomic_add_fetch(&d->on[level], 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&sess_lock);

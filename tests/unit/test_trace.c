@@ -149,22 +149,31 @@ Test(blktrace, session_writes_sorted_records_and_notes)
 	lseek(fd, 0, SEEK_SET);
 	n = read_all(fd, buf, sizeof(buf));
 	close(fd);
-	/* a PROCESS note naming the pid, then the four events in order */
-	cr_assert_eq(n, 5 * 48 + 16 + strlen("fault: EIO at 1048576") + 8, "%zu bytes", n);
-	for (size_t off = 0, k = 0; off < n; k++) {
-		static const uint32_t seq[] = { 0, 2, 0, 3, 4 };
+	/*
+	 * the start mark, a PROCESS note naming the pid, the four events in
+	 * order, the end mark
+	 */
+	cr_assert_eq(n, 7 * 48 + 16 + strlen("fault: EIO at 1048576") + 8, "%zu bytes", n);
+	for (size_t off = 0, k = 0, m = 0; off < n;) {
+		static const uint32_t seq[] = { 0, 1, 0, 2, 3 };
 		struct blk_io_trace r;
 
 		memcpy(&r, buf + off, 48);
 		cr_assert_eq(r.magic, 0x65617407u);
+		cr_assert_eq(r.cpu, 0);		/* blkparse reads a .blktrace.0 file as cpu 0's */
+		if (!r.action) {
+			/* the marks: 0 before the first, the one after the last */
+			cr_assert_eq(r.sequence, m++ ? 4 : 0);
+			cr_assert_eq(r.pdu_len, 0);
+			off += 48;
+			continue;
+		}
 		/*
-		 * numbered from 1 per device and ring as they happened: the
-		 * notes and the message have none (blkparse checks none of
-		 * theirs); the other device's event takes none of this one's, the
-		 * one before the session took 1
+		 * numbered from 1 as written: the notes and the message have
+		 * none (blkparse checks none of theirs); the other device's
+		 * event takes none of this one's
 		 */
 		cr_assert_eq(r.sequence, seq[k], "record %zu: %u", k, r.sequence);
-		cr_assert_eq(r.cpu, ((struct blk_io_trace *)(void *)buf)->cpu);
 		cr_assert_eq(r.device, d->devnum[BT_LEVEL_DEV]);
 		cr_assert_eq(r.pid, (uint32_t)gettid());
 		if (k == 0) {
@@ -181,6 +190,7 @@ Test(blktrace, session_writes_sorted_records_and_notes)
 			cr_assert_eq((unsigned char)buf[off + 48 + 7], 0x00);
 		}
 		off += 48 + r.pdu_len;
+		k++;
 	}
 	cr_assert_eq(t[0].action, BT_ACT_QUEUE | BT_TC_ACT(BT_TC_WRITE));
 	cr_assert_eq(t[0].sector, 16);
@@ -213,8 +223,10 @@ Test(blktrace, full_ring_drops_and_counts)
 		bt_event(d, BT_LEVEL_DEV, BT_ACT_QUEUE, (uint64_t)i * 512, 512, 0, NULL, 0, 0);
 	close(fds[0]);		/* the writer gets EPIPE (its SIGPIPE blocked): the session ends */
 	cr_assert_eq(bt_session_stop(s, &written, &dropped), -EPIPE);
-	cr_assert_eq(written + dropped, 200000 + 1,	/* + the PROCESS note */ "written %llu dropped %llu",
-		     (unsigned long long)written, (unsigned long long)dropped);
+	/* + the PROCESS note, when it found room (a note turned away is no event lost) */
+	cr_assert(written + dropped == 200000 || written + dropped == 200000 + 1,
+		  "written %llu dropped %llu", (unsigned long long)written,
+		  (unsigned long long)dropped);
 	cr_assert_gt(dropped, 0);
 }
 
@@ -525,6 +537,11 @@ Test(blktrace, fuse_level_requests)
 		struct blk_io_trace r;
 
 		memcpy(&r, buf + off, 48);
+		if (!r.action) {	/* the start and end marks */
+			off += 48;
+			k--;
+			continue;
+		}
 		cr_assert_eq(r.pid, 4242);
 		cr_assert_eq(r.device, BT_MKDEV(BT_MAJOR_FUSE, d->devnum[BT_LEVEL_DEV] & 0xfffff));
 		if (k)
