@@ -91,7 +91,7 @@ uint32_t bt_op_cat(enum blk_op op, unsigned int flags)
 #define BT_DRAIN_NS	1000000l
 
 struct bt_slot {
-	struct blk_io_trace t;	/* time absolute, sequence and cpu set */
+	struct blk_io_trace t;	/* time absolute; sequence: the events lost just before */
 	char pdu[BT_PDU_MAX];
 };
 

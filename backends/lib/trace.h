@@ -14,10 +14,12 @@
  *   BT_LEVEL_FUSE (major BT_MAJOR_FUSE): the user's requests as FUSE
  *     received them (bt_req_begin/bt_req_end), with the caller's pid.
  *
- * Events go into a ring of the calling thread (no lock, no syscall), each
- * with its sequence number, taken when it happens, per device, level and
- * ring (the ring's number is the record's cpu, as the kernel numbers per
- * CPU): every event lost is a gap blkparse counts. A trace thread
+ * Events go into a ring of the calling thread (no lock, no syscall); an
+ * event carries the count of events of its device and level that its ring
+ * lost just before it. A session numbers its records in the order it
+ * writes them, which is time order, all as cpu 0 (blkparse reads a trace
+ * file as one cpu's), skipping one number for each event lost: every event
+ * lost is a gap blkparse counts, about where it was lost. A trace thread
  * (bt_session_*) drains the rings every millisecond in time order into
  * each session's buffer, and a writer thread per session writes that
  * buffer to its descriptor. A full ring drops the event (counted in
