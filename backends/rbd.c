@@ -25,7 +25,27 @@
  * Failure: librados's op, mon-op and mount timeouts are set from `timeout`
  * (default 30 s), so a cluster that stops answering fails requests with
  * EIO after that long instead of hanging the mount; the cache keeps the
- * data dirty and the next fsync reports it.
+ * data dirty and the next fsync reports it. librados counts the timeout
+ * from the moment librbd has an I/O, not from its submit here: an I/O that
+ * waited for a slot behind ones that timed out would wait a whole timeout
+ * more, and a queue of them one timeout per queue_depth I/Os (an fsync
+ * with the OSD stopped took twice `timeout` to fail). So when an I/O ends
+ * with ETIMEDOUT, every waiter queued before that moment fails with it at
+ * once instead of going out (rbd_finish); the cache keeps their data dirty
+ * and writes it again later. The same for what comes after: once an I/O
+ * timed out the device is "down" (down_ns), and every I/O fails at once
+ * with ETIMEDOUT until the probe thread (rbd_probe_fn) has the OSD of the
+ * image's header answer a stat, tried each second. An fsync would
+ * otherwise wait for its writeback in flight to time out, then write the
+ * same data again and wait a second timeout. Where only some OSDs are gone
+ * and the header's answers, the probe ends "down" at once, and I/O waits
+ * its own timeout as before. And before the first timeout: while librbd
+ * has answered nothing for stall_ns (min(timeout / 2, 2 s)) with I/O in
+ * flight, new I/O waits here instead of going out, so that it fails with
+ * the first timeout rather than wait for one of its own (an I/O that went
+ * out just before the first timeout timed out a whole timeout later, and an
+ * fsync waiting for it took 2 x timeout, 1 run of rbd_outage.sh in 10).
+ * From a stop of the OSD to the EIO is then at most timeout + stall_ns.
  *
  * The exclusive lock: taken with rbd_lock_acquire(EXCLUSIVE) (librbd hands
  * a lock taken automatically to whoever asks); a second opener is refused
@@ -73,11 +93,15 @@ struct rbd_req {
 	struct blk_io *io;
 	struct rbd_dev *rd;
 	struct list_head link;		/* rd->lock: on rd->waiting */
+	uint64_t queued_ns;		/* blk_now_ns() when it joined rd->waiting */
 };
 
 struct rbd_dev {
 	struct blk_backend be;		/* must come first */
-	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced) */
+	struct blk_geometry geo;	/* size changes only in rbd_be_resize (quiesced),
+					 * atomically: read with __atomic_load_n */
+	struct blk_geometry geo_open;	/* geo as opened: the fields that never change,
+					 * copied whole without racing with size */
 	uint64_t max_size;		/* atomic: the largest geo.size of this open
 					 * (rbd_check_geometry, under writeback) */
 	rados_t cluster;
@@ -91,6 +115,9 @@ struct rbd_dev {
 	pthread_mutex_t lock;
 	struct list_head waiting;	/* lock: requests past queue_depth */
 	unsigned int inflight;		/* lock: requests in librbd */
+	uint64_t progress_ns;		/* lock: the last completion, or when inflight
+					 * left 0: how long librbd has answered nothing */
+	uint64_t stall_ns;		/* set at open: min(timeout / 2, 2 s) */
 
 	/* atomic counters for ->stat */
 	uint64_t nr_reads, nr_writes, nr_flushes, nr_zeroes, nr_errors, nr_queued;
@@ -117,6 +144,26 @@ struct rbd_dev {
 	bool wown;			/* wlock: an own resize or reset is under way */
 	uint64_t wgen;			/* wlock: own resizes and resets ended */
 	uint64_t nr_outside_resizes;	/* atomic */
+	uint64_t obj_size;		/* the image's object size (fixed) */
+
+	/* An I/O timed out: fail I/O at once until the probe is answered. */
+	uint64_t down_ns;		/* atomic: blk_now_ns() it went down, 0 up */
+	uint64_t nr_fast_fails;		/* atomic: I/Os failed at once while down */
+	uint64_t nr_downs;		/* atomic */
+	char header_oid[128];		/* the object the probe stats */
+	pthread_t probe_thread;
+	bool probe_running;
+	/*
+	 * Test hooks (BLKFS_RBD_TEST, read at open; the tests' only way to
+	 * make librbd fail on cue): "features" makes rbd_get_features fail
+	 * with EIO, "notice_size=N" the watch's first N reads of the size.
+	 */
+	bool test_features;
+	unsigned int test_notice_fails;	/* wlock */
+	pthread_mutex_t plock;
+	pthread_cond_t pcond;		/* to the probe thread: down or pstop
+					 * (blk_cond_init: timed retries) */
+	bool pstop;			/* plock */
 };
 
 static int rbd_start(struct rbd_req *rq);
@@ -141,6 +188,7 @@ static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int r
 	struct rbd_req *next = NULL;
 
 	pthread_mutex_lock(&rd->lock);
+	rd->progress_ns = blk_now_ns();
 	if (!list_empty(&rd->waiting)) {
 		next = list_first_entry(&rd->waiting, struct rbd_req, link);
 		list_del_init(&next->link);
@@ -171,11 +219,35 @@ static struct rbd_req *rbd_end_one(struct rbd_dev *rd, struct rbd_req *rq, int r
  */
 static void rbd_finish(struct rbd_dev *rd, struct rbd_req *rq, int res)
 {
+	/* waiters queued before this moment fail with a timeout (the top of the file) */
+	uint64_t tmo_at = res == -ETIMEDOUT ? blk_now_ns() : 0;
+
 	while ((rq = rbd_end_one(rd, rq, res))) {
+		if (tmo_at && rq->queued_ns <= tmo_at) {
+			res = -ETIMEDOUT;
+			continue;
+		}
 		res = rbd_start(rq);
 		if (!res)
 			break;
+		tmo_at = res == -ETIMEDOUT ? blk_now_ns() : 0;
 	}
+}
+
+/* An I/O timed out: the device is down until the probe is answered (the top). */
+static void rbd_set_down(struct rbd_dev *rd)
+{
+	uint64_t zero = 0;
+
+	if (!__atomic_compare_exchange_n(&rd->down_ns, &zero, blk_now_ns(), false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	__atomic_add_fetch(&rd->nr_downs, 1, __ATOMIC_RELAXED);
+	blk_warn("rbd: %s: an I/O to %s/%s timed out: I/O fails at once until the cluster "
+		 "answers (asked each second)", rd->dev, rd->pool_name, rd->image_name);
+	pthread_mutex_lock(&rd->plock);
+	pthread_cond_signal(&rd->pcond);
+	pthread_mutex_unlock(&rd->plock);
 }
 
 static void rbd_complete_cb(rbd_completion_t c, void *arg)
@@ -186,6 +258,15 @@ static void rbd_complete_cb(rbd_completion_t c, void *arg)
 	int res = 0;
 
 	rbd_aio_release(c);
+	/*
+	 * Only the probe ends "down", never an I/O that succeeds: librbd
+	 * answers some without the cluster (a read of an object the object
+	 * map says does not exist, a flush with nothing to flush, a write
+	 * into its cache), and one such let an fsync with the OSD stopped
+	 * wait for a second timeout (rbd_outage.sh, 1 run in 10).
+	 */
+	if (r == -ETIMEDOUT)
+		rbd_set_down(rq->rd);
 	if (r < 0)
 		res = (int)r;
 	else if (io->op == BLK_READ && (uint64_t)r != io->len)
@@ -209,6 +290,11 @@ static int rbd_start(struct rbd_req *rq)
 	if (io->op != BLK_FLUSH &&
 	    io->pos + io->len > __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED))
 		return -ENXIO;	/* past an end that moved in (above) */
+	if (__atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED)) {
+		/* an I/O timed out and the probe has had no answer yet (the top) */
+		__atomic_add_fetch(&rd->nr_fast_fails, 1, __ATOMIC_RELAXED);
+		return -ETIMEDOUT;
+	}
 	r = rbd_aio_create_completion(rq, rbd_complete_cb, &c);
 	if (r < 0)
 		return r;
@@ -259,12 +345,15 @@ static int rbd_be_submit(struct blk_backend *be, struct blk_io *io)
 	default:
 		__atomic_add_fetch(&rd->nr_zeroes, 1, __ATOMIC_RELAXED);
 	}
+	rq->queued_ns = blk_now_ns();
 	pthread_mutex_lock(&rd->lock);
-	now = rd->inflight < rd->qd;
-	if (now)
-		rd->inflight++;
-	else
+	/* librbd answering nothing for stall_ns: wait here (the top of the file) */
+	now = rd->inflight < rd->qd && list_empty(&rd->waiting) &&
+	      (!rd->inflight || rq->queued_ns < rd->progress_ns + rd->stall_ns);
+	if (!now)
 		list_add_tail(&rq->link, &rd->waiting);
+	else if (!rd->inflight++)
+		rd->progress_ns = rq->queued_ns;
 	pthread_mutex_unlock(&rd->lock);
 	if (!now) {
 		__atomic_add_fetch(&rd->nr_queued, 1, __ATOMIC_RELAXED);
@@ -280,8 +369,12 @@ static void rbd_be_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
-	*geo = rd->geo;
-	/* size is stored atomically by rbd_be_resize (the rest is fixed at open) */
+	/*
+	 * Not *geo = rd->geo: that reads size plainly while rbd_size_take
+	 * stores it (TSan, tests/tsan/rbd.sh: writeback's check against an
+	 * outside resize). size is stored atomically; the rest is fixed.
+	 */
+	*geo = rd->geo_open;
 	geo->size = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
 }
 
@@ -295,9 +388,88 @@ static void rbd_check_geometry(struct blk_backend *be, struct blk_geometry *geo)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
 
-	*geo = rd->geo;
+	*geo = rd->geo_open;	/* not rd->geo: see rbd_be_geometry */
 	/* rbd_be_resize raises it while background writeback may submit */
 	geo->size = __atomic_load_n(&rd->max_size, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- probe */
+
+/*
+ * While the device is down, stat the image's header object each second
+ * (bounded by the OSD op timeout, `timeout`); an answer, whatever it says,
+ * is the cluster answering: up again. A plain RADOS op, past librbd's
+ * cache, which could answer a read without the cluster.
+ */
+static void *rbd_probe_fn(void *arg)
+{
+	struct rbd_dev *rd = arg;
+	uint64_t size, down;
+	bool said = false;
+	time_t mtime;
+	int r;
+
+	pthread_mutex_lock(&rd->plock);
+	while (!rd->pstop) {
+		down = __atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED);
+		if (!down) {
+			pthread_cond_wait(&rd->pcond, &rd->plock);
+			continue;
+		}
+		pthread_mutex_unlock(&rd->plock);
+		r = rados_stat(rd->ioctx, rd->header_oid, &size, &mtime);
+		pthread_mutex_lock(&rd->plock);
+		/*
+		 * The OSD answered: the header's stat, or that it is gone.
+		 * Any other error is no answer (one came back 3 s into a
+		 * stop of the OSD, before the timeout): asked again.
+		 */
+		if (r >= 0 || r == -ENOENT) {
+			if (__atomic_compare_exchange_n(&rd->down_ns, &down, 0, false,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				blk_info("rbd: %s: the cluster answers again after %" PRIu64 " ms "
+					 "(I/O failed at once meanwhile)", rd->dev,
+					 (blk_now_ns() - down) / 1000000u);
+			said = false;
+			continue;
+		}
+		if (r != -ETIMEDOUT && !said)
+			blk_warn("rbd: %s: the probe of %s (rados_stat): %s; asked again each "
+				 "second", rd->dev, rd->header_oid, strerror(-r));
+		said = said || r != -ETIMEDOUT;
+		if (!rd->pstop)
+			blk_cond_wait_ms(&rd->pcond, &rd->plock, 1000);
+	}
+	pthread_mutex_unlock(&rd->plock);
+	return NULL;
+}
+
+static int rbd_probe_start(struct rbd_dev *rd, struct blk_params *p)
+{
+	char id[96];
+	int r;
+
+	if (rbd_get_id(rd->image, id, sizeof(id)) >= 0)
+		snprintf(rd->header_oid, sizeof(rd->header_oid), "rbd_header.%s", id);
+	else	/* a format 1 image */
+		snprintf(rd->header_oid, sizeof(rd->header_oid), "%s.rbd", rd->image_name);
+	r = pthread_create(&rd->probe_thread, NULL, rbd_probe_fn, rd);
+	if (r)
+		return blk_param_error(p, NULL, "no thread for the rbd probe: %s", strerror(r));
+	rd->probe_running = true;
+	return 0;
+}
+
+static void rbd_probe_stop(struct rbd_dev *rd)
+{
+	if (!rd->probe_running)
+		return;
+	pthread_mutex_lock(&rd->plock);
+	rd->pstop = true;
+	pthread_cond_signal(&rd->pcond);
+	pthread_mutex_unlock(&rd->plock);
+	pthread_join(rd->probe_thread, NULL);
+	rd->probe_running = false;
 }
 
 /* ---------------------------------------------------------------- watch */
@@ -331,6 +503,10 @@ static void *rbd_watch_fn(void *arg)
 		/* The header changed: a resize, or a snapshot, a lock, a feature. */
 		r = rbd_get_size(rd->image, &size);
 		pthread_mutex_lock(&rd->wlock);
+		if (rd->test_notice_fails && r >= 0) {
+			rd->test_notice_fails--;
+			r = -EIO;
+		}
 		if (r < 0) {
 			/* Not lost: asked again in a second until it is read. */
 			if (!said)
@@ -692,6 +868,7 @@ static int rbd_conf_set(struct rbd_dev *rd, struct blk_params *p, const char *ke
 static void rbd_dev_free(struct rbd_dev *rd)
 {
 	rbd_watch_stop(rd);
+	rbd_probe_stop(rd);
 	if (rd->image)
 		rbd_close(rd->image);
 	if (rd->ioctx)
@@ -702,10 +879,32 @@ static void rbd_dev_free(struct rbd_dev *rd)
 	pthread_mutex_destroy(&rd->lock);
 	pthread_mutex_destroy(&rd->wlock);
 	pthread_cond_destroy(&rd->wcond);
+	pthread_mutex_destroy(&rd->plock);
+	pthread_cond_destroy(&rd->pcond);
 	free(rd->pool_name);
 	free(rd->image_name);
 	free(rd->dev);
 	free(rd);
+}
+
+/* BLKFS_RBD_TEST=features,notice_size=N: the test hooks (struct rbd_dev). */
+static void rbd_test_env(struct rbd_dev *rd)
+{
+	const char *env = getenv("BLKFS_RBD_TEST");
+	char buf[128], *tok, *save;
+
+	if (!env || !*env)
+		return;
+	snprintf(buf, sizeof(buf), "%s", env);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "features"))
+			rd->test_features = true;
+		else if (!strncmp(tok, "notice_size=", 12))
+			rd->test_notice_fails = (unsigned int)strtoul(tok + 12, NULL, 10);
+		else
+			blk_warn("rbd: BLKFS_RBD_TEST: '%s' is no test hook (features, "
+				 "notice_size=N)", tok);
+	}
 }
 
 static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend *next)
@@ -745,14 +944,22 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	rd->be.ops = &rbd_backend_ops;
 	pthread_mutex_init(&rd->lock, NULL);
 	pthread_mutex_init(&rd->wlock, NULL);
+	pthread_mutex_init(&rd->plock, NULL);
 	r = blk_cond_init(&rd->wcond);
+	if (!r) {
+		r = blk_cond_init(&rd->pcond);
+		if (r)
+			pthread_cond_destroy(&rd->wcond);
+	}
 	if (r) {
+		pthread_mutex_destroy(&rd->plock);
 		pthread_mutex_destroy(&rd->wlock);
 		pthread_mutex_destroy(&rd->lock);
 		free(rd);
 		return ERR_PTR(blk_param_error(p, NULL, "pthread_cond_init: %s", strerror(r)));
 	}
 	rd->host = p->host;
+	rbd_test_env(rd);
 	list_init(&rd->waiting);
 	rd->pool_name = strdup(pool);
 	rd->image_name = strdup(image);
@@ -783,6 +990,7 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		goto out_free;
 	}
 	timeout_s = (unsigned int)(ns_tmo / NS_PER_S);
+	rd->stall_ns = ns_tmo / 2 < 2 * NS_PER_S ? ns_tmo / 2 : 2 * NS_PER_S;
 	if (timeout_s < RBD_SAFE_TIMEOUT_S)
 		blk_warn("rbd: %s: timeout = %s is below %us: on a real cluster an ordinary OSD "
 			 "failover (about 26 s before the monitors mark a dead OSD down: "
@@ -893,15 +1101,19 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		blk_param_error(p, "image", "rbd_stat of %s/%s: %s", pool, image, strerror(-r));
 		goto out_free;
 	}
+	rd->obj_size = info.obj_size;
 	r = rbd_geometry_init(rd, p, info.size, info.obj_size);
 	if (r)
 		goto out_free;
+	rd->geo_open = rd->geo;
 
 	/*
 	 * A failure here must not open the image as if it had no
 	 * exclusive-lock feature: that would skip the lock and warn falsely.
 	 */
 	r = rbd_get_features(rd->image, &features);
+	if (rd->test_features && r >= 0)
+		r = -EIO;
 	if (r < 0) {
 		blk_param_error(p, "image", "rbd_get_features of %s/%s: %s (the lock cannot "
 				"be taken without knowing them)", pool, image, strerror(-r));
@@ -918,6 +1130,9 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 			goto out_free;
 	}
 	r = rbd_watch_start(rd, p);
+	if (r)
+		goto out_free;
+	r = rbd_probe_start(rd, p);
 	if (r)
 		goto out_free;
 	snprintf(who, sizeof(who), "%s/%s%s%s", pool, ns ? ns : "", ns ? "/" : "", image);
@@ -980,7 +1195,7 @@ static int rbd_be_resize(struct blk_backend *be, uint64_t *size)
 	if (*size % rd->geo.lbs)
 		return -EINVAL;
 	rbd_own_begin(rd);
-	if (*size && *size != rd->geo.size) {
+	if (*size && *size != __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED)) {
 		r = rbd_resize(rd->image, *size);
 		if (r < 0)
 			blk_err("rbd: %s: rbd_resize(%s/%s, %" PRIu64 "): %s", rd->dev,
@@ -1003,14 +1218,18 @@ static size_t rbd_be_stat(struct blk_backend *be, char *buf, size_t len)
 	return be_stat_printf(buf, len,
 		"rbd_cache %d\nrbd_queue_depth %u\nrbd_inflight %u\nrbd_reads %" PRIu64 "\nrbd_writes %" PRIu64
 		"\nrbd_flushes %" PRIu64 "\nrbd_zeroes %" PRIu64 "\nrbd_queued %" PRIu64
-		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\nrbd_outside_resizes %" PRIu64 "\n", rd->cache, rd->qd, inflight,
+		"\nrbd_errors %" PRIu64 "\nrbd_locks_broken %u\nrbd_outside_resizes %" PRIu64
+		"\nrbd_down %d\nrbd_downs %" PRIu64 "\nrbd_fast_fails %" PRIu64 "\n", rd->cache, rd->qd, inflight,
 		__atomic_load_n(&rd->nr_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_writes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_flushes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_zeroes, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_queued, __ATOMIC_RELAXED),
 		__atomic_load_n(&rd->nr_errors, __ATOMIC_RELAXED), rd->nr_broken,
-		__atomic_load_n(&rd->nr_outside_resizes, __ATOMIC_RELAXED));
+		__atomic_load_n(&rd->nr_outside_resizes, __ATOMIC_RELAXED),
+		__atomic_load_n(&rd->down_ns, __ATOMIC_RELAXED) != 0,
+		__atomic_load_n(&rd->nr_downs, __ATOMIC_RELAXED),
+		__atomic_load_n(&rd->nr_fast_fails, __ATOMIC_RELAXED));
 }
 
 /* ------------------------------------------------------------ snapshots */
@@ -1045,7 +1264,7 @@ static int rbd_be_snap_destroy(struct blk_backend *be, const char *name)
 static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
-	uint64_t old = rd->geo.size, size;
+	uint64_t old = __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED), size;
 	int r;
 
 	if (!blk_snap_name_valid(name))
@@ -1074,14 +1293,102 @@ static int rbd_be_snap_reset(struct blk_backend *be, const char *name)
 }
 
 /*
- * data_bytes and own_bytes are not counted for rbd (0): it would take an
- * rbd_diff_iterate2 walk of every object per snapshot.
+ * data_bytes and own_bytes from rbd_diff_iterate2, by whole objects where
+ * the image keeps a valid fast-diff object map (it answers from the map,
+ * cheaply), else by exact extents (a listing of every object's clones: one
+ * RADOS op per object of the image, per snapshot):
+ *  - data_bytes: what the snapshot has data for (the diff from the start);
+ *  - own_bytes: what deleting it frees. RADOS keeps an object's clone for
+ *    a snapshot when the object was written after it (before the next
+ *    snapshot, or the head for the last one), and that clone is the
+ *    snapshot's alone when the object was also written since the one
+ *    before (else the older snapshot reads the same clone). So: the
+ *    objects written both in (previous, this] and in (this, next], whole
+ *    (a clone is a whole object), that this snapshot has data in.
  */
+struct rbd_diff_acc {
+	uint64_t bytes;		/* bytes of extents with data */
+	uint8_t *objs;		/* per object: 1 written in the diff (NULL: not kept) */
+	uint64_t obj_size, nr_objs;
+};
+
+static int rbd_diff_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct rbd_diff_acc *a = arg;
+	uint64_t o;
+
+	if (exists)
+		a->bytes += len;
+	if (a->objs && len)
+		for (o = off / a->obj_size; o <= (off + len - 1) / a->obj_size && o < a->nr_objs; o++)
+			a->objs[o] = 1;
+	return 0;
+}
+
+/* The diff of @img (at its snapshot, or the head) from @from (NULL: the start). */
+static int rbd_diff(rbd_image_t img, const char *from, uint64_t size, bool whole,
+		    struct rbd_diff_acc *a)
+{
+	a->bytes = 0;
+	if (a->objs)
+		memset(a->objs, 0, a->nr_objs);
+	return rbd_diff_iterate2(img, from, 0, size, 1, whole, rbd_diff_cb, a);
+}
+
+/* data_bytes and own_bytes of snapshot @i of @snaps (the comment above). */
+static int rbd_snap_usage(struct rbd_dev *rd, rbd_snap_info_t *snaps, int n, int i, bool whole,
+			  struct blk_snap_info *out)
+{
+	uint64_t nr = (snaps[i].size + rd->obj_size - 1) / rd->obj_size, o, own = 0, end;
+	struct rbd_diff_acc data = { .obj_size = rd->obj_size, .nr_objs = nr };
+	struct rbd_diff_acc since = data, after = data;
+	rbd_image_t at = NULL, next = NULL;
+	int r;
+
+	data.objs = calloc(nr ? nr : 1, 3);
+	if (!data.objs)
+		return -ENOMEM;
+	since.objs = data.objs + nr;
+	after.objs = data.objs + 2 * nr;
+	r = rbd_open_read_only(rd->ioctx, rd->image_name, &at, snaps[i].name);
+	if (r < 0)
+		goto out;
+	if (i + 1 < n) {
+		r = rbd_open_read_only(rd->ioctx, rd->image_name, &next, snaps[i + 1].name);
+		if (r < 0)
+			goto out;
+	}
+	r = rbd_diff(at, NULL, snaps[i].size, whole, &data);
+	if (!r)
+		r = rbd_diff(at, i ? snaps[i - 1].name : NULL, snaps[i].size, whole, &since);
+	/* what follows may be smaller (a shrink): diffed up to its end only */
+	end = next ? snaps[i + 1].size : __atomic_load_n(&rd->geo.size, __ATOMIC_RELAXED);
+	if (!r)
+		r = rbd_diff(next ? next : rd->image, snaps[i].name,
+			     end < snaps[i].size ? end : snaps[i].size, whole, &after);
+	if (r < 0)
+		goto out;
+	for (o = 0; o < nr; o++)
+		if (data.objs[o] && since.objs[o] && after.objs[o])
+			own += o + 1 < nr ? rd->obj_size : snaps[i].size - o * rd->obj_size;
+	out->data_bytes = data.bytes;
+	out->own_bytes = own;
+out:
+	if (next)
+		rbd_close(next);
+	if (at)
+		rbd_close(at);
+	free(data.objs);
+	return r;
+}
+
 static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr)
 {
 	struct rbd_dev *rd = (struct rbd_dev *)be;
+	uint64_t features = 0, flags = 0;
 	rbd_snap_info_t *snaps;
-	int max = 16, n, i, out = 0;
+	int max = 16, n, i, out = 0, r = 0;
+	bool whole;
 
 	for (;;) {
 		snaps = calloc((size_t)max, sizeof(*snaps));
@@ -1096,6 +1403,8 @@ static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int
 		free(snaps);
 		return n;
 	}
+	whole = !rbd_get_features(rd->image, &features) && (features & RBD_FEATURE_FAST_DIFF) &&
+		!rbd_get_flags(rd->image, &flags) && !(flags & RBD_FLAG_FAST_DIFF_INVALID);
 	for (i = 0; i < n; i++) {
 		struct timespec ts = { 0 };
 
@@ -1106,12 +1415,18 @@ static int rbd_be_snap_list(struct blk_backend *be, struct blk_snap_info *v, int
 			snprintf(v[out].name, sizeof(v[out].name), "%s", snaps[i].name);
 			if (!rbd_snap_get_timestamp(rd->image, snaps[i].id, &ts))
 				v[out].created = (uint64_t)ts.tv_sec;
+			r = rbd_snap_usage(rd, snaps, n, i, whole, &v[out]);
+			if (r < 0) {
+				blk_err("rbd: %s: counting the data of %s@%s (rbd_diff_iterate2): %s",
+					rd->dev, rd->image_name, snaps[i].name, strerror(-r));
+				break;
+			}
 		}
 		out++;
 	}
 	rbd_snap_list_end(snaps);
 	free(snaps);
-	return out;
+	return r < 0 ? r : out;
 }
 
 static int rbd_be_snap_save(struct blk_backend *be, const char *name, const char *path)

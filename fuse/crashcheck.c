@@ -226,7 +226,7 @@ static void run_dir_finish(struct cc *cc, size_t nr_kept)
 	DIR *d;
 
 	if (!cc->run_dir[0]) {
-		if (cc->keep_made)
+		if (cc->keep_made && cc->keep)
 			rmdir(cc->keep);	/* the run stopped before it began */
 		return;
 	}

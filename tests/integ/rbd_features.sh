@@ -2,7 +2,7 @@
 # integ-timeout: 600
 # rbd_features.sh: what the rbd backend adds to the suite, on a throw-away
 # Ceph cluster this test starts (tests/ceph/cluster, stopped at exit), never
-# the runner's shared one: step 4 stops the OSD, and steps 2 and 3 kill -9
+# the runner's shared one: steps 2 and 3 kill -9
 # blkfs, leaving a dead client's watch and lock (3's break_lock blocklists
 # the dead holder, cluster-wide):
 #  1. bad config fails `blkfs check` and `blkfs mount` within 10 s, with
@@ -25,10 +25,7 @@
 #     tests/ceph/cluster), and succeeds once the watch is gone; every fsync
 #     the writer got acknowledged is in the image (checked in an `rbd
 #     export` and through the new mount);
-#  4. (make soak only: BLKFS_RBD_OUTAGE=1)
-#     the OSD stopped (kill -STOP) under a writer: fsync fails with EIO
-#     after `timeout`, the data stays dirty; kill -CONT: the next fsync
-#     succeeds, and the image (rbd export) holds everything written;
+#  4. (the OSD stopped under a writer: tests/integ/rbd_outage.sh)
 #  5. a power cut through the powerloss filter over rbd under crash_writer:
 #     after the restart every record an fsync acknowledged before the cut
 #     is on the device, through blkfs and in the image (rbd export);
@@ -45,7 +42,7 @@ set -euo pipefail
 require_root
 require_fuse
 require_blkfs
-require_helper crash_writer fsync_fd
+require_helper crash_writer
 rbd_require
 require dd cmp
 
@@ -216,38 +213,7 @@ CONF=$CONF_NOBREAK
 out=$(timeout 60 "$BLKFS" check -c "$CONF" 2>&1) || fail "rbd/$lock still locked after blkfs umount: $out"
 
 # ---------------------------------------------------------------- 4
-# Only in `make soak` (BLKFS_RBD_OUTAGE=1): under stress-ng --cpu 2 one run
-# hung for minutes after the OSD's kill -CONT, in the rbd client commands
-# that follow (export, create), not in blkfs; until that is understood it
-# must not hold up make test.
-if [ "${BLKFS_RBD_OUTAGE:-0}" = 1 ]; then
-info "4. the OSD stopped under a writer"
-outimg=$(rbd_name out)
-rbd_create "$outimg" 64M
-start_blkfs "$(rbd_conf "$outimg" 'timeout = 3s')"
-dev=$MNT/d
-stat=$MNT/.sys/d/blkfs_stat
-ddev if="$src" of="$dev" bs=1M count=4 conv=notrunc,fsync
-exec 7<>"$dev"
-kill -STOP "$OSD_PID"
-ddev if="$src" of="$dev" bs=1M count=4 skip=4 seek=4 conv=notrunc
-out=$(timeout 120 "$BLKFS_TESTBIN/fsync_fd" 7) || fail "fsync_fd: $out"
-[ "$out" = EIO ] || { kill -CONT "$OSD_PID"; fail "fsync with the OSD stopped gave '$out', not EIO"; }
-dirty=$(awk '$1 == "dirty_bytes" { print $2 }' "$stat")
-errs=$(awk '$1 == "rbd_errors" { print $2 }' "$stat")
-info "OSD stopped: fsync EIO, dirty_bytes $dirty, rbd_errors $errs"
-[ "$errs" -gt 0 ] || fail "rbd_errors is 0 after a failed fsync: $(cat "$stat")"
-[ "$dirty" -gt 0 ] || fail "the failed data is not kept dirty: $(cat "$stat")"
-kill -CONT "$OSD_PID"
-wait_until 120 "fsync succeeds once the OSD runs again" \
-	sh -c "[ \"\$('$BLKFS_TESTBIN/fsync_fd' 7)\" = OK ]"
-exec 7>&-
-stop_blkfs "$MNT"
-rbd_export "$outimg" "$TDIR/export.img"
-cmp -n $((8 * M)) "$src" "$TDIR/export.img" || fail "data written while the OSD was stopped is not in the image"
-else
-	info "4. the OSD stopped under a writer: skipped (make soak runs it: BLKFS_RBD_OUTAGE=1)"
-fi
+# The OSD stopped under a writer: rbd_outage.sh (its own cluster, in make test).
 
 # ---------------------------------------------------------------- 5
 info "5. a power cut (powerloss filter) over rbd"

@@ -17,7 +17,12 @@
 #    .sys/d/snapshots; `blkfs reset` rolls the device back to it, dirty
 #    data included in the snapshot, and to its size after a `blkfs resize`
 #    (not counted as an outside resize); `blkfs snapshot -d` removes it;
-#  - `blkfs save` is refused with EOPNOTSUPP and a message.
+#  - `blkfs save` is refused with EOPNOTSUPP and a message;
+#  - .sys/d/snapshots: data_bytes and own_bytes against known writes, by
+#    whole objects (an image with fast-diff) and by exact extents (without);
+#  - (test hooks, BLKFS_RBD_TEST) a failed rbd_get_features fails `blkfs
+#    check` and `blkfs mount` within 10 s, saying why; a header notice whose
+#    size reads fail twice is still taken (read again each second).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -106,5 +111,78 @@ case $out in *"rbd backend cannot do this"*) ;; *) fail "blkfs save on rbd: no r
 info "save: $out"
 "$BLKFS" snapshot -d "$MNT" d base || fail "blkfs snapshot -d failed"
 ! rbd snap ls "rbd/$img" | grep -qw base || fail "the snapshot is still in rbd snap ls"
+stop_blkfs "$MNT"
+
+# data_bytes and own_bytes against known writes (objects of 4 MiB), on an
+# image with a fast-diff object map (counted by whole objects) and on one
+# without (exact extents): s1 after 4K at 0 (object 0) and 1M at 8M (2);
+# s2 after 4K at 4K (0) and 64K at 12M (3); then 4K at 8K (0). own_bytes is
+# what deleting frees, the objects written both before and after a
+# snapshot: object 0 for s1 and for s2, one object (4 MiB) each.
+snap_field() { # SNAP FIELD
+	awk -v s="$1" -v f="$2=" '$1 == s { for (i = 2; i <= NF; i++) if (index($i, f) == 1) print substr($i, length(f) + 1) }' \
+		"$MNT/.sys/d/snapshots"
+}
+conf_live=$CONF mnt_live=$MNT
+for feat in default layering,exclusive-lock; do
+	info "data_bytes and own_bytes, image features: $feat"
+	uimg=$(rbd_name "usage-${feat%%,*}")
+	if [ "$feat" = default ]; then
+		rbd_create "$uimg" 32M
+	else
+		rbd_cmd "rbd create ($feat)" create --size 32M --image-feature "$feat" "rbd/$uimg"
+	fi
+	K=1024
+	start_blkfs "$(rbd_conf "$uimg")"
+	ddev if="$src" of="$MNT/d" bs=4K count=1 conv=notrunc
+	ddev if="$src" of="$MNT/d" bs=1M count=1 seek=8 conv=notrunc,fsync
+	"$BLKFS" snapshot "$MNT" d s1 || fail "blkfs snapshot s1 failed"
+	ddev if="$src" of="$MNT/d" bs=4K count=1 seek=1 conv=notrunc
+	ddev if="$src" of="$MNT/d" bs=64K count=1 seek=192 conv=notrunc,fsync
+	"$BLKFS" snapshot "$MNT" d s2 || fail "blkfs snapshot s2 failed"
+	if rbd info "rbd/$uimg" | grep -q 'features:.*fast-diff'; then
+		d1=$((8 * M)) d2=$((12 * M))	# whole objects: 0 and 2; 0, 2 and 3
+	else
+		d1=$((4 * K + M)) d2=$((8 * K + M + 64 * K))
+	fi
+	assert_eq "s1 data_bytes ($feat)" "$d1" "$(snap_field s1 data_bytes)"
+	assert_eq "s2 data_bytes ($feat)" "$d2" "$(snap_field s2 data_bytes)"
+	assert_eq "s1 own_bytes ($feat)" $((4 * M)) "$(snap_field s1 own_bytes)"
+	assert_eq "s2 own_bytes before the head wrote over it ($feat)" 0 "$(snap_field s2 own_bytes)"
+	ddev if="$src" of="$MNT/d" bs=4K count=1 seek=2 conv=notrunc,fsync
+	assert_eq "s2 own_bytes ($feat)" $((4 * M)) "$(snap_field s2 own_bytes)"
+	info "$feat: $(tr '\n' ' ' <"$MNT/.sys/d/snapshots")"
+	# deleting s1 frees its own object: s2 then holds object 0 alone too
+	"$BLKFS" snapshot -d "$MNT" d s1 || fail "blkfs snapshot -d s1 failed"
+	assert_eq "s2 own_bytes after s1's deletion ($feat)" $((4 * M)) "$(snap_field s2 own_bytes)"
+	stop_blkfs "$MNT"
+done
+CONF=$conf_live MNT=$mnt_live
+
+# The test hooks (BLKFS_RBD_TEST, backends/rbd.c) make librbd fail on cue.
+info "a failed rbd_get_features fails the open, saying why"
+t0=$SECONDS
+out=$(BLKFS_RBD_TEST=features timeout 60 "$BLKFS" check -c "$CONF" 2>&1) &&
+	fail "blkfs check opened rbd/$img although rbd_get_features failed: $out"
+[ $((SECONDS - t0)) -le 10 ] || fail "blkfs check took $((SECONDS - t0)) s to refuse (at most 10)"
+case $out in
+*"image: rbd_get_features of rbd/$img: Input/output error (the lock cannot be taken without knowing them)"*) ;;
+*) fail "a features error: the refusal does not say why: $out" ;;
+esac
+case $out in *"no exclusive-lock feature"*) fail "a features error warned of a missing feature: $out" ;; esac
+lmnt=$MNT
+out=$(BLKFS_RBD_TEST=features timeout 60 "$BLKFS" mount "$lmnt" -c "$CONF" 2>&1) &&
+	fail "blkfs mount opened rbd/$img although rbd_get_features failed: $out"
+! is_mounted "$lmnt" || fail "a refused mount left $lmnt mounted"
+info "features error: $(printf '%s\n' "$out" | grep -m1 rbd_get_features)"
+
+info "a resize notice whose size read fails is read again"
+BLKFS_RBD_TEST=notice_size=2 remount_blkfs "$lmnt"
+sz=$(stat -c %s "$dev")
+rbd resize --no-progress --size $((sz / M + 8))M "rbd/$img" >/dev/null 2>&1 || fail "rbd resize failed"
+wait_until 30 "st_size $((sz + 8 * M)) after rbd resize, its first two size reads failing" file_size_is $((sz + 8 * M))
+grep -q "rbd: d: reading the size of rbd/$img after a header notice: Input/output error; trying again each second" "$LOG" ||
+	fail "the daemon log does not say the size read failed: $(tail -n 5 "$LOG")"
+assert_eq "rbd_outside_resizes after the retried notice" 1 "$(stat_of rbd_outside_resizes)"
 stop_blkfs "$MNT"
 info "ok"

@@ -337,7 +337,8 @@ fi
 for d in ram0 slow thr flt fk pl; do echo "$d $(cat "$MNT/.sys/$d/dev")"; done >"$TDIR/devs.before"
 stop_blkfs
 remount_blkfs "$MNT"
-echo 0 >"$MNT/.sys/fk/flakey/down_interval"	# the config's again: the unmount's flush must work
+# flakey goes down again from the config: the unmount's flush must not fail
+echo 0 >"$MNT/.sys/fk/flakey/down_interval"
 for d in ram0 slow thr flt fk pl; do echo "$d $(cat "$MNT/.sys/$d/dev")"; done >"$TDIR/devs.after"
 info "device numbers: $(tr '\n' ' ' <"$TDIR/devs.before")"
 cmp -s "$TDIR/devs.before" "$TDIR/devs.after" ||
