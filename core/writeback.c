@@ -153,9 +153,15 @@ static void wb_add_locked(struct wb_builder *b, struct pc_folio *f, uint32_t off
 		uint32_t take;
 
 		if (w && (w->io.pos + w->io.len != p || w->io.len == max || w->nsegs == w->cap)) {
-			/* the run goes on in a new I/O: a split at max_io */
-			if (w->io.pos + w->io.len == p)
+			/*
+			 * the run goes on in a new I/O: a split at max_io,
+			 * which the trace shows as the X it counts as
+			 */
+			if (w->io.pos + w->io.len == p) {
 				STAT_ADD(dev, split_ios, 1);
+				if (bt_on(dev->bt, BT_LEVEL_DEV))
+					bt_split(dev->bt, BT_TC_WRITE, w->io.pos, w->io.len, p);
+			}
 			wb_close(b);
 		}
 		if (!b->cur) {

@@ -95,8 +95,9 @@ static struct bf_req *req_of_slot(struct bf_slot *slot)
  * A slot, waiting for one when all are taken, as the block layer waits for
  * a tag (rule R5 in core/THREADS.md: the one wait a receiving thread may
  * do). @op, @pos, @len: the request, for the FUSE level's trace and counts:
- * it begins here, before any wait for a slot (the time the caller waited),
- * and ends at its reply (req_trace_end()).
+ * it begins here (Q), before any wait for a slot (the time the caller
+ * waited), is issued (D) once it has its slot, and ends at its reply
+ * (req_trace_end()).
  */
 static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 			      void (*done)(struct pc_aio *aio, ssize_t res), enum blk_op op,
@@ -106,6 +107,8 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
 	struct bf_req *r = req_of_slot(bf_slots_get(&bd->slots));
 
+	/* the slot is the FUSE level's D: Q2D is the wait for it */
+	bt_req_issue(bd->bt, op, pos, len, pid);
 	r->req = req;
 	r->data = NULL;
 	r->kept = NULL;

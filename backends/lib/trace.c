@@ -18,11 +18,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,8 +91,27 @@ uint32_t bt_op_cat(enum blk_op op, unsigned int flags)
 #define BT_DRAIN_NS	1000000l
 
 struct bt_slot {
-	struct blk_io_trace t;	/* time absolute, sequence unset */
+	struct blk_io_trace t;	/* time absolute; sequence: the events lost just before */
 	char pdu[BT_PDU_MAX];
+};
+
+/*
+ * What a ring lost: for each device and level, the events dropped since
+ * the ring's last event of it, which that next event carries (in its
+ * sequence field) to the trace thread. A session numbers its records as
+ * it writes them (blkparse reads a file's records as one cpu's, and will
+ * not have another cpu's in it: the numbers cannot be per ring) and adds
+ * these counts first, so that each event lost is a missing number, at
+ * the place it was lost: blkparse's "Skips" are the drops. Written by the
+ * ring's thread only; read by a session's end; handed to the next ring
+ * (a thread that starts after this one's ended) through the free list, so
+ * that nothing it counted is forgotten.
+ */
+#define BT_SEQ_DEVS	1024	/* devices counted (minors above: drops carried by none) */
+
+struct bt_cpu {
+	uint32_t lost[BT_SEQ_DEVS * BT_LEVELS];	/* [minor * BT_LEVELS + level]; relaxed */
+	struct bt_cpu *next;	/* ring_lock: free list */
 };
 
 struct bt_ring {
@@ -100,13 +121,16 @@ struct bt_ring {
 	char pad2[56];
 	bool dead;		/* atomic: its thread exited */
 	struct bt_ring *next;	/* reg: ring_lock */
-	struct bt_slot slot[BT_RING_SLOTS];
+	struct bt_cpu *cpu;	/* its thread's while it lives: what it lost */
+	struct bt_slot slot[];	/* ring_slots */
 };
 
 static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct bt_ring *rings;
+static struct bt_cpu *cpu_free;	/* ring_lock */
 static pthread_key_t ring_key;
 static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
+static uint64_t ring_slots = BT_RING_SLOTS;	/* set once, before any ring */
 static __thread struct bt_ring *my_ring;
 static __thread uint32_t my_tid;
 static __thread bool my_ring_failed;
@@ -120,6 +144,18 @@ static void ring_exit(void *p)
 
 static void ring_key_init(void)
 {
+	/*
+	 * A test hook: BLKFS_TRACE_RING_SLOTS (a power of two, 2 or more)
+	 * makes rings that small, so that a test can make them drop.
+	 */
+	const char *e = getenv("BLKFS_TRACE_RING_SLOTS");
+
+	if (e) {
+		unsigned long v = strtoul(e, NULL, 0);
+
+		if (v >= 2 && v <= BT_RING_SLOTS && !(v & (v - 1)))
+			ring_slots = v;
+	}
 	if (pthread_key_create(&ring_key, ring_exit))
 		ring_key = (pthread_key_t)-1;
 }
@@ -127,24 +163,38 @@ static void ring_key_init(void)
 static struct bt_ring *ring_get(void)
 {
 	struct bt_ring *r = my_ring;
+	struct bt_cpu *c;
 
 	if (__builtin_expect(r != NULL, 1))
 		return r;
 	if (my_ring_failed)
 		return NULL;
 	pthread_once(&ring_once, ring_key_init);
-	r = calloc(1, sizeof(*r));
-	if (!r || ring_key == (pthread_key_t)-1 || pthread_setspecific(ring_key, r)) {
+	r = calloc(1, sizeof(*r) + ring_slots * sizeof(r->slot[0]));
+	c = calloc(1, sizeof(*c));
+	if (!r || !c || ring_key == (pthread_key_t)-1 || pthread_setspecific(ring_key, r)) {
+		free(c);
 		free(r);
 		my_ring_failed = true;
 		return NULL;
 	}
 	pthread_mutex_lock(&ring_lock);
+	if (cpu_free) {
+		free(c);
+		c = cpu_free;
+		cpu_free = c->next;
+	}
+	r->cpu = c;
 	r->next = rings;
 	rings = r;
 	pthread_mutex_unlock(&ring_lock);
 	my_ring = r;
 	return r;
+}
+
+static uint32_t seq_idx(uint32_t devnum, int level)
+{
+	return (devnum & ((1u << BT_MINORBITS) - 1)) * BT_LEVELS + (uint32_t)level;
 }
 
 void bt_encode(struct blk_io_trace *out, uint32_t seq, uint64_t time_ns, uint64_t pos,
@@ -169,13 +219,14 @@ void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64
 {
 	struct bt_ring *r = ring_get();
 	struct bt_slot *s;
+	uint32_t i = seq_idx(d->devnum[level], level), lost = 0;
 	uint64_t h, t;
 
 	if (!r)
 		goto drop;
 	h = r->head;
 	t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-	if (h - t >= BT_RING_SLOTS)
+	if (h - t >= ring_slots)
 		goto drop;
 	if (!pid) {
 		if (!my_tid)
@@ -184,13 +235,23 @@ void bt_event(struct bt_dev *d, int level, uint32_t action, uint64_t pos, uint64
 	}
 	if (pdu_len > BT_PDU_MAX)
 		pdu_len = BT_PDU_MAX;
-	s = &r->slot[h & (BT_RING_SLOTS - 1)];
-	bt_encode(&s->t, 0, blk_now_ns(), pos, len, action, pid, d->devnum[level], err, pdu_len);
+	s = &r->slot[h & (ring_slots - 1)];
+	/* the events of this device and level this ring lost just before this one */
+	if (i < BT_SEQ_DEVS * BT_LEVELS) {
+		lost = __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED);
+		if (__builtin_expect(lost != 0, 0))
+			__atomic_store_n(&r->cpu->lost[i], 0, __ATOMIC_RELAXED);
+	}
+	bt_encode(&s->t, lost, blk_now_ns(), pos, len, action, pid, d->devnum[level], err, pdu_len);
 	if (pdu_len)
 		memcpy(s->pdu, pdu, pdu_len);
 	__atomic_store_n(&r->head, h + 1, __ATOMIC_RELEASE);
 	return;
 drop:
+	if (r && i < BT_SEQ_DEVS * BT_LEVELS)
+		__atomic_store_n(&r->cpu->lost[i],
+				 __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED) + 1,
+				 __ATOMIC_RELAXED);
 	__atomic_add_fetch(&d->dropped[level], 1, __ATOMIC_RELAXED);
 }
 
@@ -422,9 +483,15 @@ uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t l
 		uint32_t cat = bt_op_cat(op, 0);
 
 		bt_event(d, BT_LEVEL_FUSE, BT_ACT_QUEUE | BT_TC_ACT(cat), pos, len, 0, NULL, 0, pid);
-		bt_event(d, BT_LEVEL_FUSE, BT_ACT_ISSUE | BT_TC_ACT(cat), pos, len, 0, NULL, 0, pid);
 	}
 	return now;
+}
+
+void bt_req_issue(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid)
+{
+	if (bt_on(d, BT_LEVEL_FUSE))
+		bt_event(d, BT_LEVEL_FUSE, BT_ACT_ISSUE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len, 0,
+			 NULL, 0, pid);
 }
 
 void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
@@ -628,76 +695,162 @@ size_t bt_latency_total_show(struct bt_dev *d, char *buf, size_t len)
 
 /* ------------------------------------------------------- trace thread */
 
+/*
+ * Two kinds of thread (core/THREADS.md): one trace thread takes the events
+ * out of the rings in time order and copies each into the buffer of every
+ * session that wants it, never waiting for a reader; each session has a
+ * writer thread that writes its buffer to its descriptor. A reader that
+ * stops reading fills only its own session's buffer: its session then
+ * loses events (counted, and each a gap in its sequence numbers), and no
+ * other session, no ring and no I/O waits for it.
+ */
 #define BT_MAX_SESSIONS	16
-#define BT_PEND_MAX	65536
 #define BT_SESS_PIDS	256
-#define BT_WBUF		(1u << 20)
+#define BT_WBUF		(1u << 20)	/* a session's records taken, not yet written */
+#define BT_WMARKS	(2 * sizeof(struct blk_io_trace))	/* room kept for its marks */
+#define BT_WCHUNK	4096		/* PIPE_BUF: a pipe poll() calls writable takes it whole */
+#define BT_POLL_MS	50
+#define BT_STOP_WRITE_NS 500000000ull	/* a stop's reader that takes nothing that long loses the rest */
 
 struct bt_session {
 	struct bt_dev *d;
 	int level;
 	int fd;
-	int err;		/* the first failed write */
+	bool regular;		/* a regular file: written whole, never waits for a reader */
 	uint32_t devnum;
-	uint32_t seq;
 	uint64_t t0;		/* start: events before it are not this session's */
-	uint64_t written, lost;	/* lost: failed writes */
 	uint64_t dropped0;	/* d->dropped[level] at the start */
-	char *wbuf;		/* records not yet written: one write() per batch */
-	size_t wlen;
-	uint64_t wcount;	/* records in wbuf */
-	uint32_t pids[BT_SESS_PIDS];	/* named so far (a PROCESS note each) */
+	uint64_t stop_ns;	/* sess_lock: events after it are not this session's */
+	bool stopping;		/* sess_lock: the trace thread lets go once past stop_ns */
+	uint32_t pids[BT_SESS_PIDS];	/* the trace thread's: named so far (a PROCESS note each) */
 	unsigned nr_pids;
-	bool stopping;		/* the thread writes what it holds, then signals */
-	bool stopped;
+	uint32_t seq;		/* the trace thread's: the last number, given or lost */
+	uint64_t last_ns;	/* the trace thread's: the time of the last record */
+	pthread_t writer;
+	/* @lock: the trace thread fills, the writer empties */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* @lock: data came, drained */
+	char *fill;		/* @lock */
+	size_t fill_len;	/* @lock */
+	uint64_t fill_count;	/* @lock: records in fill */
+	uint64_t lost_full;	/* @lock: records the full buffer turned away */
+	bool drained;		/* @lock: nothing more comes */
+	uint64_t drained_ns;	/* @lock: when drained was set */
+	int werr;		/* @lock: the first failed write */
+	/* the writer's own (read by stop after it joined it) */
+	char *out;
+	uint64_t written, lost_write;
+	uint64_t progress_ns;	/* the last write that took something */
 };
 
 static pthread_mutex_t sess_lock = PTHREAD_MUTEX_INITIALIZER;	/* sessions, thread */
-static pthread_cond_t sess_cond = PTHREAD_COND_INITIALIZER;
 static struct bt_session *sess[BT_MAX_SESSIONS];
 static int nr_sess;
 static bool thread_running;
 static pthread_t trace_thread;
-static struct bt_slot *pend;	/* the trace thread's: held back, sorted by time */
-static size_t nr_pend;
+static uint64_t late;		/* the trace thread's: events that came after the hold */
+static uint64_t hold_ns = BT_HOLD_NS;	/* the trace thread's */
+#define BT_HOLD_MAX_NS	64000000ull
 
-static int slot_cmp(const void *a, const void *b)
+/*
+ * A record into @s's buffer; false (and counted lost, unless @mark: a
+ * record that is no event) when it is full or its writes failed.
+ */
+static bool sess_put(struct bt_session *s, const struct blk_io_trace *e, const char *pdu,
+		     bool mark)
 {
-	const struct bt_slot *x = a, *y = b;
+	struct blk_io_trace t = *e;
+	size_t n = sizeof(t) + t.pdu_len;
+	bool ok = false;
 
-	return x->t.time < y->t.time ? -1 : x->t.time > y->t.time;
+	/*
+	 * An event put in its ring more than the hold after it was stamped
+	 * (its thread preempted between the two) comes after later ones went
+	 * out: it goes out at the time of the last, so that the trace stays
+	 * in order (blkparse reads a file as sorted), and the hold grows.
+	 */
+	if (t.time < s->last_ns) {
+		t.time = s->last_ns;
+		late++;
+	}
+	s->last_ns = t.time;
+	pthread_mutex_lock(&s->lock);
+	if (s->werr || s->fill_len + n > (mark ? BT_WBUF + BT_WMARKS : BT_WBUF)) {
+		if (!mark)
+			s->lost_full++;
+	} else {
+		t.time = t.time > s->t0 ? t.time - s->t0 : 0;
+		memcpy(s->fill + s->fill_len, &t, sizeof(t));
+		if (t.pdu_len)
+			memcpy(s->fill + s->fill_len + sizeof(t), pdu, t.pdu_len);
+		s->fill_len += n;
+		s->fill_count += t.action != 0;	/* a mark is no record written */
+		ok = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ok;
 }
 
 /*
- * Take what the rings hold into pend; free the rings of exited threads once
- * empty. Returns true when pend filled up before the rings were empty.
+ * A mark: a record with no category, which blkparse numbers (it counts the
+ * numbers missing before it) but neither prints nor counts nor passes on
+ * to btt (-d). Not counted written.
  */
-static bool drain_rings(void)
+static void sess_mark(struct bt_session *s, uint32_t seq, uint64_t time_ns)
 {
-	struct bt_ring **pp, *r;
-	bool more = false;
+	struct blk_io_trace mark;
 
-	pthread_mutex_lock(&ring_lock);
-	for (pp = &rings; (r = *pp);) {
-		bool dead = __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE);
-		uint64_t t = r->tail, h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-
-		for (; t != h && nr_pend < BT_PEND_MAX; t++)
-			pend[nr_pend++] = r->slot[t & (BT_RING_SLOTS - 1)];
-		__atomic_store_n(&r->tail, t, __ATOMIC_RELEASE);
-		more |= t != h;
-		if (dead && t == h) {
-			*pp = r->next;
-			free(r);
-			continue;
-		}
-		pp = &r->next;
-	}
-	pthread_mutex_unlock(&ring_lock);
-	return more;
+	bt_encode(&mark, seq, time_ns, 0, 0, 0, 0, s->devnum, 0, 0);
+	sess_put(s, &mark, NULL, true);
 }
 
-static void sess_write(struct bt_session *s, const struct bt_slot *e);
+/*
+ * An event into @s's buffer, numbered: first the numbers of the events its
+ * ring lost just before it (@e carries their count), then its own, or,
+ * when the buffer is full, a number lost too. A message takes none
+ * (blkparse checks no message's number, as the kernel gives none).
+ */
+static void sess_take(struct bt_session *s, const struct bt_slot *e)
+{
+	struct blk_io_trace t = e->t;
+
+	s->seq += t.sequence;
+	if (t.action == BT_ACT_MESSAGE) {
+		t.sequence = 0;
+		sess_put(s, &t, e->pdu, false);
+		return;
+	}
+	t.sequence = ++s->seq;
+	sess_put(s, &t, e->pdu, false);
+}
+
+/*
+ * The session ends: blkparse sees no gap after the last record, so a mark
+ * with the number after those lost at the end (its full buffer, and what
+ * the rings lost and no later event carried). The rings' counts are only
+ * read while no other session reads the same device and level, whose
+ * events after the stop carry those counts too. sess_lock held.
+ */
+static void sess_end_mark_locked(struct bt_session *s)
+{
+	uint32_t i = seq_idx(s->devnum, s->level), pending = 0;
+	struct bt_ring *r;
+	struct bt_cpu *cp;
+	int k;
+
+	for (k = 0; k < nr_sess; k++)
+		if (sess[k] != s && sess[k]->devnum == s->devnum)
+			i = BT_SEQ_DEVS * BT_LEVELS;
+	if (i < BT_SEQ_DEVS * BT_LEVELS) {
+		pthread_mutex_lock(&ring_lock);
+		for (r = rings; r; r = r->next)
+			pending += __atomic_load_n(&r->cpu->lost[i], __ATOMIC_RELAXED);
+		for (cp = cpu_free; cp; cp = cp->next)
+			pending += __atomic_load_n(&cp->lost[i], __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&ring_lock);
+	}
+	sess_mark(s, s->seq + pending + 1, s->stop_ns);
+}
 
 /*
  * blkparse names each pid by the PROCESS note that came before its first
@@ -709,6 +862,7 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 	struct bt_slot note;
 	char path[64];
 	unsigned i;
+	bool full;
 	ssize_t n;
 	int fd;
 
@@ -717,7 +871,12 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 			return;
 	if (s->nr_pids == BT_SESS_PIDS)
 		return;
-	s->pids[s->nr_pids++] = t->pid;
+	/* no room: no /proc read per event while the buffer is full */
+	pthread_mutex_lock(&s->lock);
+	full = s->werr || s->fill_len + sizeof(note.t) + 16 > BT_WBUF;
+	pthread_mutex_unlock(&s->lock);
+	if (full)
+		return;
 	memset(&note, 0, sizeof(note));
 	snprintf(path, sizeof(path), "/proc/%u/comm", t->pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -729,141 +888,282 @@ static void sess_name_pid(struct bt_session *s, const struct blk_io_trace *t)
 	note.pdu[strcspn(note.pdu, "\n")] = 0;
 	bt_encode(&note.t, 0, t->time, 0, 0, BT_ACT(BT_TC_NOTIFY, BT_TN_PROCESS), t->pid,
 		  t->device, 0, 16);
-	sess_write(s, &note);
+	/* a full buffer: not an event lost (no number), the next event tries again */
+	if (sess_put(s, &note.t, note.pdu, true))
+		s->pids[s->nr_pids++] = t->pid;
 }
 
-/* Write what @s holds (at the end of each pass, and when its buffer is full). */
-static void sess_flush(struct bt_session *s)
+/* One event to every session that wants it (sess_lock held). */
+static void dispatch_locked(const struct bt_slot *e)
 {
-	size_t off = 0;
+	int k;
 
-	while (off < s->wlen && !s->err) {
-		ssize_t w = write(s->fd, s->wbuf + off, s->wlen - off);
+	for (k = 0; k < nr_sess; k++) {
+		struct bt_session *s = sess[k];
 
-		if (w < 0 && errno == EINTR)
+		if (s->devnum != e->t.device || e->t.time < s->t0)
 			continue;
-		if (w <= 0)
-			s->err = w < 0 ? -errno : -EIO;
-		else
-			off += (size_t)w;
+		if (s->stopping && e->t.time > s->stop_ns) {
+			/* not this session's, but what its ring lost before it is */
+			s->seq += e->t.sequence;
+			continue;
+		}
+		sess_name_pid(s, &e->t);
+		sess_take(s, e);
 	}
-	if (s->err)
-		s->lost += s->wcount;
-	else
-		s->written += s->wcount;
-	s->wlen = 0;
-	s->wcount = 0;
 }
 
-static void sess_write(struct bt_session *s, const struct bt_slot *e)
-{
-	struct blk_io_trace t = e->t;
+struct bt_cursor {
+	struct bt_ring *r;
+	uint64_t t, h;
+};
 
-	if (s->err) {
-		s->lost++;
-		return;
+/*
+ * Take the events stamped up to @cutoff out of every ring, oldest first
+ * (each ring is in time order: one thread stamps it), into the sessions.
+ * An event stays in its ring until it is taken, so a later event of
+ * another ring never goes out before it, whatever the number of events.
+ * Rings of exited threads are freed once empty. @cur: the trace thread's
+ * array of @cap cursors, grown here. sess_lock held.
+ */
+static void drain_locked(uint64_t cutoff, struct bt_cursor **cur, size_t *cap)
+{
+	struct bt_ring **pp, *r;
+	size_t n = 0, i;
+
+	pthread_mutex_lock(&ring_lock);
+	for (pp = &rings; (r = *pp);) {
+		bool dead = __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE);
+		uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+
+		if (r->tail == h) {
+			if (dead) {
+				/* its numbers go on with the next thread's ring */
+				*pp = r->next;
+				r->cpu->next = cpu_free;
+				cpu_free = r->cpu;
+				free(r);
+				continue;
+			}
+		} else {
+			if (n == *cap) {
+				size_t c = *cap ? 2 * *cap : 64;
+				struct bt_cursor *p = realloc(*cur, c * sizeof(*p));
+
+				if (!p)
+					break;	/* the rest next time */
+				*cur = p;
+				*cap = c;
+			}
+			(*cur)[n].r = r;
+			(*cur)[n].t = r->tail;
+			(*cur)[n].h = h;
+			n++;
+		}
+		pp = &r->next;
 	}
-	if (s->wlen + sizeof(t) + BT_PDU_MAX > BT_WBUF)
-		sess_flush(s);
-	t.time -= s->t0;
-	t.sequence = s->seq++;
-	memcpy(s->wbuf + s->wlen, &t, sizeof(t));
-	memcpy(s->wbuf + s->wlen + sizeof(t), e->pdu, t.pdu_len);
-	s->wlen += sizeof(t) + t.pdu_len;
-	s->wcount++;
+	pthread_mutex_unlock(&ring_lock);
+	while (n) {
+		struct bt_cursor *best = NULL;
+		uint64_t bt = 0;
+
+		for (i = 0; i < n; i++) {
+			struct bt_cursor *c = &(*cur)[i];
+			uint64_t tm = c->r->slot[c->t & (ring_slots - 1)].t.time;
+
+			if (tm <= cutoff && (!best || tm < bt)) {
+				best = c;
+				bt = tm;
+			}
+		}
+		if (!best)
+			break;
+		dispatch_locked(&best->r->slot[best->t & (ring_slots - 1)]);
+		best->t++;
+		__atomic_store_n(&best->r->tail, best->t, __ATOMIC_RELEASE);
+		if (best->t == best->h)
+			*best = (*cur)[--n];
+	}
 }
 
 /*
- * Write the held events up to @cutoff to their sessions (sess_lock held:
- * sessions do not come or go meanwhile; writes may block on a slow
- * reader, which only fills the rings).
+ * Write @len bytes of whole records (@count of them) from @buf to @s's
+ * descriptor. A pipe or socket is written a chunk of whole records at a
+ * time once poll() finds it writable, so that the writer never sleeps in
+ * write() and a stop returns even while its reader is stopped: once
+ * drained, a reader that takes nothing for BT_STOP_WRITE_NS loses the
+ * rest. What that or an error leaves is counted lost, record by record.
  */
-static void flush_pend(uint64_t cutoff)
+static void sess_write_out(struct bt_session *s, const char *buf, size_t len, uint64_t count)
 {
-	size_t i, n = 0;
-	int k;
+	size_t off = 0, chunk = s->regular ? len : BT_WCHUNK;
+	int err = 0;
 
-	qsort(pend, nr_pend, sizeof(*pend), slot_cmp);
-	for (i = 0; i < nr_pend && pend[i].t.time <= cutoff; i++) {
-		for (k = 0; k < nr_sess; k++) {
-			struct bt_session *s = sess[k];
+	while (off < len && !err) {
+		size_t end = off, nrec = 0, done = off;
 
-			if (s->devnum != pend[i].t.device || pend[i].t.time < s->t0)
-				continue;
-			sess_name_pid(s, &pend[i].t);
-			sess_write(s, &pend[i]);
+		/* whole records, at most a chunk (a record is far below one) */
+		while (end < len) {
+			struct blk_io_trace t;	/* a copy: records follow payloads, unaligned */
+			size_t n;
+
+			memcpy(&t, buf + end, sizeof(t));
+			n = sizeof(t) + t.pdu_len;
+			if (end + n - off > chunk && end > off)
+				break;
+			end += n;
+			nrec += t.action != 0;
 		}
-		n++;
+		while (done < end && !err) {
+			ssize_t w;
+
+			if (!s->regular) {
+				struct pollfd pf = { .fd = s->fd, .events = POLLOUT };
+				int pr = poll(&pf, 1, BT_POLL_MS);
+
+				if (pr == 0 || (pr < 0 && errno == EINTR)) {
+					uint64_t since;
+
+					/* drained, and the reader took nothing for BT_STOP_WRITE_NS */
+					pthread_mutex_lock(&s->lock);
+					since = s->drained_ns;
+					pthread_mutex_unlock(&s->lock);
+					if (since && s->progress_ns > since)
+						since = s->progress_ns;
+					if (since && blk_now_ns() - since >= BT_STOP_WRITE_NS)
+						err = -ETIMEDOUT;
+					continue;
+				}
+			}
+			w = write(s->fd, buf + done, end - done);
+			if (w < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (w <= 0) {
+				err = w < 0 ? -errno : -EIO;
+			} else {
+				done += (size_t)w;
+				s->progress_ns = blk_now_ns();
+			}
+		}
+		if (done == end) {
+			s->written += nrec;
+			count -= nrec;
+			off = end;
+		}
 	}
-	memmove(pend, pend + n, (nr_pend - n) * sizeof(*pend));
-	nr_pend -= n;
-	for (k = 0; k < nr_sess; k++)
-		sess_flush(sess[k]);
+	if (!err)
+		return;
+	s->lost_write += count;
+	pthread_mutex_lock(&s->lock);
+	if (!s->werr)
+		s->werr = err;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A session's writer: its buffer to its descriptor until drained and empty. */
+static void *sess_writer(void *arg)
+{
+	struct bt_session *s = arg;
+	sigset_t pipe;
+
+	/* a reader gone (blkparse ended) is EPIPE for this session, never the process's end */
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		char *b;
+		size_t len;
+		uint64_t count;
+
+		while (!s->fill_len && !s->drained)
+			pthread_cond_wait(&s->cond, &s->lock);
+		if (!s->fill_len)
+			break;
+		b = s->fill;
+		len = s->fill_len;
+		count = s->fill_count;
+		s->fill = s->out;
+		s->out = b;
+		s->fill_len = 0;
+		s->fill_count = 0;
+		if (s->werr) {
+			s->lost_write += count;
+			continue;
+		}
+		pthread_mutex_unlock(&s->lock);
+		sess_write_out(s, b, len, count);
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
 }
 
 static void *trace_main(void *arg)
 {
 	struct timespec ts = { 0, BT_DRAIN_NS };
-	sigset_t pipe;
+	struct bt_cursor *cur = NULL;
+	size_t cap = 0;
 	int k;
 
 	(void)arg;
-	/* a reader gone (blkparse ended) is EPIPE for this session, never the process's end */
-	sigemptyset(&pipe);
-	sigaddset(&pipe, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe, NULL);
 	pthread_mutex_lock(&sess_lock);
 	while (nr_sess) {
-		bool stop = false;
+		uint64_t cutoff;
 
 		pthread_mutex_unlock(&sess_lock);
 		nanosleep(&ts, NULL);
-		drain_rings();
 		pthread_mutex_lock(&sess_lock);
-		for (k = 0; k < nr_sess; k++)
-			stop |= sess[k]->stopping;
-		if (!stop) {
-			flush_pend(blk_now_ns() - BT_HOLD_NS);
-		} else {
-			bool more;
+		/*
+		 * Events are held back (BT_HOLD_NS, more once one came late),
+		 * so that one stamped just
+		 * before this pass but put in its ring just after still goes
+		 * out in time order; a stop waits for the same hold (its
+		 * session ends once the passes are past its stop), and never
+		 * makes the other sessions' events leave early.
+		 */
+		cutoff = blk_now_ns() - hold_ns;
+		late = 0;
+		drain_locked(cutoff, &cur, &cap);
+		if (late && hold_ns < BT_HOLD_MAX_NS)
+			hold_ns *= 2;
+		for (k = 0; k < nr_sess; k++) {
+			struct bt_session *s = sess[k];
 
-			/*
-			 * A stop writes (or, to a reader gone, counts lost)
-			 * every event from before it. The drain above may have
-			 * passed a ring before the stop's last events, and
-			 * takes at most pend's size: drain again now, in passes
-			 * of pend's size until the rings are empty. An event
-			 * left in a ring was neither written nor counted
-			 * dropped (test_trace's full ring: written + dropped
-			 * came to 196,736 of 200,001 events, 7 runs in 40).
-			 */
-			do {
-				pthread_mutex_unlock(&sess_lock);
-				more = drain_rings();
-				pthread_mutex_lock(&sess_lock);
-				flush_pend(UINT64_MAX);
-			} while (more);
-		}
-		for (k = 0; k < nr_sess; k++)
-			if (sess[k]->stopping) {
-				sess[k]->stopped = true;
-				sess[k] = sess[--nr_sess];
-				k--;
+			pthread_mutex_lock(&s->lock);
+			if (s->stopping && s->stop_ns <= cutoff) {
+				pthread_mutex_unlock(&s->lock);
+				sess_end_mark_locked(s);
+				pthread_mutex_lock(&s->lock);
+				s->drained = true;
+				s->drained_ns = blk_now_ns();
+				sess[k--] = sess[--nr_sess];
 			}
-		if (stop)
-			pthread_cond_broadcast(&sess_cond);
+			if (s->fill_len || s->drained)
+				pthread_cond_broadcast(&s->cond);
+			pthread_mutex_unlock(&s->lock);
+		}
 	}
 	thread_running = false;
-	free(pend);
-	pend = NULL;
-	nr_pend = 0;
 	pthread_mutex_unlock(&sess_lock);
+	free(cur);
 	return NULL;
+}
+
+static void sess_free(struct bt_session *s)
+{
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+	free(s->fill);
+	free(s->out);
+	free(s);
 }
 
 struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 {
 	struct bt_session *s = calloc(1, sizeof(*s));
+	pthread_condattr_t ca;
+	struct stat st;
 	int ret = 0;
 
 	if (!s)
@@ -871,11 +1171,23 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 	s->d = d;
 	s->level = level;
 	s->fd = fd;
+	s->regular = !fstat(fd, &st) && S_ISREG(st.st_mode);
 	s->devnum = d->devnum[level];
-	s->wbuf = malloc(BT_WBUF);
-	if (!s->wbuf) {
-		free(s);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	s->fill = malloc(BT_WBUF + BT_WMARKS);
+	s->out = malloc(BT_WBUF + BT_WMARKS);
+	if (!s->fill || !s->out) {
+		sess_free(s);
 		return ERR_PTR(-ENOMEM);
+	}
+	ret = -pthread_create(&s->writer, NULL, sess_writer, s);
+	if (ret) {
+		sess_free(s);
+		return ERR_PTR(ret);
 	}
 	s->dropped0 = __atomic_load_n(&d->dropped[level], __ATOMIC_RELAXED);
 	pthread_mutex_lock(&sess_lock);
@@ -886,33 +1198,30 @@ struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd)
 	if (!thread_running) {
 		pthread_attr_t attr;
 
-		/* the last thread may still be exiting: it is detached */
-		pend = malloc(BT_PEND_MAX * sizeof(*pend));
-		if (!pend) {
-			ret = -ENOMEM;
-			goto out_unlock;
-		}
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		/* it takes sess_lock first, and then sees this session */
 		ret = -pthread_create(&trace_thread, &attr, trace_main, NULL);
 		pthread_attr_destroy(&attr);
-		if (ret) {
-			free(pend);
-			pend = NULL;
+		if (ret)
 			goto out_unlock;
-		}
 		thread_running = true;
 	}
+	/* numbered from 1: a start mark 0 makes a loss before the first record a gap */
 	s->t0 = blk_now_ns();
+	sess_mark(s, 0, s->t0);
 	sess[nr_sess++] = s;
 	__atomic_add_fetch(&d->on[level], 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&sess_lock);
 	return s;
 out_unlock:
 	pthread_mutex_unlock(&sess_lock);
-	free(s->wbuf);
-	free(s);
+	pthread_mutex_lock(&s->lock);
+	s->drained = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->writer, NULL);
+	sess_free(s);
 	return ERR_PTR(ret);
 }
 
@@ -922,16 +1231,24 @@ int bt_session_stop(struct bt_session *s, uint64_t *written, uint64_t *dropped)
 
 	__atomic_sub_fetch(&s->d->on[s->level], 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&sess_lock);
+	s->stop_ns = blk_now_ns();
 	s->stopping = true;
-	while (!s->stopped)
-		pthread_cond_wait(&sess_cond, &sess_lock);
 	pthread_mutex_unlock(&sess_lock);
+	/*
+	 * The trace thread lets go within the hold and a pass (it never waits
+	 * for a reader); the writer then writes the rest, or gives up once
+	 * its reader took nothing for BT_STOP_WRITE_NS.
+	 */
+	pthread_mutex_lock(&s->lock);
+	while (!s->drained)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->writer, NULL);
 	*written = s->written;
 	*dropped = __atomic_load_n(&s->d->dropped[s->level], __ATOMIC_RELAXED) - s->dropped0 +
-		   s->lost;
-	err = s->err;
+		   s->lost_full + s->lost_write;
+	err = s->werr == -ETIMEDOUT ? 0 : s->werr;
 	close(s->fd);
-	free(s->wbuf);
-	free(s);
+	sess_free(s);
 	return err;
 }

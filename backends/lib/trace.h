@@ -14,12 +14,18 @@
  *   BT_LEVEL_FUSE (major BT_MAJOR_FUSE): the user's requests as FUSE
  *     received them (bt_req_begin/bt_req_end), with the caller's pid.
  *
- * Events go into a ring of the calling thread (no lock, no syscall); a
- * trace thread (bt_session_*) drains the rings every millisecond, sorts
- * the events by time and writes them to each session's descriptor. A
- * ring that is full drops the event (counted in bt_dev.dropped): I/O
- * never waits for a reader. With no session a level's bt_on() is one
- * load and one predictable branch.
+ * Events go into a ring of the calling thread (no lock, no syscall); an
+ * event carries the count of events of its device and level that its ring
+ * lost just before it. A session numbers its records in the order it
+ * writes them, which is time order, all as cpu 0 (blkparse reads a trace
+ * file as one cpu's), skipping one number for each event lost: every event
+ * lost is a gap blkparse counts, about where it was lost. A trace thread
+ * (bt_session_*) drains the rings every millisecond in time order into
+ * each session's buffer, and a writer thread per session writes that
+ * buffer to its descriptor. A full ring drops the event (counted in
+ * bt_dev.dropped), a full session buffer drops it for that session only:
+ * I/O never waits for a reader, nor a session for another's reader. With
+ * no session a level's bt_on() is one load and one predictable branch.
  */
 #ifndef BLKFS_TRACE_H
 #define BLKFS_TRACE_H
@@ -142,13 +148,21 @@ static inline void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
  * @d: the device's trace state (may be NULL)
  * @op, @pos, @len: the request (a FUSE read, write, fsync or fallocate)
  * @pid: the pid FUSE names in the request
- * Emits Q and D when traced, counts it in flight.
+ * Emits Q when traced, counts it in flight.
  * Returns: its start time, for bt_req_end().
  * Called by the request path when it receives a request (fuse/devfile.c).
  * Locking: none (a few relaxed atomics); any thread, any number at once.
  */
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
 		      uint32_t pid);
+
+/**
+ * bt_req_issue - the request begun by bt_req_begin() got its request slot
+ * and goes to the cache: D when traced, so that btt's Q2D at the FUSE
+ * level is the wait for a slot (the block layer's wait for a tag).
+ * Locking: none; no cost when not traced.
+ */
+void bt_req_issue(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid);
 
 /**
  * bt_req_end - the request begun at @start_ns was answered with @res
@@ -206,15 +220,18 @@ struct bt_session;
 
 /**
  * bt_session_start - write @d's @level events to @fd until bt_session_stop()
- * @fd: taken over (closed by stop); writes block the trace thread, never I/O
- * Returns: the session, or ERR_PTR(-ENOMEM / -EAGAIN: no thread).
+ * @fd: taken over (closed by stop); written by the session's own writer
+ *	thread, which a stalled reader stalls, never I/O nor another session
+ * Returns: the session, or ERR_PTR(-ENOMEM / -EAGAIN: no thread / -EBUSY).
  */
 struct bt_session *bt_session_start(struct bt_dev *d, int level, int fd);
 
 /**
- * bt_session_stop - end a session: the events already taken are written
- * @written, @dropped: what it wrote, and what it lost (full rings, a
- *	failed write)
+ * bt_session_stop - end a session: the events up to now are written, or
+ * counted lost when its reader takes none for 0.5 s (a stop returns
+ * within about that, whatever the reader does)
+ * @written, @dropped: what it wrote, and what it lost (full rings, its
+ *	full buffer, a failed write, a reader too slow at the stop)
  * Returns: 0, or the -errno a write to its descriptor failed with.
  */
 int bt_session_stop(struct bt_session *s, uint64_t *written, uint64_t *dropped);

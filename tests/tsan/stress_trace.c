@@ -13,7 +13,9 @@
  * another thread than the one that received it, as a parked request's).
  * One reader takes bt_fuse_counts() meanwhile: in flight never above what
  * the threads hold, busy time never going back nor past the wall clock.
- * -t also runs a trace session on the level (events into /dev/null).
+ * -t also runs two trace sessions on the level: one into /dev/null, one
+ * into a pipe nobody reads (a stalled reader: its buffer fills, it drops,
+ * its writer polls; its stop must return within a second).
  * At the end: nothing in flight, as many writes counted as were ended, in
  * the histogram too, and a busy time within 10% of the run (the device
  * was never idle). Prints the cost per request (begin + end) with the
@@ -70,7 +72,10 @@ static void *worker_main(void *arg)
 	unsigned k = 0, i;
 
 	for (i = 0; i < DEPTH; i++)
+	{
 		start[i] = bt_req_begin(dev, BLK_WRITE, 4096ull * i, 4096, (uint32_t)w->id + 1);
+		bt_req_issue(dev, BLK_WRITE, 4096ull * i, 4096, (uint32_t)w->id + 1);
+	}
 	while (blk_now_ns() < end_at) {
 		unsigned slot = k % DEPTH;
 
@@ -91,6 +96,7 @@ static void *worker_main(void *arg)
 			w->done++;
 		}
 		start[slot] = bt_req_begin(dev, BLK_WRITE, 4096ull * slot, 4096, (uint32_t)w->id + 1);
+		bt_req_issue(dev, BLK_WRITE, 4096ull * slot, 4096, (uint32_t)w->id + 1);
 		k++;
 	}
 	for (i = 0; i < DEPTH; i++) {
@@ -130,8 +136,9 @@ int main(int argc, char **argv)
 {
 	double secs = 10;
 	bool traced = false;
-	struct bt_session *s = NULL;
+	struct bt_session *s = NULL, *stalled = NULL;
 	struct bt_counts c;
+	int pfd[2] = { -1, -1 };
 	struct blk_hist *h = malloc(sizeof(*h));
 	pthread_t reader;
 	uint64_t t0, t1, total = 0, cpu = 0, wr, dr;
@@ -156,6 +163,10 @@ int main(int argc, char **argv)
 		s = bt_session_start(dev, BT_LEVEL_FUSE, open("/dev/null", O_WRONLY | O_CLOEXEC));
 		if (IS_ERR(s)) {
 			fprintf(stderr, "stress_trace: no session\n");
+			return 1;
+		}
+		if (pipe(pfd) || IS_ERR(stalled = bt_session_start(dev, BT_LEVEL_FUSE, pfd[1]))) {
+			fprintf(stderr, "stress_trace: no stalled session\n");
 			return 1;
 		}
 	}
@@ -183,6 +194,16 @@ int main(int argc, char **argv)
 	pthread_join(reader, NULL);
 	if (s && bt_session_stop(s, &wr, &dr))
 		FAIL("the session's writes failed\n");
+	if (stalled) {
+		uint64_t a = blk_now_ns(), b;
+
+		bt_session_stop(stalled, &wr, &dr);
+		b = blk_now_ns();
+		if (b - a > 1000000000ull)
+			FAIL("the stop of the stalled session took %llu ms\n",
+			     (unsigned long long)((b - a) / 1000000));
+		close(pfd[0]);
+	}
 	for (i = 0; i < nr_threads; i++) {
 		total += workers[i].done;
 		cpu += workers[i].cpu_ns;
