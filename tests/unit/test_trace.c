@@ -368,12 +368,13 @@ static void *read_pipe(void *arg)
 
 /*
  * A reader that takes nothing for 300 ms while six threads fill their
- * rings (more events than any buffer of the trace thread holds): what
+ * rings (more events than the rings and the session's buffer hold): what
  * it then reads is in time order, and its gaps are what was dropped.
  */
 Test(blktrace, order_and_gaps_across_a_stall, .timeout = 60)
 {
-	struct emitter e = { .n = 20000, .tail_ms = 700 };
+	/* 6 x 80,000 events: far more than the session's 4 MiB buffer */
+	struct emitter e = { .n = 80000, .tail_ms = 700 };
 	struct reader rd = { .stall_ms = 300 };
 	uint64_t written, dropped, gaps, records;
 	pthread_t th[6], rt;
