@@ -567,6 +567,24 @@ void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
 		if (now > stamp)
 			out->io_ticks_ns += now - stamp;
 	}
+	/*
+	 * Never less than a reader was shown before: that guess counts the
+	 * time since the stamp as busy, and the next mover may find nothing
+	 * in flight (a request ended within BT_TICK_NS of the stamp, or the
+	 * per-thread counts summed while one moved between threads) and add
+	 * none of it. Busy time is a counter (%util, rate() of
+	 * blkfs_io_busy_seconds_total): it must not go back.
+	 */
+	{
+		uint64_t shown = __atomic_load_n(&d->fuse_ticks_shown, __ATOMIC_RELAXED);
+
+		while (out->io_ticks_ns > shown &&
+		       !__atomic_compare_exchange_n(&d->fuse_ticks_shown, &shown, out->io_ticks_ns,
+						    false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+		if (out->io_ticks_ns < shown)
+			out->io_ticks_ns = shown;
+	}
 }
 
 /*

@@ -89,6 +89,7 @@ struct bt_dev {
 	 */
 	struct bt_counts fuse __attribute__((aligned(64)));
 	uint64_t fuse_stamp_ns;		/* atomic: the last update of fuse.io_ticks_ns */
+	uint64_t fuse_ticks_shown;	/* atomic: the most bt_fuse_counts() reported */
 	struct blk_hist hist[BT_LEVELS][BT_NR_OPS] __attribute__((aligned(64)));
 	/*
 	 * The registry's mutex: the histograms' totals at the last
