@@ -104,9 +104,13 @@ TMPDIR=$work timeout -k 10 240 "$ab" "$BLKFS" "$BLKFS" --backend ram --runs 1 --
 ab_rows() {
 	local f=$1 t
 	shift
-	grep -qx '| test | OLD | NEW | NEW/OLD |' "$f" || fail "blkfs-ab: no table header: $(cat "$f")"
+	grep -qx '| test | OLD | NEW | NEW/OLD | CPU us/IO OLD, NEW (NEW/OLD) | ctxsw/IO OLD, NEW |' "$f" ||
+		fail "blkfs-ab: no table header: $(cat "$f")"
+	# a fio row has the daemon's CPU and context switches per I/O, dd's none
+	local n='[0-9]+\.[0-9]+' cost
+	cost="($n, $n \\($n\\) \\| $n, $n|- \\| -)"
 	for t in "$@"; do
-		grep -qE "^\| $(sed 's/[()]/\\&/g' <<<"$t") \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+\.[0-9]+ \|$" \
+		grep -qE "^\| $(sed 's/[()]/\\&/g' <<<"$t") \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| [0-9]+ \([0-9]+\.\.[0-9]+\) \| $n \| $cost \|$" \
 			"$f" || fail "blkfs-ab: no well-formed row '$t': $(cat "$f")"
 	done
 }
