@@ -354,6 +354,19 @@ cleanup_tree() {
 	fi
 }
 
+# cpu_snap PID: the CPU ticks (utime + stime, all threads) and the context
+# switches (voluntary + involuntary, all threads) PID has had so far, as
+# "TICKS CTXSW"; "- -" when PID is empty or gone. Two snapshots around a
+# run give its cost per I/O (../shared/tools/cpu-per-io's method).
+cpu_snap() {
+	if [ -z "${1:-}" ] || [ ! -r "/proc/$1/stat" ]; then
+		echo "- -"
+		return
+	fi
+	echo "$(awk '{ print $14 + $15 }' "/proc/$1/stat")" \
+		"$(cat "/proc/$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }')"
+}
+
 [ "${BLKFS_LIB_NOINIT:-0}" = 1 ] && return 0
 
 # ---------------------------------------------------------------------------
@@ -809,6 +822,34 @@ watchdog_wait() {
 	fi
 	wait "$pid" && rc=0 || rc=$?
 	return "$rc"
+}
+
+# trace_start NAME DEV [--fuse]: `blkfs trace` of DEV on $MNT into
+# $TDIR/NAME.blktrace.0, its messages in $TDIR/NAME.err; returns once it
+# says it is tracing. TPID[NAME] is its pid (killed at exit if still running).
+declare -A TPID
+trace_start() {
+	"$BLKFS" trace "$MNT" "$2" ${3:+"$3"} -o "$TDIR/$1" -w 600 2>"$TDIR/$1.err" &
+	TPID[$1]=$!
+	_BGPIDS+=("$!")
+	wait_until 60 "blkfs trace $2 to start" grep -q "^blkfs trace: tracing" "$TDIR/$1.err"
+}
+
+# trace_stop NAME: SIGINT to trace_start's NAME; it must exit 0 (a watchdog
+# bounds the wait); its last line (what it wrote and dropped) is shown.
+trace_stop() {
+	local rc=0
+	kill -INT "${TPID[$1]}"
+	watchdog_wait 60 "$MNT" "blkfs trace $1 to stop" "${TPID[$1]}" || rc=$?
+	[ "$rc" -eq 0 ] || fail "blkfs trace $1 exited $rc: $(cat "$TDIR/$1.err")"
+	info "$1: $(tail -n 1 "$TDIR/$1.err")"
+}
+
+# trace_done NAME: trace_stop, and it must have dropped nothing
+trace_done() {
+	trace_stop "$1"
+	grep -q " events written, 0 dropped" "$TDIR/$1.err" ||
+		fail "blkfs trace: $(cat "$TDIR/$1.err")"
 }
 
 # bg NAME CMD...: run CMD in the background; its exit status goes to

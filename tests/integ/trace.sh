@@ -85,25 +85,6 @@ size = 16M
 filters = powerloss
 powerloss.seed = 42"
 
-# trace_start NAME DEV: `blkfs trace` into $TDIR/NAME.blktrace.0, until trace_stop
-trace_start() {
-	"$BLKFS" trace "$MNT" "$2" -o "$TDIR/$1" -w 600 2>"$TDIR/$1.err" &
-	TRACE_PID=$!
-	_BGPIDS+=("$TRACE_PID")
-	wait_until 60 "blkfs trace $2 to start" grep -q "^blkfs trace: tracing" "$TDIR/$1.err"
-}
-
-# trace_stop NAME: SIGINT; it must say what it wrote and that it dropped nothing
-trace_stop() {
-	local rc=0
-	kill -INT "$TRACE_PID"
-	watchdog_wait 60 "$MNT" "blkfs trace to stop" "$TRACE_PID" || rc=$?
-	[ "$rc" -eq 0 ] || fail "blkfs trace exited $rc: $(cat "$TDIR/$1.err")"
-	grep -q " events written, 0 dropped" "$TDIR/$1.err" ||
-		fail "blkfs trace: $(cat "$TDIR/$1.err")"
-	info "$(tail -n 1 "$TDIR/$1.err")"
-}
-
 stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$MNT/.sys/$1/blkfs_stat"; }
 
 # events NAME: "ACTION RWBS SECTORS" per event, as blkparse prints them
@@ -145,7 +126,7 @@ dd if="$MNT/ram0" of=/dev/null bs=64k count=16 skip=256 iflag=direct status=none
 dd if="$MNT/ram0" of=/dev/null bs=4k count=256 skip=8192 status=none
 r1=$(stat_of ram0 backend_read_ios) rb1=$(stat_of ram0 backend_read_bytes)
 w1=$(stat_of ram0 backend_write_ios) wb1=$(stat_of ram0 backend_write_bytes)
-trace_stop t
+trace_done t
 
 out=$(blkparse -i "$TDIR/t" 2>&1) || fail "blkparse failed: $(printf '%s\n' "$out" | tail -n 5)"
 # blkparse counts missing sequence numbers only in what it reads from a
@@ -206,7 +187,7 @@ assert_eq "I/Os fio's replay issued against the trace's Q events" "$nq" "$issued
 echo reset >"$MNT/.sys/slow/latency"
 trace_start s slow
 ddev if=/dev/zero of="$MNT/slow" bs=4k count=20 oflag=direct
-trace_stop s
+trace_done s
 d2c=$(btt_avg s D2C)
 info "delay.write = 2ms: btt D2C average $d2c s"
 awk -v v="$d2c" 'BEGIN { exit !(v >= 0.0015) }' || fail "D2C average $d2c s, expected about 2 ms"
@@ -241,7 +222,7 @@ echo reset >"$MNT/.sys/slow/latency"
 q2d() { awk -v a="$(btt_avg "$1" Q2C)" -v b="$(btt_avg "$1" D2C)" 'BEGIN { printf "%.6f\n", a - b }'; }
 trace_start q1 thr
 ddev if=/dev/zero of="$MNT/thr" bs=4k count=16 oflag=direct
-trace_stop q1
+trace_done q1
 trace_start q8 thr
 # the 8 writers start together (each waits for $TDIR/go): started one
 # after another on a loaded machine, the first ones had written half
@@ -256,7 +237,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 touch "$TDIR/go"
 for p in "${pids[@]}"; do wait "$p" || fail "a writer failed"; done
-trace_stop q8
+trace_done q8
 a=$(q2d q1) b=$(q2d q8)
 info "throttle.queue_depth = 1: Q2D average $a s with 1 writer, $b s with 8"
 # 8 writers at depth 1 and 2 ms a write: about 7 writes ahead of each when they
@@ -268,7 +249,7 @@ awk -v a="$a" -v b="$b" 'BEGIN { exit !(b >= 0.002 && b > 4 * a) }' ||
 trace_start f flt
 dd if=/dev/zero of="$MNT/flt" bs=4k count=1 seek=256 oflag=direct conv=nocreat status=none 2>/dev/null &&
 	fail "a write onto the bad block succeeded"
-trace_stop f
+trace_done f
 # grep reads its input to the end, not grep -q: with pipefail, blkparse
 # killed by SIGPIPE after an early match failed the check ("flakey: down")
 blkparse -q -i "$TDIR/f" 2>/dev/null | grep " m  *N fault: EIO at 1048576 (write)" >/dev/null ||
@@ -283,7 +264,7 @@ for i in $(seq 1 30); do
 		status=none 2>/dev/null || true
 	sleep 0.02
 done
-trace_stop k
+trace_done k
 echo 0 >"$MNT/.sys/fk/flakey/down_interval"	# never down again: the unmount's flush works
 blkparse -q -i "$TDIR/k" 2>/dev/null | grep " m  *N flakey: down" >/dev/null ||
 	fail "no 'flakey: down' note: $(blkparse -q -i "$TDIR/k" 2>&1 | grep ' m ' | head -n 5)"
@@ -291,7 +272,7 @@ trace_start p pl
 ddev if=/dev/zero of="$MNT/pl" bs=4k count=4 oflag=direct
 echo 1 >"$MNT/.sys/pl/powerloss/trigger" || fail "the power cut failed"
 echo 1 >"$MNT/.sys/pl/powerloss/restart" || fail "the restart failed"
-trace_stop p
+trace_done p
 blkparse -q -i "$TDIR/p" 2>/dev/null | grep ' m ' >"$TDIR/p.notes" || true
 for want in "powerloss: cut, seed 42" "powerloss: 4 unflushed writes: " "powerloss: restarted"; do
 	grep -q " m  *N $want" "$TDIR/p.notes" || fail "no note '$want': $(cat "$TDIR/p.notes")"
@@ -347,7 +328,7 @@ cmp -s "$TDIR/devs.before" "$TDIR/devs.after" ||
 	fail "two devices share a number: $(tr '\n' ' ' <"$TDIR/devs.after")"
 trace_start r slow
 ddev if=/dev/zero of="$MNT/slow" bs=4k count=4 oflag=direct conv=notrunc
-trace_stop r
+trace_done r
 assert_devnum r slow
 grep -qx "slow $(devnums r)" "$TDIR/devs.before" ||
 	fail "after the remount slow's events carry $(devnums r), before it $(grep '^slow ' "$TDIR/devs.before")"

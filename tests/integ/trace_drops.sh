@@ -23,24 +23,6 @@ require_fuse
 require_blkfs
 require dd awk blkparse mkfifo python3
 
-# trace_start NAME DEV [--fuse]: `blkfs trace` into $TDIR/NAME.blktrace.0
-declare -A TPID
-trace_start() {
-	"$BLKFS" trace "$MNT" "$2" ${3:+"$3"} -o "$TDIR/$1" -w 600 2>"$TDIR/$1.err" &
-	TPID[$1]=$!
-	_BGPIDS+=("$!")
-	wait_until 60 "blkfs trace $2 to start" grep -q "^blkfs trace: tracing" "$TDIR/$1.err"
-}
-
-# trace_stop NAME: SIGINT, and its exit
-trace_stop() {
-	local rc=0
-	kill -INT "${TPID[$1]}"
-	watchdog_wait 60 "$MNT" "blkfs trace $1 to stop" "${TPID[$1]}" || rc=$?
-	[ "$rc" -eq 0 ] || fail "blkfs trace $1 exited $rc: $(cat "$TDIR/$1.err")"
-	info "$1: $(tail -n 1 "$TDIR/$1.err")"
-}
-
 # dropped NAME: what `blkfs trace` said it dropped
 dropped() { sed -n 's/.* events written, \([0-9]*\) dropped.*/\1/p' "$TDIR/$1.err" | tail -n 1; }
 

@@ -36,26 +36,6 @@ size = 16M
 filters = delay
 delay.write = 2ms"
 
-# trace_start NAME DEV [--fuse]: `blkfs trace` into $TDIR/NAME.blktrace.0, until trace_stop NAME
-declare -A TPID
-trace_start() {
-	"$BLKFS" trace "$MNT" "$2" ${3:+"$3"} -o "$TDIR/$1" -w 600 2>"$TDIR/$1.err" &
-	TPID[$1]=$!
-	_BGPIDS+=("$!")
-	wait_until 60 "blkfs trace $2 to start" grep -q "^blkfs trace: tracing" "$TDIR/$1.err"
-}
-
-# trace_stop NAME: SIGINT; it must say what it wrote and that it dropped nothing
-trace_stop() {
-	local rc=0
-	kill -INT "${TPID[$1]}"
-	watchdog_wait 60 "$MNT" "blkfs trace to stop" "${TPID[$1]}" || rc=$?
-	[ "$rc" -eq 0 ] || fail "blkfs trace exited $rc: $(cat "$TDIR/$1.err")"
-	grep -q " events written, 0 dropped" "$TDIR/$1.err" ||
-		fail "blkfs trace: $(cat "$TDIR/$1.err")"
-	info "$(tail -n 1 "$TDIR/$1.err")"
-}
-
 # events NAME: "ACTION RWBS SECTORS PID DEVICE COMMAND" per event
 events() { blkparse -q -i "$TDIR/$1" -f "%a %d %n %p %M,%m %C\n" 2>/dev/null | grep -v "^Input file"; }
 
@@ -82,7 +62,7 @@ dd if="$MNT/ram0" of=/dev/null bs=64k count=8 iflag=direct status=none &
 rpid=$!
 wait "$rpid" || fail "the direct reader failed"
 ddev if=/dev/zero of="$MNT/ram0" bs=4k count=1 seek=1000 conv=notrunc,fsync
-trace_stop f
+trace_done f
 read -r -a fs1 <"$MNT/.sys/ram0/fuse_stat"
 
 out=$(blkparse -i "$TDIR/f" 2>&1) || fail "blkparse failed: $(printf '%s\n' "$out" | tail -n 5)"
@@ -122,8 +102,8 @@ echo reset >"$MNT/.sys/slow/latency"
 trace_start sd slow
 trace_start sf slow --fuse
 ddev if=/dev/zero of="$MNT/slow" bs=4k count=20 oflag=direct
-trace_stop sf
-trace_stop sd
+trace_done sf
+trace_done sd
 cf=$(events sf | awk '$1 == "C" && $2 ~ /W/' | wc -l)
 cd=$(events sd | awk '$1 == "C" && $2 ~ /W/' | wc -l)
 assert_eq "writes completed at the FUSE level" 20 "$cf"
