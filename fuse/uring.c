@@ -37,9 +37,20 @@
  * syscall; the commits are submitted with the wait for the next request,
  * one io_uring_enter per batch.
  *
- * Finding a request's entry from its reply: the in-flight table (unique ->
- * entry), striped by unique, each stripe under its own mutex; the thread
- * that is handling the request finds it without the table (tl_ent).
+ * Finding a request's entry from its reply, with no table and no lock:
+ * libfuse is given, as the request's unique, a key that names the entry
+ * (KEY_RING | generation | queue | index: ent_key()), and its reply
+ * carries that key back; the kernel's own unique stays in e->unique and
+ * is what the commit sends. The generation, also in e->state, makes a
+ * late second reply to an entry that holds a newer request find no
+ * request. The thread that is handling the request matches it at once
+ * (tl_ent). Kernel uniques are far below bit 63, so a reply without it is
+ * /dev/fuse's. What libfuse does with a unique: it puts it in the reply
+ * and matches FUSE_INTERRUPTs against it; an interrupt names the kernel's
+ * unique, so libfuse does not find a ring request by it (it keeps the
+ * interrupt and answers it EAGAIN with its next request, as one that came
+ * before its request): blkfs registers no interrupt callback, and the
+ * request is answered as usual.
  *
  * Entry states (e->state):
  *   KERNEL:  the kernel has it (registered or committed), waiting for a request
@@ -48,7 +59,8 @@
  *   IDLE:    a request came after bf_ring_stop() began: never served; the
  *            connection's end answers it (ENOTCONN)
  *   GONE:    the kernel ended the entry (the connection went away)
- * q->held counts HELD entries; an entry leaves HELD only by its reply.
+ * A queue's HELD entries: q->requests - q->replied_here - q->replied_far
+ * (queue_held()); an entry leaves HELD only by its reply.
  *
  * Invariants:
  *  1. Only the queue's thread touches its io_uring (after creation) and
@@ -56,10 +68,15 @@
  *  2. HELD -> REPLIED happens once, by compare-and-swap, in the replying
  *     thread; buffers are written before the entry is published on a list
  *     (release), and read by the thread after taking the list (acquire).
- *  3. A replier decrements q->held last, after its eventfd write: when
- *     q->held is 0 no replier touches the queue, so bf_ring_stop() may
- *     close and unmap it.
- *  4. Every HELD entry is in the table; no other entry is.
+ *  3. A replier from another thread counts q->replied_far last, after
+ *     its eventfd write: when queue_held() is 0 no replier touches the
+ *     queue, so bf_ring_stop() may close and unmap it.
+ *  4. A HELD entry's e->key names it (queue, index) with the generation
+ *     of e->state; e->state's generation changes only when the entry
+ *     takes a request (lay_out()).
+ *  5. q->requests, q->replied_here, q->handoffs and q->stolen are written
+ *     only by the queue's thread (OWNED_ADD: a plain store of the owned
+ *     value, no locked instruction); others read them atomically.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,7 +102,6 @@
 
 #define RING_PAGE 4096u
 #define RING_FRONT RING_PAGE		/* front page before each payload buffer */
-#define RING_STRIPES 64			/* in-flight table */
 #define RING_EV_TAG ((uint64_t)1)	/* user_data of the eventfd read (entries are aligned) */
 #define RING_STEAL_MIN (256u << 10)	/* a request this large may go to an idle queue's thread */
 #define RING_SPREAD_MIN 4		/* a wait's batch this long is shared with an idle queue's thread */
@@ -95,6 +111,28 @@
 
 enum ent_state { ENT_KERNEL, ENT_HELD, ENT_REPLIED, ENT_IDLE, ENT_GONE };
 
+/* e->state: (generation << ENT_ST_BITS) | enum ent_state */
+#define ENT_ST_BITS 3
+#define ENT_ST_MASK ((1u << ENT_ST_BITS) - 1)
+#define ENT_GEN_MASK ((1u << (32 - ENT_ST_BITS)) - 1)
+
+/*
+ * The unique libfuse sees for a ring request: bit 63 (the kernel's uniques
+ * count up from 0 in steps of 2: never there), the entry's generation
+ * (29 bits), its queue and its index (16 bits each; the low bit 0, as in a
+ * kernel unique that is no interrupt's).
+ */
+#define KEY_RING (1ull << 63)
+#define KEY_GEN_SHIFT 33
+#define KEY_Q_SHIFT 17
+#define KEY_IDX_SHIFT 1
+#define KEY_FIELD 0xffffu
+#define RING_MAX_QUEUES (KEY_FIELD + 1)
+
+/* A counter only its queue's thread writes: a plain store (invariant 5). */
+#define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
+					 __ATOMIC_RELEASE)
+
 struct ring_queue;
 
 struct ring_ent {
@@ -102,14 +140,14 @@ struct ring_ent {
 	struct fuse_uring_req_header *hdr;	/* at the start of the front page */
 	char *payload;				/* page-aligned, after the front page */
 	struct iovec iov[2];			/* REGISTER's: header and payload buffers */
-	uint64_t unique;		/* the request it holds (HELD, REPLIED) */
-	int state;			/* enum ent_state; atomic */
+	uint64_t unique;		/* the kernel's unique of the request it holds (HELD, REPLIED) */
+	uint64_t key;			/* libfuse's unique for it (HELD): ent_key(); atomic */
+	uint32_t state;			/* generation and enum ent_state; atomic */
 	uint32_t cmd;			/* last command submitted (resubmitted on EAGAIN) */
 	uint32_t used;			/* most payload bytes used, either way; atomic */
 	unsigned idx;
 	char *req;			/* the request laid out for libfuse (HELD) */
 	uint32_t req_len;
-	struct ring_ent *hnext;		/* in-flight table chain, under its stripe's lock */
 	struct ring_ent *next;		/* hand-off or local list */
 };
 
@@ -137,17 +175,14 @@ struct ring_queue {
 	struct ring_ent *local;		/* the thread's own replies; thread only */
 	struct ring_ent *steal;		/* other queues' requests for this thread; atomic */
 	bool waiting;			/* the thread waits for completions; atomic */
-	unsigned held;			/* HELD entries; atomic */
 	unsigned alive;			/* entries the kernel has not ended; thread only */
 	bool dead;			/* the thread ended on an error; atomic */
-	uint64_t requests;		/* served; atomic (relaxed) */
-	uint64_t handoffs;		/* replies committed from the hand-off list; atomic */
-	uint64_t stolen;		/* requests given to another queue's thread; atomic */
-} __attribute__((aligned(64)));
-
-struct ring_stripe {
-	pthread_mutex_t lock;
-	struct ring_ent *head;
+	uint64_t requests;		/* served (entries made HELD); thread only, OWNED_ADD */
+	uint64_t replied_here;		/* replies made in the thread; thread only, OWNED_ADD */
+	uint64_t handoffs;		/* replies committed from the hand-off list; thread only, OWNED_ADD */
+	uint64_t stolen;		/* requests given to another queue's thread; thread only, OWNED_ADD */
+	/* its own line: the one counter other threads write */
+	uint64_t replied_far __attribute__((aligned(64)));	/* replies from other threads; atomic */
 } __attribute__((aligned(64)));
 
 enum ring_phase { PH_CREATE, PH_ARM, PH_GO, PH_ABANDON, PH_STOP };
@@ -168,7 +203,6 @@ struct bf_ring {
 	bool abandoned;			/* bf_ring_stop_within() gave up: never freed */
 	struct io_uring ctl;		/* the armer's ring, for giving the ring up */
 	bool ctl_ok;
-	struct ring_stripe stripes[RING_STRIPES];
 	/* BLKFS_URING_TEST, for the tests only */
 	unsigned test_handoff;		/* every Nth reply comes from another thread */
 	unsigned handoff_count;		/* atomic */
@@ -200,12 +234,18 @@ char *bf_ring_req_payload(void)
 
 static int ent_state(struct ring_ent *e)
 {
-	return __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+	return (int)(__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) & ENT_ST_MASK);
 }
 
+/*
+ * The queue's thread only, and never while the entry is HELD (the one
+ * state another thread changes, by compare-and-swap): its generation stays.
+ */
 static void set_state(struct ring_ent *e, int st)
 {
-	__atomic_store_n(&e->state, st, __ATOMIC_RELEASE);
+	uint32_t s = __atomic_load_n(&e->state, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&e->state, (s & ~ENT_ST_MASK) | (uint32_t)st, __ATOMIC_RELEASE);
 }
 
 static void note_used(struct ring_ent *e, size_t n)
@@ -214,49 +254,33 @@ static void note_used(struct ring_ent *e, size_t n)
 		__atomic_store_n(&e->used, (uint32_t)n, __ATOMIC_RELAXED);
 }
 
-/* ------------------------------------------------------- in-flight table */
+/* ------------------------------------------------- keys: libfuse's uniques */
 
-static struct ring_stripe *stripe_of(struct bf_ring *r, uint64_t unique)
+static uint64_t ent_key(const struct ring_ent *e, uint32_t gen)
 {
-	/* the kernel steps uniques by 2; the low bit marks interrupts */
-	return &r->stripes[(unique >> 1) & (RING_STRIPES - 1)];
+	return KEY_RING | (uint64_t)gen << KEY_GEN_SHIFT | (uint64_t)e->q->qid << KEY_Q_SHIFT |
+	       (uint64_t)e->idx << KEY_IDX_SHIFT;
 }
 
-static void table_add(struct bf_ring *r, struct ring_ent *e)
+/* The entry @key names, or NULL if it names none. */
+static struct ring_ent *key_ent(struct bf_ring *r, uint64_t key)
 {
-	struct ring_stripe *s = stripe_of(r, e->unique);
+	unsigned qid = (unsigned)(key >> KEY_Q_SHIFT) & KEY_FIELD;
+	unsigned idx = (unsigned)(key >> KEY_IDX_SHIFT) & KEY_FIELD;
 
-	pthread_mutex_lock(&s->lock);
-	e->hnext = s->head;
-	s->head = e;
-	pthread_mutex_unlock(&s->lock);
+	if (!(key & KEY_RING) || qid >= r->nr_queues || idx >= r->depth || !r->qs[qid].ents)
+		return NULL;
+	return &r->qs[qid].ents[idx];
 }
 
-static void table_del(struct bf_ring *r, struct ring_ent *e)
+/* HELD entries of @q: its thread's count less the replies' (invariant 3). */
+static unsigned queue_held(struct ring_queue *q)
 {
-	struct ring_stripe *s = stripe_of(r, e->unique);
-	struct ring_ent **pp;
+	/* replies first: each counts a request already counted (no wrap) */
+	uint64_t far = __atomic_load_n(&q->replied_far, __ATOMIC_ACQUIRE);
+	uint64_t here = __atomic_load_n(&q->replied_here, __ATOMIC_ACQUIRE);
 
-	pthread_mutex_lock(&s->lock);
-	for (pp = &s->head; *pp; pp = &(*pp)->hnext) {
-		if (*pp == e) {
-			*pp = e->hnext;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
-}
-
-static struct ring_ent *table_find(struct bf_ring *r, uint64_t unique)
-{
-	struct ring_stripe *s = stripe_of(r, unique);
-	struct ring_ent *e;
-
-	pthread_mutex_lock(&s->lock);
-	for (e = s->head; e && e->unique != unique; e = e->hnext)
-		;
-	pthread_mutex_unlock(&s->lock);
-	return e;
+	return (unsigned)(__atomic_load_n(&q->requests, __ATOMIC_ACQUIRE) - here - far);
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -394,18 +418,19 @@ static void hand_to_owner(struct ring_ent *e)
 	if (tl_queue == q) {
 		e->next = q->local;
 		q->local = e;
-	} else {
-		old = __atomic_load_n(&q->handoff, __ATOMIC_RELAXED);
-		do {
-			e->next = old;
-		} while (!__atomic_compare_exchange_n(&q->handoff, &old, e, true, __ATOMIC_RELEASE,
-						      __ATOMIC_RELAXED));
-		/* the first reply onto an empty list wakes the thread; it takes them all */
-		if (!old)
-			eventfd_kick(q->evfd);
+		OWNED_ADD(&q->replied_here, 1);
+		return;
 	}
-	/* last: once held is 0, bf_ring_stop() may free the queue (invariant 3) */
-	__atomic_sub_fetch(&q->held, 1, __ATOMIC_RELEASE);
+	old = __atomic_load_n(&q->handoff, __ATOMIC_RELAXED);
+	do {
+		e->next = old;
+	} while (!__atomic_compare_exchange_n(&q->handoff, &old, e, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+	/* the first reply onto an empty list wakes the thread; it takes them all */
+	if (!old)
+		eventfd_kick(q->evfd);
+	/* last: once nothing is held, bf_ring_stop() may free the queue (invariant 3) */
+	__atomic_add_fetch(&q->replied_far, 1, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------ test hand-off thread */
@@ -530,16 +555,23 @@ bool bf_ring_reply(struct bf_ring *r, const struct iovec *iov, int count, ssize_
 {
 	const struct fuse_out_header *oh = iov[0].iov_base;
 	struct ring_ent *e = tl_ent;
+	uint32_t gen = (uint32_t)(oh->unique >> KEY_GEN_SHIFT) & ENT_GEN_MASK;
 	size_t total = 0;
 	int i;
 
-	if (!e || e->unique != oh->unique) {
+	/*
+	 * e->key atomically: a handler that parked this entry's request may
+	 * still be in it when the entry takes its next one (lay_out()).
+	 */
+	if (!e || __atomic_load_n(&e->key, __ATOMIC_RELAXED) != oh->unique) {
 		/* not the request this thread is handling: a parked one, or /dev/fuse's */
-		if (!__atomic_load_n(&r->active, __ATOMIC_ACQUIRE) || !oh->unique)
+		if (!(oh->unique & KEY_RING) || !__atomic_load_n(&r->active, __ATOMIC_ACQUIRE))
 			return false;
-		e = table_find(r, oh->unique);
-		if (!e)
-			return false;
+		e = key_ent(r, oh->unique);
+		if (!e) {
+			*res = -ENOENT;
+			return true;
+		}
 	}
 	for (i = 0; i < count; i++)
 		total += iov[i].iov_len;
@@ -549,16 +581,19 @@ bool bf_ring_reply(struct bf_ring *r, const struct iovec *iov, int count, ssize_
 	    helper_take(r->helper, iov, count))
 		return true;
 	{
-		int held = ENT_HELD;
+		uint32_t held = gen << ENT_ST_BITS | ENT_HELD;
 
-		/* one reply per request (invariant 2); a second finds no request */
-		if (!__atomic_compare_exchange_n(&e->state, &held, ENT_REPLIED, false,
-						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/*
+		 * One reply per request (invariant 2): a second finds no
+		 * request, even once the entry holds a newer one (its
+		 * generation differs).
+		 */
+		if (!__atomic_compare_exchange_n(&e->state, &held, gen << ENT_ST_BITS | ENT_REPLIED,
+						 false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			*res = -ENOENT;
 			return true;
 		}
 	}
-	table_del(r, e);
 	fill_reply(r, e, iov, count);
 	hand_to_owner(e);
 	return true;
@@ -566,7 +601,10 @@ bool bf_ring_reply(struct bf_ring *r, const struct iovec *iov, int count, ssize_
 
 /* ------------------------------------------------------- serving a request */
 
-/* A request that cannot be laid out: fail it with EIO, as a reply would. */
+/*
+ * A request that cannot be laid out: fail it with EIO, as a reply would.
+ * In the queue's thread; the entry was never HELD, so no count changes.
+ */
 static void reply_error_here(struct ring_queue *q, struct ring_ent *e, uint64_t unique, int err)
 {
 	struct fuse_out_header oh = { .len = sizeof(oh), .error = err, .unique = unique };
@@ -575,8 +613,8 @@ static void reply_error_here(struct ring_queue *q, struct ring_ent *e, uint64_t 
 	e->unique = unique;
 	set_state(e, ENT_REPLIED);
 	fill_reply(q->r, e, &iov, 1);
-	__atomic_add_fetch(&q->held, 1, __ATOMIC_RELAXED);
-	hand_to_owner(e);
+	e->next = q->local;
+	q->local = e;
 }
 
 /*
@@ -591,6 +629,7 @@ static int lay_out(struct ring_queue *q, struct ring_ent *e)
 	struct fuse_in_header in;
 	uint64_t id = h->ring_ent_in_out.commit_id;
 	uint32_t psz = h->ring_ent_in_out.payload_sz;
+	uint32_t gen;
 	size_t opsz;
 	char *start;
 
@@ -616,19 +655,22 @@ static int lay_out(struct ring_queue *q, struct ring_ent *e)
 		reply_error_here(q, e, id, -EIO);
 		return -1;
 	}
+	/* a new generation: a late reply to the entry's last request finds none */
+	gen = ((__atomic_load_n(&e->state, __ATOMIC_RELAXED) >> ENT_ST_BITS) + 1) & ENT_GEN_MASK;
+	__atomic_store_n(&e->key, ent_key(e, gen), __ATOMIC_RELAXED);
+	e->unique = id;
+	in.unique = e->key;	/* libfuse's reply names the entry (no lookup) */
 	opsz = in.len - sizeof(in) - psz;
 	start = e->payload - opsz - sizeof(in);
 	memcpy(start, &in, sizeof(in));
 	memcpy(start + sizeof(in), h->op_in, opsz);
 	note_used(e, psz);
-	e->unique = id;
 	e->req = start;
 	e->req_len = in.len;
-	set_state(e, ENT_HELD);
-	__atomic_add_fetch(&q->held, 1, __ATOMIC_RELAXED);
-	table_add(r, e);
-	__atomic_add_fetch(&q->requests, 1, __ATOMIC_RELAXED);
-	bf_opens_note(in.opcode, in.unique);
+	/* the opens table hears the unique the reply will carry (rawio.c) */
+	bf_opens_note(in.opcode, e->key);
+	__atomic_store_n(&e->state, gen << ENT_ST_BITS | ENT_HELD, __ATOMIC_RELEASE);
+	OWNED_ADD(&q->requests, 1);
 	return 0;
 }
 
@@ -637,7 +679,7 @@ static void run(struct bf_ring *r, struct ring_ent *e)
 {
 	const struct fuse_in_header *in = (const struct fuse_in_header *)e->req;
 	uint32_t opcode = in->opcode;
-	uint64_t id = e->unique;
+	uint64_t key = e->key;
 
 	tl_ent = e;
 	fuse_session_process_buf(r->se, &(struct fuse_buf){ .size = e->req_len, .mem = e->req });
@@ -647,7 +689,7 @@ static void run(struct bf_ring *r, struct ring_ent *e)
 	 * that came here anyway must not keep its entry for ever.
 	 */
 	if ((opcode == FUSE_FORGET || opcode == FUSE_BATCH_FORGET) && ent_state(e) == ENT_HELD) {
-		struct fuse_out_header oh = { .len = sizeof(oh), .unique = id };
+		struct fuse_out_header oh = { .len = sizeof(oh), .unique = key };
 		struct iovec iov = { &oh, sizeof(oh) };
 		ssize_t res;
 
@@ -756,7 +798,7 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 
 		if (peer && (spread ? big++ % 4 : is_big(e) && (big++ & 1))) {
 			if (steal_push(peer, e)) {
-				__atomic_add_fetch(&q->stolen, 1, __ATOMIC_RELAXED);
+				OWNED_ADD(&q->stolen, 1);
 				continue;
 			}
 			peer = NULL;
@@ -774,7 +816,7 @@ static int flush_replies(struct ring_queue *q)
 	e = __atomic_exchange_n(&q->handoff, NULL, __ATOMIC_ACQUIRE);
 	for (; e; e = next) {
 		next = e->next;
-		__atomic_add_fetch(&q->handoffs, 1, __ATOMIC_RELAXED);
+		OWNED_ADD(&q->handoffs, 1);
 		ret = ret ? ret : prep_cmd(q, e, FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 	}
 	for (e = q->local, q->local = NULL; e; e = next) {
@@ -866,7 +908,7 @@ static void serve_loop(struct ring_queue *q)
 				blk_log("FUSE ring queue %u: submitting the last commits: %s", q->qid,
 					strerror(-ret));
 			/* held first: a replier publishes before it lets go (invariant 3) */
-			if (!__atomic_load_n(&q->held, __ATOMIC_ACQUIRE) &&
+			if (!queue_held(q) &&
 			    !__atomic_load_n(&q->handoff, __ATOMIC_ACQUIRE))
 				break;
 		}
@@ -1232,6 +1274,13 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 	r->depth = depth;
 	r->payload = payload;
 	r->nr_queues = possible_cpus();
+	if (r->nr_queues > RING_MAX_QUEUES || depth > KEY_FIELD + 1) {
+		/* a key has 16 bits for the queue and 16 for the entry */
+		snprintf(err, errlen, "FUSE over io_uring: %u possible CPUs and %u entries each, at most %u of either",
+			 r->nr_queues, depth, KEY_FIELD + 1);
+		free(r);
+		return NULL;
+	}
 	r->fuse_fd = -1;
 	parse_test_env(r);
 	pthread_mutex_init(&r->lock, NULL);
@@ -1242,8 +1291,6 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 		snprintf(err, errlen, "FUSE over io_uring: %s", strerror(ret));
 		return NULL;
 	}
-	for (i = 0; i < RING_STRIPES; i++)
-		pthread_mutex_init(&r->stripes[i].lock, NULL);
 	r->qs = aligned_alloc(64, sizeof(*r->qs) * r->nr_queues);
 	if (!r->qs) {
 		snprintf(err, errlen, "FUSE over io_uring: out of memory for %u queues", r->nr_queues);
@@ -1431,7 +1478,7 @@ static unsigned ring_held(struct bf_ring *r)
 	unsigned i, held = 0;
 
 	for (i = 0; r->qs && i < r->nr_queues; i++)
-		held += __atomic_load_n(&r->qs[i].held, __ATOMIC_ACQUIRE);
+		held += queue_held(&r->qs[i]);
 	return held;
 }
 
@@ -1465,7 +1512,7 @@ bool bf_ring_stop_within(struct bf_ring *r, uint64_t timeout_ms)
 			if (!said && blk_now_ms() - start > 5000) {
 				/* what it waits for: requests parked on a device, or their replies */
 				blk_log("FUSE ring: queue %u still has %u requests in hand%s",
-					i, __atomic_load_n(&q->held, __ATOMIC_ACQUIRE),
+					i, queue_held(q),
 					__atomic_load_n(&q->handoff, __ATOMIC_ACQUIRE) ?
 					" and replies to commit" : "");
 				said = true;
@@ -1541,12 +1588,8 @@ void bf_ring_stop(struct bf_ring *r)
 
 void bf_ring_destroy(struct bf_ring *r)
 {
-	unsigned i;
-
 	if (!r || r->abandoned)
 		return;
-	for (i = 0; i < RING_STRIPES; i++)
-		pthread_mutex_destroy(&r->stripes[i].lock);
 	pthread_cond_destroy(&r->cond);
 	pthread_mutex_destroy(&r->lock);
 	free(r->qs);

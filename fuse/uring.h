@@ -20,8 +20,9 @@
  *                    committed, the threads end, rings and buffers go
  *   bf_ring_destroy
  *
- * Locking: ring->lock (start-up and stop), then a stripe lock of the
- * request table (never both: bf_ring_reply takes only the stripe lock).
+ * Locking: ring->lock (start-up and stop) only; bf_ring_reply takes no
+ * lock (the unique libfuse has for a ring request names its entry, and a
+ * compare-and-swap on the entry makes the one reply).
  * The one callback, bf_ring_create()'s @failed (rawio.c's, registered at
  * start-up), is made with no ring lock held. The ring notes each request
  * it receives in opens.h's table itself, as /dev/fuse's reader does.
