@@ -150,7 +150,10 @@
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
  * calls, which drop references and free) -> ar->alloc_lock (slabs, the
  * reserve). The arena thread takes only alloc_lock. None is held when
- * end_io runs.
+ * end_io runs. ar->lock is a big-reader lock (backends/lib/brlock.h): its
+ * writer holds its own mutex throughout, a reader that finds a writer
+ * waits on that mutex with no claim held, and a thread holds at most one
+ * arena's lock shared at a time (no I/O is submitted under it).
  *
  * Memory: the index costs one leaf (4 KiB) per 2 MiB of device space
  * written, 2 MiB per GiB of data (0.2%), and the slab headers as much
