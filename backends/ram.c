@@ -110,7 +110,7 @@
  *    come with no I/O in flight on the device at all (the daemon quiesces
  *    it, and drops the caches above afterwards, since they describe contents
  *    that are gone): ram_snap_reset() asserts that no I/O of the device is
- *    inside the lock (rd->nr_inside: the lock itself may be busy with a
+ *    inside the lock (ram_io_inside(): the lock itself may be busy with a
  *    clone's I/O), so a reset racing I/O inside the backend aborts
  *    instead of tearing it.
  *  - A list walks the snapshots' trees under ar->lock shared (counts may
@@ -150,7 +150,10 @@
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
  * calls, which drop references and free) -> ar->alloc_lock (slabs, the
  * reserve). The arena thread takes only alloc_lock. None is held when
- * end_io runs.
+ * end_io runs. ar->lock is a big-reader lock (backends/lib/brlock.h): its
+ * writer holds its own mutex throughout, a reader that finds a writer
+ * waits on that mutex with no claim held, and a thread holds at most one
+ * arena's lock shared at a time (no I/O is submitted under it).
  *
  * Memory: the index costs one leaf (4 KiB) per 2 MiB of device space
  * written, 2 MiB per GiB of data (0.2%), and the slab headers as much
@@ -174,6 +177,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/brlock.h"
 #include "lib/copy.h"
 
 #define RAM_PAGE_SHIFT	12
@@ -256,10 +260,14 @@ struct ram_arena {
 	 * to their trees and copy what is shared), exclusive for
 	 * DISCARD/WRITE_ZEROES, snapshot calls, clones and closes (which drop
 	 * references and free): one acquisition per I/O, and no page can
-	 * vanish under a reader's memcpy. Writer-preferring, so a stream of
-	 * reads cannot starve a discard.
+	 * vanish under a reader's memcpy. A big-reader lock: a read
+	 * writes only its thread's own line (the I/O threads of every device
+	 * of the arena would otherwise all write the lock's count twice per
+	 * I/O); a writer waits for every thread's claim to go. Readers that
+	 * find a writer waiting wait behind it, so a stream of reads cannot
+	 * starve a discard.
 	 */
-	pthread_rwlock_t lock;
+	struct brlock lock;
 	/*
 	 * lock: the trees of the arena: each device's own, its snapshots',
 	 * and a save's. With one, nothing is shared (invariant 5).
@@ -311,7 +319,11 @@ struct ram_dev {
 	struct ram_arena *ar;		/* set at open */
 	/* ar->lock: this device's trees besides its own: snapshots and a save's */
 	unsigned int nr_snaps;
-	/* Atomic: READ/WRITE/DISCARD of this device inside ram_submit() (ram_snap_reset()'s check). */
+	/*
+	 * Atomic: DISCARD/WRITE_ZEROES of this device inside ram_submit(),
+	 * for ram_snap_reset()'s check; a READ or WRITE inside is a read claim
+	 * tagged with the device (brlock_nr_tagged()).
+	 */
 	unsigned int nr_inside;
 
 	pthread_mutex_t ctl_lock;	/* one snapshot call at a time */
@@ -1232,19 +1244,26 @@ static int ram_zero_range_locked(struct ram_dev *rd, uint64_t pos, uint64_t len)
 }
 
 /*
- * An I/O of @rd is inside ar->lock (taken before enter, released after
- * leave). A reset asserts that none is: the lock alone cannot say whose
- * I/O holds it once clones share it (ram_snap_reset()). Two uncontended
- * atomic adds on the device's own counter, beside the lock's two.
+ * An I/O of @rd is inside ar->lock. A reset asserts that none is: the lock
+ * alone cannot say whose I/O holds it once clones share it
+ * (ram_snap_reset()). A READ or WRITE says so in its thread's read claim
+ * (tagged with @rd: no shared line is written); a DISCARD, under the lock
+ * exclusive, in rd->nr_inside.
  */
-static inline void ram_io_enter(struct ram_dev *rd)
+static inline void ram_io_enter_excl(struct ram_dev *rd)
 {
 	__atomic_add_fetch(&rd->nr_inside, 1, __ATOMIC_RELAXED);
 }
 
-static inline void ram_io_leave(struct ram_dev *rd)
+static inline void ram_io_leave_excl(struct ram_dev *rd)
 {
 	__atomic_sub_fetch(&rd->nr_inside, 1, __ATOMIC_RELAXED);
+}
+
+static unsigned int ram_io_inside(struct ram_dev *rd)
+{
+	return __atomic_load_n(&rd->nr_inside, __ATOMIC_RELAXED) +
+	       brlock_nr_tagged(&rd->ar->lock, rd);
 }
 
 static int ram_submit(struct blk_backend *be, struct blk_io *io)
@@ -1255,18 +1274,14 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 
 	switch (io->op) {
 	case BLK_READ:
-		pthread_rwlock_rdlock(&ar->lock);
-		ram_io_enter(rd);
+		brlock_read_lock(&ar->lock, rd);
 		ram_read(rd, io);
-		ram_io_leave(rd);
-		pthread_rwlock_unlock(&ar->lock);
+		brlock_read_unlock(&ar->lock);
 		break;
 	case BLK_WRITE:
-		pthread_rwlock_rdlock(&ar->lock);
-		ram_io_enter(rd);
+		brlock_read_lock(&ar->lock, rd);
 		ret = ram_write(rd, io);
-		ram_io_leave(rd);
-		pthread_rwlock_unlock(&ar->lock);
+		brlock_read_unlock(&ar->lock);
 		break;
 	case BLK_FLUSH:
 		/* RAM is as stable as this device gets. */
@@ -1283,11 +1298,11 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 		while (pos < end && !ret) {
 			uint64_t n = min_u64(end - pos, RAM_ZERO_CHUNK - (pos & (RAM_ZERO_CHUNK - 1)));
 
-			pthread_rwlock_wrlock(&ar->lock);
-			ram_io_enter(rd);
+			brlock_write_lock(&ar->lock);
+			ram_io_enter_excl(rd);
 			ret = ram_zero_range_locked(rd, pos, n);
-			ram_io_leave(rd);
-			pthread_rwlock_unlock(&ar->lock);
+			ram_io_leave_excl(rd);
+			brlock_write_unlock(&ar->lock);
 			pos += n;
 		}
 		break;
@@ -1545,13 +1560,13 @@ static struct ram_node *ram_tree_share(struct ram_dev *rd)
 	struct ram_arena *ar = rd->ar;
 	struct ram_node *root;
 
-	pthread_rwlock_wrlock(&ar->lock);
+	brlock_write_lock(&ar->lock);
 	root = rd->root;
 	if (root)
 		ref_get(root);
 	rd->nr_snaps++;
 	ar->nr_trees++;
-	pthread_rwlock_unlock(&ar->lock);
+	brlock_write_unlock(&ar->lock);
 	return root;
 }
 
@@ -1559,7 +1574,7 @@ static struct ram_node *ram_tree_share(struct ram_dev *rd)
 static void ram_tree_drop(struct ram_dev *rd, struct ram_node *root)
 {
 	struct ram_arena *ar = rd->ar;
-	pthread_rwlock_wrlock(&ar->lock);
+	brlock_write_lock(&ar->lock);
 	pthread_mutex_lock(&ar->alloc_lock);
 	if (root)
 		ram_tree_put_locked(rd, root, rd->root_shift);
@@ -1567,7 +1582,7 @@ static void ram_tree_drop(struct ram_dev *rd, struct ram_node *root)
 	rd->nr_snaps--;
 	ar->nr_trees--;
 	pthread_mutex_unlock(&ar->alloc_lock);
-	pthread_rwlock_unlock(&ar->lock);
+	brlock_write_unlock(&ar->lock);
 }
 
 static int ram_snap_create(struct blk_backend *be, const char *name)
@@ -1649,9 +1664,9 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 	 * contents it touched is anyone's guess. The arena's lock may be busy
 	 * with the I/O of other devices (clones share it): wait for those.
 	 */
-	ret = (int)__atomic_load_n(&rd->nr_inside, __ATOMIC_RELAXED);
+	ret = (int)ram_io_inside(rd);
 	assert(ret == 0 && "ram: reset with I/O in flight: the device was not quiesced");
-	pthread_rwlock_wrlock(&ar->lock);
+	brlock_write_lock(&ar->lock);
 	pthread_mutex_lock(&ar->alloc_lock);
 	/* Take the snapshot's tree first: it may be the very root we drop. */
 	if (snap->root)
@@ -1661,7 +1676,7 @@ static int ram_snap_reset(struct blk_backend *be, const char *name)
 	if (old)
 		ram_tree_put_locked(rd, old, rd->root_shift);
 	pthread_mutex_unlock(&ar->alloc_lock);
-	pthread_rwlock_unlock(&ar->lock);
+	brlock_write_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return 0;
 }
@@ -1675,7 +1690,7 @@ static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr
 
 	pthread_mutex_lock(&rd->ctl_lock);
 	/* Shared: no count reaches 0 and nothing is freed meanwhile. */
-	pthread_rwlock_rdlock(&ar->lock);
+	brlock_read_lock(&ar->lock, NULL);
 	for (snap = rd->snaps; snap; snap = snap->next, n++) {
 		struct blk_snap_info *info;
 
@@ -1693,7 +1708,7 @@ static int ram_snap_list(struct blk_backend *be, struct blk_snap_info *v, int nr
 		if (ref_load(snap->root) == 1)
 			info->own_bytes = ram_own_bytes(snap->root, rd->root_shift);
 	}
-	pthread_rwlock_unlock(&ar->lock);
+	brlock_read_unlock(&ar->lock);
 	pthread_mutex_unlock(&rd->ctl_lock);
 	return n;
 }
@@ -1791,7 +1806,7 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 			goto out_ctl;
 		}
 	}
-	pthread_rwlock_wrlock(&ar->lock);
+	brlock_write_lock(&ar->lock);
 	if (new < old && ar->nr_trees > 1) {
 		/* A clone's or its origin's: pages past the end may be shared (see the top). */
 		ret = -EBUSY;
@@ -1842,7 +1857,7 @@ static int ram_resize(struct blk_backend *be, uint64_t *size)
 	}
 	rd->geo.size = new;
 out_lock:
-	pthread_rwlock_unlock(&ar->lock);
+	brlock_write_unlock(&ar->lock);
 out_ctl:
 	pthread_mutex_unlock(&rd->ctl_lock);
 	free(fresh);
@@ -2061,7 +2076,7 @@ static void ram_arena_free(struct ram_arena *ar)
 	}
 	pthread_cond_destroy(&ar->thread_cv);
 	pthread_mutex_destroy(&ar->alloc_lock);
-	pthread_rwlock_destroy(&ar->lock);
+	brlock_destroy(&ar->lock);
 	free(ar);
 }
 
@@ -2080,7 +2095,7 @@ static void ram_free(struct ram_dev *rd)
 	if (ar) {
 		/* No clone can find it from here on (one that found it has joined). */
 		ram_registry_del(rd);
-		pthread_rwlock_wrlock(&ar->lock);
+		brlock_write_lock(&ar->lock);
 		assert(ar->nr_devs >= 1 && ar->nr_trees >= 1 + rd->nr_snaps);
 		last = --ar->nr_devs == 0;
 		if (!last) {
@@ -2093,7 +2108,7 @@ static void ram_free(struct ram_dev *rd)
 			pthread_mutex_unlock(&ar->alloc_lock);
 			ar->nr_trees -= 1 + rd->nr_snaps;
 		}
-		pthread_rwlock_unlock(&ar->lock);
+		brlock_write_unlock(&ar->lock);
 		if (last)
 			ram_arena_free(ar);
 	}
@@ -2108,12 +2123,14 @@ static void ram_free(struct ram_dev *rd)
 /* An arena with nothing in it, its locks and its thread; ERR_PTR with p->err. */
 static struct ram_arena *ram_arena_new(struct blk_params *p, uint64_t reserve)
 {
-	pthread_rwlockattr_t attr;
 	pthread_attr_t ta;
 	struct ram_arena *ar;
 	int ret;
 
-	ar = calloc(1, sizeof(*ar));
+	/* Aligned: the lock's writer flag has a cache line of its own. */
+	ar = aligned_alloc(_Alignof(struct ram_arena), sizeof(*ar));
+	if (ar)
+		memset(ar, 0, sizeof(*ar));
 	if (!ar) {
 		blk_param_error(p, NULL, "cannot set up the ram backend: out of memory");
 		return ERR_PTR(-ENOMEM);
@@ -2121,10 +2138,7 @@ static struct ram_arena *ram_arena_new(struct blk_params *p, uint64_t reserve)
 	ar->reserve = (unsigned int)((reserve + RAM_SLAB_SIZE - 1) / RAM_SLAB_SIZE);
 	ar->nr_devs = 1;
 	ar->nr_trees = 1;
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	ret = -pthread_rwlock_init(&ar->lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
+	ret = brlock_init(&ar->lock);
 	if (ret) {
 		free(ar);
 		blk_param_error(p, NULL, "cannot set up the ram backend: %s", strerror(-ret));
@@ -2258,13 +2272,13 @@ static struct blk_backend *ram_clone_open(struct blk_params *p, const char *spec
 	assert(rd->root_shift == origin->root_shift);
 	snprintf(rd->clone_of, sizeof(rd->clone_of), "%s", spec);
 	rd->ar = origin->ar;
-	pthread_rwlock_wrlock(&rd->ar->lock);
+	brlock_write_lock(&rd->ar->lock);
 	if (snap->root)
 		ref_get(snap->root);
 	rd->root = snap->root;
 	rd->ar->nr_trees++;
 	rd->ar->nr_devs++;
-	pthread_rwlock_unlock(&rd->ar->lock);
+	brlock_write_unlock(&rd->ar->lock);
 	rd->reg_next = ram_registry;
 	ram_registry = rd;
 	ret = 0;

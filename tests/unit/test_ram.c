@@ -2866,3 +2866,177 @@ Test(clone, concurrent_across_devices, .timeout = 300)
 		free(x[i].m.ver);
 	free(snap);
 }
+
+/*
+ * The arena's lock under load: threads write and read back their own
+ * ranges of an origin and of a clone (READ and WRITE, the lock shared, a
+ * read claim per thread) while the main thread resets a second clone of
+ * the same arena again and again (the lock exclusive; the reset asserts
+ * that no I/O of that clone is inside, which must not count the other
+ * devices' I/O in the one lock), writes it, and takes and drops
+ * snapshots of the busy devices (the lock exclusive, counts of pages the
+ * writers are copying dropped under it). A writer that came in while a
+ * tree was dropped or a count moved without a locked instruction would
+ * read freed or reused pages: each thread checks what it reads back, and
+ * every device and snapshot reads as its model at the end.
+ */
+#define RX_SIZE		(16 * MiB)
+#define RX_THREADS	4		/* two per busy device, each its own half */
+#define RX_ROUNDS	300
+
+struct rx_thread {
+	struct blk_backend *be;
+	uint16_t *ver;		/* the device's model; this thread's half only */
+	uint64_t base;		/* its half: [base, base + RX_SIZE / 2) */
+	unsigned int seed;
+	uint16_t v;
+	bool *stop;		/* atomic */
+	int fail;
+	long ios;
+};
+
+static void *rx_thread_fn(void *arg)
+{
+	struct rx_thread *t = arg;
+	unsigned char *buf = malloc(64 * KiB), *want = malloc(64 * KiB);
+
+	while (!__atomic_load_n(t->stop, __ATOMIC_ACQUIRE) || t->ios < 200) {
+		uint64_t len = (uint64_t)(1 + rand_r(&t->seed) % 128) * 512;
+		uint64_t pos = t->base + (uint64_t)(rand_r(&t->seed) % ((RX_SIZE / 2 - len) / 512 + 1)) * 512;
+		uint64_t s;
+
+		if (rand_r(&t->seed) % 2) {
+			t->v = (uint16_t)(t->v % 60000 + 1);
+			for (s = 0; s < len; s += 512)
+				t->ver[(pos + s) / 512] = t->v;
+			vm_expect(t->ver, pos, len, buf);
+			if (ct_io(t->be, BLK_WRITE, pos, buf, len))
+				t->fail++;
+		}
+		memset(buf, 0xee, len);
+		vm_expect(t->ver, pos, len, want);
+		if (ct_io(t->be, BLK_READ, pos, buf, len) || memcmp(buf, want, len))
+			t->fail++;
+		t->ios++;
+	}
+	free(buf);
+	free(want);
+	return NULL;
+}
+
+Test(clone, reset_under_other_devices_io, .timeout = 300)
+{
+	struct test_dev to, t1, t2;
+	struct blk_backend *o, *c1, *c2;
+	struct vmodel mo, m1, m2;
+	struct rx_thread th[RX_THREADS];
+	pthread_t tid[RX_THREADS];
+	struct blk_snap_info info[4];
+	uint16_t *base, *c2base;
+	bool stop = false;
+	unsigned int seed = 5;
+	int i, round;
+
+	o = open_origin(&to, "rx-origin", RX_SIZE);
+	vm_init(&mo, RX_SIZE);
+	vm_write(o, &mo, 0, RX_SIZE, 1);
+	cr_assert_eq(blk_snap_create(o, "s"), 0);
+	base = vm_copy(&mo);
+	c1 = open_clone(&t1, "rx-c1", "rx-origin@s");
+	c2 = open_clone(&t2, "rx-c2", "rx-origin@s");
+	m1 = (struct vmodel){ .size = RX_SIZE, .ver = vm_copy(&mo) };
+	m2 = (struct vmodel){ .size = RX_SIZE, .ver = vm_copy(&mo) };
+	/* The second clone's base: a few pages of its own over the origin's. */
+	vm_write(c2, &m2, 1 * MiB, 64 * KiB, 500);
+	vm_write(c2, &m2, 9 * MiB + 512, 3 * 512, 501);
+	cr_assert_eq(blk_snap_create(c2, "b"), 0);
+	c2base = vm_copy(&m2);
+
+	for (i = 0; i < RX_THREADS; i++) {
+		th[i] = (struct rx_thread){
+			.be = i < 2 ? o : c1, .ver = i < 2 ? mo.ver : m1.ver,
+			.base = (uint64_t)(i % 2) * (RX_SIZE / 2), .seed = 100u + (unsigned int)i,
+			.v = (uint16_t)(1000 * (i + 1)), .stop = &stop,
+		};
+		cr_assert_eq(pthread_create(&tid[i], NULL, rx_thread_fn, &th[i]), 0);
+	}
+	for (round = 0; round < RX_ROUNDS; round++) {
+		uint64_t pos = (uint64_t)(rand_r(&seed) % (RX_SIZE / 4096)) * 4096;
+
+		/* Only this thread does I/O on c2: it is quiesced for its reset. */
+		cr_assert_eq(blk_snap_reset(c2, "b"), 0, "round %d", round);
+		memcpy(m2.ver, c2base, RX_SIZE / 512 * sizeof(*m2.ver));
+		vm_check_range(c2, m2.ver, 1 * MiB - 4096, 72 * KiB, "c2 after a reset");
+		vm_check_range(c2, m2.ver, pos, 4096, "c2 after a reset");
+		vm_write(c2, &m2, pos, 8192 > RX_SIZE - pos ? 4096 : 8192, (uint16_t)(600 + round));
+		vm_check_range(c2, m2.ver, pos, 4096, "c2 after a write");
+		/* Snapshots of the busy devices come and go under their I/O. */
+		cr_assert_eq(blk_snap_create(o, "t"), 0);
+		cr_assert_eq(blk_snap_create(c1, "t"), 0);
+		cr_assert_eq(blk_snap_list(o, info, 4), 2);
+		usleep(200);
+		cr_assert_eq(blk_snap_destroy(c1, "t"), 0);
+		cr_assert_eq(blk_snap_destroy(o, "t"), 0);
+		/* The other devices' I/O gets going again before the next reset. */
+		usleep(500);
+	}
+	__atomic_store_n(&stop, true, __ATOMIC_RELEASE);
+	for (i = 0; i < RX_THREADS; i++) {
+		pthread_join(tid[i], NULL);
+		cr_assert_eq(th[i].fail, 0, "thread %d: %d of %ld I/Os failed or read wrong", i,
+			     th[i].fail, th[i].ios);
+	}
+	vm_check(o, mo.ver, RX_SIZE, "the origin");
+	vm_check(c1, m1.ver, RX_SIZE, "the first clone");
+	vm_check(c2, m2.ver, RX_SIZE, "the second clone");
+	snap_check(o, "s", base, RX_SIZE);
+	snap_check(c2, "b", c2base, RX_SIZE);
+	c2->ops->close(c2);
+	c1->ops->close(c1);
+	o->ops->close(o);
+	free(mo.ver);
+	free(m1.ver);
+	free(m2.ver);
+	free(base);
+	free(c2base);
+}
+
+/*
+ * Threads that do a few I/Os and exit, while snapshots come and go: each
+ * leaves a read claim record behind at its exit, freed while a writer of
+ * the lock may be walking the records (use after free: the sanitizer
+ * build), and each new thread makes one, on a list a writer walks.
+ */
+#define CG_ROUNDS	100
+
+Test(clone, io_threads_come_and_go, .timeout = 300)
+{
+	struct test_dev to;
+	struct blk_backend *o = open_origin(&to, "cg-origin", RX_SIZE);
+	struct rx_thread th[2];
+	pthread_t tid[2];
+	struct vmodel m;
+	bool stop = true;
+	int i, round;
+
+	vm_init(&m, RX_SIZE);
+	for (round = 0; round < CG_ROUNDS; round++) {
+		for (i = 0; i < 2; i++) {
+			th[i] = (struct rx_thread){
+				.be = o, .ver = m.ver, .base = (uint64_t)i * (RX_SIZE / 2),
+				.seed = 7u * (unsigned int)round + (unsigned int)i,
+				.v = (uint16_t)(100 * round + 10 * i + 1), .stop = &stop, .ios = 180,
+			};
+			cr_assert_eq(pthread_create(&tid[i], NULL, rx_thread_fn, &th[i]), 0);
+		}
+		cr_assert_eq(blk_snap_create(o, "t"), 0);
+		cr_assert_eq(blk_snap_destroy(o, "t"), 0);
+		for (i = 0; i < 2; i++) {
+			pthread_join(tid[i], NULL);
+			cr_assert_eq(th[i].fail, 0, "round %d thread %d", round, i);
+		}
+	}
+	vm_check(o, m.ver, RX_SIZE, "the origin");
+	o->ops->close(o);
+	free(m.ver);
+}
