@@ -12,8 +12,11 @@
  * alone). The entries are the caller's: each embeds a struct bf_slot and is
  * handed to the pool once, at set-up (bf_slots_add()).
  *
- * Lock: s->lock, a leaf (taken last, held only to take or give a slot or
- * to read the counts; never across a reply or backend I/O).
+ * Lock: s->lock, a leaf (taken last, never across a reply or backend I/O).
+ * Taking and giving back a slot take no lock while a slot is free, the
+ * pool is not frozen and nobody waits: each is one compare-and-swap on
+ * s->head (fuse/slots.c says why no wake-up is lost). The lock is the slow
+ * path's: waiting for a slot, freeze, thaw, drain, and the counts.
  */
 #ifndef BLKFS_FUSE_SLOTS_H
 #define BLKFS_FUSE_SLOTS_H
@@ -22,20 +25,31 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The most entries a pool holds: an index fits s->head's 14 bits. */
+#define BF_SLOTS_MAX 16383u
+
 struct bf_slot {
-	struct bf_slot *next;		/* the pool's free list; lock */
+	uint32_t next;			/* atomic: the index + 1 of the next free slot below it, 0: none */
+	uint32_t idx;			/* its number in the pool: fixed after set-up */
 };
 
 struct bf_slots {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;		/* blk_cond_init: a slot came back, or the freeze ended */
-	struct bf_slot *free;		/* lock */
+	/*
+	 * atomic: the free slots' stack, its count and two flags, changed by
+	 * atomic read-modify-writes only (fuse/slots.c: SLOTS_*): the index +
+	 * 1 of the top free slot, how many are free, frozen, someone sleeps on
+	 * cond, and a tag that changes with every push and pop (no ABA).
+	 */
+	uint64_t head;
+	uint32_t peak;			/* atomic: the most ever in use at once */
 	uint32_t nr;			/* entries added: fixed after set-up */
-	uint32_t in_use;		/* lock */
-	uint32_t peak;			/* lock: the most ever in use at once */
+	struct bf_slot **tab;		/* entry by index: fixed after set-up */
+	uint32_t cap;			/* tab's size: set-up only */
+	uint32_t sleepers;		/* lock: threads waiting on cond (takers, freeze, drain); not 0: SLOTS_SLOW */
 	uint32_t waiters;		/* lock: threads waiting in bf_slots_get() */
 	uint64_t waits;			/* lock: bf_slots_get() calls that had to wait */
-	bool frozen;			/* lock: bf_slots_freeze(): no slot is handed out */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* blk_cond_init: a slot came back, or the freeze ended */
 };
 
 struct bf_slots_stats {
@@ -45,9 +59,13 @@ struct bf_slots_stats {
 
 /* An empty pool (its lock and condition variable made): 0 or -errno. */
 int bf_slots_init(struct bf_slots *s);
-/* At set-up, before any bf_slots_get(): @slot is one more entry of the pool. */
-void bf_slots_add(struct bf_slots *s, struct bf_slot *slot);
-/* Every slot back (asserted): the lock and condition variable go. */
+/*
+ * At set-up, before any bf_slots_get(): @slot is one more entry of the pool.
+ * Returns 0, -ENOMEM (the table of entries could not grow) or -ENOSPC (more
+ * than BF_SLOTS_MAX entries), and then @slot is not in the pool.
+ */
+int bf_slots_add(struct bf_slots *s, struct bf_slot *slot);
+/* Every slot back (asserted): the table, the lock and condition variable go. */
 void bf_slots_destroy(struct bf_slots *s);
 /* A free slot, waiting while none is free or the pool is frozen. */
 struct bf_slot *bf_slots_get(struct bf_slots *s);

@@ -5,7 +5,8 @@
  * Take and give back (the counts), a taker that waits while all are taken,
  * a freeze that holds new takers and waits for those in flight to come
  * back, a freeze that times out (its takers let go), drain and its bounded
- * form. Each verdict is the pool's state (bf_slots_stats()), waited for by
+ * form; take and give back without the lock, and all of it at once from
+ * several threads (the stress). Each verdict is the pool's state (bf_slots_stats()), waited for by
  * polling it, never a sleep: a blocked thread is known blocked by the
  * pool's own count of waiters, a freeze by its frozen flag.
  */
@@ -15,6 +16,7 @@
 #include <sched.h>
 #include <stdbool.h>
 
+#include "../../backends/lib/clock.h"
 #include "../../fuse/slots.h"
 
 #define NR 4
@@ -213,6 +215,184 @@ Test(slots, drain, .timeout = 30)
 	bf_slots_put(&pool, b);
 	pthread_join(t, NULL);	/* returns only with none in use */
 	cr_assert_eq(stats().in_use, 0);
+	bf_slots_destroy(&pool);
+}
+
+/*
+ * A taker and a giver with a slot free and nobody waiting never take the
+ * pool's lock: held here, they still go through.
+ */
+static bool lockless_done;
+
+static void *get_put_many(void *arg)
+{
+	int i;
+
+	(void)arg;
+	for (i = 0; i < 1000; i++)
+		bf_slots_put(&pool, bf_slots_get(&pool));
+	__atomic_store_n(&lockless_done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+Test(slots, get_put_without_the_lock, .timeout = 30)
+{
+	uint64_t end;
+	bool done;
+	pthread_t t;
+
+	pool_make(2);
+	lockless_done = false;
+	pthread_mutex_lock(&pool.lock);
+	cr_assert_eq(pthread_create(&t, NULL, get_put_many, NULL), 0);
+	end = blk_now_ms() + 5000;
+	while (!(done = __atomic_load_n(&lockless_done, __ATOMIC_ACQUIRE)) && blk_now_ms() < end)
+		sched_yield();
+	pthread_mutex_unlock(&pool.lock);
+	pthread_join(t, NULL);
+	cr_assert(done, "get and put waited for the pool's lock with a slot free");
+	cr_assert_eq(stats().in_use, 0);
+	cr_assert_eq(stats().peak, 1);
+	cr_assert_eq(stats().waits, 0);
+	bf_slots_destroy(&pool);
+}
+
+Test(slots, add_past_the_most, .timeout = 30)
+{
+	static struct bf_slot many[BF_SLOTS_MAX + 1];
+	struct bf_slots_stats st;
+	uint32_t i;
+
+	cr_assert_eq(bf_slots_init(&pool), 0);
+	for (i = 0; i < BF_SLOTS_MAX; i++)
+		cr_assert_eq(bf_slots_add(&pool, &many[i]), 0);
+	cr_assert_eq(bf_slots_add(&pool, &many[BF_SLOTS_MAX]), -ENOSPC);
+	st = stats();
+	cr_assert_eq(st.nr, BF_SLOTS_MAX);
+	cr_assert_eq(st.in_use, 0);
+	/* every entry comes out once, the last added first */
+	for (i = BF_SLOTS_MAX; i-- > 0;)
+		cr_assert_eq(bf_slots_get(&pool), &many[i]);
+	cr_assert_eq(stats().in_use, BF_SLOTS_MAX);
+	for (i = 0; i < BF_SLOTS_MAX; i++)
+		bf_slots_put(&pool, &many[i]);
+	bf_slots_destroy(&pool);
+}
+
+/*
+ * Stress: STRESS_TAKERS threads take and give back STRESS_ROUNDS slots each
+ * from a pool of STRESS_SLOTS (most takes find none free, or race for the
+ * last one), while one thread freezes and thaws in a loop and another
+ * drains. A slot handed out twice shows in its owner flag; a take while
+ * frozen in stress_frozen; a lost wake-up as the test's timeout.
+ */
+#define STRESS_TAKERS 4
+#define STRESS_ROUNDS 200000
+#define STRESS_SLOTS 3
+
+static int stress_owner[STRESS_SLOTS];	/* atomic: 1 while the slot is taken */
+static int stress_frozen;		/* atomic: 1 between a freeze's return and the thaw */
+static int stress_stop;			/* atomic: the takers are done */
+static int stress_twice, stress_while_frozen, stress_not_owned;	/* atomic: errors seen */
+static unsigned long stress_freezes, stress_drains;
+
+static void *stress_taker(void *arg)
+{
+	int i;
+
+	(void)arg;
+	for (i = 0; i < STRESS_ROUNDS; i++) {
+		struct bf_slot *slot = bf_slots_get(&pool);
+		long n = slot - entries;
+
+		if (__atomic_load_n(&stress_frozen, __ATOMIC_SEQ_CST))
+			__atomic_fetch_add(&stress_while_frozen, 1, __ATOMIC_RELAXED);
+		if (n < 0 || n >= STRESS_SLOTS ||
+		    __atomic_exchange_n(&stress_owner[n], 1, __ATOMIC_RELAXED)) {
+			__atomic_fetch_add(&stress_twice, 1, __ATOMIC_RELAXED);
+			continue;	/* not ours to give back */
+		}
+		if (!(i % 64))
+			sched_yield();
+		if (!__atomic_exchange_n(&stress_owner[n], 0, __ATOMIC_RELAXED))
+			__atomic_fetch_add(&stress_not_owned, 1, __ATOMIC_RELAXED);
+		bf_slots_put(&pool, slot);
+	}
+	return NULL;
+}
+
+static void *stress_freezer(void *arg)
+{
+	int i, n;
+
+	(void)arg;
+	while (!__atomic_load_n(&stress_stop, __ATOMIC_ACQUIRE)) {
+		if (bf_slots_freeze(&pool, 10000))
+			continue;
+		__atomic_store_n(&stress_frozen, 1, __ATOMIC_SEQ_CST);
+		/* hold it a while, long enough for takers to come and wait */
+		for (i = 0; i < 20; i++) {
+			for (n = 0; n < STRESS_SLOTS; n++)
+				if (__atomic_load_n(&stress_owner[n], __ATOMIC_RELAXED))
+					__atomic_fetch_add(&stress_while_frozen, 1,
+							   __ATOMIC_RELAXED);
+			sched_yield();
+		}
+		if (stats().in_use)
+			__atomic_fetch_add(&stress_while_frozen, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&stress_frozen, 0, __ATOMIC_SEQ_CST);
+		bf_slots_thaw(&pool);
+		stress_freezes++;
+		for (i = 0; i < 50; i++)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void *stress_drainer(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&stress_stop, __ATOMIC_ACQUIRE)) {
+		if (stress_drains % 2)
+			bf_slots_drain(&pool);	/* returns at the latest in a freeze */
+		else
+			bf_slots_drain_ms(&pool, 1);
+		stress_drains++;
+		sched_yield();
+	}
+	return NULL;
+}
+
+Test(slots, stress_takers_freeze_drain, .timeout = 120)
+{
+	pthread_t takers[STRESS_TAKERS], freezer, drainer;
+	struct bf_slots_stats st;
+	int i;
+
+	pool_make(STRESS_SLOTS);
+	for (i = 0; i < STRESS_TAKERS; i++)
+		cr_assert_eq(pthread_create(&takers[i], NULL, stress_taker, NULL), 0);
+	cr_assert_eq(pthread_create(&freezer, NULL, stress_freezer, NULL), 0);
+	cr_assert_eq(pthread_create(&drainer, NULL, stress_drainer, NULL), 0);
+	for (i = 0; i < STRESS_TAKERS; i++)
+		pthread_join(takers[i], NULL);
+	__atomic_store_n(&stress_stop, 1, __ATOMIC_RELEASE);
+	pthread_join(freezer, NULL);
+	pthread_join(drainer, NULL);
+	st = stats();
+	cr_assert_eq(stress_twice, 0, "a slot handed out twice (%d times)", stress_twice);
+	cr_assert_eq(stress_not_owned, 0, "a slot given back that its taker no longer owned");
+	cr_assert_eq(stress_while_frozen, 0, "a slot taken while frozen (%d times)",
+		     stress_while_frozen);
+	cr_assert_gt(stress_freezes, 0);
+	cr_assert_gt(stress_drains, 0);
+	cr_assert_eq(st.in_use, 0);
+	cr_assert_eq(st.waiters, 0);
+	cr_assert(!st.frozen);
+	cr_assert_eq(st.peak, STRESS_SLOTS);
+	cr_assert_gt(st.waits, 0, "no taker ever waited: the stress did not stress");
+	cr_log_info("slots stress: %lu freezes, %lu drains, %llu waits", stress_freezes,
+		    stress_drains, (unsigned long long)st.waits);
 	bf_slots_destroy(&pool);
 }
 
