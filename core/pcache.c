@@ -262,7 +262,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	dev->read_ahead = 0;	/* off until the owner sets it (conf: 128K) */
 	list_init(&dev->folios);
 	pthread_mutex_init(&dev->err_lock, NULL);
-	pthread_mutex_init(&dev->acct_lock, NULL);
+	pc_stat_dev_init(dev);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
 	err = be_pool_init(&dev->sio_pool, PC_SIO_POOL, pc_sio_size(), 64);
 	if (!err)
@@ -273,7 +273,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 		be_pool_destroy(&dev->sio_pool);
 		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
-		pthread_mutex_destroy(&dev->acct_lock);
+		pc_stat_dev_destroy(dev);
 		free(dev->name);
 		free(dev->hash);
 		free(dev);
@@ -287,7 +287,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 		be_pool_destroy(&dev->sio_pool);
 		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
-		pthread_mutex_destroy(&dev->acct_lock);
+		pc_stat_dev_destroy(dev);
 		free(dev->name);
 		free(dev->hash);
 		free(dev);
@@ -387,7 +387,7 @@ void pc_dev_remove(struct pc_dev *dev)
 	be_pool_destroy(&dev->sio_pool);
 	be_pool_destroy(&dev->wb_pool);
 	pthread_mutex_destroy(&dev->err_lock);
-	pthread_mutex_destroy(&dev->acct_lock);
+	pc_stat_dev_destroy(dev);
 	free(dev->hash);
 	free(dev->name);
 	free(dev);
@@ -458,17 +458,7 @@ uint32_t pc_dev_cache_block(const struct pc_dev *dev)
 
 void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 {
-	uint64_t *dst = (uint64_t *)st;
-	const uint64_t *src = (const uint64_t *)&dev->st;
-	size_t i;
-
-	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	pthread_mutex_lock(&dev->acct_lock);
-	st->in_flight = dev->acct_in_flight;
-	if (dev->acct_in_flight)	/* the busy period so far counts too */
-		st->io_ticks_ns += blk_now_ns() - dev->acct_busy_since_ns;
-	pthread_mutex_unlock(&dev->acct_lock);
+	pc_stat_sum(dev, st);
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;

@@ -26,7 +26,7 @@
  *     -> the trace's ring_lock  wb_trace_add() -> bt_event() -> ring_get(),
  *                         on a thread's first traced event only
  *   leaves, nothing taken under them: dev->err_lock (errseq, failing),
- *     dev->acct_lock (busy time), pc->fl_lock (flusher kick and stop),
+ *     stat_lock (submit.c: per-thread counts), pc->fl_lock (flusher kick and stop),
  *     dev->wq_lock, the pools' locks, pc_sync.lock, pc_batch.lock, the
  *     log's rate limiter. core/THREADS.md has the whole process's chain.
  *
