@@ -97,7 +97,8 @@ struct pc_dev {
 	struct pc_folio **hash;
 	uint32_t hash_bits;
 	struct list_head folios;
-	uint64_t nr_folios;
+	uint64_t nr_folios;		/* written under pc->lock by atomic stores; read
+					 * without it by dev_cached_any() */
 	struct list_head node;		/* pc->devs; empty once removed */
 	uint32_t users;			/* pc_devs_get() holds on it */
 

@@ -245,6 +245,36 @@ TEST_FIX(async, direct_write_over_clean_cache_completes_in_place)
 	verify_store(0, dev_size);
 }
 
+/*
+ * A direct write begun with nothing of the device cached (no lock taken to
+ * learn it), and a buffered read of its range that caches the old data
+ * while the write is at the device: the write's end still drops that copy.
+ */
+TEST_FIX(async, direct_write_drops_a_copy_cached_during_it)
+{
+	struct areq *w = areq_new(), *r = areq_new();
+	uint8_t *wb = talloc(8192);
+
+	setup_4k(8 * MiB, 64 * KiB);
+	fake_set_mode(fb, FAKE_MANUAL);
+	fill(wb, 8192, 4096, 2);
+	pc_direct_write_async(dev, &w->aio, wb, 8192, 4096);
+	cr_assert_eq(fake_pending_ops(fb, W), 1);
+	read_async(r, 4096, 4096);
+	cr_assert_eq(fake_pending_ops(fb, R), 1);
+	cr_assert(fake_complete_op(fb, R));	/* the device's old data, cached */
+	cr_assert(done_within(r, 5000));
+	cr_assert_eq(r->res, 4096);
+	expect_same(r->copy, model + 4096, 4096, 4096, "the read before the write landed");
+	cr_assert(fake_complete_op(fb, W));
+	cr_assert(done_within(w, 5000));
+	cr_assert_eq(w->res, 8192);
+	model_fill_gen(4096, 8192, 2);
+	fake_set_mode(fb, FAKE_INLINE);
+	verify_cache(0, 64 * KiB);		/* no stale copy served */
+	verify_store(0, dev_size);
+}
+
 TEST_FIX(async, fsync_of_a_clean_device_is_one_flush)
 {
 	struct areq *a = areq_new();
