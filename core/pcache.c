@@ -2341,8 +2341,8 @@ static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
 	aio->iov[0].iov_len = aio->len;
 	pc_batch_init_async(&aio->batch, end);
 	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
-	pc_submit_split_flags(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
-			      aio->waited ? BLK_IO_WAITED : 0);
+	pc_submit_split_embed(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
+			      aio->waited ? BLK_IO_WAITED : 0, &aio->sio);
 	pc_batch_done(&aio->batch, 0);
 }
 

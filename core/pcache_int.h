@@ -347,6 +347,14 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags);
+/*
+ * The same, in @embed (the request's own, not the pool's) when the range is
+ * one I/O and @iov is exactly it: an unsplit direct I/O. @embed lives until
+ * the batch ends.
+ */
+void pc_submit_split_embed(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags, struct pc_sio *embed);
 /* The same, waiting for it; _ok also says how many bytes from @pos completed. */
 int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			    const struct iovec *iov, int iovcnt, uint64_t *ok);

@@ -450,13 +450,11 @@ void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged)
 	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
 }
 
-struct pc_sio {
-	struct blk_io io;
-	struct pc_dev *dev;
-	struct pc_batch *batch;
-	uint64_t start_ns;
-	struct iovec iov[];	/* the slice, when split */
-};
+/* A pooled pc_sio's slices of the vector, right after it. */
+static struct iovec *sio_iov(struct pc_sio *s)
+{
+	return (struct iovec *)(s + 1);
+}
 
 size_t pc_sio_size(void)
 {
@@ -476,7 +474,9 @@ static void sio_end_io(struct blk_io *io, int res)
 		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
 			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
 	acct_end(dev, io->op, io->len, s->start_ns, res);
-	be_pool_put(&dev->sio_pool, s);
+	/* an embedded one is its request's: gone once the batch ends */
+	if (s->pooled)
+		be_pool_put(&dev->sio_pool, s);
 	pc_batch_done_at(b, res, fail_pos);
 }
 
@@ -488,6 +488,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->batch = batch;
 	s->io.end_io = sio_end_io;
 	s->io.private = s;
+	s->io.done = 0;		/* a backend that fails it says, else nothing completed */
 	pc_batch_add(batch);
 	s->start_ns = acct_begin(dev);
 	pc_trace_issue(dev, &s->io, false);
@@ -496,10 +497,15 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 		sio_end_io(&s->io, ret);
 }
 
-/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
+/*
+ * @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see
+ * backend.h). @embed, when not NULL, is the caller's storage for the I/O
+ * when the range is one and @iov is exactly it (the I/O then points at
+ * @iov, which lives until the batch ends): no pool.
+ */
 static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
-			 unsigned int flags)
+			 unsigned int flags, struct pc_sio *embed)
 {
 	size_t skip = 0;	/* bytes of iov[0] already sent */
 	uint64_t max = dev_max_io(dev);
@@ -516,38 +522,55 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		int cnt = 0, i;
 
 		/* count the slices this piece needs */
+		bool whole = false;	/* the piece is all of iov[0, cnt) */
+
 		for (i = 0; left; i++) {
 			size_t avail = iov[i].iov_len - (i ? 0 : skip);
 
+			whole = avail == left;
 			left -= avail < left ? avail : left;
 			cnt++;
 		}
-		s = be_pool_get_size(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
-		if (!s) {
-			pc_batch_add(batch);
-			pc_batch_done(batch, -ENOMEM);
-			return;
-		}
-		left = n;
-		for (i = 0; i < cnt; i++) {
-			size_t avail = iov[0].iov_len - skip;
-			size_t take = avail < left ? avail : (size_t)left;
+		if (embed && n == len && !skip && whole) {
+			/* unsplit: the request's own storage, the caller's vector */
+			s = embed;
+			s->pooled = false;
+			s->io.iov = iov;
+			iov += cnt;
+			iovcnt -= cnt;
+		} else {
+			struct iovec *v;
 
-			s->iov[i].iov_base = (char *)iov[0].iov_base + skip;
-			s->iov[i].iov_len = take;
-			left -= take;
-			skip += take;
-			if (skip == iov[0].iov_len) {
-				iov++;
-				iovcnt--;
-				skip = 0;
+			s = be_pool_get_size(&dev->sio_pool,
+					     sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
+			if (!s) {
+				pc_batch_add(batch);
+				pc_batch_done(batch, -ENOMEM);
+				return;
 			}
+			s->pooled = true;
+			v = sio_iov(s);
+			left = n;
+			for (i = 0; i < cnt; i++) {
+				size_t avail = iov[0].iov_len - skip;
+				size_t take = avail < left ? avail : (size_t)left;
+
+				v[i].iov_base = (char *)iov[0].iov_base + skip;
+				v[i].iov_len = take;
+				left -= take;
+				skip += take;
+				if (skip == iov[0].iov_len) {
+					iov++;
+					iovcnt--;
+					skip = 0;
+				}
+			}
+			s->io.iov = v;
 		}
 		s->io.op = op;
 		s->io.flags = flags;
 		s->io.pos = pos;
 		s->io.len = n;
-		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
 		/*
 		 * Each piece is queued (Q) on its own, after an X that says
@@ -575,14 +598,21 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
 {
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0, NULL);
 }
 
 void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags)
 {
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags);
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags, NULL);
+}
+
+void pc_submit_split_embed(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags, struct pc_sio *embed)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags, embed);
 }
 
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
@@ -598,7 +628,7 @@ int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, ui
 	int err;
 
 	pc_batch_init(&batch);
-	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
+	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED, NULL);
 	err = pc_batch_wait(&batch);
 	if (ok)
 		*ok = err ? pc_batch_ok_bytes(&batch, pos) : len;
@@ -616,6 +646,7 @@ void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t
 		pc_batch_done(batch, -ENOMEM);
 		return;
 	}
+	s->pooled = true;
 	s->io.op = op;
 	s->io.pos = pos;
 	s->io.len = len;
