@@ -262,7 +262,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	dev->read_ahead = 0;	/* off until the owner sets it (conf: 128K) */
 	list_init(&dev->folios);
 	pthread_mutex_init(&dev->err_lock, NULL);
-	pthread_mutex_init(&dev->acct_lock, NULL);
+	pc_stat_dev_init(dev);
 	dev->err_rl = (struct blk_ratelimit)BLK_RATELIMIT_INIT(5000, 5);
 	err = be_pool_init(&dev->sio_pool, PC_SIO_POOL, pc_sio_size(), 64);
 	if (!err)
@@ -273,7 +273,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 		be_pool_destroy(&dev->sio_pool);
 		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
-		pthread_mutex_destroy(&dev->acct_lock);
+		pc_stat_dev_destroy(dev);
 		free(dev->name);
 		free(dev->hash);
 		free(dev);
@@ -287,7 +287,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 		be_pool_destroy(&dev->sio_pool);
 		be_pool_destroy(&dev->wb_pool);
 		pthread_mutex_destroy(&dev->err_lock);
-		pthread_mutex_destroy(&dev->acct_lock);
+		pc_stat_dev_destroy(dev);
 		free(dev->name);
 		free(dev->hash);
 		free(dev);
@@ -321,7 +321,7 @@ static void folio_detach_locked(struct pc_folio *f)
 	*pp = f->hnext;
 	f->hnext = NULL;
 	list_del_init(&f->dev_node);
-	dev->nr_folios--;
+	__atomic_store_n(&dev->nr_folios, dev->nr_folios - 1, __ATOMIC_RELAXED);
 	__atomic_sub_fetch(&dev->uptodate_blks, bm_count(f->state, 0, dev->nr_blks),
 			   __ATOMIC_RELAXED);
 	f->dev = NULL;
@@ -387,7 +387,7 @@ void pc_dev_remove(struct pc_dev *dev)
 	be_pool_destroy(&dev->sio_pool);
 	be_pool_destroy(&dev->wb_pool);
 	pthread_mutex_destroy(&dev->err_lock);
-	pthread_mutex_destroy(&dev->acct_lock);
+	pc_stat_dev_destroy(dev);
 	free(dev->hash);
 	free(dev->name);
 	free(dev);
@@ -458,17 +458,7 @@ uint32_t pc_dev_cache_block(const struct pc_dev *dev)
 
 void pc_dev_stats(struct pc_dev *dev, struct pc_stats *st)
 {
-	uint64_t *dst = (uint64_t *)st;
-	const uint64_t *src = (const uint64_t *)&dev->st;
-	size_t i;
-
-	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	pthread_mutex_lock(&dev->acct_lock);
-	st->in_flight = dev->acct_in_flight;
-	if (dev->acct_in_flight)	/* the busy period so far counts too */
-		st->io_ticks_ns += blk_now_ns() - dev->acct_busy_since_ns;
-	pthread_mutex_unlock(&dev->acct_lock);
+	pc_stat_sum(dev, st);
 	st->dirty_bytes = __atomic_load_n(&dev->dirty_bytes, __ATOMIC_RELAXED);
 	st->writeback_bytes = __atomic_load_n(&dev->wb_bytes, __ATOMIC_RELAXED);
 	st->cached_bytes = __atomic_load_n(&dev->uptodate_blks, __ATOMIC_RELAXED) * dev->cblk;
@@ -796,7 +786,9 @@ static struct pc_folio *folio_get_or_create(struct pc_dev *dev, uint64_t index,
 			f->hnext = dev->hash[h];
 			dev->hash[h] = f;
 			list_add_tail(&f->dev_node, &dev->folios);
-			dev->nr_folios++;
+			/* the fence: see dev_cached_any() */
+			__atomic_store_n(&dev->nr_folios, dev->nr_folios + 1, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
 			f->where = FOLIO_LRU;
 			list_add_tail(&f->lru, &pc->lru);
 			break;
@@ -2080,14 +2072,78 @@ static void pc_invalidate_range(struct pc_dev *dev, uint64_t pos, uint64_t len)
 	pc_for_each_folio(dev, pos, len, folio_invalidate, &a);
 }
 
+/*
+ * Does the cache hold any folio of @dev? Without pc->lock (the cache-wide
+ * mutex every request would otherwise take), for the direct I/O paths,
+ * which mostly run on devices the cache holds nothing of.
+ *
+ * A direct write must drop the cached copies that appeared while it ran:
+ * a buffered read that made a folio and read the device before the write
+ * reached it would keep the old data, and serve it (the kernel too
+ * invalidates the page cache after a direct write, not only before). Its
+ * end asks here after the backend completed it. This is the store-buffer
+ * pattern, with a full fence on each side: the folio's maker stores
+ * nr_folios, then fences, then reads the device (folio_get_or_create(),
+ * then a miss read); the writer's data reached the device, then it fences, then
+ * loads nr_folios. Of the two fences one comes first: if the maker's, the
+ * load sees the folio and the write's end drops it (or a worker does); if
+ * the writer's, the maker's read comes after the write's data and reads
+ * it. Either way no stale copy stays. A folio made and freed again meanwhile
+ * took its stale data with it.
+ */
+static bool dev_cached_any(struct pc_dev *dev)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return __atomic_load_n(&dev->nr_folios, __ATOMIC_RELAXED) != 0;
+}
+
+/*
+ * Is any folio of [pos, pos+len) cached, and is one of them dirty or under
+ * writeback (*dirty)? Without allocating or waiting, for the non-blocking
+ * direct I/O paths; a range too long to look at folio by folio counts as
+ * both. Without pc->lock when the device has nothing cached.
+ */
+static bool range_cached(struct pc_dev *dev, uint64_t pos, uint64_t len, bool *dirty)
+{
+	struct pc_cache *pc = dev->pc;
+	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
+	bool cached = false;
+
+	*dirty = false;
+	if (!dev_cached_any(dev))
+		return false;
+	pthread_mutex_lock(&pc->lock);
+	if (!dev->nr_folios) {
+		pthread_mutex_unlock(&pc->lock);
+		return false;
+	}
+	if (last - first >= 1024) {
+		pthread_mutex_unlock(&pc->lock);
+		*dirty = true;
+		return true;
+	}
+	for (i = first; i <= last && !*dirty; i++) {
+		struct pc_folio *f = folio_find_locked(dev, i);
+
+		if (!f)
+			continue;
+		cached = true;
+		pthread_mutex_lock(&f->lock);
+		*dirty = f->nr_dirty || f->wb_ios;
+		pthread_mutex_unlock(&f->lock);
+	}
+	pthread_mutex_unlock(&pc->lock);
+	return cached;
+}
+
 #define INVAL_NOWAIT_FOLIOS 16	/* a longer range is a worker's */
 
 /*
  * pc_invalidate_range() without waiting, for a completion (rule R1): each
  * folio of the range that nobody holds is invalidated under its lock alone
  * (a holder needs that lock to begin). False when a folio is held or the
- * range is long: the caller punts the whole range to a worker (invalidating
- * a block twice is harmless).
+ * range is long and partly cached: the caller punts the whole range to a
+ * worker (invalidating a block twice is harmless).
  */
 static bool pc_invalidate_range_nowait(struct pc_dev *dev, uint64_t pos, uint64_t len)
 {
@@ -2097,8 +2153,12 @@ static bool pc_invalidate_range_nowait(struct pc_dev *dev, uint64_t pos, uint64_
 	struct pc_folio *f;
 	bool ok = true;
 
-	if (last - first >= INVAL_NOWAIT_FOLIOS)
-		return false;
+	if (last - first >= INVAL_NOWAIT_FOLIOS) {
+		bool dirty;
+
+		/* a worker's, unless nothing of it is cached */
+		return !range_cached(dev, pos, len, &dirty);
+	}
 	for (i = first; i <= last && ok; i++) {
 		pthread_mutex_lock(&pc->lock);
 		f = folio_find_locked(dev, i);
@@ -2126,43 +2186,6 @@ static int check_direct(const struct pc_dev *dev, uint64_t pos, size_t len)
 static bool needs_bounce(const struct pc_dev *dev, const void *buf)
 {
 	return ((uintptr_t)buf & (dev->geo.dma_align - 1)) != 0;
-}
-
-/*
- * Is any folio of [pos, pos+len) cached, and is one of them dirty or under
- * writeback (*dirty)? Without allocating or waiting, for the non-blocking
- * direct I/O paths; a range too long to look at folio by folio counts as
- * both.
- */
-static bool range_cached(struct pc_dev *dev, uint64_t pos, uint64_t len, bool *dirty)
-{
-	struct pc_cache *pc = dev->pc;
-	uint64_t first = pos >> pc->folio_shift, last = (pos + len - 1) >> pc->folio_shift, i;
-	bool cached = false;
-
-	*dirty = false;
-	pthread_mutex_lock(&pc->lock);
-	if (!dev->nr_folios) {
-		pthread_mutex_unlock(&pc->lock);
-		return false;
-	}
-	if (last - first >= 1024) {
-		pthread_mutex_unlock(&pc->lock);
-		*dirty = true;
-		return true;
-	}
-	for (i = first; i <= last && !*dirty; i++) {
-		struct pc_folio *f = folio_find_locked(dev, i);
-
-		if (!f)
-			continue;
-		cached = true;
-		pthread_mutex_lock(&f->lock);
-		*dirty = f->nr_dirty || f->wb_ios;
-		pthread_mutex_unlock(&f->lock);
-	}
-	pthread_mutex_unlock(&pc->lock);
-	return cached;
 }
 
 /* The blocking direct write, after the checks: pc_direct_write() and a worker's. */
@@ -2277,7 +2300,6 @@ static void dwrite_end(struct pc_batch *b)
 {
 	struct pc_aio *aio = (struct pc_aio *)((char *)b - offsetof(struct pc_aio, batch));
 	int err = pc_batch_err(b);
-	bool dirty;
 
 	/* a partial completion: the bytes that reached the device, a short write */
 	uint64_t ok = err ? pc_batch_ok_bytes(b, aio->pos) : aio->len;
@@ -2286,9 +2308,11 @@ static void dwrite_end(struct pc_batch *b)
 	/*
 	 * A clean cached copy nobody holds is dropped here, so a direct write
 	 * over cached data is still answered by the thread the device
-	 * completed it in (for ram: the one that received it).
+	 * completed it in (for ram: the one that received it). Nothing cached
+	 * of the device (dev_cached_any(): a folio made during the write is
+	 * seen): nothing to drop, no lock taken.
 	 */
-	if ((range_cached(aio->dev, aio->pos, aio->len, &dirty) &&
+	if ((dev_cached_any(aio->dev) &&
 	     !pc_invalidate_range_nowait(aio->dev, aio->pos, aio->len)) ||
 	    (aio->res > 0 && aio_sync_write(aio))) {
 		aio->op = PC_AIO_INVAL;
@@ -2317,8 +2341,8 @@ static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
 	aio->iov[0].iov_len = aio->len;
 	pc_batch_init_async(&aio->batch, end);
 	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
-	pc_submit_split_flags(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
-			      aio->waited ? BLK_IO_WAITED : 0);
+	pc_submit_split_embed(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
+			      aio->waited ? BLK_IO_WAITED : 0, &aio->sio);
 	pc_batch_done(&aio->batch, 0);
 }
 

@@ -26,7 +26,7 @@
  *     -> the trace's ring_lock  wb_trace_add() -> bt_event() -> ring_get(),
  *                         on a thread's first traced event only
  *   leaves, nothing taken under them: dev->err_lock (errseq, failing),
- *     dev->acct_lock (busy time), pc->fl_lock (flusher kick and stop),
+ *     stat_lock (submit.c: per-thread counts), pc->fl_lock (flusher kick and stop),
  *     dev->wq_lock, the pools' locks, pc_sync.lock, pc_batch.lock, the
  *     log's rate limiter. core/THREADS.md has the whole process's chain.
  *
@@ -333,6 +333,19 @@ struct pc_batch {
 };
 
 /*
+ * One backend I/O as core/submit.c sends it (private to core/): taken from
+ * the device's pool (with room for a vector's slices after it), or, for an
+ * unsplit direct I/O, the one in its pc_aio (no pool, no lock).
+ */
+struct pc_sio {
+	struct blk_io io;
+	struct pc_dev *dev;
+	struct pc_batch *batch;
+	uint64_t start_ns;
+	bool pooled;		/* from the pool: its end puts it back */
+};
+
+/*
  * One asynchronous request (struct kiocb in spirit). The caller sets
  * @done and @waited, keeps the struct and the buffers it names alive until
  * @done has run, and calls one pc_*_async() entry point. @done runs exactly
@@ -360,6 +373,7 @@ struct pc_aio {
 	ssize_t res;			/* DWRITE: the write's result, before invalidating */
 	struct pc_aio *next;		/* the device's work queue */
 	struct pc_batch batch;		/* the I/O in flight for it */
+	struct pc_sio sio;		/* DREAD, DWRITE: the backend I/O when unsplit */
 	struct iovec iov[PC_AIO_IOV];
 	bool ra_seq;			/* READ: sequential (readahead applies) */
 	uint64_t fill_pos, fill_len;	/* READ: what the fill covers (readahead too) */

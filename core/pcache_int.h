@@ -97,7 +97,8 @@ struct pc_dev {
 	struct pc_folio **hash;
 	uint32_t hash_bits;
 	struct list_head folios;
-	uint64_t nr_folios;
+	uint64_t nr_folios;		/* written under pc->lock by atomic stores; read
+					 * without it by dev_cached_any() */
 	struct list_head node;		/* pc->devs; empty once removed */
 	uint32_t users;			/* pc_devs_get() holds on it */
 
@@ -131,10 +132,18 @@ struct pc_dev {
 	struct be_pool sio_pool;	/* submit.c's per-I/O state */
 	struct be_pool wb_pool;		/* writeback I/Os */
 
-	/* protected by acct_lock: busy time, as the kernel's part_stat io_ticks */
-	pthread_mutex_t acct_lock;
-	uint64_t acct_in_flight;
-	uint64_t acct_busy_since_ns;
+	/*
+	 * Per-thread counts (submit.c): each thread counts in a block of its
+	 * own (struct pc_stat_tl), found through its table at stat_id, listed
+	 * here for readers; st keeps what exited threads counted. Busy time
+	 * as the kernel's update_io_ticks(): whoever moves acct_stamp_ns adds
+	 * to st.io_ticks_ns; in flight is the sum of the blocks' counts.
+	 */
+	uint32_t stat_id;		/* set before serving; PC_STAT_NO_ID: shared counts */
+	struct pc_stat_tl *stat_tl;	/* stat_lock (submit.c): this device's blocks */
+	uint64_t acct_in_flight;	/* atomic: what exited threads began less ended */
+	uint64_t acct_stamp_ns;		/* atomic: the last move of st.io_ticks_ns */
+	uint64_t acct_ticks_shown;	/* atomic: the most pc_dev_stats() reported */
 	uint64_t dirty_bytes;		/* atomic */
 	uint64_t wb_bytes;		/* atomic */
 	uint64_t uptodate_blks;		/* atomic */
@@ -338,6 +347,14 @@ void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t 
 void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags);
+/*
+ * The same, in @embed (the request's own, not the pool's) when the range is
+ * one I/O and @iov is exactly it: an unsplit direct I/O. @embed lives until
+ * the batch ends.
+ */
+void pc_submit_split_embed(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags, struct pc_sio *embed);
 /* The same, waiting for it; _ok also says how many bytes from @pos completed. */
 int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			    const struct iovec *iov, int iovcnt, uint64_t *ok);
@@ -349,7 +366,49 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 /* Trace D for @io as it goes to the backend (submit.c; writeback too), I first if @merged. */
 void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged);
 
-#define STAT_ADD(dev, field, v) __atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED)
+/*
+ * One thread's counts of one device: written by that thread alone (plain
+ * loads and stores through relaxed atomics, no locked instruction, so that
+ * a reader may sum them meanwhile), summed with dev->st by pc_dev_stats(),
+ * folded into dev->st when the thread exits (a thread's counts outlive it).
+ * Cache-line aligned: no false sharing with another thread's block.
+ */
+struct pc_stat_tl {
+	struct pc_stat_tl *next;	/* stat_lock: dev->stat_tl */
+	struct pc_dev *dev;		/* atomic, written under stat_lock: NULL once removed */
+	/*
+	 * backend I/Os begun here less ended here (modulo 2^64: an I/O may
+	 * end in another thread); the sum over the blocks is the device's
+	 * in flight, as the kernel sums its per-CPU in-flight counts
+	 */
+	uint64_t in_flight;
+	struct pc_stats st;		/* the counters (gauges unused) */
+};
+
+#define PC_STAT_NO_ID UINT32_MAX
+
+/* The calling thread's block for @dev, made on first use; NULL: count in dev->st. */
+struct pc_stat_tl *pc_stat_tl_get(struct pc_dev *dev);
+/* A device's id for the per-thread tables (pc_dev_add), and its end (pc_dev_remove). */
+void pc_stat_dev_init(struct pc_dev *dev);
+void pc_stat_dev_destroy(struct pc_dev *dev);
+/* @dev's counters: dev->st plus every live thread's block (pc_dev_stats). */
+void pc_stat_sum(struct pc_dev *dev, struct pc_stats *st);
+
+#define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
+					 __ATOMIC_RELAXED)
+
+/* Count @v in @field of @dev: in the thread's block, or shared when it has none. */
+#define STAT_ADD_TL(t, dev, field, v) do {					\
+	struct pc_stat_tl *t_ = (t);						\
+										\
+	if (__builtin_expect(t_ != NULL, 1))					\
+		OWNED_ADD(&t_->st.field, (v));					\
+	else									\
+		__atomic_add_fetch(&(dev)->st.field, (v), __ATOMIC_RELAXED);	\
+} while (0)
+
+#define STAT_ADD(dev, field, v) STAT_ADD_TL(pc_stat_tl_get(dev), (dev), field, (v))
 
 static inline uint64_t dev_max_io(const struct pc_dev *dev)
 {

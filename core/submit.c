@@ -127,14 +127,255 @@ void pc_batch_destroy(struct pc_batch *b)
 
 /* ----------------------------------------------------------- accounting */
 
+/*
+ * Per-thread counts. A backend I/O used to take dev->acct_lock twice (in
+ * flight, busy period) and ~10 locked atomics on dev->st, lines every
+ * worker shares; now each thread counts in its own block (struct
+ * pc_stat_tl), as the FUSE level does (backends/lib/trace.c) and as the
+ * kernel's part_stat counts per CPU. A thread's table is indexed by the
+ * device's stat_id, unique among the live devices of the process.
+ *
+ * stat_lock guards the lists (dev->stat_tl), the ids, and a block's dev
+ * (written under it, read by its owner without it). A removed device
+ * orphans its blocks (dev = NULL, under stat_lock, before its id is free
+ * again), and the owner frees an orphan at its next look-up of that id or
+ * at exit: the owner, having learnt of a newer device with the same id
+ * (or the same address) through some lock its adder released after
+ * pc_dev_add(), sees the NULL, never a stale match. Leaf lock: nothing is
+ * taken under it.
+ */
+#define PC_STAT_IDS 4096
+
+static pthread_mutex_t stat_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t stat_ids[PC_STAT_IDS];		/* stat_lock: 1 = in use */
+static __thread struct pc_stat_tl **stat_tab;	/* by stat_id; NULL where not made */
+static __thread uint32_t stat_nr;
+static __thread bool stat_failed;		/* no memory once: the shared counts */
+static pthread_key_t stat_key;
+static pthread_once_t stat_once = PTHREAD_ONCE_INIT;
+static bool stat_key_ok;
+
+static void stat_fold_locked(struct pc_stat_tl *t)
+{
+	struct pc_dev *dev = t->dev;
+	const uint64_t *src = (const uint64_t *)&t->st;
+	uint64_t *dst = (uint64_t *)&dev->st;
+	struct pc_stat_tl **pp;
+	size_t i;
+
+	for (pp = &dev->stat_tl; *pp != t; pp = &(*pp)->next)
+		;
+	*pp = t->next;
+	for (i = 0; i < sizeof(t->st) / sizeof(uint64_t); i++)
+		if (src[i])
+			__atomic_add_fetch(&dst[i], src[i], __ATOMIC_RELAXED);
+	__atomic_add_fetch(&dev->acct_in_flight, t->in_flight, __ATOMIC_RELAXED);
+}
+
+/* A thread exits: what it counted goes to its devices' shared counts. */
+static void stat_exit(void *p)
+{
+	struct pc_stat_tl **tab = p;
+	uint32_t i, n = stat_nr;
+
+	pthread_mutex_lock(&stat_lock);
+	for (i = 0; i < n; i++)
+		if (tab[i] && tab[i]->dev)
+			stat_fold_locked(tab[i]);
+	pthread_mutex_unlock(&stat_lock);
+	for (i = 0; i < n; i++)
+		free(tab[i]);
+	free(tab);
+	stat_tab = NULL;
+	stat_nr = 0;
+}
+
+static void stat_key_init(void)
+{
+	stat_key_ok = !pthread_key_create(&stat_key, stat_exit);
+}
+
+static struct pc_stat_tl *stat_tl_make(struct pc_dev *dev)
+{
+	uint32_t id = dev->stat_id;
+	struct pc_stat_tl *t;
+
+	if (id == PC_STAT_NO_ID || stat_failed)
+		return NULL;
+	pthread_once(&stat_once, stat_key_init);
+	if (!stat_key_ok)
+		goto fail;
+	if (id >= stat_nr) {
+		uint32_t n = id + 8;
+		struct pc_stat_tl **tab = realloc(stat_tab, n * sizeof(*tab));
+
+		if (!tab)
+			goto fail;
+		memset(tab + stat_nr, 0, (n - stat_nr) * sizeof(*tab));
+		stat_tab = tab;
+		stat_nr = n;
+		if (pthread_setspecific(stat_key, tab))
+			goto fail;
+	}
+	/* an orphan of a removed device that had this id: unlisted already */
+	free(stat_tab[id]);
+	stat_tab[id] = NULL;
+	if (posix_memalign((void **)&t, 64, sizeof(*t)))
+		goto fail;
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_lock(&stat_lock);
+	__atomic_store_n(&t->dev, dev, __ATOMIC_RELAXED);
+	t->next = dev->stat_tl;
+	dev->stat_tl = t;
+	pthread_mutex_unlock(&stat_lock);
+	stat_tab[id] = t;
+	return t;
+fail:
+	stat_failed = true;
+	return NULL;
+}
+
+struct pc_stat_tl *pc_stat_tl_get(struct pc_dev *dev)
+{
+	uint32_t id = dev->stat_id;
+	struct pc_stat_tl *t;
+
+	if (__builtin_expect(id < stat_nr, 1)) {
+		t = stat_tab[id];
+		if (__builtin_expect(t && __atomic_load_n(&t->dev, __ATOMIC_RELAXED) == dev, 1))
+			return t;
+	}
+	return stat_tl_make(dev);
+}
+
+void pc_stat_dev_init(struct pc_dev *dev)
+{
+	uint32_t i;
+
+	dev->stat_id = PC_STAT_NO_ID;
+	pthread_mutex_lock(&stat_lock);
+	for (i = 0; i < PC_STAT_IDS; i++)
+		if (!stat_ids[i]) {
+			stat_ids[i] = 1;
+			dev->stat_id = i;
+			break;
+		}
+	pthread_mutex_unlock(&stat_lock);
+}
+
+void pc_stat_dev_destroy(struct pc_dev *dev)
+{
+	struct pc_stat_tl *t;
+
+	pthread_mutex_lock(&stat_lock);
+	for (t = dev->stat_tl; t; t = t->next)
+		__atomic_store_n(&t->dev, NULL, __ATOMIC_RELAXED);
+	dev->stat_tl = NULL;
+	if (dev->stat_id != PC_STAT_NO_ID)
+		stat_ids[dev->stat_id] = 0;
+	pthread_mutex_unlock(&stat_lock);
+}
+
+/* Backend I/Os in flight: the exited threads' count and every live thread's. */
+static uint64_t dev_in_flight(struct pc_dev *dev)
+{
+	uint64_t n;
+	struct pc_stat_tl *t;
+
+	pthread_mutex_lock(&stat_lock);
+	n = __atomic_load_n(&dev->acct_in_flight, __ATOMIC_RELAXED);
+	for (t = dev->stat_tl; t; t = t->next)
+		n += __atomic_load_n(&t->in_flight, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&stat_lock);
+	return n;
+}
+
+void pc_stat_sum(struct pc_dev *dev, struct pc_stats *st)
+{
+	uint64_t *dst = (uint64_t *)st, now = blk_now_ns(), shown;
+	const uint64_t *src = (const uint64_t *)&dev->st;
+	struct pc_stat_tl *t;
+	size_t i, n = sizeof(*st) / sizeof(uint64_t);
+
+	/* under stat_lock: a block that an exiting thread folds is counted once */
+	pthread_mutex_lock(&stat_lock);
+	for (i = 0; i < n; i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st->in_flight = __atomic_load_n(&dev->acct_in_flight, __ATOMIC_RELAXED);
+	for (t = dev->stat_tl; t; t = t->next) {
+		const uint64_t *ts = (const uint64_t *)&t->st;
+
+		for (i = 0; i < n; i++)
+			dst[i] += __atomic_load_n(&ts[i], __ATOMIC_RELAXED);
+		st->in_flight += __atomic_load_n(&t->in_flight, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&stat_lock);
+	/*
+	 * An I/O that began in one thread and ended in another can be seen
+	 * ended and not begun while the blocks are summed: never below 0.
+	 */
+	if ((int64_t)st->in_flight < 0)
+		st->in_flight = 0;
+	st->io_ticks_ns = __atomic_load_n(&dev->st.io_ticks_ns, __ATOMIC_RELAXED);
+	if (st->in_flight) {
+		/* the busy time since the last update counts too */
+		uint64_t stamp = __atomic_load_n(&dev->acct_stamp_ns, __ATOMIC_RELAXED);
+
+		if (now > stamp)
+			st->io_ticks_ns += now - stamp;
+	}
+	/*
+	 * Never less than a reader was shown before: that guess counts the
+	 * time since the stamp as busy, and the next mover may find nothing
+	 * in flight and add none of it (as trace.c's bt_fuse_counts()).
+	 */
+	shown = __atomic_load_n(&dev->acct_ticks_shown, __ATOMIC_RELAXED);
+	while (st->io_ticks_ns > shown &&
+	       !__atomic_compare_exchange_n(&dev->acct_ticks_shown, &shown, st->io_ticks_ns, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	if (st->io_ticks_ns < shown)
+		st->io_ticks_ns = shown;
+}
+
+/*
+ * Busy time without a lock, as the kernel's update_io_ticks(): the thread
+ * that moves the stamp from S to @now adds now - S when the device was
+ * busy over [S, now]: an I/O is ending (@end: in flight all along), or one
+ * was in flight when this one began. A loser of the race adds nothing: the
+ * winner covered up to its own time, the next move covers the rest. At
+ * the kernel's kind of granularity (it moves the stamp once a jiffy): a
+ * move at most once per PC_TICK_NS, so that the shared line and the sum
+ * of the in-flight counts (stat_lock) are taken that often, not per I/O.
+ * Called before the in-flight count changes.
+ */
+#define PC_TICK_NS 65536u
+
+static void acct_ticks(struct pc_dev *dev, uint64_t now, bool end)
+{
+	uint64_t stamp = __atomic_load_n(&dev->acct_stamp_ns, __ATOMIC_RELAXED);
+
+	if (now >= stamp + PC_TICK_NS &&
+	    __atomic_compare_exchange_n(&dev->acct_stamp_ns, &stamp, now, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED) &&
+	    (end || dev_in_flight(dev)))
+		__atomic_add_fetch(&dev->st.io_ticks_ns, now - stamp, __ATOMIC_RELAXED);
+}
+
+static void acct_in_flight_add(struct pc_dev *dev, struct pc_stat_tl *t, uint64_t delta)
+{
+	if (__builtin_expect(t != NULL, 1))
+		OWNED_ADD(&t->in_flight, delta);
+	else
+		__atomic_add_fetch(&dev->acct_in_flight, delta, __ATOMIC_RELAXED);
+}
+
 uint64_t acct_begin(struct pc_dev *dev)
 {
 	uint64_t now = blk_now_ns();
 
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!dev->acct_in_flight++)
-		dev->acct_busy_since_ns = now;
-	pthread_mutex_unlock(&dev->acct_lock);
+	acct_ticks(dev, now, false);
+	acct_in_flight_add(dev, pc_stat_tl_get(dev), 1);
 	return now;
 }
 
@@ -150,42 +391,40 @@ static unsigned hist_bucket(uint64_t len)
 void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
 {
 	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	struct pc_stat_tl *t = pc_stat_tl_get(dev);
 
 	/*
 	 * Nanoseconds, as the kernel's part_stat: rounding each I/O (or busy
 	 * period) down to whole milliseconds made every await 0 on a ram
 	 * device and left busy periods under 1 ms out of %util.
 	 */
-
-	pthread_mutex_lock(&dev->acct_lock);
-	if (!--dev->acct_in_flight)
-		STAT_ADD(dev, io_ticks_ns, now - dev->acct_busy_since_ns);
-	pthread_mutex_unlock(&dev->acct_lock);
-	STAT_ADD(dev, time_in_queue_ns, ns);
+	acct_ticks(dev, now, true);
+	acct_in_flight_add(dev, t, (uint64_t)-1);
+	STAT_ADD_TL(t, dev, time_in_queue_ns, ns);
 	if (res)
 		return;
 	bt_dev_latency(dev->bt, op, ns);
 	switch (op) {
 	case BLK_READ:
-		STAT_ADD(dev, backend_read_ios, 1);
-		STAT_ADD(dev, backend_read_bytes, len);
-		STAT_ADD(dev, read_ticks_ns, ns);
+		STAT_ADD_TL(t, dev, backend_read_ios, 1);
+		STAT_ADD_TL(t, dev, backend_read_bytes, len);
+		STAT_ADD_TL(t, dev, read_ticks_ns, ns);
 		break;
 	case BLK_WRITE:
-		STAT_ADD(dev, backend_write_ios, 1);
-		STAT_ADD(dev, backend_write_bytes, len);
-		STAT_ADD(dev, write_ticks_ns, ns);
-		STAT_ADD(dev, write_hist[hist_bucket(len)], 1);
+		STAT_ADD_TL(t, dev, backend_write_ios, 1);
+		STAT_ADD_TL(t, dev, backend_write_bytes, len);
+		STAT_ADD_TL(t, dev, write_ticks_ns, ns);
+		STAT_ADD_TL(t, dev, write_hist[hist_bucket(len)], 1);
 		break;
 	case BLK_FLUSH:
-		STAT_ADD(dev, backend_flushes, 1);
-		STAT_ADD(dev, flush_ticks_ns, ns);
+		STAT_ADD_TL(t, dev, backend_flushes, 1);
+		STAT_ADD_TL(t, dev, flush_ticks_ns, ns);
 		break;
 	case BLK_DISCARD:
 	case BLK_WRITE_ZEROES:
-		STAT_ADD(dev, backend_discards, 1);
-		STAT_ADD(dev, backend_discard_bytes, len);
-		STAT_ADD(dev, discard_ticks_ns, ns);
+		STAT_ADD_TL(t, dev, backend_discards, 1);
+		STAT_ADD_TL(t, dev, backend_discard_bytes, len);
+		STAT_ADD_TL(t, dev, discard_ticks_ns, ns);
 		break;
 	}
 }
@@ -211,13 +450,11 @@ void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged)
 	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
 }
 
-struct pc_sio {
-	struct blk_io io;
-	struct pc_dev *dev;
-	struct pc_batch *batch;
-	uint64_t start_ns;
-	struct iovec iov[];	/* the slice, when split */
-};
+/* A pooled pc_sio's slices of the vector, right after it. */
+static struct iovec *sio_iov(struct pc_sio *s)
+{
+	return (struct iovec *)(s + 1);
+}
 
 size_t pc_sio_size(void)
 {
@@ -237,7 +474,9 @@ static void sio_end_io(struct blk_io *io, int res)
 		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
 			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
 	acct_end(dev, io->op, io->len, s->start_ns, res);
-	be_pool_put(&dev->sio_pool, s);
+	/* an embedded one is its request's: gone once the batch ends */
+	if (s->pooled)
+		be_pool_put(&dev->sio_pool, s);
 	pc_batch_done_at(b, res, fail_pos);
 }
 
@@ -249,6 +488,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->batch = batch;
 	s->io.end_io = sio_end_io;
 	s->io.private = s;
+	s->io.done = 0;		/* a backend that fails it says, else nothing completed */
 	pc_batch_add(batch);
 	s->start_ns = acct_begin(dev);
 	pc_trace_issue(dev, &s->io, false);
@@ -257,10 +497,15 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 		sio_end_io(&s->io, ret);
 }
 
-/* @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see backend.h). */
+/*
+ * @flags go on the backend I/O when the range is one (BLK_IO_WAITED: see
+ * backend.h). @embed, when not NULL, is the caller's storage for the I/O
+ * when the range is one and @iov is exactly it (the I/O then points at
+ * @iov, which lives until the batch ends): no pool.
+ */
 static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt, struct pc_batch *batch,
-			 unsigned int flags)
+			 unsigned int flags, struct pc_sio *embed)
 {
 	size_t skip = 0;	/* bytes of iov[0] already sent */
 	uint64_t max = dev_max_io(dev);
@@ -277,38 +522,55 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 		int cnt = 0, i;
 
 		/* count the slices this piece needs */
+		bool whole = false;	/* the piece is all of iov[0, cnt) */
+
 		for (i = 0; left; i++) {
 			size_t avail = iov[i].iov_len - (i ? 0 : skip);
 
+			whole = avail == left;
 			left -= avail < left ? avail : left;
 			cnt++;
 		}
-		s = be_pool_get_size(&dev->sio_pool, sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
-		if (!s) {
-			pc_batch_add(batch);
-			pc_batch_done(batch, -ENOMEM);
-			return;
-		}
-		left = n;
-		for (i = 0; i < cnt; i++) {
-			size_t avail = iov[0].iov_len - skip;
-			size_t take = avail < left ? avail : (size_t)left;
+		if (embed && n == len && !skip && whole) {
+			/* unsplit: the request's own storage, the caller's vector */
+			s = embed;
+			s->pooled = false;
+			s->io.iov = iov;
+			iov += cnt;
+			iovcnt -= cnt;
+		} else {
+			struct iovec *v;
 
-			s->iov[i].iov_base = (char *)iov[0].iov_base + skip;
-			s->iov[i].iov_len = take;
-			left -= take;
-			skip += take;
-			if (skip == iov[0].iov_len) {
-				iov++;
-				iovcnt--;
-				skip = 0;
+			s = be_pool_get_size(&dev->sio_pool,
+					     sizeof(*s) + (size_t)cnt * sizeof(struct iovec));
+			if (!s) {
+				pc_batch_add(batch);
+				pc_batch_done(batch, -ENOMEM);
+				return;
 			}
+			s->pooled = true;
+			v = sio_iov(s);
+			left = n;
+			for (i = 0; i < cnt; i++) {
+				size_t avail = iov[0].iov_len - skip;
+				size_t take = avail < left ? avail : (size_t)left;
+
+				v[i].iov_base = (char *)iov[0].iov_base + skip;
+				v[i].iov_len = take;
+				left -= take;
+				skip += take;
+				if (skip == iov[0].iov_len) {
+					iov++;
+					iovcnt--;
+					skip = 0;
+				}
+			}
+			s->io.iov = v;
 		}
 		s->io.op = op;
 		s->io.flags = flags;
 		s->io.pos = pos;
 		s->io.len = n;
-		s->io.iov = s->iov;
 		s->io.iovcnt = cnt;
 		/*
 		 * Each piece is queued (Q) on its own, after an X that says
@@ -336,14 +598,21 @@ static void submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint6
 void pc_submit_split(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 		     const struct iovec *iov, int iovcnt, struct pc_batch *batch)
 {
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0);
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, 0, NULL);
 }
 
 void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags)
 {
-	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags);
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags, NULL);
+}
+
+void pc_submit_split_embed(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
+			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
+			   unsigned int flags, struct pc_sio *embed)
+{
+	submit_split(dev, op, pos, len, iov, iovcnt, batch, flags, embed);
 }
 
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
@@ -359,7 +628,7 @@ int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, ui
 	int err;
 
 	pc_batch_init(&batch);
-	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED);
+	submit_split(dev, op, pos, len, iov, iovcnt, &batch, BLK_IO_WAITED, NULL);
 	err = pc_batch_wait(&batch);
 	if (ok)
 		*ok = err ? pc_batch_ok_bytes(&batch, pos) : len;
@@ -377,6 +646,7 @@ void pc_submit_nodata(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t
 		pc_batch_done(batch, -ENOMEM);
 		return;
 	}
+	s->pooled = true;
 	s->io.op = op;
 	s->io.pos = pos;
 	s->io.len = len;

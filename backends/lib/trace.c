@@ -287,7 +287,8 @@ void bt_msg(struct bt_dev *d, const char *fmt, ...)
 /* ---------------------------------------------------------- FUSE level */
 
 /*
- * One thread's counts of one device's FUSE level: written by that thread
+ * One thread's counts of one device's FUSE level, and its latencies of
+ * both levels (the device level's from bt_dev_latency()): written by that thread
  * alone (plain loads and stores through relaxed atomics, so that a reader
  * may sum them meanwhile), found through the thread's table indexed by
  * the device's minor, listed on the device (reg_lock) for readers, and
@@ -296,7 +297,7 @@ void bt_msg(struct bt_dev *d, const char *fmt, ...)
 struct bt_tl {
 	struct bt_tl *next;		/* reg_lock: d->fuse_tl */
 	struct bt_dev *d;
-	uint64_t epoch;			/* atomic (release): d->fuse_epoch @hist counts since */
+	uint64_t epoch;			/* atomic (release): d->fuse_epoch @hist's max since */
 	uint64_t ios[BT_NR_OPS], bytes[BT_NR_OPS], ticks_ns[BT_NR_OPS];
 	/*
 	 * begun here less ended here (modulo 2^64: a parked request ends in
@@ -304,7 +305,7 @@ struct bt_tl {
 	 * in flight, as the kernel sums its per-CPU in-flight counts
 	 */
 	uint64_t in_flight;
-	struct blk_hist hist[BT_NR_OPS];
+	struct blk_hist hist[BT_LEVELS][BT_NR_OPS];
 };
 
 static __thread struct bt_tl **tl_tab;	/* by minor; NULL where not made yet */
@@ -345,8 +346,9 @@ static void tl_exit(void *p)
 		 * its latencies, all of them (a reset leaves the totals be);
 		 * its max only when no reset came after it
 		 */
-		for (o = 0; o < BT_NR_OPS; o++) {
-			struct blk_hist *h = &t->hist[o], *to = &d->hist[BT_LEVEL_FUSE][o];
+		for (o = 0; o < BT_LEVELS * BT_NR_OPS; o++) {
+			struct blk_hist *h = &t->hist[o / BT_NR_OPS][o % BT_NR_OPS];
+			struct blk_hist *to = &d->hist[o / BT_NR_OPS][o % BT_NR_OPS];
 			unsigned k;
 			uint64_t m = to->max_ns;
 
@@ -416,6 +418,45 @@ static struct bt_tl *tl_get(struct bt_dev *d)
 fail:
 	tl_failed = true;
 	return NULL;
+}
+
+/*
+ * This thread's block for @d with its maxima of the current epoch: after a
+ * reset since this thread last counted, its maxima go (the counts stay: the
+ * reset took them as its base).
+ */
+static struct bt_tl *tl_get_cur(struct bt_dev *d)
+{
+	struct bt_tl *t = tl_get(d);
+	uint64_t epoch;
+
+	if (__builtin_expect(t == NULL, 0))
+		return NULL;
+	epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
+	if (__builtin_expect(t->epoch != epoch, 0)) {
+		for (unsigned l = 0; l < BT_LEVELS; l++)
+			for (unsigned k = 0; k < BT_NR_OPS; k++)
+				__atomic_store_n(&t->hist[l][k].max_ns, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&t->epoch, epoch, __ATOMIC_RELEASE);
+	}
+	return t;
+}
+
+/*
+ * The device level's latencies in this thread's block (the cache's
+ * accounting of each backend I/O calls it): no locked instruction.
+ */
+void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
+{
+	struct bt_tl *t;
+
+	if (!d)
+		return;
+	t = tl_get_cur(d);
+	if (__builtin_expect(t != NULL, 1))
+		blk_hist_add_owned(&t->hist[BT_LEVEL_DEV][bt_op(op)], ns);
+	else
+		blk_hist_add(&d->hist[BT_LEVEL_DEV][bt_op(op)], ns);
 }
 
 /*
@@ -509,25 +550,13 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 		uint64_t bytes = op == BLK_FLUSH ? 0 :
 				 (op == BLK_READ || op == BLK_WRITE) && (uint64_t)res < len ?
 				 (uint64_t)res : len;
-		struct bt_tl *t = tl_get(d);
+		struct bt_tl *t = tl_get_cur(d);
 
 		if (__builtin_expect(t != NULL, 1)) {
-			uint64_t epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
-
-			if (__builtin_expect(t->epoch != epoch, 0)) {
-				/*
-				 * a reset since this thread's last request: its max
-				 * goes (the counts stay: the reset took them as its
-				 * base)
-				 */
-				for (unsigned k = 0; k < BT_NR_OPS; k++)
-					__atomic_store_n(&t->hist[k].max_ns, 0, __ATOMIC_RELAXED);
-				__atomic_store_n(&t->epoch, epoch, __ATOMIC_RELEASE);
-			}
 			OWNED_ADD(&t->ios[o], 1);
 			OWNED_ADD(&t->bytes[o], bytes);
 			OWNED_ADD(&t->ticks_ns[o], ns);
-			blk_hist_add_owned(&t->hist[o], ns);
+			blk_hist_add_owned(&t->hist[BT_LEVEL_FUSE][o], ns);
 		} else {
 			__atomic_add_fetch(&d->fuse.ios[o], 1, __ATOMIC_RELAXED);
 			__atomic_add_fetch(&d->fuse.bytes[o], bytes, __ATOMIC_RELAXED);
@@ -598,14 +627,12 @@ static void hist_total_locked(struct bt_dev *d, int level, unsigned op, struct b
 	struct bt_tl *t;
 
 	blk_hist_snap(&d->hist[level][op], out);
-	if (level != BT_LEVEL_FUSE)
-		return;
 	for (t = d->fuse_tl; t; t = t->next) {
 		/* a block still of an older epoch has a max from before the reset */
 		bool cur = __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) == epoch;
 		uint64_t m = out->max_ns;
 
-		blk_hist_snap_add(&t->hist[op], out);
+		blk_hist_snap_add(&t->hist[level][op], out);
 		if (!cur)
 			out->max_ns = m;
 	}

@@ -78,8 +78,8 @@ struct bt_dev {
 	 * BT_LEVEL_FUSE's counts (the device level's are pc_stats). Each
 	 * request thread adds its requests' counts and latencies to a block of
 	 * its own (struct bt_tl in trace.c: no locked instruction, no shared
-	 * cache line); @fuse's ios, bytes and ticks and @hist[BT_LEVEL_FUSE]
-	 * hold what exited threads counted (and a thread's whose block could
+	 * cache line), and the device level's latencies too (bt_dev_latency());
+	 * @fuse's ios, bytes and ticks and @hist hold what exited threads counted (and a thread's whose block could
 	 * not be allocated), with relaxed atomics. In flight and busy time are
 	 * the device's as a whole: relaxed atomics on a cache line of their
 	 * own (the fields above are read by every event). Busy time is kept as
@@ -137,12 +137,11 @@ void bt_split(struct bt_dev *d, uint32_t cat, uint64_t pos, uint64_t len, uint64
 /* A message note ("m N text" in blkparse) at the device level, when traced. */
 void bt_msg(struct bt_dev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Count one latency of the device level (the cache's submit to end_io). */
-static inline void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
-{
-	if (d)
-		blk_hist_add(&d->hist[BT_LEVEL_DEV][bt_op(op)], ns);
-}
+/*
+ * Count one latency of the device level (the cache's submit to end_io), in
+ * the calling thread's block (@d may be NULL). Locking: none.
+ */
+void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns);
 
 /**
  * bt_req_begin - a user's request arrived (the FUSE level)

@@ -245,6 +245,81 @@ TEST_FIX(async, direct_write_over_clean_cache_completes_in_place)
 	verify_store(0, dev_size);
 }
 
+/*
+ * A direct write begun with nothing of the device cached (no lock taken to
+ * learn it), and a buffered read of its range that caches the old data
+ * while the write is at the device: the write's end still drops that copy.
+ */
+TEST_FIX(async, direct_write_drops_a_copy_cached_during_it)
+{
+	struct areq *w = areq_new(), *r = areq_new();
+	uint8_t *wb = talloc(8192);
+
+	setup_4k(8 * MiB, 64 * KiB);
+	fake_set_mode(fb, FAKE_MANUAL);
+	fill(wb, 8192, 4096, 2);
+	pc_direct_write_async(dev, &w->aio, wb, 8192, 4096);
+	cr_assert_eq(fake_pending_ops(fb, W), 1);
+	read_async(r, 4096, 4096);
+	cr_assert_eq(fake_pending_ops(fb, R), 1);
+	cr_assert(fake_complete_op(fb, R));	/* the device's old data, cached */
+	cr_assert(done_within(r, 5000));
+	cr_assert_eq(r->res, 4096);
+	expect_same(r->copy, model + 4096, 4096, 4096, "the read before the write landed");
+	cr_assert(fake_complete_op(fb, W));
+	cr_assert(done_within(w, 5000));
+	cr_assert_eq(w->res, 8192);
+	model_fill_gen(4096, 8192, 2);
+	fake_set_mode(fb, FAKE_INLINE);
+	verify_cache(0, 64 * KiB);		/* no stale copy served */
+	verify_store(0, dev_size);
+}
+
+/*
+ * An unsplit direct I/O carries its backend I/O in its request: more of
+ * them in flight than the device's pool of submission I/Os (256) takes
+ * nothing from it, and nothing falls back to malloc.
+ */
+TEST_FIX(async, unsplit_direct_io_takes_no_pool_entry)
+{
+	enum { N = 300 };
+	struct areq *a[N];
+	uint8_t *buf = talloc((size_t)N * 4096);
+	struct pc_stats st;
+	int i;
+
+	setup_4k(8 * MiB, 64 * KiB);
+	fake_set_mode(fb, FAKE_MANUAL);
+	for (i = 0; i < N; i++) {
+		a[i] = areq_new();
+		if (i & 1) {
+			fill(buf + (size_t)i * 4096, 4096, (uint64_t)i * 4096, 2);
+			pc_direct_write_async(dev, &a[i]->aio, buf + (size_t)i * 4096, 4096,
+					      (uint64_t)i * 4096);
+		} else {
+			pc_direct_read_async(dev, &a[i]->aio, buf + (size_t)i * 4096, 4096,
+					     (uint64_t)i * 4096);
+		}
+	}
+	cr_assert_eq(fake_pending_ops(fb, R | W), N);
+	fake_complete_all(fb, true);
+	for (i = 0; i < N; i++) {
+		cr_assert(done_within(a[i], WAIT_MS));
+		cr_assert_eq(a[i]->res, 4096);
+		if (i & 1)
+			model_fill_gen((uint64_t)i * 4096, 4096, 2);
+		else
+			expect_same(buf + (size_t)i * 4096, model + (size_t)i * 4096, 4096,
+				    (uint64_t)i * 4096, "direct read");
+	}
+	pc_dev_stats(dev, &st);
+	cr_assert_eq(st.pool_fallback_allocs, 0, "%llu submission I/Os from malloc",
+		     (unsigned long long)st.pool_fallback_allocs);
+	cr_assert_eq(st.backend_read_ios, N / 2);
+	cr_assert_eq(st.backend_write_ios, N / 2);
+	verify_store(0, dev_size);
+}
+
 TEST_FIX(async, fsync_of_a_clean_device_is_one_flush)
 {
 	struct areq *a = areq_new();

@@ -1053,6 +1053,161 @@ TEST_FIX(partial, uptodate_block_no_read)
  * Reads: hits, merged misses, splits at max_io, byte-exact data
  * ====================================================================== */
 
+/* ======================================================================
+ * Statistics counted per thread: summed by readers, kept when a thread exits
+ * ====================================================================== */
+
+struct stat_thread {
+	struct pc_dev *dev;
+	uint64_t pos;
+	int go;			/* 1: it read; 2: it may exit */
+};
+
+/* One uncached 4 KiB read (a backend read), then wait for leave to exit. */
+static void *stat_reader(void *arg)
+{
+	struct stat_thread *a = arg;
+	uint8_t buf[4096];
+
+	cr_assert_eq(pc_read(a->dev, buf, sizeof(buf), a->pos), (ssize_t)sizeof(buf));
+	__atomic_store_n(&a->go, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&a->go, __ATOMIC_ACQUIRE) != 2)
+		usleep(1000);
+	return NULL;
+}
+
+static void stat_read_in_thread(struct pc_dev *d, uint64_t pos, bool wait_exit)
+{
+	struct stat_thread a = { .dev = d, .pos = pos };
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, stat_reader, &a), 0);
+	while (!__atomic_load_n(&a.go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	__atomic_store_n(&a.go, 2, __ATOMIC_RELEASE);
+	if (wait_exit)
+		cr_assert_eq(pthread_join(t, NULL), 0);
+	else
+		cr_assert_eq(pthread_detach(t), 0);
+}
+
+TEST_FIX(stats, summed_across_threads_and_kept_at_exit)
+{
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
+	struct pc_stats st;
+	uint8_t buf[4096];
+
+	setup(&g, 8 * MiB, 64 * KiB, 0);
+	stat_read_in_thread(dev, 0, true);
+	stat_read_in_thread(dev, 64 * KiB, true);
+	cr_assert_eq(pc_read(dev, buf, sizeof(buf), 128 * KiB), (ssize_t)sizeof(buf));
+	pc_dev_stats(dev, &st);
+	cr_assert_eq(st.backend_read_ios, 3, "an exited thread's counts are kept: %llu",
+		     (unsigned long long)st.backend_read_ios);
+	cr_assert_eq(st.user_reads, 3);
+	cr_assert_eq(st.user_read_bytes, 3 * 4096);
+	cr_assert_eq(st.in_flight, 0);
+	cr_assert_gt(st.time_in_queue_ns, 0);
+	cr_assert_eq(st.read_ticks_ns, st.time_in_queue_ns);
+}
+
+/* A device removed while a thread that counted on it lives: the next device starts at 0. */
+TEST_FIX(stats, a_new_device_starts_from_zero)
+{
+	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);
+	struct pc_dev *d2, *d3;
+	struct stat_thread a = { .pos = 0 };
+	struct pc_stats st;
+	uint8_t buf[4096];
+	pthread_t t;
+
+	setup(&g, 8 * MiB, 64 * KiB, 0);
+	d2 = pc_dev_add(pc, "t2", fake_backend(fb), 0);
+	cr_assert(!IS_ERR_OR_NULL(d2));
+	a.dev = d2;
+	cr_assert_eq(pthread_create(&t, NULL, stat_reader, &a), 0);
+	while (!__atomic_load_n(&a.go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	cr_assert_eq(pc_read(d2, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	pc_dev_remove(d2);
+	d3 = pc_dev_add(pc, "t3", fake_backend(fb), 0);
+	cr_assert(!IS_ERR_OR_NULL(d3));
+	pc_dev_stats(d3, &st);
+	cr_assert_eq(st.backend_read_ios, 0);
+	cr_assert_eq(pc_read(d3, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	/* the thread that counted on the removed device exits now */
+	__atomic_store_n(&a.go, 2, __ATOMIC_RELEASE);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	pc_dev_stats(d3, &st);
+	cr_assert_eq(st.backend_read_ios, 1, "%llu", (unsigned long long)st.backend_read_ios);
+	cr_assert_eq(st.user_reads, 1);
+	cr_assert_eq(st.in_flight, 0);
+	pc_dev_remove(d3);
+	pc_dev_stats(dev, &st);
+	cr_assert_eq(st.backend_read_ios, 0, "another device's counts stay its own");
+}
+
+struct stat_load {
+	int stop;
+	uint64_t reads;
+};
+
+static void *stat_load_main(void *arg)
+{
+	struct stat_load *l = arg;
+	uint8_t buf[4096];
+	uint64_t pos = 0;
+
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+		cr_assert_eq(pc_read(dev, buf, sizeof(buf), pos), (ssize_t)sizeof(buf));
+		pos = (pos + 64 * KiB) % (64 * MiB);
+		l->reads++;
+	}
+	return NULL;
+}
+
+/* Busy time and the counts never go backwards while threads count and exit. */
+TEST_FIX(stats, busy_time_never_goes_back)
+{
+	struct blk_geometry g = geo_of(64 * MiB, 4096, 4096, 1 * MiB);
+	struct stat_load l[2] = { { 0 } };
+	pthread_t t[2];
+	struct pc_stats st;
+	uint64_t last_ticks = 0, last_q = 0, end;
+	int i, round;
+
+	/* a cache of 1 MiB over 64 MiB: reads miss; ended by the fake's completer thread */
+	setup(&g, 1 * MiB, 64 * KiB, 0);
+	fake_set_mode(fb, FAKE_DEFERRED);
+	fake_set_delay(fb, 200);
+	for (round = 0; round < 4; round++) {
+		for (i = 0; i < 2; i++) {
+			l[i].stop = 0;
+			cr_assert_eq(pthread_create(&t[i], NULL, stat_load_main, &l[i]), 0);
+		}
+		end = blk_now_ns() + 50 * 1000000ull;
+		while (blk_now_ns() < end) {
+			pc_dev_stats(dev, &st);
+			cr_assert_geq(st.io_ticks_ns, last_ticks, "busy time went back by %llu ns",
+				      (unsigned long long)(last_ticks - st.io_ticks_ns));
+			cr_assert_geq(st.time_in_queue_ns, last_q);
+			last_ticks = st.io_ticks_ns;
+			last_q = st.time_in_queue_ns;
+		}
+		for (i = 0; i < 2; i++) {
+			__atomic_store_n(&l[i].stop, 1, __ATOMIC_RELEASE);
+			cr_assert_eq(pthread_join(t[i], NULL), 0);
+		}
+	}
+	pc_dev_stats(dev, &st);
+	cr_assert_geq(st.io_ticks_ns, last_ticks);
+	cr_assert_gt(st.io_ticks_ns, 0);
+	cr_assert_eq(st.in_flight, 0);
+	cr_assert_eq(st.user_reads, l[0].reads + l[1].reads);
+	cr_assert_gt(st.backend_read_ios, 0);
+	cr_assert_leq(st.backend_read_ios, st.user_reads);
+}
+
 TEST_FIX(reads, hits_and_misses)
 {
 	struct blk_geometry g = geo_of(4 * MiB, 4096, 4096, 1 * MiB);

@@ -646,6 +646,41 @@ Test(blktrace, fuse_level_counts_per_thread)
 	cr_assert_gt(c.io_ticks_ns, 0);
 }
 
+static void *one_dev_latency(void *arg)
+{
+	bt_dev_latency(arg, BLK_WRITE, 5000);
+	return NULL;
+}
+
+/* The device level's latencies too: per thread, summed, kept at exit, cleared by reset. */
+Test(blktrace, device_level_latency_per_thread)
+{
+	struct bt_dev *d = bt_dev_get("trace_dev_tl");
+	struct blk_hist h;
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, one_dev_latency, d), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	bt_dev_latency(d, BLK_WRITE, 7000);
+	bt_hist_snap(d, BT_LEVEL_DEV, BT_OP_WRITE, &h);
+	cr_assert_eq(h.count, 2, "an exited thread's latency is kept: %llu",
+		     (unsigned long long)h.count);
+	cr_assert_eq(h.sum_ns, 12000);
+	cr_assert_eq(h.max_ns, 7000);
+	bt_hist_reset(d);
+	bt_hist_snap(d, BT_LEVEL_DEV, BT_OP_WRITE, &h);
+	cr_assert_eq(h.count, 0);
+	cr_assert_eq(h.max_ns, 0, "this thread's max is from before the reset");
+	bt_dev_latency(d, BLK_WRITE, 3000);
+	bt_hist_snap(d, BT_LEVEL_DEV, BT_OP_WRITE, &h);
+	cr_assert_eq(h.count, 1);
+	cr_assert_eq(h.max_ns, 3000, "the max since the reset");
+	bt_hist_snap_total(d, BT_LEVEL_DEV, BT_OP_WRITE, &h);
+	cr_assert_eq(h.count, 3);
+	bt_hist_snap(d, BT_LEVEL_FUSE, BT_OP_WRITE, &h);
+	cr_assert_eq(h.count, 0, "the levels apart");
+}
+
 /*
  * .sys/DEV/latency is never cut (issue 37): with all 8 histograms over
  * every bucket the text is far above the 16 KiB it was cut at, and the
