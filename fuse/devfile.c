@@ -68,11 +68,17 @@ int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 		bd->reqs = NULL;
 		return ret;
 	}
-	pthread_mutex_init(&bd->live_lock, NULL);
 	for (i = n; i-- > 0;) {	/* the first entry on top, as before */
 		bd->reqs[i].bd = bd;
-		bf_slots_add(&bd->slots, &bd->reqs[i].slot);
+		ret = bf_slots_add(&bd->slots, &bd->reqs[i].slot);
+		if (ret) {	/* no room for the pool's table: none taken yet */
+			bf_slots_destroy(&bd->slots);
+			free(bd->reqs);
+			bd->reqs = NULL;
+			return ret;
+		}
 	}
+	pthread_mutex_init(&bd->live_lock, NULL);
 	return 0;
 }
 
