@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuse/mnt.c - mount points and what sits on them, for the client (main.c,
+ * fuse/mnt.c - mount points and what sits on them, for the client (cmd_*.c,
  * loop.c, ctl_client.c) and the daemon (devs.c, live.c) alike: a mount
  * point's canonical path without stat()ing it, the type mounted there
  * (/proc/self/mountinfo), and the loop devices over a file or below a

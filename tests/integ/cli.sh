@@ -74,7 +74,7 @@ info "  $out"
 unset "_PID_OF[$MNT]"
 
 # no_loss FILE: the status file (written at daemon exit: "ok DEV BYTES" or
-# "lost DEV BYTES REASON" per device, fuse/main.c) reports no lost data.
+# "lost DEV BYTES REASON" per device, fuse/runfiles.c) reports no lost data.
 no_loss() {
 	[ -s "$1" ] || fail "$1 is missing or empty"
 	if grep -qiE '^lost|(lost|unwritten|not written)[^0-9]*[1-9]' "$1"; then
@@ -83,7 +83,7 @@ no_loss() {
 	fi
 	grep -q '^ok ram0' "$1" || fail "$1 has no 'ok ram0' line: $(cat "$1")"
 }
-# blkfs umount consumes the status file and reports it (fuse/main.c)
+# blkfs umount consumes the status file and reports it (fuse/cmd_umount.c)
 grep -q 'all data written back' <<<"$out" || fail "blkfs umount does not say all data was written: $out"
 
 for sig in TERM INT; do
