@@ -29,20 +29,29 @@
  *    gives up, the iocb is an orphan (nr_orphans) that signals nothing:
  *    the reaper then waits in io_getevents() itself, a tick at a time,
  *    until no orphan is left. A caller never waits this way from inside
- *    an end_io that it runs so (aio_waiting).
- *  - The reaper thread sleeps on an eventfd that every iocb signals
- *    (IOCB_FLAG_RESFD) and that the others write to wake it. It reaps
- *    events, resubmits the rest of short transfers, retries after EAGAIN,
- *    refills the kernel from the sq, and calls every end_io: one thread,
- *    no lock held, so an end_io may free its blk_io or submit() again.
+ *    an end_io that it runs (aio_reaping).
+ *  - Every other submit() then takes the events already there (no wait)
+ *    and ends them in its own thread: at depth, the threads that receive
+ *    requests also complete them, in batches, and the reaper is not woken.
+ *    A submit() from inside an end_io neither reaps (no nesting) nor
+ *    submits at once: it is queued, and the batch's submits go down
+ *    together when the batch of end_ios is over (aio_end()).
+ *  - The reaper thread sleeps on an eventfd that the iocbs batched while
+ *    it sleeps signal (IOCB_FLAG_RESFD) and that the others write to wake
+ *    it; while iocbs that signal nothing are in flight (nr_nosig,
+ *    nr_orphans) it waits in io_getevents() instead, a tick at a time. It
+ *    takes what nobody else did: it reaps events, resubmits the rest of
+ *    short transfers, retries after EAGAIN, refills the kernel from the
+ *    sq, and calls end_io with no lock held, so an end_io may free its
+ *    blk_io or submit() again. "Which threads reap" below has the race.
  *  - The worker thread runs what has no asynchronous form: fdatasync() for
  *    FLUSH where the kernel refuses IOCB_CMD_FDSYNC, fallocate() and
  *    BLKZEROOUT for DISCARD / WRITE_ZEROES, and writing zeroes where those
  *    are refused. It hands each result to the reaper through the done list.
  *
  * Request life: free -> sq -> kernel -> (sq again after a short transfer)
- * -> done-in-reaper -> end_io -> free; or free -> wq -> worker -> done ->
- * end_io -> free. nr_pending counts requests between submit() and the
+ * -> reaped (by the reaper or a submitter) -> end_io -> free; or free ->
+ * wq -> worker -> done -> end_io (the reaper's) -> free. nr_pending counts requests between submit() and the
  * return of their end_io; close() waits for it to reach zero.
  */
 #include <assert.h>
@@ -54,6 +63,7 @@
 #include <linux/fs.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +92,7 @@
  */
 #define AIO_WAIT_NS	100000ull
 #define AIO_FAST_NS	50000ull
-#define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while orphans exist */
+#define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while iocbs signal nothing */
 
 #ifndef IOV_MAX
 #define IOV_MAX		1024		/* the kernel's UIO_MAXIOV */
@@ -104,6 +114,13 @@ struct aio_req {
 	 */
 	bool quiet;
 	bool *waiter;
+	/*
+	 * Submitted by aio_drain() without the eventfd signal, the reaper
+	 * being awake: counted in nr_nosig until its event is reaped. Set
+	 * under lock before io_submit(); read and cleared by whoever reaps
+	 * its event (the kernel orders the two: kernel_seq).
+	 */
+	bool nosig;
 };
 
 struct aio_dev {
@@ -135,6 +152,8 @@ struct aio_dev {
 	bool worker_stop;		/* lock */
 	bool no_fdsync;			/* lock: the kernel refused IOCB_CMD_FDSYNC */
 	unsigned int nr_orphans;	/* lock: quiet iocbs nobody waits for: the reaper polls */
+	unsigned int nr_nosig;		/* lock: iocbs in flight without the signal (req->nosig) */
+	bool reaper_asleep;		/* lock: the reaper sleeps, or is about to, on the eventfd */
 	uint64_t lat_ns;		/* atomic: moving average of READ/WRITE completion time */
 	/*
 	 * Bumped (release) before each io_submit(), read (acquire) after each
@@ -162,6 +181,14 @@ struct aio_dev {
 	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
 	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
+	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
+	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
+	/*
+	 * atomic: threads inside submit(). One may still be there, reaping
+	 * others' events, after its own I/O's end_io ran elsewhere and its
+	 * owner called close(): close() waits for it before freeing anything.
+	 */
+	unsigned int nr_callers;
 };
 
 /* ---- the reaper's eventfd ---- */
@@ -253,6 +280,48 @@ static void aio_prep_fdsync(struct aio_dev *ad, struct aio_req *req)
 
 /* ---- submission ---- */
 
+#define AIO_IOCB_RESFD	(1u << 0)	/* IOCB_FLAG_RESFD: io_set_eventfd()'s bit */
+
+/*
+ * Which threads reap, and why nothing is lost:
+ *  - A thread that has just submitted (aio_submit(): a FUSE worker, a ring
+ *    queue thread, a device worker) takes the events already there, without
+ *    waiting (io_getevents() with min_nr 0; libaio looks at the ring in
+ *    memory first, so an empty one costs no syscall), and runs their end_io
+ *    itself: at depth, the replies leave from the threads that receive the
+ *    requests, several at a time, and the reaper is not woken for them.
+ *  - An iocb signals the eventfd (IOCB_FLAG_RESFD) only while the reaper
+ *    sleeps on it, or is about to (ad->reaper_asleep, set under the lock
+ *    before it looks at the counts below and sleeps). Any other one is
+ *    counted in nr_nosig from the lock hold that builds its batch until
+ *    its event is reaped. The reaper sleeps on the eventfd only while
+ *    nr_nosig (and nr_orphans) is 0; else it waits in io_getevents()
+ *    itself, a tick at a time. So an iocb is always reaped: by a submitter
+ *    that comes by, or by the reaper, which either saw it counted or slept
+ *    before its batch was built, and then it signals.
+ *  - A thread running end_ios it reaped (aio_reaping) does not reap again
+ *    from a submit() made inside one of them: no nesting, no stack growth.
+ *    Its submits to the same device are only queued (aio_plug) and go down
+ *    together in one io_submit() once the batch of end_ios is over.
+ */
+static __thread bool aio_reaping;
+static __thread struct aio_dev *aio_plug;
+
+/* Clear nosig on the requests of @list (not in the kernel); how many had it. */
+static int aio_unsig(struct list_head *list)
+{
+	struct aio_req *req;
+	int nr = 0;
+
+	list_for_each_entry(req, list, node) {
+		if (req->nosig) {
+			req->nosig = false;
+			nr++;
+		}
+	}
+	return nr;
+}
+
 /*
  * Move queued requests into the kernel while slots are free. One thread at
  * a time does it (ad->submitting); the others' requests, queued meanwhile,
@@ -278,7 +347,7 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		LIST_HEAD(refused);
 		LIST_HEAD(to_worker);
 		LIST_HEAD(back);
-		int n = 0, i = 0, calls = 0, submitted = 0, nr_back, nr_worker = 0;
+		int n = 0, i = 0, calls = 0, submitted = 0, nr_back, nr_worker = 0, nr_unsig;
 		bool eagain = false, fdsync_refused = false;
 		uint64_t now = blk_now_ns();
 
@@ -287,6 +356,13 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 
 			list_del_init(&req->node);
 			req->t_submit = now;
+			if (ad->reaper_asleep) {
+				req->iocb.u.c.flags |= AIO_IOCB_RESFD;
+			} else {
+				req->iocb.u.c.flags &= ~AIO_IOCB_RESFD;
+				req->nosig = true;
+				ad->nr_nosig++;
+			}
 			batch[n++] = &req->iocb;
 			ad->nr_sq--;
 			ad->inflight++;
@@ -325,8 +401,11 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 
 		for (nr_back = 0; i < n; i++, nr_back++)
 			list_add_tail(&((struct aio_req *)batch[i])->node, &back);
+		/* Not in the kernel: they signal nothing, and nobody reaps them. */
+		nr_unsig = aio_unsig(&refused) + aio_unsig(&to_worker) + aio_unsig(&back);
 
 		pthread_mutex_lock(&ad->lock);
+		ad->nr_nosig -= nr_unsig;
 		ad->nr_submitted += submitted;
 		ad->nr_submit_calls += calls;
 		ad->inflight -= n - submitted;
@@ -450,12 +529,9 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 
 static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
 			     struct timespec *timeout);
-static void aio_end(struct aio_dev *ad, struct list_head *ends);
+static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper);
 
 uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
-
-/* This thread is waiting in aio_submit_wait(): an end_io it runs does not wait again. */
-static __thread bool aio_waiting;
 
 /*
  * A READ/WRITE (@req built) on an idle, fast device: submit it here without
@@ -470,7 +546,8 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	bool mine = false, wake = false;
 	int ret;
 
-	if (aio_waiting || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns)
+	/* an end_io it runs (aio_reaping) does not wait again */
+	if (aio_reaping || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns)
 		return false;
 	pthread_mutex_lock(&ad->lock);
 	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight) {
@@ -483,7 +560,7 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	req->waiter = &mine;
 	pthread_mutex_unlock(&ad->lock);
 
-	cb->u.c.flags &= ~(1u << 0);	/* IOCB_FLAG_RESFD: io_set_eventfd()'s bit */
+	cb->u.c.flags &= ~AIO_IOCB_RESFD;
 	req->t_submit = blk_now_ns();
 	deadline = req->t_submit + aio_wait_ns;
 	__atomic_fetch_add(&ad->kernel_seq, 1, __ATOMIC_RELEASE);
@@ -502,7 +579,6 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 		return false;
 	}
 
-	aio_waiting = true;
 	while (!__atomic_load_n(&mine, __ATOMIC_ACQUIRE)) {
 		LIST_HEAD(ends);
 		uint64_t now = blk_now_ns();
@@ -514,12 +590,13 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 		left.tv_nsec = (long)((deadline - now) % 1000000000u);
 		if (aio_reap(ad, &ends, 1, &left))
 			aio_drain(ad, false);
-		aio_end(ad, &ends);	/* may end @req's io, and free it */
+		aio_end(ad, &ends, false);	/* may end @req's io, and free it */
 	}
-	aio_waiting = false;
 
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_waited++;
+	ad->nr_submitted++;	/* taken by the kernel, as aio_drain() counts */
+	ad->nr_submit_calls++;
 	if (!__atomic_load_n(&mine, __ATOMIC_ACQUIRE)) {
 		/* Not yet: the reaper must look for its event, which signals nothing. */
 		req->waiter = NULL;
@@ -533,9 +610,37 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	return true;
 }
 
+/*
+ * After a submit: end what has completed meanwhile, in this thread, without
+ * waiting for anything (see "Which threads reap" above).
+ */
+static void aio_caller_reap(struct aio_dev *ad)
+{
+	LIST_HEAD(ends);
+
+	if (!aio_reap(ad, &ends, 0, NULL))
+		return;
+	/* Refill the kernel first: the device works while end_io runs. */
+	aio_drain(ad, false);
+	aio_end(ad, &ends, false);
+}
+
+static int aio_submit_one(struct aio_dev *ad, struct blk_io *io);
+
 static int aio_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct aio_dev *ad = (struct aio_dev *)be;
+	int ret;
+
+	__atomic_add_fetch(&ad->nr_callers, 1, __ATOMIC_ACQUIRE);
+	ret = aio_submit_one(ad, io);
+	/* the last touch of @ad */
+	__atomic_sub_fetch(&ad->nr_callers, 1, __ATOMIC_RELEASE);
+	return ret;
+}
+
+static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
+{
 	struct aio_req *req;
 	bool to_sq = false, wake = false;
 	int ret;
@@ -608,10 +713,13 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 	}
 	pthread_mutex_unlock(&ad->lock);
 
-	if (to_sq)
+	/* From an end_io of this device: it goes down with the batch's others. */
+	if (to_sq && aio_plug != ad)
 		aio_drain(ad, false);
 	if (wake)
 		aio_wake(ad);
+	if (!aio_reaping)
+		aio_caller_reap(ad);
 	return 0;
 }
 
@@ -623,10 +731,15 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
  */
 static void aio_event(struct aio_dev *ad, const struct io_event *ev, uint64_t now,
 		      struct list_head *ends, struct list_head *again, struct list_head *to_worker,
-		      bool *fdsync_refused)
+		      bool *fdsync_refused, unsigned int *nr_nosig)
 {
 	struct aio_req *req = (struct aio_req *)ev->obj;
 	long res = (long)ev->res;
+
+	if (req->nosig) {
+		req->nosig = false;
+		(*nr_nosig)++;
+	}
 
 	if (req->quiet) {
 		/* Its caller may be waiting (aio_submit_wait()), or gave up on it. */
@@ -687,7 +800,8 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, uint64_t no
 /*
  * Take the events there are (with @min_nr 1, wait for one, at most
  * @timeout): ended requests onto @ends, continued ones back on the sq.
- * The number of continued ones (to be drained).
+ * The number of events: when not 0, slots are free again and the sq may
+ * hold continued requests, so the caller drains.
  */
 static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
 			     struct timespec *timeout)
@@ -697,7 +811,7 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
 	struct io_event ev[AIO_EVENTS];
 	struct timespec zero = { 0, 0 };
 	bool fdsync_refused = false;
-	unsigned int reaped = 0, nr_again = 0, nr_worker = 0;
+	unsigned int reaped = 0, nr_again = 0, nr_worker = 0, nr_nosig = 0;
 	struct list_head *pos;
 	int n, i;
 
@@ -718,10 +832,12 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
 			__atomic_load_n(&ad->kernel_seq, __ATOMIC_ACQUIRE);
 			for (i = 0; i < n; i++)
 				aio_event(ad, &ev[i], now, ends, &again, &to_worker,
-					  &fdsync_refused);
+					  &fdsync_refused, &nr_nosig);
 		}
 		reaped += n;
 	} while (n == AIO_EVENTS || n == -EINTR);
+	if (!reaped)
+		return 0;	/* the common case of a submitter's look: no lock */
 
 	list_for_each(pos, &again)
 		nr_again++;
@@ -729,6 +845,7 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
 		nr_worker++;
 	pthread_mutex_lock(&ad->lock);
 	ad->inflight -= reaped;
+	ad->nr_nosig -= nr_nosig;
 	/* Resumed transfers go first: they are the oldest. */
 	list_splice_init(&again, &ad->sq);
 	ad->nr_sq += nr_again;
@@ -740,16 +857,21 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
 		pthread_cond_signal(&ad->wq_cond);
 	}
 	pthread_mutex_unlock(&ad->lock);
-	return nr_again;
+	return reaped;
 }
 
 /*
  * End every request on @ends, then give them back to the free list. The
  * counters move first, so a caller woken by its end_io sees itself counted;
  * nr_pending only after, so close() cannot finish while an end_io runs.
+ * The end_ios run with aio_reaping set (a submit() from one of them does
+ * not reap) and this device plugged (its submits are queued, then drained
+ * here in one go).
  */
-static void aio_end(struct aio_dev *ad, struct list_head *ends)
+static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper)
 {
+	struct aio_dev *plug = aio_plug;
+	bool reaping = aio_reaping, drain, stop;
 	uint64_t nr = 0, nr_err = 0;
 	struct aio_req *req;
 
@@ -763,8 +885,14 @@ static void aio_end(struct aio_dev *ad, struct list_head *ends)
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_completed += nr;
 	ad->nr_errors += nr_err;
+	if (by_reaper)
+		ad->nr_end_reaper += nr;
+	else
+		ad->nr_end_caller += nr;
 	pthread_mutex_unlock(&ad->lock);
 
+	aio_reaping = true;
+	aio_plug = ad;
 	list_for_each_entry(req, ends, node) {
 		struct blk_io *io = req->io;
 
@@ -776,30 +904,51 @@ static void aio_end(struct aio_dev *ad, struct list_head *ends)
 		/* May free @io, or submit(): no lock is held here. */
 		io->end_io(io, req->res);
 	}
+	aio_plug = plug;
+	aio_reaping = reaping;
 
 	pthread_mutex_lock(&ad->lock);
 	list_splice_init(ends, &ad->free);
 	ad->nr_pending -= nr;
+	drain = !list_empty(&ad->sq);
+	stop = !by_reaper && ad->stopping && !ad->nr_pending;
 	pthread_mutex_unlock(&ad->lock);
+	if (drain)
+		aio_drain(ad, by_reaper);
+	if (stop)
+		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 }
 
 static void *aio_reaper_fn(void *arg)
 {
 	struct aio_dev *ad = arg;
 	struct pollfd pfd = { .fd = ad->efd, .events = POLLIN };
-	bool backoff = false;
-	unsigned int orphans = 0;
+	bool backoff;
+	unsigned int quiet;
 
+	aio_reaping = true;	/* an end_io's submit() here neither reaps nor waits */
 	for (;;) {
 		LIST_HEAD(ends);
 		uint64_t cnt;
 		bool stop;
 
-		if (orphans) {
+		/*
+		 * Asleep from this lock hold on: iocbs batched after it signal
+		 * the eventfd; those batched before are counted here.
+		 */
+		pthread_mutex_lock(&ad->lock);
+		backoff = ad->backoff;
+		quiet = ad->nr_orphans + ad->nr_nosig;
+		ad->reaper_asleep = !quiet;
+		pthread_mutex_unlock(&ad->lock);
+
+		if (quiet) {
 			/*
-			 * An orphan signals nothing: wait for events themselves,
-			 * a tick (or the EAGAIN retry) at a time, then see what
-			 * the eventfd says.
+			 * Iocbs that signal nothing (orphans, and those batched
+			 * while this thread was awake): wait for events
+			 * themselves, a tick (or the EAGAIN retry) at a time,
+			 * then see what the eventfd says. Submitters reap them
+			 * too; whoever comes first ends them.
 			 */
 			struct timespec tick = {
 				0, backoff ? AIO_RETRY_MS * 1000000L : AIO_ORPHAN_TICK_NS
@@ -815,6 +964,7 @@ static void *aio_reaper_fn(void *arg)
 		}
 
 		pthread_mutex_lock(&ad->lock);
+		ad->reaper_asleep = false;
 		list_splice_tail_init(&ad->done, &ends);
 		ad->backoff = false;
 		pthread_mutex_unlock(&ad->lock);
@@ -822,11 +972,9 @@ static void *aio_reaper_fn(void *arg)
 		aio_reap(ad, &ends, 0, NULL);
 		/* Refill the kernel first: the device works while end_io runs. */
 		aio_drain(ad, true);
-		aio_end(ad, &ends);
+		aio_end(ad, &ends, true);
 
 		pthread_mutex_lock(&ad->lock);
-		backoff = ad->backoff;
-		orphans = ad->nr_orphans;
 		stop = ad->stopping && !ad->nr_pending;
 		pthread_mutex_unlock(&ad->lock);
 		if (stop)
@@ -1436,6 +1584,10 @@ static void aio_close(struct blk_backend *be)
 	pthread_mutex_unlock(&ad->lock);
 	pthread_join(ad->worker, NULL);
 
+	/* A submit() that has only its look for others' events left (nr_callers). */
+	while (__atomic_load_n(&ad->nr_callers, __ATOMIC_ACQUIRE))
+		sched_yield();
+
 	assert(!ad->inflight && list_empty(&ad->sq) && list_empty(&ad->wq) && list_empty(&ad->done));
 	io_destroy(ad->ctx);
 	close(ad->efd);
@@ -1520,13 +1672,18 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	 * FLUSH (fdatasync fallback), DISCARD, WRITE_ZEROES waiting or running;
 	 * fdsync: 1 while FLUSH goes through IOCB_CMD_FDSYNC; sync: READ/WRITE
 	 * done in the submitter's thread (counted in submitted and completed).
+	 * ended_reaper / ended_callers: end_io calls made by the reaper / by
+	 * threads that submit (after their submit, or waiting for their own
+	 * I/O); with sync, they add up to completed. nosig: iocbs in flight
+	 * that signal no eventfd (the reaper was awake when they went down).
 	 */
 	n = be_stat_printf(buf, len,
 			   "aio_queue_depth %u\naio_inflight %u\naio_queued %u\naio_worker %u\n"
 			   "aio_submitted %llu\naio_submit_calls %llu\naio_completed %llu\n"
 			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
 			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
-			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n",
+			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
+			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1538,7 +1695,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_waited,
 			   (unsigned long long)ad->nr_wait_missed, ad->nr_orphans,
 			   (unsigned long long)__atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED),
-			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED));
+			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED),
+			   (unsigned long long)ad->nr_end_reaper,
+			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

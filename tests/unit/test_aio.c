@@ -946,6 +946,194 @@ Test(aio, submit_from_end_io)
 	free(back);
 }
 
+/* ---- completions at depth: the reaper and the submitters both end I/O ---- */
+
+/*
+ * Each unit is a write whose end_io submits a read of the block it wrote;
+ * the read's end_io checks the data. Several threads keep units in flight
+ * against one queue_depth, so completions land on the reaper and on the
+ * submitting threads in any order (aio_ended_reaper, aio_ended_callers).
+ * end_io_depth counts the end_ios running in this thread: a backend that
+ * reaped again from the submit() inside an end_io would nest a second one.
+ */
+static __thread int end_io_depth;
+static int end_io_depth_max;		/* atomic: the deepest seen, any thread */
+
+struct depth_thread {
+	struct blk_backend *be;
+	unsigned char *wbuf, *rbuf;	/* this thread's blocks, written and read back */
+	struct depth_unit *u;
+	int first, n, inflight_max;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int inflight;			/* lock: units not yet read back */
+	int bad;			/* atomic: wrong data, errors, submit failures */
+};
+
+struct depth_unit {
+	struct blk_io io;		/* must come first */
+	struct iovec iov;
+	struct depth_thread *th;
+	int blk;			/* the block, and the index into the buffers */
+	int wcalls, rcalls;		/* atomic: end_io calls of the write and the read */
+};
+
+static void depth_enter(void)
+{
+	int d = ++end_io_depth, max = __atomic_load_n(&end_io_depth_max, __ATOMIC_RELAXED);
+
+	while (d > max && !__atomic_compare_exchange_n(&end_io_depth_max, &max, d, false,
+						      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+static void depth_unit_done(struct depth_thread *th)
+{
+	pthread_mutex_lock(&th->lock);
+	th->inflight--;
+	pthread_cond_broadcast(&th->cond);
+	pthread_mutex_unlock(&th->lock);
+}
+
+static void depth_read_end_io(struct blk_io *io, int res)
+{
+	struct depth_unit *u = (struct depth_unit *)io;
+	struct depth_thread *th = u->th;
+	size_t off = (size_t)(u->blk - th->first) * 4096;
+
+	depth_enter();
+	__atomic_add_fetch(&u->rcalls, 1, __ATOMIC_RELAXED);
+	if (res || memcmp(th->rbuf + off, th->wbuf + off, 4096))
+		__atomic_add_fetch(&th->bad, 1, __ATOMIC_RELAXED);
+	depth_unit_done(th);
+	end_io_depth--;
+}
+
+static void depth_write_end_io(struct blk_io *io, int res)
+{
+	struct depth_unit *u = (struct depth_unit *)io;
+	struct depth_thread *th = u->th;
+
+	depth_enter();
+	__atomic_add_fetch(&u->wcalls, 1, __ATOMIC_RELAXED);
+	if (res)
+		__atomic_add_fetch(&th->bad, 1, __ATOMIC_RELAXED);
+	/* submit again from here: the read of what was just written */
+	u->iov = (struct iovec){ th->rbuf + (size_t)(u->blk - th->first) * 4096, 4096 };
+	u->io = (struct blk_io){ .op = BLK_READ, .pos = (uint64_t)u->blk * 4096, .len = 4096,
+				 .iov = &u->iov, .iovcnt = 1, .end_io = depth_read_end_io };
+	if (blk_submit(th->be, &u->io)) {
+		__atomic_add_fetch(&th->bad, 1, __ATOMIC_RELAXED);
+		depth_unit_done(th);
+	}
+	end_io_depth--;
+}
+
+static void *depth_fn(void *arg)
+{
+	struct depth_thread *th = arg;
+	int i;
+
+	for (i = 0; i < th->n; i++) {
+		struct depth_unit *u = &th->u[th->first + i];
+
+		pthread_mutex_lock(&th->lock);
+		while (th->inflight >= th->inflight_max)
+			pthread_cond_wait(&th->cond, &th->lock);
+		th->inflight++;
+		pthread_mutex_unlock(&th->lock);
+
+		u->th = th;
+		u->blk = th->first + i;
+		u->iov = (struct iovec){ th->wbuf + (size_t)i * 4096, 4096 };
+		u->io = (struct blk_io){ .op = BLK_WRITE, .pos = (uint64_t)u->blk * 4096,
+					 .len = 4096, .iov = &u->iov, .iovcnt = 1,
+					 .end_io = depth_write_end_io };
+		if (blk_submit(th->be, &u->io)) {
+			__atomic_add_fetch(&th->bad, 1, __ATOMIC_RELAXED);
+			depth_unit_done(th);
+		}
+	}
+	pthread_mutex_lock(&th->lock);
+	while (th->inflight > 0)	/* an end_io called twice takes it below 0 */
+		pthread_cond_wait(&th->cond, &th->lock);
+	pthread_mutex_unlock(&th->lock);
+	return NULL;
+}
+
+Test(aio, completions_at_depth_end_once_in_any_thread)
+{
+	enum { NT = 8, PER = 384, N = NT * PER, QD = 16 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct depth_unit *u = calloc(N, sizeof(*u));
+	unsigned char *wbuf = abuf((size_t)N * 4096), *rbuf = abuf((size_t)N * 4096);
+	unsigned char *back = abuf((size_t)N * 4096);
+	struct depth_thread th[NT];
+	pthread_t tid[NT];
+	uint64_t by_reaper, by_callers;
+	int i;
+
+	need_tdir();
+	aio_fast_ns = 0;	/* no caller waits for its own I/O: all of it goes by the queue */
+	be = open_image(&td, (uint64_t)N * 4096, QD);
+	fill_pattern(wbuf, (size_t)N * 4096, 0, 23);
+	memset(rbuf, 0, (size_t)N * 4096);
+	for (i = 0; i < NT; i++) {
+		th[i] = (struct depth_thread){ .be = be, .u = u, .first = i * PER, .n = PER,
+					       .wbuf = wbuf + (size_t)i * PER * 4096,
+					       .rbuf = rbuf + (size_t)i * PER * 4096,
+					       .inflight_max = 2 + i % 4 };	/* 2..5 each, 28 in all */
+		pthread_mutex_init(&th[i].lock, NULL);
+		pthread_cond_init(&th[i].cond, NULL);
+	}
+	for (i = 0; i < NT; i++)
+		cr_assert_eq(pthread_create(&tid[i], NULL, depth_fn, &th[i]), 0);
+	for (i = 0; i < NT; i++) {
+		pthread_join(tid[i], NULL);
+		cr_assert_eq(th[i].bad, 0, "thread %d: %d I/Os failed or read back wrong", i,
+			     th[i].bad);
+	}
+	for (i = 0; i < N; i++)
+		cr_assert(u[i].wcalls == 1 && u[i].rcalls == 1,
+			  "unit %d: the write ended %d times, the read %d times", i, u[i].wcalls,
+			  u[i].rcalls);
+	cr_assert_eq(end_io_depth_max, 1, "an end_io ran inside another one in its thread "
+		     "(%d deep): the submit() from an end_io reaped", end_io_depth_max);
+
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	by_reaper = stat_get(be, "aio_ended_reaper");
+	by_callers = stat_get(be, "aio_ended_callers");
+	cr_assert_eq(by_reaper + by_callers, 2 * N, "reaper %llu + callers %llu",
+		     (unsigned long long)by_reaper, (unsigned long long)by_callers);
+	/* both took part: the last completions are the reaper's, the rest are shared */
+	cr_assert_gt(by_reaper, 0);
+	cr_assert_gt(by_callers, 0);
+	cr_assert_eq(stat_get(be, "aio_nosig"), 0);
+	cr_assert_eq(stat_get(be, "aio_inflight"), 0);
+	cr_assert_eq(stat_get(be, "aio_queued"), 0);
+	cr_log_info("ended by the reaper %llu, by the submitting threads %llu; "
+		    "%llu io_submit() calls for %llu iocbs",
+		    (unsigned long long)by_reaper, (unsigned long long)by_callers,
+		    (unsigned long long)stat_get(be, "aio_submit_calls"),
+		    (unsigned long long)stat_get(be, "aio_submitted"));
+
+	/* and on the storage, as written (max_io at a time) */
+	for (i = 0; i < N; i += 256)
+		cr_assert_eq(do_rw(be, BLK_READ, (uint64_t)i * 4096, back + (size_t)i * 4096,
+				   256 * 4096), 0);
+	cr_assert_eq(memcmp(back, wbuf, (size_t)N * 4096), 0);
+	be->ops->close(be);
+	for (i = 0; i < NT; i++) {
+		pthread_mutex_destroy(&th[i].lock);
+		pthread_cond_destroy(&th[i].cond);
+	}
+	free(u);
+	free(wbuf);
+	free(rbuf);
+	free(back);
+}
+
 /* ---- FLUSH, DISCARD, WRITE_ZEROES ---- */
 
 Test(aio, flush)
