@@ -245,6 +245,17 @@ struct blk_snap_ops {
 struct blk_backend_ops {
 	const char *name;
 	bool is_filter;		/* passes I/O on to ->next */
+	/*
+	 * The backend may read a WRITE's iovec after submit() returns (rbd:
+	 * librbd without its own copy), so the memory must not change until
+	 * end_io: the cache then keeps a folio under writeback stable, as the
+	 * kernel does for a queue with stable_writes (core/pcache.c invariant
+	 * 7). false (ram, aio, nbd, null, every filter): a write to a folio
+	 * under writeback copies in at once; the I/O in flight may carry a
+	 * mix of both versions, and the block, dirty again, is written again.
+	 * A filter is stable when any layer below it asks.
+	 */
+	bool stable_writes;
 	/* NULL-terminated list of the config keys open() takes (config checks it) */
 	const char *const *keys;
 	const char *help;	/* one line for `blkfs --help` */
