@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/lib/clock.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "devtab.h"
@@ -50,13 +51,10 @@
 
 #define MSG(...) snprintf(msg, len, __VA_ARGS__)
 
-/* Milliseconds since @t0, to the microsecond (the messages print "%.3f ms"). */
-static double ms_since(const struct timespec *t0)
+/* Milliseconds since @t0 (blk_now_ns()), to the microsecond (the messages print "%.3f ms"). */
+static double ms_since(uint64_t t0)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+	return (double)(blk_now_ns() - t0) / 1e6;
 }
 
 /*
@@ -237,11 +235,11 @@ int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len)
 {
 	const char *name = bd->cd->name;
 	uint64_t old, want, size;
-	struct timespec t0;
+	uint64_t t0;
 	char who[512];
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = blk_now_ns();
 	if (parse_spec(spec, &want)) {
 		MSG("%s: resize: '%s' is not a size (allowed: bytes with an optional K, M, G or "
 		    "T suffix, such as 2G, or auto)", name, spec);
@@ -343,7 +341,7 @@ int bf_dev_resize(struct bf_dev *bd, const char *spec, char *msg, size_t len)
 		tell_kernel(bd, (off_t)(size & ~(uint64_t)4095));
 	live_release(bd);
 	MSG("%s: %llu -> %llu bytes (%.3f ms)", name, (unsigned long long)old,
-	    (unsigned long long)size, ms_since(&t0));
+	    (unsigned long long)size, ms_since(t0));
 	blk_info("%s", msg);
 	return 0;
 
@@ -429,10 +427,10 @@ static void snap_errmsg(struct bf_dev *bd, const char *verb, const char *snap, i
 
 static int snap_create(struct bf_dev *bd, const char *snap, char *msg, size_t len)
 {
-	struct timespec t0;
+	uint64_t t0;
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = blk_now_ns();
 	if (!blk_snap_name_valid(snap)) {
 		snap_errmsg(bd, "snapshot", snap, -EINVAL, msg, len);
 		return -EINVAL;
@@ -454,7 +452,7 @@ static int snap_create(struct bf_dev *bd, const char *snap, char *msg, size_t le
 	bf_slots_thaw(&bd->slots);
 	if (!ret) {
 		MSG("%s: snapshot %s taken (%.3f ms)", bd->cd->name, snap,
-		    ms_since(&t0));
+		    ms_since(t0));
 		blk_info("%s", msg);
 	}
 out_unlock:
@@ -486,10 +484,10 @@ static int snap_delete(struct bf_dev *bd, const char *snap, char *msg, size_t le
 static int snap_reset(struct bf_dev *bd, const char *snap, char *msg, size_t len)
 {
 	pc_errseq_t since;
-	struct timespec t0;
+	uint64_t t0;
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = blk_now_ns();
 	if (!blk_snap_name_valid(snap)) {
 		snap_errmsg(bd, "reset", snap, -EINVAL, msg, len);
 		return -EINVAL;
@@ -538,7 +536,7 @@ static int snap_reset(struct bf_dev *bd, const char *snap, char *msg, size_t len
 		snap_errmsg(bd, "reset", snap, ret, msg, len);
 		goto out_unlock;
 	}
-	MSG("%s: reset to %s (%.3f ms)", bd->cd->name, snap, ms_since(&t0));
+	MSG("%s: reset to %s (%.3f ms)", bd->cd->name, snap, ms_since(t0));
 	blk_info("%s", msg);
 out_unlock:
 	live_release(bd);
@@ -548,10 +546,10 @@ out_unlock:
 static int dev_save(struct bf_dev *bd, const char *path, const char *snap, char *msg,
 		    size_t len)
 {
-	struct timespec t0;
+	uint64_t t0;
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = blk_now_ns();
 	if (path[0] != '/') {
 		MSG("%s: save: %s: the image's path must be absolute (the daemon's working "
 		    "directory is not the caller's)", bd->cd->name, path);
@@ -580,7 +578,7 @@ static int dev_save(struct bf_dev *bd, const char *path, const char *snap, char 
 		goto out_unlock;
 	}
 	MSG("%s: %s saved to %s (%.3f ms)", bd->cd->name, snap ? snap : "the device", path,
-	    ms_since(&t0));
+	    ms_since(t0));
 	blk_info("%s", msg);
 out_unlock:
 	live_release(bd);
@@ -624,11 +622,11 @@ static int outside_resize(struct bf_dev *bd, char *msg, size_t len)
 {
 	const char *name = bd->cd->name;
 	uint64_t old, size = 0, cut, dropped = 0;
-	struct timespec t0;
+	uint64_t t0;
 	char who[512];
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = blk_now_ns();
 	ret = live_take(bd, "resize", msg, len);
 	if (ret)
 		return ret;
@@ -678,7 +676,7 @@ static int outside_resize(struct bf_dev *bd, char *msg, size_t len)
 			"written back: %llu dirty bytes past the new end are lost (dropped_bytes)",
 			name, (unsigned long long)size, (unsigned long long)dropped);
 	MSG("%s: %llu -> %llu bytes, changed outside blkfs (%.3f ms)", name,
-	    (unsigned long long)old, (unsigned long long)cut, ms_since(&t0));
+	    (unsigned long long)old, (unsigned long long)cut, ms_since(t0));
 	blk_info("%s", msg);
 	return 0;
 
