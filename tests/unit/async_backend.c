@@ -20,7 +20,7 @@ int waiter_timeout_s = WAIT_MS / 1000;
 void waiter_init(struct waiter *w)
 {
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->cond, NULL);
+	cr_assert_eq(blk_cond_init(&w->cond), 0);	/* timed waits on CLOCK_MONOTONIC */
 	w->outstanding = w->ended = w->errors = 0;
 }
 
@@ -49,13 +49,11 @@ void waiter_add(struct waiter *w, int n)
 
 void waiter_wait_for(struct waiter *w, int secs)
 {
-	struct timespec ts;
+	uint64_t deadline = blk_now_ns() + (uint64_t)secs * 1000000000u;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += secs;
 	pthread_mutex_lock(&w->lock);
 	while (w->outstanding > 0) {
-		if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT) {
+		if (blk_cond_wait_until(&w->cond, &w->lock, deadline) == ETIMEDOUT) {
 			int left = w->outstanding;
 
 			pthread_mutex_unlock(&w->lock);

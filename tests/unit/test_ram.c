@@ -2066,7 +2066,7 @@ static struct {
 	pthread_cond_t cv;
 	struct blk_backend *be;	/* the device whose thread is held */
 	bool armed, held, go;
-} race = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false };
+} race = { .lock = PTHREAD_MUTEX_INITIALIZER };	/* cv: blk_cond_init() in the test */
 
 static void race_hook(struct blk_backend *be)
 {
@@ -2091,6 +2091,7 @@ Test(reserve, refill_racing_a_discard)
 
 	cr_assert_not_null(w);
 	memset(w, 0x5a, 1 * MiB);
+	cr_assert_eq(blk_cond_init(&race.cv), 0);	/* its timed wait on CLOCK_MONOTONIC */
 	ram_test_slab_mapped = race_hook;
 	cr_assert_eq(do_rw(be, BLK_WRITE, 0, w, 4096), 0);
 	stat_wait_geq(be, "slab_spare_bytes", 8 * MiB);
@@ -2105,13 +2106,8 @@ Test(reserve, refill_racing_a_discard)
 		cr_assert_eq(do_rw(be, BLK_WRITE, (uint64_t)(i + 1) * MiB, w, 1 * MiB), 0);
 	pthread_mutex_lock(&race.lock);
 	t0 = blk_now_ms();
-	while (!race.held && blk_now_ms() - t0 < 60000) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&race.cv, &race.lock, &ts);
-	}
+	while (!race.held && blk_now_ms() - t0 < 60000)
+		blk_cond_wait_ms(&race.cv, &race.lock, 1000);
 	cr_assert(race.held, "the arena thread did not refill the reserve in 60 s (slab_spare_bytes "
 		  "%" PRIu64 ")", stat_get(be, "slab_spare_bytes"));
 	pthread_mutex_unlock(&race.lock);
