@@ -510,7 +510,11 @@ int bf_open_devices(struct bf_daemon *d, bool create_cache, char *err, size_t er
 	int i, ret;
 
 	assert(!d->nr_devs);
-	bf_devs_locks_init(d);
+	ret = bf_devs_locks_init(d);
+	if (ret) {
+		snprintf(err, errlen, "the device table's condition variable: %s", strerror(-ret));
+		return ret;
+	}
 	for (i = 0; i < d->conf.nr_devs; i++) {
 		if (!strcmp(d->conf.devs[i].name, "control")) {
 			snprintf(err, errlen, "%s:%d: [device control]: the name of .sys/control "

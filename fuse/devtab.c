@@ -17,16 +17,22 @@
 /* a mount's config always fits the table */
 _Static_assert(CONF_MAX_DEVICES <= PC_MAX_DEVS, "the device table holds a config's devices");
 
-void bf_devs_locks_init(struct bf_daemon *d)
+int bf_devs_locks_init(struct bf_daemon *d)
 {
+	int ret;
+
 	if (d->locks_ready)
-		return;
+		return 0;
+	/* waited on with a timeout (devs.c): without it a removal's bound is on the wall clock */
+	ret = blk_cond_init(&d->ref_cond);
+	if (ret)
+		return -ret;
 	pthread_rwlock_init(&d->dev_lock, NULL);
 	pthread_mutex_init(&d->add_lock, NULL);
 	pthread_mutex_init(&d->ref_lock, NULL);
-	blk_cond_init(&d->ref_cond);	/* waited on with a timeout (devs.c) */
 	d->next_ino = BF_DEV_INO;
 	d->locks_ready = true;
+	return 0;
 }
 
 void bf_dev_hold(struct bf_dev *dev)

@@ -35,7 +35,7 @@ struct bf_dev *bf_dev_nth(struct bf_daemon *d, int n);
 /* The device whose file is inode @ino; d->dev_lock held. */
 struct bf_dev *bf_dev_of_ino_locked(struct bf_daemon *d, uint64_t ino);
 
-/* The table's locks, once (before the first device is created). */
-void bf_devs_locks_init(struct bf_daemon *d);
+/* The table's locks, once (before the first device is created): 0 or -errno. */
+int bf_devs_locks_init(struct bf_daemon *d);
 
 #endif
