@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
-#include "control.h"
+#include "ctl_client.h"
 #include "mnt.h"
 
 /* ------------------------------------------------ commands to the daemon */

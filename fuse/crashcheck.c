@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "../backends/lib/crashexplore.h"
-#include "control.h"
+#include "ctl_parse.h"
 #include "crashcheck.h"
 
 _Static_assert(CC_CTL_MAX_LINE == BF_CTL_MAX_LINE && CC_CTL_MSG_MAX == BF_CTL_MSG_MAX,

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "ctl_client.h"
 #include "mnt.h"
 
 /*

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "control.h"
+#include "ctl_parse.h"
 
 static bool is_blank(char c)
 {

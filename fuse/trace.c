@@ -41,7 +41,7 @@
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
-#include "control.h"
+#include "ctl_client.h"
 #include "devtab.h"
 #include "trace.h"
 

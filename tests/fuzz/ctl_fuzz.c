@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "../../fuse/control.h"
+#include "../../fuse/ctl_parse.h"
 #include "fuzz.h"
 
 #define MAXA 64

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../fuse/control.h"
+#include "../../fuse/ctl_parse.h"
 
 #define MAXA 16
 
