@@ -44,6 +44,33 @@ extern const struct blk_backend_ops throttle_filter_ops;
 extern const struct blk_backend_ops powerloss_filter_ops;
 extern const struct blk_backend_ops record_filter_ops;
 
+/*
+ * The knob tables (lib/knobs.h) of the layers that have one: every filter,
+ * and the ram, nbd and null backends (aio and rbd still read their keys by
+ * hand). Each is defined by BK_DEFINE or BK_BACKEND_DEFINE in its file.
+ */
+struct bk_table;
+extern const struct bk_table *const ram_knob_table;
+extern const struct bk_table *const null_knob_table;
+extern const struct bk_table *const nbd_knob_table;
+extern const struct bk_table *const log_knob_table;
+extern const struct bk_table *const delay_knob_table;
+extern const struct bk_table *const fault_knob_table;
+extern const struct bk_table *const flakey_knob_table;
+extern const struct bk_table *const throttle_knob_table;
+extern const struct bk_table *const powerloss_knob_table;
+extern const struct bk_table *const record_knob_table;
+
+/**
+ * blk_knob_table - the knob table of the backend or filter @name
+ * (registry.c), for tests and tools that list every key with its type,
+ * bounds, default and unit
+ *
+ * Returns: the table, or NULL for a name blkfs does not have or a layer
+ * that reads its keys by hand (aio, rbd).
+ */
+const struct bk_table *blk_knob_table(const char *name);
+
 /**
  * be_geo_from_params - the geometry of a backend whose shape is all config
  * (ram, null)

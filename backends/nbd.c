@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
 
 #define NBD_DEF_QD		64
 #define NBD_MAX_QD		1024
@@ -1210,26 +1211,28 @@ out_unpend:
 /* ---- open: config, the server, its geometry ---- */
 
 /*
- * `timeout`: a duration, with plain seconds as it always took; kept in ms
- * (the poll loop's unit), so a finer value is refused rather than cut.
+ * The config's keys. `timeout` is a duration, with plain seconds as it
+ * always took, kept in ms (the poll loop's unit: msec refuses a finer
+ * value rather than cut it).
  */
-static int nbd_param_timeout(struct blk_params *p, unsigned int *out_ms)
-{
-	uint64_t ns;
-	int ret;
+struct nbd_conf {
+	const char *uri;
+	unsigned int nconn, qd, timeout_ms;
+};
 
-	ret = blk_param_duration(p, "timeout", (uint64_t)NBD_DEF_TIMEOUT_MS * NS_PER_MS,
-				 (uint64_t)NBD_MIN_TIMEOUT_MS * NS_PER_MS,
-				 (uint64_t)NBD_MAX_TIMEOUT_MS * NS_PER_MS, 1000 * NS_PER_MS, &ns);
-	if (ret)
-		return ret;
-	if (ns % NS_PER_MS)
-		return blk_param_error(p, "timeout",
-			"'%s' is finer than 1ms (allowed: whole milliseconds)",
-			blk_param_get(p, "timeout"));
-	*out_ms = (unsigned int)(ns / NS_PER_MS);
-	return 0;
-}
+#define NBD_URI_FORMS	"nbd+unix:///EXPORT?socket=PATH, nbd://HOST[:PORT]/EXPORT or nbds://..."
+
+#define NBD_KNOBS(K)											\
+	K(uri,         text, uri,        0, 0, 0, NBD_URI_FORMS,					\
+	  "the server and export (required)")								\
+	K(connections, uint, nconn,      1, NBD_MAX_CONNS, NBD_DEF_CONNS, "connections",		\
+	  "connections, used when the server allows multi-conn")					\
+	K(queue_depth, uint, qd,         1, NBD_MAX_QD, NBD_DEF_QD, "commands",			\
+	  "commands in flight per connection")								\
+	K(timeout,     msec, timeout_ms, NBD_MIN_TIMEOUT_MS, NBD_MAX_TIMEOUT_MS, NBD_DEF_TIMEOUT_MS,	\
+	  "ms", "a connection with no progress this long is dropped and made again")
+
+BK_BACKEND_DEFINE(nbd, struct nbd_conf, NBD_KNOBS);
 
 /*
  * The device's geometry from what the server said (@s), checked against
@@ -1406,8 +1409,9 @@ static void nbd_free(struct nbd_dev *nd)
 
 static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *next)
 {
-	unsigned int nconn = 0, qd = 0, timeout_ms = NBD_DEF_TIMEOUT_MS, i, started;
+	unsigned int nconn, qd, timeout_ms, i, started;
 	struct nbd_handle *h;
+	struct nbd_conf conf;
 	struct nbd_dev *nd;
 	const char *uri;
 	char why[512];
@@ -1415,17 +1419,15 @@ static struct blk_backend *nbd_open(struct blk_params *p, struct blk_backend *ne
 
 	(void)next;
 	/* Every key first, so each is marked used whatever fails later. */
-	uri = blk_param_get(p, "uri");
-	ret = blk_param_uint(p, "connections", NBD_DEF_CONNS, 1, NBD_MAX_CONNS, &nconn);
-	if (!ret)
-		ret = blk_param_uint(p, "queue_depth", NBD_DEF_QD, 1, NBD_MAX_QD, &qd);
-	if (!ret)
-		ret = nbd_param_timeout(p, &timeout_ms);
+	ret = bk_parse(&bk_table, p, &conf);
 	if (ret)
 		return ERR_PTR(ret);
+	uri = conf.uri;
+	nconn = conf.nconn;
+	qd = conf.qd;
+	timeout_ms = conf.timeout_ms;
 	if (!uri || !*uri)
-		return ERR_PTR(blk_param_error(p, "uri",
-			"missing (required: nbd+unix:///EXPORT?socket=PATH, nbd://HOST[:PORT]/EXPORT or nbds://...)"));
+		return ERR_PTR(blk_param_error(p, "uri", "missing (required: " NBD_URI_FORMS ")"));
 
 	nd = calloc(1, sizeof(*nd) + nconn * sizeof(nd->conn[0]));
 	if (!nd) {
@@ -1699,8 +1701,6 @@ static size_t nbd_stat(struct blk_backend *be, char *buf, size_t len)
 			      s->bmin, s->bpref, s->bmax,
 			      s->can_flush, s->can_zero, s->can_trim, s->can_multi_conn);
 }
-
-static const char *const nbd_keys[] = { "uri", "connections", "queue_depth", "timeout", NULL };
 
 const struct blk_backend_ops nbd_backend_ops = {
 	.name = "nbd",

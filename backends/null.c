@@ -10,20 +10,36 @@
 #include <string.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
 
 struct null_dev {
 	struct blk_backend be;		/* must come first */
 	struct blk_geometry geo;	/* set at open; size changes in null_resize() */
 };
 
+/*
+ * No keys of its own: the geometry is the device section's. The table is
+ * there all the same, so every backend's keys are listed the one way.
+ */
+struct null_conf {
+	char unused;
+};
+
+#define NULL_KNOBS(K)
+
+BK_BACKEND_DEFINE(null, struct null_conf, NULL_KNOBS);
+
 static struct blk_backend *null_open(struct blk_params *p, struct blk_backend *next)
 {
+	struct null_conf conf;
 	struct null_dev *nd;
 	struct blk_geometry geo;
 	int ret;
 
 	(void)next;
-	ret = be_geo_from_params(p, "null", &geo);
+	ret = bk_parse(&bk_table, p, &conf);
+	if (!ret)
+		ret = be_geo_from_params(p, "null", &geo);
 	if (ret)
 		return ERR_PTR(ret);
 	nd = calloc(1, sizeof(*nd));
@@ -70,7 +86,6 @@ static int null_submit(struct blk_backend *be, struct blk_io *io)
 	return 0;
 }
 
-static const char *const null_keys[] = { NULL };
 
 const struct blk_backend_ops null_backend_ops = {
 	.name = "null",

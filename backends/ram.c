@@ -177,6 +177,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
 #include "lib/brlock.h"
 #include "lib/copy.h"
 
@@ -2289,27 +2290,47 @@ out_registry:
 	return ret ? ERR_PTR(ret) : &rd->be;
 }
 
+/*
+ * The config's keys. clone is read first, alone (ram_open()): a clone
+ * refuses image and reserve whatever their values say.
+ */
+struct ram_conf {
+	const char *image, *clone;
+	uint64_t reserve;
+};
+
+#define RAM_KNOBS(K)												\
+	K(image,   text,     image,   0, 0, 0, "a raw or sparse image file",				\
+	  "an image file to start from (relative to the config's directory)")				\
+	K(reserve, size_max, reserve, 0, RAM_RESERVE_MAX, RAM_RESERVE_DEF,				\
+	  "0 to turn it off, up to 1G; rounded up to 2M",						\
+	  "memory kept mapped and touched ahead of writes")						\
+	K(clone,   text,     clone,   0, 0, 0, "DEV@SNAP",						\
+	  "start as snapshot SNAP of ram device DEV, sharing its memory")
+
+BK_BACKEND_DEFINE(ram, struct ram_conf, RAM_KNOBS);
+
 static struct blk_backend *ram_open(struct blk_params *p, struct blk_backend *next)
 {
 	char path[PATH_MAX];
 	struct blk_geometry geo;
+	struct ram_conf conf;
 	struct ram_dev *rd;
-	const char *image, *clone;
+	const char *image;
 	uint64_t reserve, isize = 0;
 	int ret, fd = -1;
 
 	(void)next;
-	clone = blk_param_get(p, "clone");
-	if (clone)
-		return ram_clone_open(p, clone);
-	ret = blk_param_size(p, "reserve", RAM_RESERVE_DEF, &reserve);
+	ret = bk_parse_key(&bk_table, p, "clone", &conf);
 	if (ret)
 		return ERR_PTR(ret);
-	if (reserve > RAM_RESERVE_MAX)
-		return ERR_PTR(blk_param_error(p, "reserve",
-			"%llu is too large (allowed: 0 to turn it off, up to 1G; rounded up to 2M)",
-			(unsigned long long)reserve));
-	image = blk_param_get(p, "image");
+	if (conf.clone)
+		return ram_clone_open(p, conf.clone);
+	ret = bk_parse(&bk_table, p, &conf);
+	if (ret)
+		return ERR_PTR(ret);
+	reserve = conf.reserve;
+	image = conf.image;
 	if (image) {
 		ret = ram_image_path(p, image, path, sizeof(path));
 		if (ret)
@@ -2404,8 +2425,6 @@ static size_t ram_stat(struct blk_backend *be, char *buf, size_t len)
 			      (unsigned long long)__atomic_load_n(&rd->ar->nr_reserve_misses, __ATOMIC_RELAXED),
 			      __atomic_load_n(&rd->ar->nr_devs, __ATOMIC_RELAXED));
 }
-
-static const char *const ram_keys[] = { "image", "reserve", "clone", NULL };
 
 const struct blk_backend_ops ram_backend_ops = {
 	.name = "ram",

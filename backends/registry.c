@@ -3,6 +3,7 @@
  * backends/registry.c - the backends and filters blkfs is built with, found
  * by the name a config gives. Adding one is one line in backend_table[] (and
  * its extern in backends_int.h); ops->is_filter says which list it joins.
+ * A layer with a knob table (lib/knobs.h) has a line in knob_tables[] too.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -36,6 +37,35 @@ const struct blk_backend_ops *blk_backend_find(const char *name)
 	for (i = 0; i < NR_BACKENDS; i++)
 		if (!strcmp(backend_table[i]->name, name))
 			return backend_table[i];
+	return NULL;
+}
+
+/* The layers with a knob table (lib/knobs.h); aio and rbd have none yet. */
+static const struct {
+	const char *name;
+	const struct bk_table *const *table;
+} knob_tables[] = {
+	{ "ram", &ram_knob_table },
+	{ "null", &null_knob_table },
+	{ "nbd", &nbd_knob_table },
+	{ "log", &log_knob_table },
+	{ "delay", &delay_knob_table },
+	{ "fault", &fault_knob_table },
+	{ "flakey", &flakey_knob_table },
+	{ "throttle", &throttle_knob_table },
+	{ "powerloss", &powerloss_knob_table },
+	{ "record", &record_knob_table },
+};
+
+const struct bk_table *blk_knob_table(const char *name)
+{
+	size_t i;
+
+	if (!name)
+		return NULL;
+	for (i = 0; i < sizeof(knob_tables) / sizeof(knob_tables[0]); i++)
+		if (!strcmp(knob_tables[i].name, name))
+			return *knob_tables[i].table;
 	return NULL;
 }
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/lib/knobs.c - a filter's knob table at work (knobs.h): reading
- * the keys at open, and show and store for the .sys files, with the types
- * every filter shares. The messages for bad config values are the ones
+ * backends/lib/knobs.c - a filter's or backend's knob table at work
+ * (knobs.h): reading the keys at open, and show and store for a filter's
+ * .sys files, with the types every layer shares. The messages for bad config values are the ones
  * blk_param_*() give (params.c's be_param_*_value()), so a key says the
  * same whichever filter or backend takes it.
  */
@@ -21,7 +21,7 @@
 /* The largest field a type may have (a scratch copy on the stack). */
 #define BK_FIELD_MAX	64
 
-static void *field_of(struct blk_backend *state, size_t off)
+static void *field_of(void *state, size_t off)
 {
 	return (char *)state + off;
 }
@@ -388,34 +388,185 @@ const struct bk_type bk_type_pool = {
 
 const struct bk_type bk_type_none = { .size = 0 };
 
+/* ---- text: the config's own words (a path, a URI), kept as a pointer ---- */
+
+static void text_def(const struct bk_knob *k, void *f)
+{
+	(void)k;
+	*(const char **)f = NULL;
+}
+
+static int text_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	(void)p;
+	(void)k;
+	*(const char **)out = s;
+	return 0;
+}
+
+const struct bk_type bk_type_text = {
+	.size = sizeof(const char *),
+	.set_def = text_def,
+	.param = text_param,
+};
+
+/* ---- size_max: a size whose bound says what is allowed (ram's reserve) ---- */
+
+static int size_max_param(struct blk_params *p, const struct bk_knob *k, const char *s,
+			  void *out)
+{
+	uint64_t v;
+	int ret = be_param_size_value(p, k->name, s, &v);
+
+	if (ret)
+		return ret;
+	if (v > k->max || v < k->min)
+		return blk_param_error(p, k->name, "%llu is too %s (allowed: %s)",
+				       (unsigned long long)v, v > k->max ? "large" : "small",
+				       k->unit);
+	*(uint64_t *)out = v;
+	return 0;
+}
+
+const struct bk_type bk_type_size_max = {
+	.size = sizeof(uint64_t),
+	.set_def = u64_def,
+	.param = size_max_param,
+	.parse = size_parse,
+	.format = u64_format,
+};
+
+/*
+ * ---- msec: whole milliseconds read as a duration, a bare number in
+ * seconds (nbd's timeout: the poll loop's unit, so a finer value is
+ * refused rather than cut) ----
+ */
+
+#define NS_PER_MS	1000000ull
+
+static int msec_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	uint64_t ns;
+
+	if (blk_parse_duration(s, 1000 * NS_PER_MS, &ns) || ns % NS_PER_MS ||
+	    ns < k->min * NS_PER_MS || ns > k->max * NS_PER_MS)
+		return -EINVAL;
+	*(unsigned int *)out = (unsigned int)(ns / NS_PER_MS);
+	return 0;
+}
+
+static int msec_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	uint64_t ns;
+	int ret;
+
+	ret = be_param_duration_value(p, k->name, s, k->min * NS_PER_MS, k->max * NS_PER_MS,
+				      1000 * NS_PER_MS, &ns);
+	if (ret)
+		return ret;
+	if (ns % NS_PER_MS)
+		return blk_param_error(p, k->name,
+				       "'%s' is finer than 1ms (allowed: whole milliseconds)", s);
+	*(unsigned int *)out = (unsigned int)(ns / NS_PER_MS);
+	return 0;
+}
+
+static int msec_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
+{
+	(void)k;
+	return blk_format_duration(buf, len, *(const unsigned int *)v * NS_PER_MS);
+}
+
+const struct bk_type bk_type_msec = {
+	.size = sizeof(unsigned int),
+	.set_def = uint_def,
+	.param = msec_param,
+	.parse = msec_parse,
+	.format = msec_format,
+};
+
 /* ---- the table ---- */
 
-int bk_params(const struct bk_table *t, struct blk_params *p, struct blk_backend *state)
+/* Row @k of a table into @conf: its default, or the config's value. */
+static int parse_row(const struct bk_knob *k, struct blk_params *p, void *conf)
+{
+	void *f = field_of(conf, k->off);
+	const char *s;
+	int ret;
+
+	s = blk_param_get(p, k->name);
+	/* a type without a default reads its key itself, absent or not */
+	if (!s && k->type->set_def) {
+		k->type->set_def(k, f);
+		return 0;
+	}
+	ret = k->type->param(p, k, s, f);
+	if (ret)
+		return ret;
+	if (k->aux_off)
+		memcpy(field_of(conf, k->aux_off), f, k->type->size);
+	return 0;
+}
+
+int bk_parse(const struct bk_table *t, struct blk_params *p, void *conf)
 {
 	size_t i;
+	int ret;
 
 	for (i = 0; i < t->nr; i++) {
 		const struct bk_knob *k = &t->knobs[i];
-		void *f = field_of(state, k->off);
-		const char *s;
-		int ret;
 
 		/* the filter's own rows, and attrs that are no key, are not read here */
 		if (k->live != BK_RW && k->live != BK_CONF)
 			continue;
-		s = blk_param_get(p, k->name);
-		/* a type without a default reads its key itself, absent or not */
-		if (!s && k->type->set_def) {
-			k->type->set_def(k, f);
-			continue;
-		}
-		ret = k->type->param(p, k, s, f);
+		ret = parse_row(k, p, conf);
 		if (ret)
 			return ret;
-		if (k->aux_off)
-			memcpy(field_of(state, k->aux_off), f, k->type->size);
 	}
 	return 0;
+}
+
+int bk_parse_key(const struct bk_table *t, struct blk_params *p, const char *name, void *conf)
+{
+	size_t i;
+
+	for (i = 0; i < t->nr; i++)
+		if (!strcmp(t->knobs[i].name, name))
+			return parse_row(&t->knobs[i], p, conf);
+	return -ENOENT;
+}
+
+int bk_params(const struct bk_table *t, struct blk_params *p, struct blk_backend *state)
+{
+	return bk_parse(t, p, state);
+}
+
+int bk_format_def(const struct bk_knob *k, char *buf, size_t len)
+{
+	_Alignas(16) unsigned char v[BK_FIELD_MAX];
+
+	/* pool: the default is be_param_pool()'s, which the row repeats */
+	if (k->type == &bk_type_pool)
+		return snprintf(buf, len, "%llu", (unsigned long long)k->def);
+	if (k->type == &bk_type_text || !k->type->set_def || !k->type->format ||
+	    k->type->size > sizeof(v))
+		return -EINVAL;
+	k->type->set_def(k, v);
+	return k->type->format(k, v, buf, len);
+}
+
+int bk_format_bound(const struct bk_knob *k, uint64_t v, char *buf, size_t len)
+{
+	const struct bk_type *t = k->type;
+
+	if (t == &bk_type_uint || t == &bk_type_u64 || t == &bk_type_pool ||
+	    t == &bk_type_size || t == &bk_type_size_max || t == &bk_type_probability)
+		return snprintf(buf, len, "%llu", (unsigned long long)v);
+	if (t == &bk_type_duration || t == &bk_type_seconds)
+		return blk_format_duration(buf, len, v);
+	if (t == &bk_type_msec)
+		return blk_format_duration(buf, len, v * NS_PER_MS);
+	return -EINVAL;
 }
 
 int bk_show(const struct bk_table *t, const struct bk_knob *k, struct blk_backend *state,

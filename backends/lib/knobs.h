@@ -51,6 +51,20 @@
  * Messages for bad config values are "FILE:LINE: FILTER.KEY: ..." through
  * blk_param_error(); a bad store returns -EINVAL and changes nothing.
  *
+ * A backend (ram, nbd, null) describes its keys the same way, with a
+ * help column in place of live and hook (a backend's keys are all read at
+ * open and have no .sys files), and parses them into a struct of its own
+ * with bk_parse():
+ *
+ *	#define NBD_KNOBS(K)							\
+ *		K(uri,     text, uri,     0, 0, 0, "a URI", "the server")	\
+ *		K(timeout, msec, timeout_ms, 10, 86400000, 5000, "ms", "...")
+ *	BK_BACKEND_DEFINE(nbd, struct nbd_conf, NBD_KNOBS);
+ *
+ * which defines nbd_keys[] for the ops and the table bk_table. Both
+ * macros also define PFX_knob_table, a pointer to the table, which
+ * blk_knob_table() (registry.c) finds by name for tests and tools.
+ *
  * Lock: the filter's own (the BK_DEFINE lock member), taken by show and
  * store around the field; a row's hook runs under it, the after hook not.
  * A field of 1, 4 or 8 bytes is written (and shown) with a relaxed atomic
@@ -104,10 +118,11 @@ struct bk_knob {
 	enum bk_live live;
 	void (*hook)(struct blk_backend *be);	/* after a store, under the lock; NULL: none */
 	size_t aux_off;			/* 0, or a field that starts as a copy (a seed's stream) */
+	const char *help;		/* a backend's row: what the key does; NULL for a filter's */
 };
 
 struct bk_table {
-	const char *filter;		/* "throttle": messages, seeds */
+	const char *filter;		/* "throttle" or a backend's "nbd": messages, seeds */
 	const struct bk_knob *knobs;
 	size_t nr;
 	size_t lock_off;		/* of the pthread_mutex_t in the state */
@@ -126,6 +141,18 @@ extern const struct bk_type bk_type_probability;	/* double in [0, 1] */
 extern const struct bk_type bk_type_errno;	/* int, a positive errno */
 extern const struct bk_type bk_type_seed;	/* uint64_t; aux_off: the stream */
 extern const struct bk_type bk_type_pool;	/* unsigned int, `pool` (be_param_pool) */
+/*
+ * Types a backend's rows use (a filter may too). text: a `const char *`,
+ * the config's text as it stands (valid while the parameters are), NULL
+ * when absent; no bounds, no default but NULL, never a bad value.
+ * size_max: as size, but a value above max says "N is too large
+ * (allowed: UNIT)". msec: an unsigned int of milliseconds, read as a
+ * duration (a bare number is seconds) with min and max in ms; a value
+ * finer than 1ms is refused.
+ */
+extern const struct bk_type bk_type_text;
+extern const struct bk_type bk_type_size_max;
+extern const struct bk_type bk_type_msec;
 /* An OWN, OWNRO, RO or ACT row's type when its code is the filter's own. */
 extern const struct bk_type bk_type_none;
 
@@ -140,6 +167,39 @@ extern const struct bk_type bk_type_none;
  * for the first bad value.
  */
 int bk_params(const struct bk_table *t, struct blk_params *p, struct blk_backend *state);
+
+/**
+ * bk_parse - bk_params() for a backend: read every key of @t from @p into
+ * @conf, the struct the table's rows name fields of
+ *
+ * Returns: 0, or -EINVAL with p->err set ("FILE:LINE: KEY: ...") for the
+ * first bad value, in the order of the list.
+ */
+int bk_parse(const struct bk_table *t, struct blk_params *p, void *conf);
+
+/**
+ * bk_parse_key - read the one key @name of @t into @conf, as bk_parse()
+ * does: for a backend whose keys depend on one of them (ram's clone, read
+ * before the others so that a clone's conflicts speak first)
+ *
+ * Returns: 0, or -EINVAL with p->err set; -ENOENT when @t has no such row.
+ */
+int bk_parse_key(const struct bk_table *t, struct blk_params *p, const char *name, void *conf);
+
+/**
+ * bk_format_def - the default of @k as text, as the type shows a value
+ * (a size in bytes, a duration with its unit), into @buf
+ * Returns: snprintf's result, or -EINVAL for a type with no default of its
+ * own (seed, pool, text, none).
+ */
+int bk_format_def(const struct bk_knob *k, char *buf, size_t len);
+
+/**
+ * bk_format_bound - @v, a bound of @k (k->min or k->max), as text in the
+ * type's terms (a duration "10ms", a msec row's bound "24h")
+ * Returns: snprintf's result, or -EINVAL for a type without bounds.
+ */
+int bk_format_bound(const struct bk_knob *k, uint64_t v, char *buf, size_t len);
 
 /**
  * bk_show - an attr's show: the field of @k under the lock, and a newline
@@ -183,6 +243,9 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 #define BK_AUX_errno(f_)	0
 #define BK_AUX_pool(f_)		0
 #define BK_AUX_none(f_)		0
+#define BK_AUX_text(f_)		0
+#define BK_AUX_size_max(f_)	0
+#define BK_AUX_msec(f_)		0
 
 #define BK_KEY_RW(s)		s,
 #define BK_KEY_LIVE(s)
@@ -248,7 +311,37 @@ static const struct bk_table bk_table __attribute__((unused)) = {			\
 	.after = (after_),								\
 };											\
 LIST(BK_FNS_)										\
+const struct bk_table *const pfx##_knob_table = &bk_table;				\
 static const char *const pfx##_keys[] = { LIST(BK_KEY_) NULL };			\
 static const struct blk_attr pfx##_attrs[] = { LIST(BK_ATTR_) { .name = NULL } }
+
+/* ---- BK_BACKEND_DEFINE: a backend's rows into keys and the table ---- */
+
+#define BK_BENUM_(n_, t_, f_, min_, max_, def_, unit_, help_) bk_i_##n_,
+#define BK_BROW_(n_, t_, f_, min_, max_, def_, unit_, help_)				\
+	[bk_i_##n_] = { .name = #n_, .type = &bk_type_##t_,				\
+			.off = offsetof(bk_state_t, f_), .min = (min_), .max = (max_),	\
+			.def = (def_), .unit = (unit_), .live = BK_CONF,		\
+			.aux_off = BK_AUX_##t_(f_), .help = (help_) },
+#define BK_BKEY_(n_, t_, f_, min_, max_, def_, unit_, help_) #n_,
+
+/*
+ * BK_BACKEND_DEFINE(pfx, CONF, LIST): from LIST's rows (name, type, field
+ * of CONF, min, max, def, unit, help), `static const struct bk_table
+ * bk_table` for bk_parse(), `pfx_keys` for the backend's ops and
+ * `pfx_knob_table`. An empty LIST (null: no keys of its own) is a table of
+ * no rows.
+ */
+#define BK_BACKEND_DEFINE(pfx, conf_, LIST)						\
+typedef conf_ bk_state_t;								\
+enum { LIST(BK_BENUM_) bk_nr_knobs };							\
+static const struct bk_knob bk_knobs[bk_nr_knobs + 1] = { LIST(BK_BROW_) };		\
+static const struct bk_table bk_table = {						\
+	.filter = #pfx,									\
+	.knobs = bk_knobs,								\
+	.nr = bk_nr_knobs,								\
+};											\
+const struct bk_table *const pfx##_knob_table = &bk_table;				\
+static const char *const pfx##_keys[] = { LIST(BK_BKEY_) NULL }
 
 #endif

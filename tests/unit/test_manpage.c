@@ -11,20 +11,36 @@
  * section"`, `"[device NAME] section"`, `"backend = NAME"` for each backend
  * and `"filter NAME"` for each filter, and in it one `.It Cm KEY ...` item
  * per key (a filter's keys written NAME.key, as in the config).
+ *
+ * A layer with a knob table (blk_knob_table(): ram, null, nbd and every
+ * filter) is checked row by row too: each key of the table is an item,
+ * the keys the ops list are the table's, and what the item's text says of
+ * the default ("Default X", "Default none", "Required") and of the bounds
+ * ("A to B", "at most B") is what the row says, in the page's words (a
+ * size with its suffix, a bool as yes/no, a duration with its unit). An
+ * item's text runs to the next item that has text of its own, so items
+ * written one under the other share the text below them. Every row must
+ * state its default and, when it has any, its bounds, but for the gaps
+ * listed in page_gaps[].
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../backends/backends_int.h"
+#include "../../backends/lib/knobs.h"
 #include "../../core/conf.h"
 
 #define MAX_ITEMS 512
+
+#define TEXT_MAX 2048
 
 struct item {
 	char sub[64];		/* the subsection's title */
 	char key[64];
 	bool expected;		/* matched by a key of the tables */
+	char text[TEXT_MAX];	/* its description, macros dropped, one space between words */
 };
 
 static struct item items[MAX_ITEMS];
@@ -32,10 +48,36 @@ static int nr_items;
 static char subs[64][64];	/* every subsection title, in page order */
 static int nr_subs;
 
+/*
+ * Append @line's words to every item of the group from @first on: the
+ * items written one under the other share the text below them. Macro
+ * names are gone; a lone punctuation word (".Cm no .") sticks to the word
+ * before it, so "Default .Cm no ." reads "Default no.".
+ */
+static void add_text(int first, const char *line)
+{
+	char buf[1024], *save = NULL, *w;
+
+	snprintf(buf, sizeof(buf), "%s", line);
+	for (w = strtok_r(buf, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
+		bool punct = strlen(w) == 1 && strchr(".,;:)", w[0]);
+
+		if (!strcmp(w, "Ns"))
+			continue;
+		for (int i = first; i < nr_items; i++) {
+			char *t = items[i].text;
+			size_t n = strlen(t);
+
+			snprintf(t + n, TEXT_MAX - n, "%s%s", n && !punct ? " " : "", w);
+		}
+	}
+}
+
 static void read_page(void)
 {
 	const char *dir = getenv("BLKFS_SRCDIR");
 	char path[4096], line[1024], cur[64] = "";
+	int group;		/* the first item of the group the text goes to */
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/core/blkfs.conf.5", dir && *dir ? dir : ".");
@@ -43,6 +85,7 @@ static void read_page(void)
 	cr_assert_not_null(f, "%s: cannot open (run from the top of the tree, or set BLKFS_SRCDIR)",
 			   path);
 	nr_items = nr_subs = 0;
+	group = -1;
 	while (fgets(line, sizeof(line), f)) {
 		char title[64], key[64];
 
@@ -51,19 +94,37 @@ static void read_page(void)
 			snprintf(cur, sizeof(cur), "%s", title);
 			cr_assert_lt(nr_subs, 64);
 			snprintf(subs[nr_subs++], 64, "%s", title);
+			group = -1;
 			continue;
 		}
 		if (!strncmp(line, ".Sh ", 4)) {
 			cur[0] = 0;	/* keys are items of subsections only */
+			group = -1;
 			continue;
+		}
+		if (!strncmp(line, ".El", 3) || !strncmp(line, ".It", 3)) {
+			/* an item with text of its own starts a group; one without joins it */
+			if (group >= 0 && group < nr_items && items[nr_items - 1].text[0])
+				group = -1;
+			if (!strncmp(line, ".El", 3))
+				group = -1;
 		}
 		if (cur[0] && sscanf(line, ".It Cm %63s", key) == 1) {
 			cr_assert_lt(nr_items, MAX_ITEMS);
 			snprintf(items[nr_items].sub, sizeof(items[0].sub), "%s", cur);
 			snprintf(items[nr_items].key, sizeof(items[0].key), "%s", key);
 			items[nr_items].expected = false;
+			items[nr_items].text[0] = 0;
+			if (group < 0)
+				group = nr_items;
 			nr_items++;
+			continue;
 		}
+		if (group >= 0 && line[0] != '.')
+			add_text(group, line);
+		else if (group >= 0 && strncmp(line, ".Bl", 3) && strncmp(line, ".El", 3) &&
+			 strncmp(line, ".It", 3))
+			add_text(group, strchr(line, ' ') ? strchr(line, ' ') + 1 : "");
 	}
 	fclose(f);
 }
@@ -124,6 +185,220 @@ static void expect_layers(const char *names, bool filters)
 		for (k = ops->keys; k && *k; k++)
 			expect_key(sub, prefix, *k);
 	}
+}
+
+/*
+ * Filter keys whose item does not state, in its own text, its default or
+ * its bounds (the table has them; the page says them elsewhere or not at
+ * all). Each is checked where its text does state one; take a line out
+ * when the page gains the words.
+ */
+static const char *const page_gaps[] = {
+	"delay.read default", "delay.write default", "delay.flush default",
+	"delay.discard default",	/* in the subsection's preamble */
+	"fault.hang_timeout bounds",
+	"flakey.up_interval bounds", "flakey.down_interval bounds",
+	"flakey.error_reads default", "flakey.error_writes default",	/* after drop_writes */
+	"throttle.mbps default", "throttle.mbps bounds",
+	"throttle.read_mbps bounds", "throttle.write_mbps bounds",
+	"throttle.queue_depth default",	/* "0 is no limit, the default" */
+	"throttle.queue_depth bounds", "throttle.latency_per_inflight bounds",
+};
+
+static bool page_gap(const char *key, const char *what)
+{
+	char want[96];
+
+	snprintf(want, sizeof(want), "%s %s", key, what);
+	for (size_t i = 0; i < sizeof(page_gaps) / sizeof(page_gaps[0]); i++)
+		if (!strcmp(page_gaps[i], want))
+			return true;
+	return false;
+}
+
+static struct item *find_item(const char *sub, const char *key)
+{
+	for (int i = 0; i < nr_items; i++)
+		if (!strcmp(items[i].sub, sub) && !strcmp(items[i].key, key))
+			return &items[i];
+	return NULL;
+}
+
+/* The word after @after in @text (its trailing punctuation cut), or false. */
+static bool word_after(const char *text, const char *after, char *out, size_t len)
+{
+	const char *at = strstr(text, after);
+	size_t n;
+
+	if (!at)
+		return false;
+	at += strlen(after);
+	n = strcspn(at, " ");
+	while (n && strchr(".,;:)", at[n - 1]))
+		n--;
+	snprintf(out, len, "%.*s", (int)n, at);
+	return n > 0;
+}
+
+/* A whole word (punctuation after it allowed) in @text. */
+static bool has_words(const char *text, const char *words)
+{
+	size_t n = strlen(words);
+
+	for (const char *at = strstr(text, words); at; at = strstr(at + 1, words)) {
+		if (at != text && at[-1] != ' ')
+			continue;
+		if (!at[n] || at[n] == ' ' || strchr(".,;:)", at[n]))
+			return true;
+	}
+	return false;
+}
+
+static bool is_size(const struct bk_knob *k)
+{
+	return k->type == &bk_type_size || k->type == &bk_type_size_max;
+}
+
+/* A byte count as the page writes it: 8M, 1G, 64K, 0. */
+static void size_words(uint64_t v, char *buf, size_t len)
+{
+	static const char sfx[] = "TGMK";
+	int shift = 40;
+
+	for (int i = 0; i < 4; i++, shift -= 10) {
+		if (v && !(v & ((1ull << shift) - 1))) {
+			snprintf(buf, len, "%llu%c", (unsigned long long)(v >> shift), sfx[i]);
+			return;
+		}
+	}
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* The row's default in the page's words, or false for a type without one. */
+static bool def_words(const struct bk_knob *k, char *buf, size_t len)
+{
+	if (bk_format_def(k, buf, len) < 0)
+		return false;
+	if (is_size(k))
+		size_words(k->def, buf, len);
+	else if (k->type == &bk_type_bool)
+		snprintf(buf, len, "%s", k->def ? "yes" : "no");
+	return true;
+}
+
+static bool bound_words(const struct bk_knob *k, uint64_t v, char *buf, size_t len)
+{
+	if (bk_format_bound(k, v, buf, len) < 0)
+		return false;
+	if (is_size(k))
+		size_words(v, buf, len);
+	return true;
+}
+
+/* Is there an "A to B" in @text whose A starts with a digit? */
+static bool states_range(const char *text)
+{
+	for (const char *at = strstr(text, " to "); at; at = strstr(at + 1, " to ")) {
+		const char *w = at;
+
+		while (w > text && w[-1] != ' ')
+			w--;
+		if (*w >= '0' && *w <= '9' && at[4] >= '0' && at[4] <= '9')
+			return true;
+	}
+	return false;
+}
+
+/* Row @k of @layer's table against item @it of the page. */
+static void expect_row(const char *layer, const struct bk_knob *k, const struct item *it)
+{
+	char def[64], lo[64], hi[64], want[160], got[80];
+	bool bounded;
+
+	if (k->type == &bk_type_text) {
+		cr_expect(has_words(it->text, "Default none") || has_words(it->text, "Required:"),
+			  "blkfs.conf(5): %s: %s has no default (text): its item must say "
+			  "\"Default none.\" or \"Required: ...\"; it says: %s", layer, it->key, it->text);
+		return;
+	}
+	if (def_words(k, def, sizeof(def))) {
+		if (word_after(it->text, "Default ", got, sizeof(got)))
+			cr_expect_str_eq(got, def, "blkfs.conf(5): %s: %s: the page says \"Default %s\", "
+					 "the table's default is %s", layer, it->key, got, def);
+		else
+			cr_expect(page_gap(it->key, "default"), "blkfs.conf(5): %s: %s: the item "
+				  "does not state its default (want \"Default %s.\"); it says: %s",
+				  layer, it->key, def, it->text);
+	}
+	if (!bound_words(k, k->min, lo, sizeof(lo)) || !bound_words(k, k->max, hi, sizeof(hi)))
+		return;
+	/* a type's own limits are no bound to document */
+	bounded = k->min || (k->max != UINT64_MAX && k->max != UINT32_MAX);
+	if (!bounded)
+		return;
+	snprintf(want, sizeof(want), "%s to %s", lo, hi);
+	if (has_words(it->text, want))
+		return;
+	snprintf(got, sizeof(got), "at most %s", hi);
+	if (!k->min && has_words(it->text, got))
+		return;
+	if (!page_gap(it->key, "bounds") || states_range(it->text))
+		cr_expect(false, "blkfs.conf(5): %s: %s: the table's bounds are %s to %s, which "
+			  "the item does not say (\"%s\" or, from 0, \"at most %s\"); it says: %s",
+			  layer, it->key, lo, hi, want, hi, it->text);
+}
+
+/* Every row of each layer's table in @names that is a config key. */
+static void expect_tables(const char *names, bool filters)
+{
+	char list[256], *save = NULL, *name;
+
+	snprintf(list, sizeof(list), "%s", names);
+	for (name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+		const struct blk_backend_ops *ops = blk_backend_find(name);
+		const struct bk_table *t = blk_knob_table(name);
+		char sub[64], key[64];
+		size_t nkeys = 0, i;
+
+		/* aio and rbd read their keys by hand still (issue 44) */
+		if (!strcmp(name, "aio") || !strcmp(name, "rbd")) {
+			cr_expect_null(t, "%s has a knob table now: take it out of this exception", name);
+			continue;
+		}
+		cr_assert_not_null(ops);
+		cr_expect_not_null(t, "%s has no knob table (blk_knob_table)", name);
+		if (!t)
+			continue;
+		cr_expect_str_eq(t->filter, name, "blk_knob_table(%s) is %s's table", name, t->filter);
+		snprintf(sub, sizeof(sub), filters ? "filter %s" : "backend = %s", name);
+		for (i = 0; i < t->nr; i++) {
+			const struct bk_knob *k = &t->knobs[i];
+			const struct item *it;
+
+			if (k->live != BK_RW && k->live != BK_CONF && k->live != BK_OWN &&
+			    k->live != BK_OWNKEY)
+				continue;	/* an attr only: no key */
+			cr_expect(ops->keys && ops->keys[nkeys] && !strcmp(ops->keys[nkeys], k->name),
+				  "%s: key %zu of the ops is %s, the table's is %s", name, nkeys,
+				  ops->keys && ops->keys[nkeys] ? ops->keys[nkeys] : "(none)", k->name);
+			nkeys++;
+			snprintf(key, sizeof(key), "%s%s%s", filters ? name : "", filters ? "." : "",
+				 k->name);
+			it = find_item(sub, key);
+			cr_expect_not_null(it, "blkfs.conf(5) has no item for %s in \"%s\"", key, sub);
+			if (it && k->live != BK_OWN && k->live != BK_OWNKEY)
+				expect_row(name, k, it);
+		}
+		cr_expect(ops->keys && !ops->keys[nkeys], "%s: its ops list keys its table has not",
+			  name);
+	}
+}
+
+Test(manpage, tables_match_the_page)
+{
+	read_page();
+	expect_tables(blk_backend_names(), false);
+	expect_tables(blk_filter_names(), true);
 }
 
 Test(manpage, conf_documents_every_key_and_only_keys)
