@@ -47,12 +47,24 @@
  *  - The worker thread runs what has no asynchronous form: fdatasync() for
  *    FLUSH where the kernel refuses IOCB_CMD_FDSYNC, fallocate() and
  *    BLKZEROOUT for DISCARD / WRITE_ZEROES, and writing zeroes where those
- *    are refused. It hands each result to the reaper through the done list.
+ *    are refused; an empty DISCARD / WRITE_ZEROES goes there too, to be
+ *    ended with no syscall. It calls each one's end_io itself, once the
+ *    syscall has returned (the zeros or the flush are on the storage): no
+ *    hand-off to the reaper, whose tick at depth would add up to a
+ *    millisecond to every one.
+ *  - An iocb the kernel refuses (io_submit() fails it alone) is ended by
+ *    the thread that was refused, after its other work (aio_drain() gives
+ *    it back), except inside a batch of end_ios (aio_reaping: a submit()
+ *    to another device from an end_io), where ending it would nest: it
+ *    goes on the done list, and the reaper does not sleep, nor wait a
+ *    tick, while that list holds any.
  *
  * Request life: free -> sq -> kernel -> (sq again after a short transfer)
  * -> reaped (by the reaper or a submitter) -> end_io -> free; or free ->
- * wq -> worker -> done -> end_io (the reaper's) -> free. nr_pending counts requests between submit() and the
- * return of their end_io; close() waits for it to reach zero.
+ * sq -> refused -> end_io (its submitter's; the reaper's from the done
+ * list) -> free; or free -> wq -> worker -> end_io (the worker's) -> free.
+ * nr_pending counts requests between submit() and the return of their
+ * end_io; close() waits for it to reach zero.
  */
 #include <assert.h>
 #include <errno.h>
@@ -140,7 +152,7 @@ struct aio_dev {
 	pthread_cond_t wq_cond;		/* the worker waits for wq or stop */
 	struct list_head sq;		/* lock: waiting for a slot */
 	struct list_head wq;		/* lock: for the worker */
-	struct list_head done;		/* lock: for the reaper to end */
+	struct list_head done;		/* lock: refused iocbs for the reaper to end */
 	struct list_head free;		/* lock: unused requests, most recent first */
 	unsigned int inflight;		/* lock: iocbs in (or on the way to) the kernel */
 	unsigned int nr_sq;		/* lock */
@@ -183,6 +195,7 @@ struct aio_dev {
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
 	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
+	uint64_t nr_end_worker;		/* ... by the worker, of what it did */
 	/*
 	 * atomic: threads inside submit(). One may still be there, reaping
 	 * others' events, after its own I/O's end_io ran elsewhere and its
@@ -303,6 +316,15 @@ static void aio_prep_fdsync(struct aio_dev *ad, struct aio_req *req)
  *    from a submit() made inside one of them: no nesting, no stack growth.
  *    Its submits to the same device are only queued (aio_plug) and go down
  *    together in one io_submit() once the batch of end_ios is over.
+ *  - The worker reaps nothing: it ends what it did itself (aio_worker_fn()),
+ *    as the reaper ends a batch.
+ *  - Refused iocbs never wait for the reaper's tick: the thread refused
+ *    ends them (aio_drain() hands them back), and only a submit() to a
+ *    device other than the one whose end_ios it runs puts them on the done
+ *    list (a cache's end_io submits to its own device, so in the daemon
+ *    none does); the reaper looks at the list before each sleep or tick
+ *    and then sleeps not at all. One put there while the reaper already
+ *    waits a tick is ended at the tick's end.
  */
 static __thread bool aio_reaping;
 static __thread struct aio_dev *aio_plug;
@@ -330,9 +352,12 @@ static int aio_unsig(struct list_head *list)
  * with requests queued, either all slots are taken (a completion calls
  * this again from the reaper) or io_submit() said EAGAIN (the reaper
  * retries on a timer; @from_reaper: it is the caller, so it is not woken,
- * or it would retry at once, in a loop).
+ * or it would retry at once, in a loop). Requests the kernel refused
+ * (req->res set) go onto @refused_out for the caller to end with
+ * aio_end(), or, with @refused_out NULL (the caller is inside a batch of
+ * end_ios: aio_reaping), onto the done list for the reaper.
  */
-static void aio_drain(struct aio_dev *ad, bool from_reaper)
+static void aio_drain(struct aio_dev *ad, bool from_reaper, struct list_head *refused_out)
 {
 	struct iocb *batch[AIO_BATCH];
 	bool wake = false;
@@ -412,8 +437,12 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		if (fdsync_refused)
 			ad->no_fdsync = true;
 		if (!list_empty(&refused)) {
-			list_splice_tail_init(&refused, &ad->done);
-			wake = true;
+			if (refused_out) {
+				list_splice_tail_init(&refused, refused_out);
+			} else {
+				list_splice_tail_init(&refused, &ad->done);
+				wake = true;
+			}
 		}
 		if (nr_worker) {
 			ad->nr_wq += nr_worker;
@@ -437,6 +466,13 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 }
 
 /* ---- in the submitter's thread ---- */
+
+/* Who runs a batch of end_ios (aio_end()): the counter it goes to. */
+enum aio_ender { AIO_END_CALLER, AIO_END_REAPER, AIO_END_WORKER };
+
+static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
+			     struct timespec *timeout);
+static void aio_end(struct aio_dev *ad, struct list_head *ends, enum aio_ender who);
 
 /*
  * preadv/pwritev all of @io, resuming after short transfers as the reaper
@@ -489,6 +525,7 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
  */
 static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 {
+	LIST_HEAD(refused);
 	bool drain, stop;
 	int res;
 
@@ -514,7 +551,7 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	drain = !list_empty(&ad->sq);
 	pthread_mutex_unlock(&ad->lock);
 	if (drain)
-		aio_drain(ad, false);
+		aio_drain(ad, false, aio_reaping ? NULL : &refused);
 
 	io->end_io(io, res);
 
@@ -524,12 +561,9 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	pthread_mutex_unlock(&ad->lock);
 	if (stop)
 		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
+	aio_end(ad, &refused, AIO_END_CALLER);
 	return true;
 }
-
-static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
-			     struct timespec *timeout);
-static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper);
 
 uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
 
@@ -589,8 +623,8 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 		left.tv_sec = (time_t)((deadline - now) / 1000000000u);
 		left.tv_nsec = (long)((deadline - now) % 1000000000u);
 		if (aio_reap(ad, &ends, 1, &left))
-			aio_drain(ad, false);
-		aio_end(ad, &ends, false);	/* may end @req's io, and free it */
+			aio_drain(ad, false, &ends);
+		aio_end(ad, &ends, AIO_END_CALLER);	/* may end @req's io, and free it */
 	}
 
 	pthread_mutex_lock(&ad->lock);
@@ -612,17 +646,15 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 
 /*
  * After a submit: end what has completed meanwhile, in this thread, without
- * waiting for anything (see "Which threads reap" above).
+ * waiting for anything (see "Which threads reap" above), and what the
+ * kernel refused of this thread's submits (already on @ends).
  */
-static void aio_caller_reap(struct aio_dev *ad)
+static void aio_caller_reap(struct aio_dev *ad, struct list_head *ends)
 {
-	LIST_HEAD(ends);
-
-	if (!aio_reap(ad, &ends, 0, NULL))
-		return;
 	/* Refill the kernel first: the device works while end_io runs. */
-	aio_drain(ad, false);
-	aio_end(ad, &ends, false);
+	if (aio_reap(ad, ends, 0, NULL))
+		aio_drain(ad, false, ends);
+	aio_end(ad, ends, AIO_END_CALLER);
 }
 
 static int aio_submit_one(struct aio_dev *ad, struct blk_io *io);
@@ -641,8 +673,9 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 
 static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 {
+	LIST_HEAD(ends);
 	struct aio_req *req;
-	bool to_sq = false, wake = false;
+	bool to_sq = false;
 	int ret;
 
 	if (io->op > BLK_WRITE_ZEROES)
@@ -701,12 +734,12 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 		list_add_tail(&req->node, &ad->sq);
 		ad->nr_sq++;
 		to_sq = true;
-	} else if (io->op != BLK_FLUSH && !io->len) {
-		/* An empty DISCARD / WRITE_ZEROES: nothing to do but end it. */
-		list_add_tail(&req->node, &ad->done);
-		wake = true;
 	} else {
-		/* fdatasync(), fallocate(), ioctls: the worker's. */
+		/*
+		 * fdatasync(), fallocate(), ioctls: the worker's, which ends
+		 * them. An empty DISCARD / WRITE_ZEROES too (it only ends it):
+		 * not here, where a submit() from an end_io would nest.
+		 */
 		list_add_tail(&req->node, &ad->wq);
 		ad->nr_wq++;
 		pthread_cond_signal(&ad->wq_cond);
@@ -715,11 +748,9 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 
 	/* From an end_io of this device: it goes down with the batch's others. */
 	if (to_sq && aio_plug != ad)
-		aio_drain(ad, false);
-	if (wake)
-		aio_wake(ad);
+		aio_drain(ad, false, aio_reaping ? NULL : &ends);
 	if (!aio_reaping)
-		aio_caller_reap(ad);
+		aio_caller_reap(ad, &ends);
 	return 0;
 }
 
@@ -866,64 +897,69 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
  * nr_pending only after, so close() cannot finish while an end_io runs.
  * The end_ios run with aio_reaping set (a submit() from one of them does
  * not reap) and this device plugged (its submits are queued, then drained
- * here in one go).
+ * here in one go). What the kernel refuses of that drain is ended in the
+ * next round of the loop, not by a call from here: however many rounds,
+ * the stack does not grow.
  */
-static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper)
+static void aio_end(struct aio_dev *ad, struct list_head *ends, enum aio_ender who)
 {
 	struct aio_dev *plug = aio_plug;
 	bool reaping = aio_reaping, drain, stop;
-	uint64_t nr = 0, nr_err = 0;
 	struct aio_req *req;
 
-	if (list_empty(ends))
-		return;
-	list_for_each_entry(req, ends, node) {
-		nr++;
-		if (req->res)
-			nr_err++;
+	while (!list_empty(ends)) {
+		uint64_t nr = 0, nr_err = 0;
+
+		list_for_each_entry(req, ends, node) {
+			nr++;
+			if (req->res)
+				nr_err++;
+		}
+		pthread_mutex_lock(&ad->lock);
+		ad->nr_completed += nr;
+		ad->nr_errors += nr_err;
+		if (who == AIO_END_REAPER)
+			ad->nr_end_reaper += nr;
+		else if (who == AIO_END_WORKER)
+			ad->nr_end_worker += nr;
+		else
+			ad->nr_end_caller += nr;
+		pthread_mutex_unlock(&ad->lock);
+
+		aio_reaping = true;
+		aio_plug = ad;
+		list_for_each_entry(req, ends, node) {
+			struct blk_io *io = req->io;
+
+			free(req->vec);
+			req->vec = NULL;
+			req->io = NULL;
+			/* a partial completion: what was transferred before the failure */
+			io->done = req->res ? req->done : 0;
+			/* May free @io, or submit(): no lock is held here. */
+			io->end_io(io, req->res);
+		}
+		aio_plug = plug;
+		aio_reaping = reaping;
+
+		pthread_mutex_lock(&ad->lock);
+		list_splice_init(ends, &ad->free);
+		ad->nr_pending -= nr;
+		drain = !list_empty(&ad->sq);
+		stop = who != AIO_END_REAPER && ad->stopping && !ad->nr_pending;
+		pthread_mutex_unlock(&ad->lock);
+		if (drain)
+			aio_drain(ad, who == AIO_END_REAPER, ends);
+		if (stop)
+			aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 	}
-	pthread_mutex_lock(&ad->lock);
-	ad->nr_completed += nr;
-	ad->nr_errors += nr_err;
-	if (by_reaper)
-		ad->nr_end_reaper += nr;
-	else
-		ad->nr_end_caller += nr;
-	pthread_mutex_unlock(&ad->lock);
-
-	aio_reaping = true;
-	aio_plug = ad;
-	list_for_each_entry(req, ends, node) {
-		struct blk_io *io = req->io;
-
-		free(req->vec);
-		req->vec = NULL;
-		req->io = NULL;
-		/* a partial completion: what was transferred before the failure */
-		io->done = req->res ? req->done : 0;
-		/* May free @io, or submit(): no lock is held here. */
-		io->end_io(io, req->res);
-	}
-	aio_plug = plug;
-	aio_reaping = reaping;
-
-	pthread_mutex_lock(&ad->lock);
-	list_splice_init(ends, &ad->free);
-	ad->nr_pending -= nr;
-	drain = !list_empty(&ad->sq);
-	stop = !by_reaper && ad->stopping && !ad->nr_pending;
-	pthread_mutex_unlock(&ad->lock);
-	if (drain)
-		aio_drain(ad, by_reaper);
-	if (stop)
-		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 }
 
 static void *aio_reaper_fn(void *arg)
 {
 	struct aio_dev *ad = arg;
 	struct pollfd pfd = { .fd = ad->efd, .events = POLLIN };
-	bool backoff;
+	bool backoff, refused;
 	unsigned int quiet;
 
 	aio_reaping = true;	/* an end_io's submit() here neither reaps nor waits */
@@ -939,10 +975,14 @@ static void *aio_reaper_fn(void *arg)
 		pthread_mutex_lock(&ad->lock);
 		backoff = ad->backoff;
 		quiet = ad->nr_orphans + ad->nr_nosig;
-		ad->reaper_asleep = !quiet;
+		/* refused iocbs wait on the done list: no sleep, no tick */
+		refused = !list_empty(&ad->done);
+		ad->reaper_asleep = !quiet && !refused;
 		pthread_mutex_unlock(&ad->lock);
 
-		if (quiet) {
+		if (refused) {
+			/* take them (and what the kernel has) below, at once */
+		} else if (quiet) {
 			/*
 			 * Iocbs that signal nothing (orphans, and those batched
 			 * while this thread was awake): wait for events
@@ -971,8 +1011,8 @@ static void *aio_reaper_fn(void *arg)
 
 		aio_reap(ad, &ends, 0, NULL);
 		/* Refill the kernel first: the device works while end_io runs. */
-		aio_drain(ad, true);
-		aio_end(ad, &ends, true);
+		aio_drain(ad, true, &ends);
+		aio_end(ad, &ends, AIO_END_REAPER);
 
 		pthread_mutex_lock(&ad->lock);
 		stop = ad->stopping && !ad->nr_pending;
@@ -1064,6 +1104,8 @@ static int aio_zero_range(struct aio_dev *ad, enum blk_op op, uint64_t pos, uint
 
 static int aio_sync_op(struct aio_dev *ad, struct blk_io *io)
 {
+	if (io->op != BLK_FLUSH && !io->len)
+		return 0;	/* an empty DISCARD / WRITE_ZEROES: nothing to do */
 	switch (io->op) {
 	case BLK_FLUSH:
 		/* Covers every write that completed before: all that FLUSH promises. */
@@ -1076,13 +1118,22 @@ static int aio_sync_op(struct aio_dev *ad, struct blk_io *io)
 	}
 }
 
+/*
+ * The worker ends what it did itself, once the syscall has returned: the
+ * result is on the storage, and a hand-off to the reaper would cost a
+ * wake-up, or at depth up to a tick (AIO_ORPHAN_TICK_NS) of its wait. Its
+ * end_ios run as the reaper's do (aio_reaping: a submit() from one neither
+ * reaps nor waits; to this device it is queued and drained after).
+ */
 static void *aio_worker_fn(void *arg)
 {
 	struct aio_dev *ad = arg;
 
+	aio_reaping = true;
 	pthread_mutex_lock(&ad->lock);
 	for (;;) {
 		struct aio_req *req = list_first_entry_or_null(&ad->wq, struct aio_req, node);
+		LIST_HEAD(ends);
 
 		if (!req) {
 			if (ad->worker_stop)
@@ -1095,9 +1146,9 @@ static void *aio_worker_fn(void *arg)
 		req->res = aio_sync_op(ad, req->io);
 		pthread_mutex_lock(&ad->lock);
 		ad->nr_wq--;
-		list_add_tail(&req->node, &ad->done);
 		pthread_mutex_unlock(&ad->lock);
-		aio_wake(ad);
+		list_add_tail(&req->node, &ends);
+		aio_end(ad, &ends, AIO_END_WORKER);
 		pthread_mutex_lock(&ad->lock);
 	}
 	pthread_mutex_unlock(&ad->lock);
@@ -1672,9 +1723,10 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	 * FLUSH (fdatasync fallback), DISCARD, WRITE_ZEROES waiting or running;
 	 * fdsync: 1 while FLUSH goes through IOCB_CMD_FDSYNC; sync: READ/WRITE
 	 * done in the submitter's thread (counted in submitted and completed).
-	 * ended_reaper / ended_callers: end_io calls made by the reaper / by
-	 * threads that submit (after their submit, or waiting for their own
-	 * I/O); with sync, they add up to completed. nosig: iocbs in flight
+	 * ended_reaper / ended_callers / ended_worker: end_io calls made by
+	 * the reaper / by threads that submit (after their submit, or waiting
+	 * for their own I/O) / by the worker (FLUSH by fdatasync, DISCARD,
+	 * WRITE_ZEROES); with sync, they add up to completed. nosig: iocbs in flight
 	 * that signal no eventfd (the reaper was awake when they went down).
 	 */
 	n = be_stat_printf(buf, len,
@@ -1683,7 +1735,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
 			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
-			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n",
+			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
+			   "aio_ended_worker %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1697,7 +1750,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)__atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED),
 			   (unsigned long long)ad->nr_end_reaper,
-			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig);
+			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig,
+			   (unsigned long long)ad->nr_end_worker);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }
