@@ -58,6 +58,14 @@
  *    to another device from an end_io), where ending it would nest: it
  *    goes on the done list, and the reaper does not sleep, nor wait a
  *    tick, while that list holds any.
+ *  - A thread with a plug in force (backends/lib/plug.h: a FUSE ring queue
+ *    thread serving a batch) queues its READ/WRITE/FLUSH on the sq and
+ *    defers its io_submit() to the plug's flush, where the batch goes down
+ *    in one call (aio_unplug()); it does not wait for its own I/O
+ *    (aio_submit_wait()), and the drains after its reaps wait for the flush
+ *    too. What it queued is on the shared sq, so any other submitter or the
+ *    reaper, draining, takes it along; the plug holds the device (an
+ *    nr_callers count) until its flush, so close() cannot free it first.
  *
  * Request life: free -> sq -> kernel -> (sq again after a short transfer)
  * -> reaped (by the reaper or a submitter) -> end_io -> free; or free ->
@@ -88,6 +96,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/plug.h"
 
 #define AIO_DEF_QD	64
 #define AIO_MAX_QD	1024
@@ -196,10 +205,13 @@ struct aio_dev {
 	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
 	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
 	uint64_t nr_end_worker;		/* ... by the worker, of what it did */
+	uint64_t nr_plug_flushes;	/* flushes of a plug that had deferred a drain */
 	/*
-	 * atomic: threads inside submit(). One may still be there, reaping
-	 * others' events, after its own I/O's end_io ran elsewhere and its
-	 * owner called close(): close() waits for it before freeing anything.
+	 * atomic: threads inside submit(), and plugs that deferred a drain
+	 * of this device until their flush (aio_plugged()). One may still be
+	 * there, reaping others' events, after its own I/O's end_io ran
+	 * elsewhere and its owner called close(): close() waits for it before
+	 * freeing anything.
 	 */
 	unsigned int nr_callers;
 };
@@ -644,17 +656,55 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	return true;
 }
 
+static bool aio_plugged(struct aio_dev *ad);
+
 /*
  * After a submit: end what has completed meanwhile, in this thread, without
  * waiting for anything (see "Which threads reap" above), and what the
- * kernel refused of this thread's submits (already on @ends).
+ * kernel refused of this thread's submits (already on @ends). With a plug
+ * in force, the drain waits for its flush.
  */
 static void aio_caller_reap(struct aio_dev *ad, struct list_head *ends)
 {
 	/* Refill the kernel first: the device works while end_io runs. */
-	if (aio_reap(ad, ends, 0, NULL))
+	if (aio_reap(ad, ends, 0, NULL) && !aio_plugged(ad))
 		aio_drain(ad, false, ends);
 	aio_end(ad, ends, AIO_END_CALLER);
+}
+
+/*
+ * The flush of a plug that deferred a drain of @arg (the device): what is
+ * queued goes down, in one io_submit() per AIO_BATCH, and the events there
+ * are ended here, as after any submit; then the plug's hold on the device is
+ * let go. Inside an end_io (a flush before a wait, from a submit() that an
+ * end_io made) it only drains: reaping there would nest.
+ */
+static void aio_unplug(void *arg)
+{
+	struct aio_dev *ad = arg;
+	LIST_HEAD(ends);
+
+	pthread_mutex_lock(&ad->lock);
+	ad->nr_plug_flushes++;
+	pthread_mutex_unlock(&ad->lock);
+	aio_drain(ad, false, aio_reaping ? NULL : &ends);
+	if (!aio_reaping)
+		aio_caller_reap(ad, &ends);
+	/* the last touch of @ad by this plug */
+	__atomic_sub_fetch(&ad->nr_callers, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * true: this thread's plug will drain @ad at its flush (the first deferral
+ * takes a hold on the device for it); false: no plug: drain now.
+ */
+static bool aio_plugged(struct aio_dev *ad)
+{
+	int ret = blk_plug_defer(aio_unplug, ad);
+
+	if (ret == 1)
+		__atomic_add_fetch(&ad->nr_callers, 1, __ATOMIC_ACQUIRE);
+	return ret != 0;
 }
 
 static int aio_submit_one(struct aio_dev *ad, struct blk_io *io);
@@ -712,7 +762,8 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
-		if (aio_submit_wait(ad, req))
+		/* a thread serving a batch does not wait for one of its I/Os */
+		if (!blk_plugged() && aio_submit_wait(ad, req))
 			return 0;
 	} else if (io->op == BLK_FLUSH) {
 		aio_prep_fdsync(ad, req);
@@ -746,8 +797,11 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 	}
 	pthread_mutex_unlock(&ad->lock);
 
-	/* From an end_io of this device: it goes down with the batch's others. */
-	if (to_sq && aio_plug != ad)
+	/*
+	 * From an end_io of this device: it goes down with the batch's others;
+	 * with a plug in force, at its flush.
+	 */
+	if (to_sq && aio_plug != ad && !aio_plugged(ad))
 		aio_drain(ad, false, aio_reaping ? NULL : &ends);
 	if (!aio_reaping)
 		aio_caller_reap(ad, &ends);
@@ -948,7 +1002,7 @@ static void aio_end(struct aio_dev *ad, struct list_head *ends, enum aio_ender w
 		drain = !list_empty(&ad->sq);
 		stop = who != AIO_END_REAPER && ad->stopping && !ad->nr_pending;
 		pthread_mutex_unlock(&ad->lock);
-		if (drain)
+		if (drain && (who != AIO_END_CALLER || !aio_plugged(ad)))
 			aio_drain(ad, who == AIO_END_REAPER, ends);
 		if (stop)
 			aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
@@ -1726,7 +1780,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	 * ended_reaper / ended_callers / ended_worker: end_io calls made by
 	 * the reaper / by threads that submit (after their submit, or waiting
 	 * for their own I/O) / by the worker (FLUSH by fdatasync, DISCARD,
-	 * WRITE_ZEROES); with sync, they add up to completed. nosig: iocbs in flight
+	 * WRITE_ZEROES); with sync, they add up to completed. plug_flushes:
+	 * flushes of a thread's plug that had deferred this device's
+	 * io_submit() (backends/lib/plug.h). nosig: iocbs in flight
 	 * that signal no eventfd (the reaper was awake when they went down).
 	 */
 	n = be_stat_printf(buf, len,
@@ -1736,7 +1792,7 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
 			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
-			   "aio_ended_worker %llu\n",
+			   "aio_ended_worker %llu\naio_plug_flushes %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1751,7 +1807,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED),
 			   (unsigned long long)ad->nr_end_reaper,
 			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig,
-			   (unsigned long long)ad->nr_end_worker);
+			   (unsigned long long)ad->nr_end_worker,
+			   (unsigned long long)ad->nr_plug_flushes);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }
