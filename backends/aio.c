@@ -47,12 +47,32 @@
  *  - The worker thread runs what has no asynchronous form: fdatasync() for
  *    FLUSH where the kernel refuses IOCB_CMD_FDSYNC, fallocate() and
  *    BLKZEROOUT for DISCARD / WRITE_ZEROES, and writing zeroes where those
- *    are refused. It hands each result to the reaper through the done list.
+ *    are refused; an empty DISCARD / WRITE_ZEROES goes there too, to be
+ *    ended with no syscall. It calls each one's end_io itself, once the
+ *    syscall has returned (the zeros or the flush are on the storage): no
+ *    hand-off to the reaper, whose tick at depth would add up to a
+ *    millisecond to every one.
+ *  - An iocb the kernel refuses (io_submit() fails it alone) is ended by
+ *    the thread that was refused, after its other work (aio_drain() gives
+ *    it back), except inside a batch of end_ios (aio_reaping: a submit()
+ *    to another device from an end_io), where ending it would nest: it
+ *    goes on the done list, and the reaper does not sleep, nor wait a
+ *    tick, while that list holds any.
+ *  - A thread with a plug in force (backends/lib/plug.h: a FUSE ring queue
+ *    thread serving a batch) queues its READ/WRITE/FLUSH on the sq and
+ *    defers its io_submit() to the plug's flush, where the batch goes down
+ *    in one call (aio_unplug()); it does not wait for its own I/O
+ *    (aio_submit_wait()), and the drains after its reaps wait for the flush
+ *    too. What it queued is on the shared sq, so any other submitter or the
+ *    reaper, draining, takes it along; the plug holds the device (an
+ *    nr_callers count) until its flush, so close() cannot free it first.
  *
  * Request life: free -> sq -> kernel -> (sq again after a short transfer)
  * -> reaped (by the reaper or a submitter) -> end_io -> free; or free ->
- * wq -> worker -> done -> end_io (the reaper's) -> free. nr_pending counts requests between submit() and the
- * return of their end_io; close() waits for it to reach zero.
+ * sq -> refused -> end_io (its submitter's; the reaper's from the done
+ * list) -> free; or free -> wq -> worker -> end_io (the worker's) -> free.
+ * nr_pending counts requests between submit() and the return of their
+ * end_io; close() waits for it to reach zero.
  */
 #include <assert.h>
 #include <errno.h>
@@ -76,6 +96,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/plug.h"
 
 #define AIO_DEF_QD	64
 #define AIO_MAX_QD	1024
@@ -140,7 +161,7 @@ struct aio_dev {
 	pthread_cond_t wq_cond;		/* the worker waits for wq or stop */
 	struct list_head sq;		/* lock: waiting for a slot */
 	struct list_head wq;		/* lock: for the worker */
-	struct list_head done;		/* lock: for the reaper to end */
+	struct list_head done;		/* lock: refused iocbs for the reaper to end */
 	struct list_head free;		/* lock: unused requests, most recent first */
 	unsigned int inflight;		/* lock: iocbs in (or on the way to) the kernel */
 	unsigned int nr_sq;		/* lock */
@@ -183,10 +204,14 @@ struct aio_dev {
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
 	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
+	uint64_t nr_end_worker;		/* ... by the worker, of what it did */
+	uint64_t nr_plug_flushes;	/* flushes of a plug that had deferred a drain */
 	/*
-	 * atomic: threads inside submit(). One may still be there, reaping
-	 * others' events, after its own I/O's end_io ran elsewhere and its
-	 * owner called close(): close() waits for it before freeing anything.
+	 * atomic: threads inside submit(), and plugs that deferred a drain
+	 * of this device until their flush (aio_plugged()). One may still be
+	 * there, reaping others' events, after its own I/O's end_io ran
+	 * elsewhere and its owner called close(): close() waits for it before
+	 * freeing anything.
 	 */
 	unsigned int nr_callers;
 };
@@ -303,6 +328,15 @@ static void aio_prep_fdsync(struct aio_dev *ad, struct aio_req *req)
  *    from a submit() made inside one of them: no nesting, no stack growth.
  *    Its submits to the same device are only queued (aio_plug) and go down
  *    together in one io_submit() once the batch of end_ios is over.
+ *  - The worker reaps nothing: it ends what it did itself (aio_worker_fn()),
+ *    as the reaper ends a batch.
+ *  - Refused iocbs never wait for the reaper's tick: the thread refused
+ *    ends them (aio_drain() hands them back), and only a submit() to a
+ *    device other than the one whose end_ios it runs puts them on the done
+ *    list (a cache's end_io submits to its own device, so in the daemon
+ *    none does); the reaper looks at the list before each sleep or tick
+ *    and then sleeps not at all. One put there while the reaper already
+ *    waits a tick is ended at the tick's end.
  */
 static __thread bool aio_reaping;
 static __thread struct aio_dev *aio_plug;
@@ -330,9 +364,12 @@ static int aio_unsig(struct list_head *list)
  * with requests queued, either all slots are taken (a completion calls
  * this again from the reaper) or io_submit() said EAGAIN (the reaper
  * retries on a timer; @from_reaper: it is the caller, so it is not woken,
- * or it would retry at once, in a loop).
+ * or it would retry at once, in a loop). Requests the kernel refused
+ * (req->res set) go onto @refused_out for the caller to end with
+ * aio_end(), or, with @refused_out NULL (the caller is inside a batch of
+ * end_ios: aio_reaping), onto the done list for the reaper.
  */
-static void aio_drain(struct aio_dev *ad, bool from_reaper)
+static void aio_drain(struct aio_dev *ad, bool from_reaper, struct list_head *refused_out)
 {
 	struct iocb *batch[AIO_BATCH];
 	bool wake = false;
@@ -412,8 +449,12 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 		if (fdsync_refused)
 			ad->no_fdsync = true;
 		if (!list_empty(&refused)) {
-			list_splice_tail_init(&refused, &ad->done);
-			wake = true;
+			if (refused_out) {
+				list_splice_tail_init(&refused, refused_out);
+			} else {
+				list_splice_tail_init(&refused, &ad->done);
+				wake = true;
+			}
 		}
 		if (nr_worker) {
 			ad->nr_wq += nr_worker;
@@ -437,6 +478,13 @@ static void aio_drain(struct aio_dev *ad, bool from_reaper)
 }
 
 /* ---- in the submitter's thread ---- */
+
+/* Who runs a batch of end_ios (aio_end()): the counter it goes to. */
+enum aio_ender { AIO_END_CALLER, AIO_END_REAPER, AIO_END_WORKER };
+
+static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
+			     struct timespec *timeout);
+static void aio_end(struct aio_dev *ad, struct list_head *ends, enum aio_ender who);
 
 /*
  * preadv/pwritev all of @io, resuming after short transfers as the reaper
@@ -489,6 +537,7 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
  */
 static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 {
+	LIST_HEAD(refused);
 	bool drain, stop;
 	int res;
 
@@ -514,7 +563,7 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	drain = !list_empty(&ad->sq);
 	pthread_mutex_unlock(&ad->lock);
 	if (drain)
-		aio_drain(ad, false);
+		aio_drain(ad, false, aio_reaping ? NULL : &refused);
 
 	io->end_io(io, res);
 
@@ -524,12 +573,9 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	pthread_mutex_unlock(&ad->lock);
 	if (stop)
 		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
+	aio_end(ad, &refused, AIO_END_CALLER);
 	return true;
 }
-
-static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long min_nr,
-			     struct timespec *timeout);
-static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper);
 
 uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
 
@@ -589,8 +635,8 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 		left.tv_sec = (time_t)((deadline - now) / 1000000000u);
 		left.tv_nsec = (long)((deadline - now) % 1000000000u);
 		if (aio_reap(ad, &ends, 1, &left))
-			aio_drain(ad, false);
-		aio_end(ad, &ends, false);	/* may end @req's io, and free it */
+			aio_drain(ad, false, &ends);
+		aio_end(ad, &ends, AIO_END_CALLER);	/* may end @req's io, and free it */
 	}
 
 	pthread_mutex_lock(&ad->lock);
@@ -610,19 +656,55 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	return true;
 }
 
+static bool aio_plugged(struct aio_dev *ad);
+
 /*
  * After a submit: end what has completed meanwhile, in this thread, without
- * waiting for anything (see "Which threads reap" above).
+ * waiting for anything (see "Which threads reap" above), and what the
+ * kernel refused of this thread's submits (already on @ends). With a plug
+ * in force, the drain waits for its flush.
  */
-static void aio_caller_reap(struct aio_dev *ad)
+static void aio_caller_reap(struct aio_dev *ad, struct list_head *ends)
 {
+	/* Refill the kernel first: the device works while end_io runs. */
+	if (aio_reap(ad, ends, 0, NULL) && !aio_plugged(ad))
+		aio_drain(ad, false, ends);
+	aio_end(ad, ends, AIO_END_CALLER);
+}
+
+/*
+ * The flush of a plug that deferred a drain of @arg (the device): what is
+ * queued goes down, in one io_submit() per AIO_BATCH, and the events there
+ * are ended here, as after any submit; then the plug's hold on the device is
+ * let go. Inside an end_io (a flush before a wait, from a submit() that an
+ * end_io made) it only drains: reaping there would nest.
+ */
+static void aio_unplug(void *arg)
+{
+	struct aio_dev *ad = arg;
 	LIST_HEAD(ends);
 
-	if (!aio_reap(ad, &ends, 0, NULL))
-		return;
-	/* Refill the kernel first: the device works while end_io runs. */
-	aio_drain(ad, false);
-	aio_end(ad, &ends, false);
+	pthread_mutex_lock(&ad->lock);
+	ad->nr_plug_flushes++;
+	pthread_mutex_unlock(&ad->lock);
+	aio_drain(ad, false, aio_reaping ? NULL : &ends);
+	if (!aio_reaping)
+		aio_caller_reap(ad, &ends);
+	/* the last touch of @ad by this plug */
+	__atomic_sub_fetch(&ad->nr_callers, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * true: this thread's plug will drain @ad at its flush (the first deferral
+ * takes a hold on the device for it); false: no plug: drain now.
+ */
+static bool aio_plugged(struct aio_dev *ad)
+{
+	int ret = blk_plug_defer(aio_unplug, ad);
+
+	if (ret == 1)
+		__atomic_add_fetch(&ad->nr_callers, 1, __ATOMIC_ACQUIRE);
+	return ret != 0;
 }
 
 static int aio_submit_one(struct aio_dev *ad, struct blk_io *io);
@@ -641,8 +723,9 @@ static int aio_submit(struct blk_backend *be, struct blk_io *io)
 
 static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 {
+	LIST_HEAD(ends);
 	struct aio_req *req;
-	bool to_sq = false, wake = false;
+	bool to_sq = false;
 	int ret;
 
 	if (io->op > BLK_WRITE_ZEROES)
@@ -679,7 +762,8 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
-		if (aio_submit_wait(ad, req))
+		/* a thread serving a batch does not wait for one of its I/Os */
+		if (!blk_plugged() && aio_submit_wait(ad, req))
 			return 0;
 	} else if (io->op == BLK_FLUSH) {
 		aio_prep_fdsync(ad, req);
@@ -701,25 +785,26 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 		list_add_tail(&req->node, &ad->sq);
 		ad->nr_sq++;
 		to_sq = true;
-	} else if (io->op != BLK_FLUSH && !io->len) {
-		/* An empty DISCARD / WRITE_ZEROES: nothing to do but end it. */
-		list_add_tail(&req->node, &ad->done);
-		wake = true;
 	} else {
-		/* fdatasync(), fallocate(), ioctls: the worker's. */
+		/*
+		 * fdatasync(), fallocate(), ioctls: the worker's, which ends
+		 * them. An empty DISCARD / WRITE_ZEROES too (it only ends it):
+		 * not here, where a submit() from an end_io would nest.
+		 */
 		list_add_tail(&req->node, &ad->wq);
 		ad->nr_wq++;
 		pthread_cond_signal(&ad->wq_cond);
 	}
 	pthread_mutex_unlock(&ad->lock);
 
-	/* From an end_io of this device: it goes down with the batch's others. */
-	if (to_sq && aio_plug != ad)
-		aio_drain(ad, false);
-	if (wake)
-		aio_wake(ad);
+	/*
+	 * From an end_io of this device: it goes down with the batch's others;
+	 * with a plug in force, at its flush.
+	 */
+	if (to_sq && aio_plug != ad && !aio_plugged(ad))
+		aio_drain(ad, false, aio_reaping ? NULL : &ends);
 	if (!aio_reaping)
-		aio_caller_reap(ad);
+		aio_caller_reap(ad, &ends);
 	return 0;
 }
 
@@ -866,64 +951,69 @@ static unsigned int aio_reap(struct aio_dev *ad, struct list_head *ends, long mi
  * nr_pending only after, so close() cannot finish while an end_io runs.
  * The end_ios run with aio_reaping set (a submit() from one of them does
  * not reap) and this device plugged (its submits are queued, then drained
- * here in one go).
+ * here in one go). What the kernel refuses of that drain is ended in the
+ * next round of the loop, not by a call from here: however many rounds,
+ * the stack does not grow.
  */
-static void aio_end(struct aio_dev *ad, struct list_head *ends, bool by_reaper)
+static void aio_end(struct aio_dev *ad, struct list_head *ends, enum aio_ender who)
 {
 	struct aio_dev *plug = aio_plug;
 	bool reaping = aio_reaping, drain, stop;
-	uint64_t nr = 0, nr_err = 0;
 	struct aio_req *req;
 
-	if (list_empty(ends))
-		return;
-	list_for_each_entry(req, ends, node) {
-		nr++;
-		if (req->res)
-			nr_err++;
+	while (!list_empty(ends)) {
+		uint64_t nr = 0, nr_err = 0;
+
+		list_for_each_entry(req, ends, node) {
+			nr++;
+			if (req->res)
+				nr_err++;
+		}
+		pthread_mutex_lock(&ad->lock);
+		ad->nr_completed += nr;
+		ad->nr_errors += nr_err;
+		if (who == AIO_END_REAPER)
+			ad->nr_end_reaper += nr;
+		else if (who == AIO_END_WORKER)
+			ad->nr_end_worker += nr;
+		else
+			ad->nr_end_caller += nr;
+		pthread_mutex_unlock(&ad->lock);
+
+		aio_reaping = true;
+		aio_plug = ad;
+		list_for_each_entry(req, ends, node) {
+			struct blk_io *io = req->io;
+
+			free(req->vec);
+			req->vec = NULL;
+			req->io = NULL;
+			/* a partial completion: what was transferred before the failure */
+			io->done = req->res ? req->done : 0;
+			/* May free @io, or submit(): no lock is held here. */
+			io->end_io(io, req->res);
+		}
+		aio_plug = plug;
+		aio_reaping = reaping;
+
+		pthread_mutex_lock(&ad->lock);
+		list_splice_init(ends, &ad->free);
+		ad->nr_pending -= nr;
+		drain = !list_empty(&ad->sq);
+		stop = who != AIO_END_REAPER && ad->stopping && !ad->nr_pending;
+		pthread_mutex_unlock(&ad->lock);
+		if (drain && (who != AIO_END_CALLER || !aio_plugged(ad)))
+			aio_drain(ad, who == AIO_END_REAPER, ends);
+		if (stop)
+			aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 	}
-	pthread_mutex_lock(&ad->lock);
-	ad->nr_completed += nr;
-	ad->nr_errors += nr_err;
-	if (by_reaper)
-		ad->nr_end_reaper += nr;
-	else
-		ad->nr_end_caller += nr;
-	pthread_mutex_unlock(&ad->lock);
-
-	aio_reaping = true;
-	aio_plug = ad;
-	list_for_each_entry(req, ends, node) {
-		struct blk_io *io = req->io;
-
-		free(req->vec);
-		req->vec = NULL;
-		req->io = NULL;
-		/* a partial completion: what was transferred before the failure */
-		io->done = req->res ? req->done : 0;
-		/* May free @io, or submit(): no lock is held here. */
-		io->end_io(io, req->res);
-	}
-	aio_plug = plug;
-	aio_reaping = reaping;
-
-	pthread_mutex_lock(&ad->lock);
-	list_splice_init(ends, &ad->free);
-	ad->nr_pending -= nr;
-	drain = !list_empty(&ad->sq);
-	stop = !by_reaper && ad->stopping && !ad->nr_pending;
-	pthread_mutex_unlock(&ad->lock);
-	if (drain)
-		aio_drain(ad, by_reaper);
-	if (stop)
-		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 }
 
 static void *aio_reaper_fn(void *arg)
 {
 	struct aio_dev *ad = arg;
 	struct pollfd pfd = { .fd = ad->efd, .events = POLLIN };
-	bool backoff;
+	bool backoff, refused;
 	unsigned int quiet;
 
 	aio_reaping = true;	/* an end_io's submit() here neither reaps nor waits */
@@ -939,10 +1029,14 @@ static void *aio_reaper_fn(void *arg)
 		pthread_mutex_lock(&ad->lock);
 		backoff = ad->backoff;
 		quiet = ad->nr_orphans + ad->nr_nosig;
-		ad->reaper_asleep = !quiet;
+		/* refused iocbs wait on the done list: no sleep, no tick */
+		refused = !list_empty(&ad->done);
+		ad->reaper_asleep = !quiet && !refused;
 		pthread_mutex_unlock(&ad->lock);
 
-		if (quiet) {
+		if (refused) {
+			/* take them (and what the kernel has) below, at once */
+		} else if (quiet) {
 			/*
 			 * Iocbs that signal nothing (orphans, and those batched
 			 * while this thread was awake): wait for events
@@ -971,8 +1065,8 @@ static void *aio_reaper_fn(void *arg)
 
 		aio_reap(ad, &ends, 0, NULL);
 		/* Refill the kernel first: the device works while end_io runs. */
-		aio_drain(ad, true);
-		aio_end(ad, &ends, true);
+		aio_drain(ad, true, &ends);
+		aio_end(ad, &ends, AIO_END_REAPER);
 
 		pthread_mutex_lock(&ad->lock);
 		stop = ad->stopping && !ad->nr_pending;
@@ -1064,6 +1158,8 @@ static int aio_zero_range(struct aio_dev *ad, enum blk_op op, uint64_t pos, uint
 
 static int aio_sync_op(struct aio_dev *ad, struct blk_io *io)
 {
+	if (io->op != BLK_FLUSH && !io->len)
+		return 0;	/* an empty DISCARD / WRITE_ZEROES: nothing to do */
 	switch (io->op) {
 	case BLK_FLUSH:
 		/* Covers every write that completed before: all that FLUSH promises. */
@@ -1076,13 +1172,22 @@ static int aio_sync_op(struct aio_dev *ad, struct blk_io *io)
 	}
 }
 
+/*
+ * The worker ends what it did itself, once the syscall has returned: the
+ * result is on the storage, and a hand-off to the reaper would cost a
+ * wake-up, or at depth up to a tick (AIO_ORPHAN_TICK_NS) of its wait. Its
+ * end_ios run as the reaper's do (aio_reaping: a submit() from one neither
+ * reaps nor waits; to this device it is queued and drained after).
+ */
 static void *aio_worker_fn(void *arg)
 {
 	struct aio_dev *ad = arg;
 
+	aio_reaping = true;
 	pthread_mutex_lock(&ad->lock);
 	for (;;) {
 		struct aio_req *req = list_first_entry_or_null(&ad->wq, struct aio_req, node);
+		LIST_HEAD(ends);
 
 		if (!req) {
 			if (ad->worker_stop)
@@ -1095,9 +1200,9 @@ static void *aio_worker_fn(void *arg)
 		req->res = aio_sync_op(ad, req->io);
 		pthread_mutex_lock(&ad->lock);
 		ad->nr_wq--;
-		list_add_tail(&req->node, &ad->done);
 		pthread_mutex_unlock(&ad->lock);
-		aio_wake(ad);
+		list_add_tail(&req->node, &ends);
+		aio_end(ad, &ends, AIO_END_WORKER);
 		pthread_mutex_lock(&ad->lock);
 	}
 	pthread_mutex_unlock(&ad->lock);
@@ -1672,9 +1777,12 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	 * FLUSH (fdatasync fallback), DISCARD, WRITE_ZEROES waiting or running;
 	 * fdsync: 1 while FLUSH goes through IOCB_CMD_FDSYNC; sync: READ/WRITE
 	 * done in the submitter's thread (counted in submitted and completed).
-	 * ended_reaper / ended_callers: end_io calls made by the reaper / by
-	 * threads that submit (after their submit, or waiting for their own
-	 * I/O); with sync, they add up to completed. nosig: iocbs in flight
+	 * ended_reaper / ended_callers / ended_worker: end_io calls made by
+	 * the reaper / by threads that submit (after their submit, or waiting
+	 * for their own I/O) / by the worker (FLUSH by fdatasync, DISCARD,
+	 * WRITE_ZEROES); with sync, they add up to completed. plug_flushes:
+	 * flushes of a thread's plug that had deferred this device's
+	 * io_submit() (backends/lib/plug.h). nosig: iocbs in flight
 	 * that signal no eventfd (the reaper was awake when they went down).
 	 */
 	n = be_stat_printf(buf, len,
@@ -1683,7 +1791,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_errors %llu\naio_short %llu\naio_eagain %llu\naio_zero_writes %llu\n"
 			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
-			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n",
+			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
+			   "aio_ended_worker %llu\naio_plug_flushes %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1697,7 +1806,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)__atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED),
 			   (unsigned long long)__atomic_load_n(&ad->nr_req_grown, __ATOMIC_RELAXED),
 			   (unsigned long long)ad->nr_end_reaper,
-			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig);
+			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig,
+			   (unsigned long long)ad->nr_end_worker,
+			   (unsigned long long)ad->nr_plug_flushes);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

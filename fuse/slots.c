@@ -52,6 +52,7 @@
 #include <stdlib.h>
 
 #include "../backends/lib/clock.h"
+#include "../backends/lib/plug.h"
 #include "slots.h"
 
 #define SLOTS_BITS	14
@@ -215,6 +216,12 @@ struct bf_slot *bf_slots_get(struct bf_slots *s)
 	if (slot)
 		return slot;
 
+	/*
+	 * A slot frees when a request of the device is answered, maybe one
+	 * whose I/O this thread's plug holds back (a ring queue thread's
+	 * batch): send it before sleeping.
+	 */
+	blk_plug_flush();
 	pthread_mutex_lock(&s->lock);
 	sleep_begin_locked(s);
 	slot = pop(s);

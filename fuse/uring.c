@@ -95,6 +95,7 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
+#include "../backends/lib/plug.h"
 #include "../core/log.h"
 #include "fuse_uring_abi.h"
 #include "opens.h"
@@ -767,14 +768,22 @@ static bool steal_push(struct ring_queue *p, struct ring_ent *e)
 static void steal_run(struct ring_queue *q, bool close)
 {
 	struct ring_ent *e, *next;
+	struct blk_plug plug;
+	bool batch;
 
 	e = __atomic_exchange_n(&q->steal, close ? STEAL_CLOSED : NULL, __ATOMIC_ACQUIRE);
-	if (e == STEAL_CLOSED)
+	if (e == STEAL_CLOSED || !e)
 		return;
+	/* two or more: their backend I/O goes down together (run_batch()) */
+	batch = e->next;
+	if (batch)
+		blk_plug_start(&plug);
 	for (; e; e = next) {
 		next = e->next;
 		run(q->r, e);
 	}
+	if (batch)
+		blk_plug_finish(&plug);
 }
 
 /* The requests of one wait: some to an idle peer, the rest here. */
@@ -782,6 +791,7 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 {
 	struct bf_ring *r = q->r;
 	struct ring_queue *peer = NULL;
+	struct blk_plug plug;
 	unsigned i, big = 0;
 	bool spread = false;
 
@@ -793,6 +803,13 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 			peer = idle_peer(q);
 	}
 	big = 0;
+	/*
+	 * Two or more requests: the backend I/O they start goes down together
+	 * at the end (aio: one io_submit(), backends/lib/plug.h). One alone is
+	 * not plugged, so that aio may wait for it in this thread (QD1).
+	 */
+	if (n >= 2)
+		blk_plug_start(&plug);
 	for (i = 0; i < n; i++) {
 		struct ring_ent *e = batch[i];
 
@@ -805,6 +822,8 @@ static void run_batch(struct ring_queue *q, struct ring_ent **batch, unsigned n)
 		}
 		run(r, e);
 	}
+	if (n >= 2)
+		blk_plug_finish(&plug);
 }
 
 /* Commits for every reply on the two lists. */

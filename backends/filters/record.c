@@ -67,6 +67,7 @@
 #include "../backends_int.h"
 #include "../lib/knobs.h"
 #include "../lib/logwrites.h"
+#include "../lib/plug.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23		/* Linux 5.14 */
@@ -429,8 +430,19 @@ static int rec_submit_write(struct rec_dev *rd, struct blk_io *io)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_lock(&rd->lock);
-	while (rd->gate)
+	while (rd->gate) {
+		/*
+		 * The gate opens when the writes in flight have ended: some
+		 * may be held back by this thread's plug (backends/lib/plug.h).
+		 */
+		if (blk_plug_pending()) {
+			pthread_mutex_unlock(&rd->lock);
+			blk_plug_flush();
+			pthread_mutex_lock(&rd->lock);
+			continue;
+		}
 		pthread_cond_wait(&rd->cv, &rd->lock);
+	}
 	rd->inflight++;
 	pthread_mutex_unlock(&rd->lock);
 	c->io = be_child_io(io, rec_write_end_io, c);
@@ -502,8 +514,19 @@ static int rec_submit_flush(struct rec_dev *rd, struct blk_io *io)
 	c->parent = io;
 	c->rd = rd;
 	pthread_mutex_lock(&rd->lock);
-	while (rd->gate)
+	while (rd->gate) {
+		/*
+		 * The gate opens when the writes in flight have ended: some
+		 * may be held back by this thread's plug (backends/lib/plug.h).
+		 */
+		if (blk_plug_pending()) {
+			pthread_mutex_unlock(&rd->lock);
+			blk_plug_flush();
+			pthread_mutex_lock(&rd->lock);
+			continue;
+		}
 		pthread_cond_wait(&rd->cv, &rd->lock);
+	}
 	rd->inflight++;
 	c->pos = rd->held_seq;
 	c->fnext = NULL;

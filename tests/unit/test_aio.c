@@ -23,6 +23,7 @@
 
 #include "../../backends/backend.h"
 #include "../../backends/backends_int.h"
+#include "../../backends/lib/plug.h"
 #include "async_backend.h"
 #include "helpers.h"
 
@@ -1134,6 +1135,75 @@ Test(aio, completions_at_depth_end_once_in_any_thread)
 	free(back);
 }
 
+/*
+ * A thread with a plug in force (backends/lib/plug.h: a FUSE ring queue
+ * thread serving a batch) defers its io_submit() to the plug's flush, and
+ * does not wait for its own I/O: the batch goes down in one call. A flush
+ * before a wait (blk_plug_flush()) sends what is deferred and keeps the
+ * plug; blk_plug_finish() sends the rest.
+ */
+Test(aio, plug_sends_a_batch_in_one_io_submit)
+{
+	enum { N = 24 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct test_io *t = calloc(2 * N, sizeof(*t));
+	unsigned char *buf = abuf(N * 4096), *back = abuf(N * 4096);
+	struct blk_plug plug;
+	struct waiter w;
+	int i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 64);
+	fill_pattern(buf, N * 4096, 0, 41);
+
+	/* Nothing has woken the reaper since open: only the flush drains. */
+	waiter_init(&w);
+	blk_plug_start(&plug);
+	for (i = 0; i < N; i++) {
+		test_io_init_buf(&t[i], &w, BLK_WRITE, (uint64_t)i * 4096, buf + (size_t)i * 4096,
+				 4096);
+		submit_async(be, &t[i]);
+	}
+	cr_assert_eq(stat_get(be, "aio_submit_calls"), 0,
+		     "%llu io_submit() calls before the plug's flush",
+		     (unsigned long long)stat_get(be, "aio_submit_calls"));
+	cr_assert_eq(stat_get(be, "aio_queued"), N);
+	cr_assert_eq(stat_get(be, "aio_waited"), 0, "a plugged thread waited for its own I/O");
+	cr_assert(blk_plug_pending());
+	blk_plug_flush();
+	cr_assert(!blk_plug_pending());
+	cr_assert_eq(stat_get(be, "aio_submit_calls"), 1);
+	cr_assert_eq(stat_get(be, "aio_submitted"), N);
+	cr_assert_eq(stat_get(be, "aio_plug_flushes"), 1);
+	waiter_wait(&w);
+	for (i = 0; i < N; i++)
+		cr_assert(t[i].calls == 1 && t[i].res == 0, "write %d: %d calls, %d", i, t[i].calls,
+			  t[i].res);
+
+	/* Still plugged: reads of it all, sent by blk_plug_finish(). */
+	waiter_init(&w);
+	memset(back, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		test_io_init_buf(&t[N + i], &w, BLK_READ, (uint64_t)i * 4096,
+				 back + (size_t)i * 4096, 4096);
+		submit_async(be, &t[N + i]);
+	}
+	blk_plug_finish(&plug);
+	cr_assert(!blk_plug_pending() && !blk_plugged());
+	waiter_wait(&w);
+	for (i = 0; i < N; i++)
+		cr_assert(t[N + i].calls == 1 && t[N + i].res == 0);
+	cr_assert_eq(memcmp(back, buf, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_submitted"), 2 * N);
+	cr_log_info("%llu io_submit() calls for %d iocbs",
+		    (unsigned long long)stat_get(be, "aio_submit_calls"), 2 * N);
+	be->ops->close(be);
+	free(t);
+	free(buf);
+	free(back);
+}
+
 /* ---- FLUSH, DISCARD, WRITE_ZEROES ---- */
 
 Test(aio, flush)
@@ -1219,6 +1289,133 @@ Test(aio, write_zeroes_reads_zeros)
 	/* The whole device at once. */
 	cr_assert_eq(do_io(be, BLK_WRITE_ZEROES, 0, 4 * MiB, NULL, 0), 0);
 	be->ops->close(be);
+}
+
+/*
+ * What the worker does (DISCARD, WRITE_ZEROES, a FLUSH by fdatasync() where
+ * the kernel refuses IOCB_CMD_FDSYNC; an empty DISCARD or WRITE_ZEROES too)
+ * it ends itself: end_io runs on the worker thread (named blkfs-aio-work),
+ * once, and the zeros are on the storage when it runs. Before, the worker
+ * handed each result to the reaper, whose wait at depth is a tick of 1 ms.
+ */
+struct who_io {
+	struct blk_io io;	/* must come first */
+	char thread[16];	/* the name of the thread end_io ran in */
+	int fd;			/* the image, read in end_io: the zeros are there */
+	unsigned char *seen;	/* what end_io read there (io.len bytes) */
+	int calls;		/* atomic; the rest is set before it */
+	int res;
+};
+
+static void who_end_io(struct blk_io *io, int res)
+{
+	struct who_io *w = (struct who_io *)io;
+
+	pthread_getname_np(pthread_self(), w->thread, sizeof(w->thread));
+	if (io->len && pread(w->fd, w->seen, io->len, (off_t)io->pos) != (ssize_t)io->len)
+		memset(w->seen, 0xEE, io->len);
+	w->res = res;
+	__atomic_add_fetch(&w->calls, 1, __ATOMIC_RELEASE);
+}
+
+Test(aio, worker_results_end_in_the_worker)
+{
+	static const struct { enum blk_op op; uint64_t pos, len; } ops[] = {
+		{ BLK_DISCARD, 8192, 64 * KiB },
+		{ BLK_WRITE_ZEROES, 128 * KiB, 36 * KiB },
+		{ BLK_DISCARD, 0, 0 },
+		{ BLK_WRITE_ZEROES, 0, 0 },
+	};
+	enum { NOPS = sizeof(ops) / sizeof(ops[0]) };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(1 * MiB), *back = abuf(1 * MiB), *zeros = calloc(1, 1 * MiB);
+	char path[PATH_MAX];
+	int fd, i;
+
+	need_tdir();
+	be = open_image(&td, 4 * MiB, 4);
+	fill_pattern(buf, 1 * MiB, 0, 31);
+	cr_assert_eq(do_rw(be, BLK_WRITE, 0, buf, 1 * MiB), 0);
+	/* a buffered reader of the same file: fallocate() drops its page cache */
+	tpath(path, sizeof(path), "disk.img");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0);
+
+	for (i = 0; i < NOPS; i++) {
+		struct who_io w = { .fd = fd, .seen = malloc(ops[i].len + 1) };
+		double end = now_s() + WAIT_MS / 1000.0;
+
+		w.io = (struct blk_io){ .op = ops[i].op, .pos = ops[i].pos, .len = ops[i].len,
+					.end_io = who_end_io };
+		cr_assert_eq(be->ops->submit(be, &w.io), 0);
+		while (!__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE) && now_s() < end)
+			usleep(1000);
+		/* a second call, if any, would come right after the first */
+		usleep(20000);
+		cr_assert_eq(__atomic_load_n(&w.calls, __ATOMIC_ACQUIRE), 1,
+			     "%s %llu+%llu: end_io called %d times", blk_op_name(ops[i].op),
+			     (unsigned long long)ops[i].pos, (unsigned long long)ops[i].len, w.calls);
+		cr_assert_eq(w.res, 0);
+		cr_assert_str_eq(w.thread, "blkfs-aio-work",
+				 "%s of %llu bytes ended in thread %s, not in the worker that did it",
+				 blk_op_name(ops[i].op), (unsigned long long)ops[i].len, w.thread);
+		cr_assert_eq(memcmp(w.seen, zeros, ops[i].len), 0,
+			     "%s: end_io ran before the zeros were on the storage",
+			     blk_op_name(ops[i].op));
+		free(w.seen);
+	}
+	/* (the write before went by the queue, not the worker) */
+	cr_assert_eq(stat_get(be, "aio_ended_worker"), NOPS);
+	cr_assert_eq(stat_get(be, "aio_worker"), 0);
+
+	/* the neighbours are untouched */
+	memset(buf + 8192, 0, 64 * KiB);
+	memset(buf + 128 * KiB, 0, 36 * KiB);
+	cr_assert_eq(do_rw(be, BLK_READ, 0, back, 1 * MiB), 0);
+	cr_assert_eq(memcmp(back, buf, 1 * MiB), 0);
+	close(fd);
+	be->ops->close(be);
+	free(buf);
+	free(back);
+	free(zeros);
+}
+
+/*
+ * A WRITE that io_submit() refuses (the image opened read-only: EBADF) is
+ * ended by the thread that was refused, before its submit() returns; it
+ * does not wait for the reaper (a wake-up, or a tick at depth).
+ */
+Test(aio, refused_io_ends_in_its_submitter)
+{
+	enum { N = 8 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	aio_fast_ns = 0;	/* by the queue: what the reaper would have ended */
+	be = open_image(&td, 1 * MiB, 4);
+	be->ops->close(be);
+	td_init_aio(&td, 0, 0);
+	td_set(&td, "path", "disk.img");
+	td.p.read_only = true;
+	be = td_open_ok(&td);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "refused write %d had not ended when submit() returned", i);
+		cr_assert(pthread_equal(t.tid, pthread_self()), "refused write %d ended in another thread", i);
+		cr_assert_eq(t.res, -EBADF);
+	}
+	cr_assert_eq(stat_get(be, "aio_errors"), N);
+	cr_assert_eq(stat_get(be, "aio_ended_reaper"), 0);
+	/* reads still work */
+	cr_assert_eq(do_rw(be, BLK_READ, 0, buf, 4096), 0);
+	be->ops->close(be);
+	free(buf);
 }
 
 /* ---- errors and close ---- */
