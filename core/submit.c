@@ -8,6 +8,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,6 +317,9 @@ uint64_t acct_begin(struct pc_dev *dev)
 {
 	uint64_t now = blk_now_ns();
 
+	/* another I/O of this thread's: no earlier end stamp is its request's end */
+	blk_stamp_clear(&blk_end_stamp);
+
 	acct_ticks(dev, now, false);
 	acct_in_flight_add(dev, pc_stat_tl_get(dev), 1);
 	return now;
@@ -330,9 +334,11 @@ static unsigned hist_bucket(uint64_t len)
 	return b;
 }
 
-void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+/* acct_end() with the clock read by the caller (@now). */
+static void acct_end_at(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns,
+			int res, uint64_t now)
 {
-	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	uint64_t ns = now - start_ns;
 	struct pc_stat_tl *t = pc_stat_tl_get(dev);
 
 	/*
@@ -369,6 +375,13 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 		STAT_ADD_TL(t, dev, discard_ticks_ns, ns);
 		break;
 	}
+}
+
+void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+{
+	/* a writeback I/O (writeback.c) ends: no request's end stamp */
+	blk_stamp_clear(&blk_end_stamp);
+	acct_end_at(dev, op, len, start_ns, res, blk_now_ns());
 }
 
 /* ----------------------------------------------------- plain submission */
@@ -415,7 +428,20 @@ static void sio_end_io(struct blk_io *io, int res)
 	if (bt_on(dev->bt, BT_LEVEL_DEV))
 		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
 			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
-	acct_end(dev, io->op, io->len, s->start_ns, res);
+	uint64_t now = blk_now_ns();
+
+	acct_end_at(dev, io->op, io->len, s->start_ns, res, now);
+	/*
+	 * An embedded one is an unsplit direct I/O's, in its struct pc_aio
+	 * (pcache.h): its end is the request's end stamp too, taken by the
+	 * request's reply when it leaves in this thread (clock.h). A pooled
+	 * one's end is no request's.
+	 */
+	if (s->pooled)
+		blk_stamp_clear(&blk_end_stamp);
+	else
+		blk_stamp_set(&blk_end_stamp,
+			      (const char *)s - offsetof(struct pc_aio, sio), now);
 	/* an embedded one is its request's: gone once the batch ends */
 	if (s->pooled)
 		be_pool_put(&dev->sio_pool, s);

@@ -227,7 +227,13 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 /* The request is answered with @res (bytes, 0 or -errno): the FUSE level's C, just before the reply. */
 static void req_trace_end(struct bf_req *r, ssize_t res)
 {
-	bt_req_end(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start, (long)res);
+	/*
+	 * Answered inline (in its handler, in the thread that received it):
+	 * the device level's end of its unsplit I/O, in this thread just
+	 * before, is its end too (one clock read for both: clock.h).
+	 */
+	bt_req_end_tok(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start,
+		       (long)res, req_here == r ? &r->aio : NULL);
 }
 
 static void req_put(struct bf_req *r)

@@ -478,10 +478,15 @@ static void fuse_in_flight_add(struct bt_dev *d, uint64_t delta)
 		__atomic_add_fetch(&d->fuse.in_flight, delta, __ATOMIC_RELAXED);
 }
 
+__thread struct blk_stamp blk_end_stamp;
+
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
 		      uint32_t pid)
 {
 	uint64_t now = blk_now_ns();
+
+	/* a new request in this thread: an earlier one's end stamp is no longer any use */
+	blk_stamp_clear(&blk_end_stamp);
 
 	if (!d)
 		return now;
@@ -502,10 +507,10 @@ void bt_req_issue(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, 
 			 NULL, 0, pid);
 }
 
-void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
-		uint64_t start_ns, long res)
+static void req_end_at(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		       uint64_t start_ns, long res, uint64_t now)
 {
-	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	uint64_t ns = now - start_ns;
 	unsigned o = bt_op(op);
 
 	if (!d)
@@ -534,6 +539,18 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 	if (bt_on(d, BT_LEVEL_FUSE))
 		bt_event(d, BT_LEVEL_FUSE, BT_ACT_COMPLETE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
 			 res < 0 ? (int)res : 0, NULL, 0, pid);
+}
+
+void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		uint64_t start_ns, long res)
+{
+	req_end_at(d, op, pos, len, pid, start_ns, res, blk_now_ns());
+}
+
+void bt_req_end_tok(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		    uint64_t start_ns, long res, const void *tok)
+{
+	req_end_at(d, op, pos, len, pid, start_ns, res, blk_stamp_take(&blk_end_stamp, tok));
 }
 
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)
