@@ -8,9 +8,11 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/lib/tlslots.h"
 #include "log.h"
 #include "pcache_int.h"
 
@@ -142,27 +144,43 @@ void pc_batch_destroy(struct pc_batch *b)
  * at exit: the owner, having learnt of a newer device with the same id
  * (or the same address) through some lock its adder released after
  * pc_dev_add(), sees the NULL, never a stale match. Leaf lock: nothing is
- * taken under it.
+ * taken under it. The tables, their growth, the ids and the fold at a
+ * thread's exit are backends/lib/tlslots.c's, under stat_lock.
  */
-#define PC_STAT_IDS 4096
-
 static pthread_mutex_t stat_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t stat_ids[PC_STAT_IDS];		/* stat_lock: 1 = in use */
-static __thread struct pc_stat_tl **stat_tab;	/* by stat_id; NULL where not made */
-static __thread uint32_t stat_nr;
-static __thread bool stat_failed;		/* no memory once: the shared counts */
-static pthread_key_t stat_key;
-static pthread_once_t stat_once = PTHREAD_ONCE_INIT;
-static bool stat_key_ok;
 
-static void stat_fold_locked(struct pc_stat_tl *t)
+static void stat_attach(void *blk, void *owner);
+static void stat_fold(void *blk);
+
+/* the table growth, the ids and the fold at exit: backends/lib/tlslots.h */
+static struct tls_kind stat_kind = TLS_KIND_INIT(&stat_lock, sizeof(struct pc_stat_tl),
+						 stat_attach, stat_fold);
+static __thread struct tls_table stat_tt;	/* by stat_id */
+_Static_assert(PC_STAT_NO_ID == TLS_NO_ID, "a device without an id has no slot");
+
+static void stat_attach(void *blk, void *owner)
 {
+	struct pc_stat_tl *t = blk;
+	struct pc_dev *dev = owner;
+
+	__atomic_store_n(&t->dev, dev, __ATOMIC_RELAXED);
+	t->next = dev->stat_tl;
+	dev->stat_tl = t;
+}
+
+/* A thread exits: what it counted goes to its device's shared counts (an orphan's nowhere). */
+static void stat_fold(void *blk)
+{
+	struct pc_stat_tl *t = blk;
 	struct pc_dev *dev = t->dev;
 	const uint64_t *src = (const uint64_t *)&t->st;
-	uint64_t *dst = (uint64_t *)&dev->st;
+	uint64_t *dst;
 	struct pc_stat_tl **pp;
 	size_t i;
 
+	if (!dev)
+		return;
+	dst = (uint64_t *)&dev->st;
 	for (pp = &dev->stat_tl; *pp != t; pp = &(*pp)->next)
 		;
 	*pp = t->next;
@@ -172,94 +190,20 @@ static void stat_fold_locked(struct pc_stat_tl *t)
 	__atomic_add_fetch(&dev->acct_in_flight, t->in_flight, __ATOMIC_RELAXED);
 }
 
-/* A thread exits: what it counted goes to its devices' shared counts. */
-static void stat_exit(void *p)
-{
-	struct pc_stat_tl **tab = p;
-	uint32_t i, n = stat_nr;
-
-	pthread_mutex_lock(&stat_lock);
-	for (i = 0; i < n; i++)
-		if (tab[i] && tab[i]->dev)
-			stat_fold_locked(tab[i]);
-	pthread_mutex_unlock(&stat_lock);
-	for (i = 0; i < n; i++)
-		free(tab[i]);
-	free(tab);
-	stat_tab = NULL;
-	stat_nr = 0;
-}
-
-static void stat_key_init(void)
-{
-	stat_key_ok = !pthread_key_create(&stat_key, stat_exit);
-}
-
-static struct pc_stat_tl *stat_tl_make(struct pc_dev *dev)
-{
-	uint32_t id = dev->stat_id;
-	struct pc_stat_tl *t;
-
-	if (id == PC_STAT_NO_ID || stat_failed)
-		return NULL;
-	pthread_once(&stat_once, stat_key_init);
-	if (!stat_key_ok)
-		goto fail;
-	if (id >= stat_nr) {
-		uint32_t n = id + 8;
-		struct pc_stat_tl **tab = realloc(stat_tab, n * sizeof(*tab));
-
-		if (!tab)
-			goto fail;
-		memset(tab + stat_nr, 0, (n - stat_nr) * sizeof(*tab));
-		stat_tab = tab;
-		stat_nr = n;
-		if (pthread_setspecific(stat_key, tab))
-			goto fail;
-	}
-	/* an orphan of a removed device that had this id: unlisted already */
-	free(stat_tab[id]);
-	stat_tab[id] = NULL;
-	if (posix_memalign((void **)&t, 64, sizeof(*t)))
-		goto fail;
-	memset(t, 0, sizeof(*t));
-	pthread_mutex_lock(&stat_lock);
-	__atomic_store_n(&t->dev, dev, __ATOMIC_RELAXED);
-	t->next = dev->stat_tl;
-	dev->stat_tl = t;
-	pthread_mutex_unlock(&stat_lock);
-	stat_tab[id] = t;
-	return t;
-fail:
-	stat_failed = true;
-	return NULL;
-}
-
 struct pc_stat_tl *pc_stat_tl_get(struct pc_dev *dev)
 {
 	uint32_t id = dev->stat_id;
-	struct pc_stat_tl *t;
+	struct pc_stat_tl *t = tls_slot(&stat_tt, id);
 
-	if (__builtin_expect(id < stat_nr, 1)) {
-		t = stat_tab[id];
-		if (__builtin_expect(t && __atomic_load_n(&t->dev, __ATOMIC_RELAXED) == dev, 1))
-			return t;
-	}
-	return stat_tl_make(dev);
+	if (__builtin_expect(t && __atomic_load_n(&t->dev, __ATOMIC_RELAXED) == dev, 1))
+		return t;
+	return tls_slot_make(&stat_kind, &stat_tt, id, dev);
 }
 
 void pc_stat_dev_init(struct pc_dev *dev)
 {
-	uint32_t i;
-
-	dev->stat_id = PC_STAT_NO_ID;
 	pthread_mutex_lock(&stat_lock);
-	for (i = 0; i < PC_STAT_IDS; i++)
-		if (!stat_ids[i]) {
-			stat_ids[i] = 1;
-			dev->stat_id = i;
-			break;
-		}
+	dev->stat_id = tls_id_get_locked(&stat_kind);
 	pthread_mutex_unlock(&stat_lock);
 }
 
@@ -271,8 +215,7 @@ void pc_stat_dev_destroy(struct pc_dev *dev)
 	for (t = dev->stat_tl; t; t = t->next)
 		__atomic_store_n(&t->dev, NULL, __ATOMIC_RELAXED);
 	dev->stat_tl = NULL;
-	if (dev->stat_id != PC_STAT_NO_ID)
-		stat_ids[dev->stat_id] = 0;
+	tls_id_put_locked(&stat_kind, dev->stat_id);
 	pthread_mutex_unlock(&stat_lock);
 }
 
@@ -374,6 +317,9 @@ uint64_t acct_begin(struct pc_dev *dev)
 {
 	uint64_t now = blk_now_ns();
 
+	/* another I/O of this thread's: no earlier end stamp is its request's end */
+	blk_stamp_clear(&blk_end_stamp);
+
 	acct_ticks(dev, now, false);
 	acct_in_flight_add(dev, pc_stat_tl_get(dev), 1);
 	return now;
@@ -388,9 +334,11 @@ static unsigned hist_bucket(uint64_t len)
 	return b;
 }
 
-void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+/* acct_end() with the clock read by the caller (@now). */
+static void acct_end_at(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns,
+			int res, uint64_t now)
 {
-	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	uint64_t ns = now - start_ns;
 	struct pc_stat_tl *t = pc_stat_tl_get(dev);
 
 	/*
@@ -427,6 +375,13 @@ void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_n
 		STAT_ADD_TL(t, dev, discard_ticks_ns, ns);
 		break;
 	}
+}
+
+void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res)
+{
+	/* a writeback I/O (writeback.c) ends: no request's end stamp */
+	blk_stamp_clear(&blk_end_stamp);
+	acct_end_at(dev, op, len, start_ns, res, blk_now_ns());
 }
 
 /* ----------------------------------------------------- plain submission */
@@ -473,7 +428,20 @@ static void sio_end_io(struct blk_io *io, int res)
 	if (bt_on(dev->bt, BT_LEVEL_DEV))
 		bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_COMPLETE |
 			 BT_TC_ACT(bt_op_cat(io->op, io->flags)), io->pos, io->len, res, NULL, 0, 0);
-	acct_end(dev, io->op, io->len, s->start_ns, res);
+	uint64_t now = blk_now_ns();
+
+	acct_end_at(dev, io->op, io->len, s->start_ns, res, now);
+	/*
+	 * An embedded one is an unsplit direct I/O's, in its struct pc_aio
+	 * (pcache.h): its end is the request's end stamp too, taken by the
+	 * request's reply when it leaves in this thread (clock.h). A pooled
+	 * one's end is no request's.
+	 */
+	if (s->pooled)
+		blk_stamp_clear(&blk_end_stamp);
+	else
+		blk_stamp_set(&blk_end_stamp,
+			      (const char *)s - offsetof(struct pc_aio, sio), now);
 	/* an embedded one is its request's: gone once the batch ends */
 	if (s->pooled)
 		be_pool_put(&dev->sio_pool, s);

@@ -22,6 +22,7 @@
 #include "slots.h"
 
 struct bf_req;
+struct bf_reply_tl;
 struct bt_dev;
 
 /*
@@ -66,8 +67,17 @@ struct bf_dev {
 	/* requests in flight: a pool of max_pending slots (slots.h), the entries devfile.c's */
 	struct bf_slots slots;
 	struct bf_req *reqs;		/* the entries */
-	uint64_t req_inline;		/* atomic: answered by the thread that received them */
-	uint64_t req_parked;		/* atomic: answered later, from another thread */
+	/*
+	 * Replies: answered by the thread that received the request (inline)
+	 * or later, from another thread (parked). Each replying thread counts
+	 * in a block of its own (devfile.c, backends/lib/tlslots.h), found at
+	 * reply_id in its table and listed on reply_tl for readers; these two
+	 * keep what exited threads counted. bf_dev_reply_counts() sums them.
+	 */
+	uint32_t reply_id;		/* set up before serving; TLS_NO_ID: the shared counts only */
+	struct bf_reply_tl *reply_tl;	/* reply_lock (devfile.c): the threads' blocks */
+	uint64_t req_inline;		/* atomic: exited threads' inline replies */
+	uint64_t req_parked;		/* atomic: exited threads' parked replies */
 
 	/* resize, snapshot, reset, save: one at a time per device (live.c); before slots.lock */
 	pthread_mutex_t live_lock;

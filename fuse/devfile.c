@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/lib/tlslots.h"
 #include "../backends/lib/trace.h"
 #include "bf.h"
 #include "devfile.h"
@@ -54,6 +55,84 @@ struct bf_req {
 	enum blk_op bt_op;
 };
 
+/*
+ * Replies counted per thread, as the device level's counts (core/submit.c):
+ * a reply is counted by the thread that sends it, in a block of its own (a
+ * plain store, no shared line), found through its table (tlslots.h) at
+ * bd->reply_id and listed on bd->reply_tl. reply_lock, a leaf: the lists,
+ * the ids, a block's bd (written under it, read by its owner without it).
+ * A device that goes orphans its blocks (bd = NULL) before its id is free
+ * again; the owner frees an orphan at its next look-up of that id or at
+ * exit. A thread that exits folds its counts into bd->req_inline and
+ * bd->req_parked.
+ */
+struct bf_reply_tl {
+	struct bf_reply_tl *next;	/* reply_lock: bd->reply_tl */
+	struct bf_dev *bd;		/* atomic, written under reply_lock: NULL once removed */
+	uint64_t inl, parked;		/* its thread's: OWNED_ADD */
+};
+
+#define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
+					 __ATOMIC_RELAXED)
+
+static pthread_mutex_t reply_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void reply_attach(void *blk, void *owner)
+{
+	struct bf_reply_tl *t = blk;
+	struct bf_dev *bd = owner;
+
+	__atomic_store_n(&t->bd, bd, __ATOMIC_RELAXED);
+	t->next = bd->reply_tl;
+	bd->reply_tl = t;
+}
+
+static void reply_fold(void *blk)
+{
+	struct bf_reply_tl *t = blk, **pp;
+	struct bf_dev *bd = t->bd;
+
+	if (!bd)
+		return;
+	for (pp = &bd->reply_tl; *pp != t; pp = &(*pp)->next)
+		;
+	*pp = t->next;
+	__atomic_add_fetch(&bd->req_inline, t->inl, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&bd->req_parked, t->parked, __ATOMIC_RELAXED);
+}
+
+static struct tls_kind reply_kind = TLS_KIND_INIT(&reply_lock, sizeof(struct bf_reply_tl),
+						  reply_attach, reply_fold);
+static __thread struct tls_table reply_tt;
+
+/* One more reply of @bd, sent by the thread that received its request (@inl) or not. */
+static void reply_count(struct bf_dev *bd, bool inl)
+{
+	struct bf_reply_tl *t = tls_slot(&reply_tt, bd->reply_id);
+
+	if (__builtin_expect(!t || __atomic_load_n(&t->bd, __ATOMIC_RELAXED) != bd, 0))
+		t = tls_slot_make(&reply_kind, &reply_tt, bd->reply_id, bd);
+	if (__builtin_expect(t != NULL, 1))
+		OWNED_ADD(inl ? &t->inl : &t->parked, 1);
+	else
+		__atomic_add_fetch(inl ? &bd->req_inline : &bd->req_parked, 1, __ATOMIC_RELAXED);
+}
+
+void bf_dev_reply_counts(struct bf_dev *bd, uint64_t *inl, uint64_t *parked)
+{
+	struct bf_reply_tl *t;
+
+	/* under reply_lock: a block that an exiting thread folds is counted once */
+	pthread_mutex_lock(&reply_lock);
+	*inl = __atomic_load_n(&bd->req_inline, __ATOMIC_RELAXED);
+	*parked = __atomic_load_n(&bd->req_parked, __ATOMIC_RELAXED);
+	for (t = bd->reply_tl; t; t = t->next) {
+		*inl += __atomic_load_n(&t->inl, __ATOMIC_RELAXED);
+		*parked += __atomic_load_n(&t->parked, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&reply_lock);
+}
+
 int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 {
 	uint32_t i;
@@ -79,13 +158,27 @@ int bf_dev_reqs_init(struct bf_dev *bd, uint32_t n)
 		}
 	}
 	pthread_mutex_init(&bd->live_lock, NULL);
+	pthread_mutex_lock(&reply_lock);
+	bd->reply_tl = NULL;
+	bd->reply_id = tls_id_get_locked(&reply_kind);
+	pthread_mutex_unlock(&reply_lock);
 	return 0;
 }
 
 void bf_dev_reqs_destroy(struct bf_dev *bd)
 {
+	struct bf_reply_tl *t;
+
 	if (!bd->reqs)
 		return;
+	/* the threads' blocks are orphans from now on */
+	pthread_mutex_lock(&reply_lock);
+	for (t = bd->reply_tl; t; t = t->next)
+		__atomic_store_n(&t->bd, NULL, __ATOMIC_RELAXED);
+	bd->reply_tl = NULL;
+	tls_id_put_locked(&reply_kind, bd->reply_id);
+	bd->reply_id = TLS_NO_ID;
+	pthread_mutex_unlock(&reply_lock);
 	bf_slots_destroy(&bd->slots);
 	pthread_mutex_destroy(&bd->live_lock);
 	free(bd->reqs);
@@ -134,7 +227,13 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 /* The request is answered with @res (bytes, 0 or -errno): the FUSE level's C, just before the reply. */
 static void req_trace_end(struct bf_req *r, ssize_t res)
 {
-	bt_req_end(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start, (long)res);
+	/*
+	 * Answered inline (in its handler, in the thread that received it):
+	 * the device level's end of its unsplit I/O, in this thread just
+	 * before, is its end too (one clock read for both: clock.h).
+	 */
+	bt_req_end_tok(r->bd->bt, r->bt_op, r->bt_pos, r->bt_len, r->bt_pid, r->bt_start,
+		       (long)res, req_here == r ? &r->aio : NULL);
 }
 
 static void req_put(struct bf_req *r)
@@ -175,8 +274,7 @@ static void req_returned(struct bf_req *r, const char *data, size_t len)
 /* The completion has replied. */
 static void req_finish(struct bf_req *r)
 {
-	__atomic_add_fetch(req_here == r ? &r->bd->req_inline : &r->bd->req_parked, 1,
-			   __ATOMIC_RELAXED);
+	reply_count(r->bd, req_here == r);
 	if (__atomic_exchange_n(&r->state, REQ_DONE, __ATOMIC_ACQ_REL) == REQ_RETURNED)
 		req_put(r);
 }

@@ -47,6 +47,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../backends/lib/tlslots.h"
 #include "../core/log.h"
 #include "bf.h"
 #include "fuse_uring_abi.h"
@@ -70,7 +71,72 @@ static bool init_allow_mmap;
 static bool init_uring_offered;	/* the kernel offers FUSE_OVER_IO_URING */
 static struct bf_daemon *io_daemon;
 static struct fuse_session *io_se;
-static uint64_t dev_requests;	/* requests read from /dev/fuse; atomic */
+/*
+ * Requests read from /dev/fuse, counted per receiving thread in a block of
+ * its own (backends/lib/tlslots.h: a plain store, no line shared by the
+ * workers), listed on rx_counts for readers; dev_requests keeps what
+ * exited threads counted. rx_count_lock, a leaf: the list and the fold of
+ * an exiting thread's block. The transport is the one owner, never gone:
+ * id 0, no orphan.
+ */
+struct rx_count {
+	struct rx_count *next;		/* rx_count_lock: rx_counts */
+	uint64_t requests;		/* its thread's: plain store of a relaxed atomic */
+};
+
+static pthread_mutex_t rx_count_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rx_count *rx_counts;	/* rx_count_lock */
+static uint64_t dev_requests;	/* atomic: exited threads' requests (or a thread's without a block) */
+
+static void rx_count_attach(void *blk, void *owner)
+{
+	struct rx_count *c = blk;
+
+	(void)owner;
+	c->next = rx_counts;
+	rx_counts = c;
+}
+
+static void rx_count_fold(void *blk)
+{
+	struct rx_count *c = blk, **pp;
+
+	for (pp = &rx_counts; *pp != c; pp = &(*pp)->next)
+		;
+	*pp = c->next;
+	__atomic_add_fetch(&dev_requests, c->requests, __ATOMIC_RELAXED);
+}
+
+static struct tls_kind rx_count_kind = TLS_KIND_INIT(&rx_count_lock, sizeof(struct rx_count),
+						     rx_count_attach, rx_count_fold);
+static __thread struct tls_table rx_count_tt;
+
+static void rx_count_one(void)
+{
+	struct rx_count *c = tls_slot(&rx_count_tt, 0);
+
+	if (__builtin_expect(!c, 0))
+		c = tls_slot_make(&rx_count_kind, &rx_count_tt, 0, NULL);
+	if (__builtin_expect(c != NULL, 1))
+		__atomic_store_n(&c->requests,
+				 __atomic_load_n(&c->requests, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	else
+		__atomic_add_fetch(&dev_requests, 1, __ATOMIC_RELAXED);
+}
+
+/* Requests read from /dev/fuse so far: every thread's block and the exited threads'. */
+static uint64_t rx_requests(void)
+{
+	struct rx_count *c;
+	uint64_t n;
+
+	pthread_mutex_lock(&rx_count_lock);
+	n = __atomic_load_n(&dev_requests, __ATOMIC_RELAXED);
+	for (c = rx_counts; c; c = c->next)
+		n += __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&rx_count_lock);
+	return n;
+}
 
 /*
  * The transport. io_ring exists from attach (before mounting) when the
@@ -274,7 +340,7 @@ static ssize_t bf_io_read(int fd, void *buf, size_t len, void *userdata)
 
 	(void)userdata;
 	if (r > 0)
-		__atomic_add_fetch(&dev_requests, 1, __ATOMIC_RELAXED);
+		rx_count_one();
 	if (r >= (ssize_t)sizeof(struct fuse_in_header))
 		bf_opens_note(((const struct fuse_in_header *)buf)->opcode,
 			      ((const struct fuse_in_header *)buf)->unique);
@@ -757,7 +823,7 @@ int bf_rawio_show(char *buf, size_t len)
 		n += snprintf(buf + n, len - (size_t)n,
 			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
 			      "offqueue_requests %llu\nopen_flags_lost %llu\n",
-			      (unsigned long long)__atomic_load_n(&dev_requests, __ATOMIC_RELAXED),
+			      (unsigned long long)rx_requests(),
 			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED),

@@ -14,6 +14,7 @@
 #include "../backends/lib/trace.h"
 #include "../core/log.h"
 #include "bf.h"
+#include "devfile.h"
 #include "live.h"
 #include "rawio.h"
 #include "slots.h"
@@ -186,7 +187,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 	}
 	{
 		struct bf_slots_stats ss;
-		uint64_t in_flight, peak, waits, slots, kept, kept_total;
+		uint64_t in_flight, peak, waits, slots, kept, kept_total, inl, parked;
 
 		bf_slots_stats(&bd->slots, &ss);
 		in_flight = ss.in_use;
@@ -194,6 +195,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 		waits = ss.waits;
 		slots = ss.nr;
 		bf_rawio_stats(&kept, &kept_total);
+		bf_dev_reply_counts(bd, &inl, &parked);
 		n += (size_t)snprintf(buf + n, len - n,
 				      "requests_in_flight %llu\nrequests_in_flight_max %llu\n"
 				      "request_slots %llu\n"
@@ -204,8 +206,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 				      (unsigned long long)slots,
 				      (unsigned long long)waits, (unsigned long long)kept,
 				      (unsigned long long)kept_total,
-				      (unsigned long long)__atomic_load_n(&bd->req_inline, __ATOMIC_RELAXED),
-				      (unsigned long long)__atomic_load_n(&bd->req_parked, __ATOMIC_RELAXED));
+				      (unsigned long long)inl, (unsigned long long)parked);
 		if (n >= len)
 			return (int)len;
 	}

@@ -27,6 +27,46 @@ static inline uint64_t blk_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * A request's end stamp, shared by the levels it crosses in one thread
+ * (issue 39: two clock reads per request, not four). The device level's
+ * end of an unsplit I/O (core/submit.c) leaves its time here for the
+ * request it belongs to (@tok: its struct pc_aio), and the FUSE level's end
+ * of that request, when it is answered in the same thread's handler
+ * (inline), takes it instead of reading the clock again (bt_req_end_tok()).
+ * A stamp is only ever taken by the request that set it: any other backend
+ * I/O begun or ended in the thread (acct_begin(), acct_end()) and any
+ * request begun in it (bt_req_begin()) clear it first, and a taker whose
+ * @tok differs reads the clock.
+ */
+struct blk_stamp {
+	const void *tok;	/* the request it is for; NULL: none */
+	uint64_t ns;		/* blk_now_ns()'s scale */
+};
+
+extern __thread struct blk_stamp blk_end_stamp;	/* backends/lib/trace.c */
+
+static inline void blk_stamp_set(struct blk_stamp *s, const void *tok, uint64_t ns)
+{
+	s->tok = tok;
+	s->ns = ns;
+}
+
+static inline void blk_stamp_clear(struct blk_stamp *s)
+{
+	s->tok = NULL;
+}
+
+/* The stamp's time when it is @tok's (cleared: taken once), else the clock's now. */
+static inline uint64_t blk_stamp_take(struct blk_stamp *s, const void *tok)
+{
+	if (tok && s->tok == tok) {
+		s->tok = NULL;
+		return s->ns;
+	}
+	return blk_now_ns();
+}
+
 static inline uint64_t blk_now_ms(void)
 {
 	return blk_now_ns() / 1000000u;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "tlslots.h"
 #include "trace.h"
 
 const char *const bt_op_names[BT_NR_OPS] = { "read", "write", "flush", "discard" };
@@ -308,116 +309,82 @@ struct bt_tl {
 	struct blk_hist hist[BT_LEVELS][BT_NR_OPS];
 };
 
-static __thread struct bt_tl **tl_tab;	/* by minor; NULL where not made yet */
-static __thread uint32_t tl_nr;
-static __thread bool tl_failed;		/* no memory once: the shared counts from then on */
-static pthread_key_t tl_key;
-static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
-static bool tl_key_ok;
-
 #define OWNED_ADD(p, v) __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), \
 					 __ATOMIC_RELAXED)
 
-/* A thread exits: what it counted goes to its devices' shared counts. */
-static void tl_exit(void *p)
+static void tl_attach(void *blk, void *owner);
+static void tl_fold(void *blk);
+
+/*
+ * The tables by minor, their growth and the fold at a thread's exit:
+ * backends/lib/tlslots.h, under reg_lock. A device is never freed (the
+ * registry keeps it for the process's life): no block is ever an orphan.
+ */
+static struct tls_kind tl_kind = TLS_KIND_INIT(&reg_lock, sizeof(struct bt_tl), tl_attach,
+					       tl_fold);
+static __thread struct tls_table tl_tt;
+
+static void tl_attach(void *blk, void *owner)
 {
-	struct bt_tl **tab = p;
-	uint32_t i, n = tl_nr;
-	int o;
+	struct bt_tl *t = blk;
+	struct bt_dev *d = owner;
 
-	for (i = 0; i < n; i++) {
-		struct bt_tl *t = tab[i], **pp;
-		struct bt_dev *d;
-
-		if (!t)
-			continue;
-		d = t->d;
-		pthread_mutex_lock(&reg_lock);
-		for (pp = &d->fuse_tl; *pp != t; pp = &(*pp)->next)
-			;
-		*pp = t->next;
-		__atomic_add_fetch(&d->fuse.in_flight, t->in_flight, __ATOMIC_RELAXED);
-		for (o = 0; o < BT_NR_OPS; o++) {
-			__atomic_add_fetch(&d->fuse.ios[o], t->ios[o], __ATOMIC_RELAXED);
-			__atomic_add_fetch(&d->fuse.bytes[o], t->bytes[o], __ATOMIC_RELAXED);
-			__atomic_add_fetch(&d->fuse.ticks_ns[o], t->ticks_ns[o], __ATOMIC_RELAXED);
-		}
-		/*
-		 * its latencies, all of them (a reset leaves the totals be);
-		 * its max only when no reset came after it
-		 */
-		for (o = 0; o < BT_LEVELS * BT_NR_OPS; o++) {
-			struct blk_hist *h = &t->hist[o / BT_NR_OPS][o % BT_NR_OPS];
-			struct blk_hist *to = &d->hist[o / BT_NR_OPS][o % BT_NR_OPS];
-			unsigned k;
-			uint64_t m = to->max_ns;
-
-			for (k = 0; k < BH_LOG2; k++)
-				__atomic_add_fetch(&to->log2[k], h->log2[k], __ATOMIC_RELAXED);
-			for (k = 0; k < BH_FINE; k++)
-				__atomic_add_fetch(&to->fine[k], h->fine[k], __ATOMIC_RELAXED);
-			__atomic_add_fetch(&to->sum_ns, h->sum_ns, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&to->count, h->count, __ATOMIC_RELAXED);
-			if (t->epoch != __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED))
-				continue;
-			while (h->max_ns > m &&
-			       !__atomic_compare_exchange_n(&to->max_ns, &m, h->max_ns, true,
-							    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-				;
-		}
-		pthread_mutex_unlock(&reg_lock);
-		free(t);
-	}
-	free(tab);
-	tl_tab = NULL;
-	tl_nr = 0;
+	t->d = d;
+	t->epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
+	t->next = d->fuse_tl;
+	d->fuse_tl = t;
 }
 
-static void tl_key_init(void)
+/* A thread exits: what it counted goes to its device's shared counts. */
+static void tl_fold(void *blk)
 {
-	tl_key_ok = !pthread_key_create(&tl_key, tl_exit);
+	struct bt_tl *t = blk, **pp;
+	struct bt_dev *d = t->d;
+	int o;
+
+	for (pp = &d->fuse_tl; *pp != t; pp = &(*pp)->next)
+		;
+	*pp = t->next;
+	__atomic_add_fetch(&d->fuse.in_flight, t->in_flight, __ATOMIC_RELAXED);
+	for (o = 0; o < BT_NR_OPS; o++) {
+		__atomic_add_fetch(&d->fuse.ios[o], t->ios[o], __ATOMIC_RELAXED);
+		__atomic_add_fetch(&d->fuse.bytes[o], t->bytes[o], __ATOMIC_RELAXED);
+		__atomic_add_fetch(&d->fuse.ticks_ns[o], t->ticks_ns[o], __ATOMIC_RELAXED);
+	}
+	/*
+	 * its latencies, all of them (a reset leaves the totals be);
+	 * its max only when no reset came after it
+	 */
+	for (o = 0; o < BT_LEVELS * BT_NR_OPS; o++) {
+		struct blk_hist *h = &t->hist[o / BT_NR_OPS][o % BT_NR_OPS];
+		struct blk_hist *to = &d->hist[o / BT_NR_OPS][o % BT_NR_OPS];
+		unsigned k;
+		uint64_t m = to->max_ns;
+
+		for (k = 0; k < BH_LOG2; k++)
+			__atomic_add_fetch(&to->log2[k], h->log2[k], __ATOMIC_RELAXED);
+		for (k = 0; k < BH_FINE; k++)
+			__atomic_add_fetch(&to->fine[k], h->fine[k], __ATOMIC_RELAXED);
+		__atomic_add_fetch(&to->sum_ns, h->sum_ns, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&to->count, h->count, __ATOMIC_RELAXED);
+		if (t->epoch != __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED))
+			continue;
+		while (h->max_ns > m &&
+		       !__atomic_compare_exchange_n(&to->max_ns, &m, h->max_ns, true,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+	}
 }
 
 /* This thread's block for @d, made on first use; NULL when out of memory. */
 static struct bt_tl *tl_get(struct bt_dev *d)
 {
 	uint32_t minor = d->devnum[BT_LEVEL_DEV] & ((1u << BT_MINORBITS) - 1);
-	struct bt_tl *t;
+	struct bt_tl *t = tls_slot(&tl_tt, minor);
 
-	if (__builtin_expect(minor < tl_nr && tl_tab[minor], 1))
-		return tl_tab[minor];
-	if (tl_failed)
-		return NULL;
-	pthread_once(&tl_once, tl_key_init);
-	if (!tl_key_ok)
-		goto fail;
-	if (minor >= tl_nr) {
-		uint32_t n = minor + 8;
-		struct bt_tl **tab = realloc(tl_tab, n * sizeof(*tab));
-
-		if (!tab)
-			goto fail;
-		memset(tab + tl_nr, 0, (n - tl_nr) * sizeof(*tab));
-		tl_tab = tab;
-		tl_nr = n;
-		if (pthread_setspecific(tl_key, tab))
-			goto fail;
-	}
-	/* its own cache lines: no false sharing with another thread's */
-	if (posix_memalign((void **)&t, 64, sizeof(*t)))
-		goto fail;
-	memset(t, 0, sizeof(*t));
-	t->d = d;
-	pthread_mutex_lock(&reg_lock);
-	t->epoch = __atomic_load_n(&d->fuse_epoch, __ATOMIC_RELAXED);
-	t->next = d->fuse_tl;
-	d->fuse_tl = t;
-	pthread_mutex_unlock(&reg_lock);
-	tl_tab[minor] = t;
-	return t;
-fail:
-	tl_failed = true;
-	return NULL;
+	if (__builtin_expect(t != NULL, 1))
+		return t;
+	return tls_slot_make(&tl_kind, &tl_tt, minor, d);
 }
 
 /*
@@ -511,10 +478,15 @@ static void fuse_in_flight_add(struct bt_dev *d, uint64_t delta)
 		__atomic_add_fetch(&d->fuse.in_flight, delta, __ATOMIC_RELAXED);
 }
 
+__thread struct blk_stamp blk_end_stamp;
+
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
 		      uint32_t pid)
 {
 	uint64_t now = blk_now_ns();
+
+	/* a new request in this thread: an earlier one's end stamp is no longer any use */
+	blk_stamp_clear(&blk_end_stamp);
 
 	if (!d)
 		return now;
@@ -535,10 +507,10 @@ void bt_req_issue(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, 
 			 NULL, 0, pid);
 }
 
-void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
-		uint64_t start_ns, long res)
+static void req_end_at(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		       uint64_t start_ns, long res, uint64_t now)
 {
-	uint64_t now = blk_now_ns(), ns = now - start_ns;
+	uint64_t ns = now - start_ns;
 	unsigned o = bt_op(op);
 
 	if (!d)
@@ -567,6 +539,18 @@ void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, ui
 	if (bt_on(d, BT_LEVEL_FUSE))
 		bt_event(d, BT_LEVEL_FUSE, BT_ACT_COMPLETE | BT_TC_ACT(bt_op_cat(op, 0)), pos, len,
 			 res < 0 ? (int)res : 0, NULL, 0, pid);
+}
+
+void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		uint64_t start_ns, long res)
+{
+	req_end_at(d, op, pos, len, pid, start_ns, res, blk_now_ns());
+}
+
+void bt_req_end_tok(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		    uint64_t start_ns, long res, const void *tok)
+{
+	req_end_at(d, op, pos, len, pid, start_ns, res, blk_stamp_take(&blk_end_stamp, tok));
 }
 
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out)

@@ -173,6 +173,15 @@ void bt_req_issue(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, 
  */
 void bt_req_end(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
 		uint64_t start_ns, long res);
+/*
+ * bt_req_end_tok - bt_req_end() at the device level's end of the same
+ * request, when that is this thread's end stamp for @tok (its struct
+ * pc_aio; backends/lib/clock.h): no second clock read for one end. Else
+ * (@tok NULL: the reply is not sent in the thread that received the
+ * request; or the stamp is not @tok's) it reads the clock.
+ */
+void bt_req_end_tok(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len, uint32_t pid,
+		    uint64_t start_ns, long res, const void *tok);
 
 /* A snapshot of the FUSE level's counters (busy time up to now included). */
 void bt_fuse_counts(struct bt_dev *d, struct bt_counts *out);
