@@ -105,6 +105,7 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */
@@ -1179,64 +1180,6 @@ static int pl_submit(struct blk_backend *be, struct blk_io *io)
 
 /* ---- the power cut ---- */
 
-/* Disjoint byte ranges [s, e), sorted: the physical blocks already settled. */
-struct pl_ranges {
-	uint64_t (*r)[2];
-	size_t n, cap;
-};
-
-/* Index of the first range that ends after @pos. */
-static size_t ranges_find(const struct pl_ranges *rs, uint64_t pos)
-{
-	size_t lo = 0, hi = rs->n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (rs->r[mid][1] <= pos)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static int ranges_add(struct pl_ranges *rs, uint64_t s, uint64_t e)
-{
-	size_t i = ranges_find(rs, s), j;
-
-	/* Ranges touching [s, e) (ending at s counts) merge into it. */
-	if (i > 0 && rs->r[i - 1][1] == s)
-		i--;
-	j = i;
-	while (j < rs->n && rs->r[j][0] <= e) {
-		if (rs->r[j][0] < s)
-			s = rs->r[j][0];
-		if (rs->r[j][1] > e)
-			e = rs->r[j][1];
-		j++;
-	}
-	if (j == i) {
-		if (rs->n == rs->cap) {
-			size_t cap = rs->cap ? 2 * rs->cap : 64;
-			void *v = realloc(rs->r, cap * sizeof(rs->r[0]));
-
-			if (!v)
-				return -ENOMEM;
-			rs->r = v;
-			rs->cap = cap;
-		}
-		memmove(&rs->r[i + 1], &rs->r[i], (rs->n - i) * sizeof(rs->r[0]));
-		rs->n++;
-	} else if (j > i + 1) {
-		memmove(&rs->r[i + 1], &rs->r[j], (rs->n - j) * sizeof(rs->r[0]));
-		rs->n -= j - i - 1;
-	}
-	rs->r[i][0] = s;
-	rs->r[i][1] = e;
-	return 0;
-}
-
 /*
  * Write @e's saved contents of [s, t) (inside @e) back to the layer below;
  * adds the bytes to *@restored.
@@ -1277,23 +1220,23 @@ static int restore_piece(struct pl_dev *pd, const struct pl_entry *e, uint64_t s
 
 /* Restore [s, t) of @e except where @settled says a newer write stays. */
 static int restore_unsettled(struct pl_dev *pd, const struct pl_entry *e,
-			     const struct pl_ranges *settled, uint64_t s, uint64_t t,
+			     const struct be_range_set *settled, uint64_t s, uint64_t t,
 			     uint64_t *restored)
 {
-	size_t i = ranges_find(settled, s);
+	size_t i = be_range_set_find(settled, s);
 	int ret = 0, r;
 
 	while (s < t) {
 		uint64_t stop = t;
 
-		if (i < settled->n && settled->r[i][0] <= s) {
+		if (i < settled->n && settled->v[i].pos <= s) {
 			/* inside a settled range: skip to its end */
-			s = settled->r[i][1];
+			s = settled->v[i].pos + settled->v[i].len;
 			i++;
 			continue;
 		}
-		if (i < settled->n && settled->r[i][0] < t)
-			stop = settled->r[i][0];
+		if (i < settled->n && settled->v[i].pos < t)
+			stop = settled->v[i].pos;
 		r = restore_piece(pd, e, s, stop, restored);
 		if (r && !ret)
 			ret = r;
@@ -1339,7 +1282,7 @@ static uint64_t decide(struct pl_dev *pd, const struct pl_entry *e, uint64_t *rn
 static int pl_crash(struct pl_dev *pd, struct pl_entry **v, size_t n, uint64_t seed,
 		    uint64_t counts[3], uint64_t *restored)
 {
-	struct pl_ranges settled = { 0 };
+	struct be_range_set settled = { 0 };	/* the physical blocks already settled */
 	uint64_t *keep_end, rng = seed, pbs = pd->geo.pbs;
 	size_t i;
 	int ret = 0, r;
@@ -1364,13 +1307,14 @@ static int pl_crash(struct pl_dev *pd, struct pl_entry **v, size_t n, uint64_t s
 		}
 		if (keep_end[i] > e->pos) {
 			/* the disk wrote these physical blocks whole */
-			r = ranges_add(&settled, e->pos / pbs * pbs,
-				       (keep_end[i] + pbs - 1) / pbs * pbs);
+			uint64_t a = e->pos / pbs * pbs;
+
+			r = be_range_set_add(&settled, a, (keep_end[i] + pbs - 1) / pbs * pbs - a);
 			if (r && !ret)
 				ret = r;
 		}
 	}
-	free(settled.r);
+	be_range_set_destroy(&settled);
 	free(keep_end);
 	return ret;
 }
