@@ -86,7 +86,10 @@
  * never written back would hold it all): with flushes the buffers go round
  * and submit() allocates nothing; writes without flushes faster than the
  * worker fills are served from the allocator anyway and counted
- * (powerloss_save_pool_misses), as struct be_pool does.
+ * (powerloss_save_pool_misses), as struct be_pool does, with no lock
+ * held. Nothing is allocated under pd->lock: a write over 1 MiB (max_io
+ * above it) gets its runs array before it (powerloss_locked_allocs would
+ * count one that did not, and stays 0).
  *
  * Lock: pd->lock covers the state, the journal, the lists of writes
  * (active, ready, the worker's queue, each one's waiters) and the
@@ -115,7 +118,8 @@
 #define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */
 #define PL_CLASSES	BE_POOL_CLASSES	/* buffer classes: PL_PAGE << c; max_io < 4 GiB */
 #define PL_PIECES	(PL_CLASSES + 1)	/* one per class, and a tail under a page */
-#define PL_RUNS_INLINE	9		/* runs in the entry: every write up to 1 MiB */
+#define PL_RUNS_INLINE	9		/* runs in the entry: every write up to 1 MiB;
+					 * a longer one's are allocated before pd->lock */
 #define PL_STOCK_BYTES	(1u << 20)	/* free save memory kept per class */
 #define PL_ENTRIES	256		/* free entries kept */
 #define PL_POOL		256		/* struct pl_io filled at open: writes and flushes in flight */
@@ -186,6 +190,7 @@ struct pl_dev {
 	uint64_t nr_resets;		/* the device was reset to a snapshot */
 	uint64_t nr_blocked;		/* writes that waited for an overlapping one */
 	uint64_t nr_worker;		/* writes the worker started */
+	uint64_t nr_locked_allocs;	/* allocations under pd->lock: 0 (a check, in stat) */
 	uint64_t nr_misses;		/* writes the stocks could not serve */
 };
 
@@ -426,11 +431,14 @@ static int pl_sync_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint
 
 /*
  * Append a run to @e; a zero run merges into a zero run before it. Past
- * the runs in the entry (a write over 1 MiB, a long discard) the array is
- * allocated: only where allocating is allowed, or in the rare case of
- * max_io above 1 MiB.
+ * the runs in the entry (a long discard's save) the array grows: only
+ * where allocating is allowed. @locked: the caller holds pd->lock, where
+ * nothing is allocated (save_done() sizes the array before it takes the
+ * lock); a growth there anyway is counted in nr_locked_allocs, which the
+ * unit test of a write over 1 MiB checks is 0.
  */
-static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *data, int cls)
+static int entry_add_run(struct pl_dev *pd, struct pl_entry *e, uint64_t pos, uint64_t len,
+			 char *data, int cls, bool locked)
 {
 	if (!data && e->nr_runs && !e->runs[e->nr_runs - 1].data) {
 		e->runs[e->nr_runs - 1].len += len;
@@ -443,6 +451,8 @@ static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *d
 		assert(cap > 0);
 		struct pl_run *r = malloc((size_t)cap * sizeof(*r));
 
+		if (locked)
+			pd->nr_locked_allocs++;
 		if (!r)
 			return -ENOMEM;
 		memcpy(r, e->runs, (size_t)e->nr_runs * sizeof(*r));
@@ -480,7 +490,7 @@ static int entry_save_long(struct pl_dev *pd, struct pl_entry *e)
 		if (ret)
 			break;
 		if (is_zero(buf, (size_t)n)) {
-			ret = entry_add_run(e, e->pos + off, n, NULL, -1);
+			ret = entry_add_run(pd, e, e->pos + off, n, NULL, -1, false);
 		} else {
 			char *keep = buf;
 
@@ -494,7 +504,7 @@ static int entry_save_long(struct pl_dev *pd, struct pl_entry *e)
 			} else {
 				buf = NULL;	/* the run owns it now */
 			}
-			ret = entry_add_run(e, e->pos + off, n, keep, -1);
+			ret = entry_add_run(pd, e, e->pos + off, n, keep, -1, false);
 			if (ret && keep != buf)
 				free(keep);
 		}
@@ -742,6 +752,7 @@ static void submit_write(struct pl_dev *pd, struct pl_io *w, bool waited)
 static void save_done(struct pl_dev *pd, struct pl_io *w, bool waited)
 {
 	struct pl_entry *e = w->e;
+	struct pl_run *runs = NULL;
 	uint64_t pos = e->pos;
 	void *spill = NULL;
 	int i, ret = 0;
@@ -750,17 +761,35 @@ static void save_done(struct pl_dev *pd, struct pl_io *w, bool waited)
 		w_fail(pd, w, w->read_res);
 		return;
 	}
+	/*
+	 * A write over 1 MiB (max_io above it) has more pieces than the
+	 * entry's inline runs, each piece a run at most: the array is
+	 * allocated now, before pd->lock. The entry's runs are this write's
+	 * own until save_ready (start_write() set them up).
+	 */
+	if (w->npieces > e->cap_runs) {
+		runs = malloc((size_t)w->npieces * sizeof(*runs));
+		if (!runs) {
+			w_fail(pd, w, -ENOMEM);
+			return;
+		}
+	}
 	pthread_mutex_lock(&pd->lock);
+	if (runs) {
+		assert(!e->nr_runs && e->runs == e->runs_inline);
+		e->runs = runs;		/* entry_put_locked() frees it */
+		e->cap_runs = w->npieces;
+	}
 	for (i = 0; i < w->npieces; i++) {
 		char *buf = w->iov[i].iov_base;
 		size_t n = w->iov[i].iov_len;
 
 		if (!ret && !is_zero(buf, n)) {
-			ret = entry_add_run(e, pos, n, buf, w->cls[i]);
+			ret = entry_add_run(pd, e, pos, n, buf, w->cls[i], true);
 			if (!ret)
 				buf = NULL;	/* the run owns it */
 		} else if (!ret) {
-			ret = entry_add_run(e, pos, n, NULL, -1);
+			ret = entry_add_run(pd, e, pos, n, NULL, -1, true);
 		}
 		if (buf)
 			be_pool_put_spill(&pd->bufs.cls[w->cls[i]], buf, &spill);
@@ -1734,7 +1763,7 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   "powerloss_resets %llu\npowerloss_blocked_writes %llu\n"
 			   "powerloss_worker_writes %llu\npowerloss_save_allocs %llu\n"
 			   "powerloss_save_pool_bytes %llu\npowerloss_save_pool_limit %llu\n"
-			   "powerloss_save_pool_misses %llu\n",
+			   "powerloss_save_pool_misses %llu\npowerloss_locked_allocs %llu\n",
 			   (unsigned long long)pd->unflushed_bytes, pd->nr,
 			   (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
 			   (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
@@ -1744,7 +1773,8 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)pd->nr_resets, (unsigned long long)pd->nr_blocked,
 			   (unsigned long long)pd->nr_worker, (unsigned long long)save_allocs,
 			   (unsigned long long)pool_bytes, (unsigned long long)pool_limit,
-			   (unsigned long long)pd->nr_misses);
+			   (unsigned long long)pd->nr_misses,
+			   (unsigned long long)pd->nr_locked_allocs);
 	pthread_mutex_unlock(&pd->lock);
 	return n + be_pool_stat(&pd->io_pool, "powerloss_io", buf + n, len - n);
 }
