@@ -56,8 +56,8 @@
  * belong to a device state that is gone.
  *
  * A write's path. submit() never sleeps: it takes the write's state from
- * the io pool, an entry and page-aligned save buffers from the stocks (free
- * lists the worker fills ahead), and passes down the read of the old
+ * the io pool, an entry and page-aligned save buffers from the stocks
+ * (backends/lib/pool.h's reserves, which the worker fills ahead), and passes down the read of the old
  * contents; whoever comes second of that submit and the read's end_io goes
  * on (a read that completes inside submit(), as ram's does, leaves the
  * write to the submitting thread, which keeps BLK_IO_WAITED). A write
@@ -77,19 +77,25 @@
  * Save memory. A write of n bytes saves its old contents in buffers of
  * PL_PAGE << c bytes, one per set bit of n in pages (and a page for a tail
  * under a page), so nothing is rounded up; an all-zero buffer goes back at
- * once. Each class keeps at most PL_STOCK_BYTES free (one buffer at least;
- * the page class and the entries are filled at open); the worker fills a
- * class used below half of that, a buffer coming back past it is freed.
+ * once. Each class (struct be_pool_classes) keeps at most PL_STOCK_BYTES
+ * free (one buffer at least; the page class and the entries are filled at
+ * open); the worker fills a class used below half of that (the pools'
+ * low-water hook wakes it), a buffer coming back past it is freed outside
+ * the lock.
  * The journal's saved data is the unflushed data and not bounded (a disk
  * never written back would hold it all): with flushes the buffers go round
  * and submit() allocates nothing; writes without flushes faster than the
  * worker fills are served from the allocator anyway and counted
- * (powerloss_save_pool_misses), as struct be_pool does.
+ * (powerloss_save_pool_misses), as struct be_pool does, with no lock
+ * held. Nothing is allocated under pd->lock: a write over 1 MiB (max_io
+ * above it) gets its runs array before it (powerloss_locked_allocs would
+ * count one that did not, and stays 0).
  *
  * Lock: pd->lock covers the state, the journal, the lists of writes
- * (active, ready, the worker's queue, each one's waiters), the stocks and
- * the counters; it is never held across a submit, an end_io or a host
- * callback. No thread waits on pd->cv but trigger and close, for writes in
+ * (active, ready, the worker's queue, each one's waiters) and the
+ * counters; it is never held across a submit, an end_io or a host
+ * callback, nor across an allocation. The stocks' pools take their own
+ * leaf locks inside it (pd->lock -> pool->lock). No thread waits on pd->cv but trigger and close, for writes in
  * flight to finish; the worker waits on pd->wcv for work. No wait here is
  * timed.
  */
@@ -105,12 +111,15 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
+#include "../lib/pool.h"
+#include "../lib/ranges.h"
 #include "../lib/trace.h"
 
 #define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */
-#define PL_CLASSES	20		/* buffer classes: PL_PAGE << c; max_io < 4 GiB */
+#define PL_CLASSES	BE_POOL_CLASSES	/* buffer classes: PL_PAGE << c; max_io < 4 GiB */
 #define PL_PIECES	(PL_CLASSES + 1)	/* one per class, and a tail under a page */
-#define PL_RUNS_INLINE	9		/* runs in the entry: every write up to 1 MiB */
+#define PL_RUNS_INLINE	9		/* runs in the entry: every write up to 1 MiB;
+					 * a longer one's are allocated before pd->lock */
 #define PL_STOCK_BYTES	(1u << 20)	/* free save memory kept per class */
 #define PL_ENTRIES	256		/* free entries kept */
 #define PL_POOL		256		/* struct pl_io filled at open: writes and flushes in flight */
@@ -122,7 +131,7 @@ struct pl_run {
 	uint64_t pos;
 	uint64_t len;
 	char *data;			/* owned; NULL: the range was all zeros */
-	int cls;			/* data's stock class; -1: sized to len, freed */
+	int cls;			/* data's class in pd->bufs; -1: sized to len, freed */
 };
 
 /* One journal entry: a WRITE, DISCARD or WRITE_ZEROES not yet flushed. */
@@ -136,18 +145,6 @@ struct pl_entry {
 	int nr_runs, cap_runs;
 	uint64_t saved_bytes;		/* bytes of data held by runs */
 	struct pl_run runs_inline[PL_RUNS_INLINE];
-};
-
-/*
- * Free objects of one size, linked through their first word (lock): what
- * submit() takes instead of calling the allocator. The worker fills a used
- * stock back to target; a put past target frees.
- */
-struct pl_stock {
-	void *free;			/* lock */
-	uint32_t nr, target;		/* lock */
-	bool used;			/* lock: taken from (or wanted) since open */
-	size_t size, align;
 };
 
 struct pl_dev {
@@ -184,9 +181,8 @@ struct pl_dev {
 	bool running;			/* lock: a thread runs pd->ready */
 	bool refill;			/* lock: the worker has stocks to fill */
 	bool stop;			/* lock: the worker exits */
-	int nr_cls;			/* classes up to the largest read */
-	struct pl_stock stock[PL_CLASSES];	/* lock: save buffers */
-	struct pl_stock estock;		/* lock: entries */
+	struct be_pool_classes bufs;	/* save buffers: a class up to the largest read */
+	struct be_pool epool;		/* struct pl_entry */
 
 	/* Counters (lock). */
 	uint64_t nr_cuts, nr_kept, nr_dropped, nr_torn;
@@ -194,7 +190,7 @@ struct pl_dev {
 	uint64_t nr_resets;		/* the device was reset to a snapshot */
 	uint64_t nr_blocked;		/* writes that waited for an overlapping one */
 	uint64_t nr_worker;		/* writes the worker started */
-	uint64_t nr_save_allocs;	/* entries and buffers allocated */
+	uint64_t nr_locked_allocs;	/* allocations under pd->lock: 0 (a check, in stat) */
 	uint64_t nr_misses;		/* writes the stocks could not serve */
 };
 
@@ -237,66 +233,7 @@ static uint64_t chunk_max(const struct pl_dev *pd)
 	return pd->geo.max_io ? pd->geo.max_io : (1u << 20);
 }
 
-/* ---- stocks (pd->lock) ---- */
-
-/*
- * @align: a power of two; @size is rounded up to a multiple of it, as
- * aligned_alloc() requires (glibc lets it pass; ThreadSanitizer's
- * allocator and C11 do not).
- */
-static void stock_init(struct pl_stock *s, size_t size, size_t align, uint32_t target)
-{
-	size = (size + align - 1) & ~(align - 1);
-	*s = (struct pl_stock){ .size = size, .align = align, .target = target ? target : 1 };
-}
-
-static void *stock_take_locked(struct pl_stock *s)
-{
-	void *o = s->free;
-
-	s->used = true;
-	if (o) {
-		s->free = *(void **)o;
-		s->nr--;
-	}
-	return o;
-}
-
-/*
- * Back to @s, or, past its target, onto *@spill (linked through the first
- * word) for the caller to free outside the lock.
- */
-static void stock_put_locked(struct pl_stock *s, void *o, void **spill)
-{
-	if (s->nr < s->target) {
-		*(void **)o = s->free;
-		s->free = o;
-		s->nr++;
-	} else {
-		*(void **)o = *spill;
-		*spill = o;
-	}
-}
-
-static void spill_free(void *spill)
-{
-	while (spill) {
-		void *o = spill;
-
-		spill = *(void **)o;
-		free(o);
-	}
-}
-
-/* A new object for @s, touched now rather than on the I/O path. */
-static void *stock_alloc(const struct pl_stock *s)
-{
-	void *o = aligned_alloc(s->align, s->size);
-
-	if (o)
-		memset(o, 0, s->size);
-	return o;
-}
+/* ---- stocks (pd->bufs, pd->epool; taken and given back under pd->lock) ---- */
 
 static void kick_refill_locked(struct pl_dev *pd)
 {
@@ -306,44 +243,20 @@ static void kick_refill_locked(struct pl_dev *pd)
 	}
 }
 
-static bool stock_low(const struct pl_stock *s)
+/*
+ * The pools' low-water hook: be_pool_take() runs it in its caller's
+ * thread, and every take here is under pd->lock.
+ */
+static void pl_pool_low(void *arg)
 {
-	return s->used && s->nr < (s->target + 1) / 2;
+	kick_refill_locked(arg);
 }
 
-/* Fill every used stock to its target (the worker). */
+/* Fill every wanted stock to its target (the worker, no lock held). */
 static void stocks_refill(struct pl_dev *pd)
 {
-	int c;
-
-	for (c = -1; c < pd->nr_cls; c++) {
-		struct pl_stock *s = c < 0 ? &pd->estock : &pd->stock[c];
-		void *got = NULL, *spill = NULL;
-		uint32_t need, i, n = 0;
-
-		pthread_mutex_lock(&pd->lock);
-		need = s->used && s->nr < s->target ? s->target - s->nr : 0;
-		pthread_mutex_unlock(&pd->lock);
-		for (i = 0; i < need; i++) {
-			void *o = stock_alloc(s);
-
-			if (!o)
-				break;
-			*(void **)o = got;
-			got = o;
-			n++;
-		}
-		pthread_mutex_lock(&pd->lock);
-		pd->nr_save_allocs += n;
-		while (got) {
-			void *o = got;
-
-			got = *(void **)o;
-			stock_put_locked(s, o, &spill);
-		}
-		pthread_mutex_unlock(&pd->lock);
-		spill_free(spill);
-	}
+	be_pool_refill(&pd->epool);
+	be_pool_classes_refill(&pd->bufs);
 }
 
 /* Give @e's memory back: its buffers and itself to the stocks, the rest onto *@spill. */
@@ -357,7 +270,7 @@ static void entry_put_locked(struct pl_dev *pd, struct pl_entry *e, void **spill
 		if (!r->data)
 			continue;
 		if (r->cls >= 0) {
-			stock_put_locked(&pd->stock[r->cls], r->data, spill);
+			be_pool_put_spill(&pd->bufs.cls[r->cls], r->data, spill);
 		} else {
 			*(void **)r->data = *spill;
 			*spill = r->data;
@@ -367,7 +280,7 @@ static void entry_put_locked(struct pl_dev *pd, struct pl_entry *e, void **spill
 		*(void **)e->runs = *spill;
 		*spill = e->runs;
 	}
-	stock_put_locked(&pd->estock, e, spill);
+	be_pool_put_spill(&pd->epool, e, spill);
 }
 
 /* Free a list of entries (off the journal). */
@@ -385,7 +298,7 @@ static void entries_free(struct pl_dev *pd, struct list_head *list)
 		entry_put_locked(pd, e, &spill);
 	}
 	pthread_mutex_unlock(&pd->lock);
-	spill_free(spill);
+	be_pool_spill_free(spill);
 }
 
 /* @w's save buffers back to the stocks (not yet in runs). */
@@ -396,7 +309,7 @@ static void bufs_put_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
 	if (!w->have_bufs)
 		return;
 	for (i = 0; i < w->npieces; i++)
-		stock_put_locked(&pd->stock[w->cls[i]], w->iov[i].iov_base, spill);
+		be_pool_put_spill(&pd->bufs.cls[w->cls[i]], w->iov[i].iov_base, spill);
 	w->have_bufs = false;
 }
 
@@ -407,7 +320,7 @@ static void res_put_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
 	if (w->e) {
 		w->e->nr_runs = 0;
 		w->e->runs = w->e->runs_inline;
-		stock_put_locked(&pd->estock, w->e, spill);
+		be_pool_put_spill(&pd->epool, w->e, spill);
 		w->e = NULL;
 	}
 }
@@ -417,50 +330,50 @@ static void res_put_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
  * for each bit c of its length in pages, largest first, and one page for a
  * tail shorter than a page. Nothing is rounded up.
  */
-static void pieces_init(struct pl_io *w, uint64_t len)
+static void pieces_init(struct pl_dev *pd, struct pl_io *w, uint64_t len)
 {
 	uint64_t pages = len / PL_PAGE, tail = len % PL_PAGE;
 	int c, n = 0;
 
 	for (c = PL_CLASSES - 1; c >= 0; c--) {
-		if (pages & (1ull << c)) {
-			w->iov[n].iov_len = (size_t)PL_PAGE << c;
-			w->cls[n++] = c;
-		}
+		if (pages & (1ull << c))
+			w->iov[n++].iov_len = (size_t)PL_PAGE << c;
 	}
-	if (tail) {
-		w->iov[n].iov_len = (size_t)tail;
-		w->cls[n++] = 0;
-	}
+	if (tail)
+		w->iov[n++].iov_len = (size_t)tail;
 	w->npieces = n;
+	for (c = 0; c < n; c++) {
+		/* a class for each size up to max_io (stocks_init()) */
+		w->cls[c] = be_pool_class(&pd->bufs, w->iov[c].iov_len);
+		assert(w->cls[c] >= 0);
+	}
 }
 
-/* @w's save buffers from the stocks: all of them, or none and false. */
-static bool bufs_take_locked(struct pl_dev *pd, struct pl_io *w)
+/*
+ * @w's save buffers from the stocks: all of them, or none and false. Each
+ * class is asked even after one came up empty, so that every class this
+ * write needs is wanted and refilled (the pools' hook kicks the worker).
+ * Never allocates; what goes back past a target lands on *@spill.
+ */
+static bool bufs_take_locked(struct pl_dev *pd, struct pl_io *w, void **spill)
 {
-	uint32_t need[PL_CLASSES] = { 0 };
 	bool ok = true;
 	int i;
 
-	for (i = 0; i < w->npieces; i++)
-		need[w->cls[i]]++;
 	for (i = 0; i < w->npieces; i++) {
-		struct pl_stock *s = &pd->stock[w->cls[i]];
-
-		s->used = true;
-		if (s->nr < need[w->cls[i]])
+		w->iov[i].iov_base = be_pool_take(&pd->bufs.cls[w->cls[i]]);
+		if (!w->iov[i].iov_base)
 			ok = false;
 	}
 	if (ok) {
-		for (i = 0; i < w->npieces; i++)
-			w->iov[i].iov_base = stock_take_locked(&pd->stock[w->cls[i]]);
 		w->have_bufs = true;
+		return true;
 	}
 	for (i = 0; i < w->npieces; i++) {
-		if (stock_low(&pd->stock[w->cls[i]]))
-			kick_refill_locked(pd);
+		be_pool_put_spill(&pd->bufs.cls[w->cls[i]], w->iov[i].iov_base, spill);
+		w->iov[i].iov_base = NULL;
 	}
-	return ok;
+	return false;
 }
 
 /* ---- synchronous I/O to the layer below (long saves, restores) ---- */
@@ -518,11 +431,14 @@ static int pl_sync_io(struct blk_backend *be, enum blk_op op, uint64_t pos, uint
 
 /*
  * Append a run to @e; a zero run merges into a zero run before it. Past
- * the runs in the entry (a write over 1 MiB, a long discard) the array is
- * allocated: only where allocating is allowed, or in the rare case of
- * max_io above 1 MiB.
+ * the runs in the entry (a long discard's save) the array grows: only
+ * where allocating is allowed. @locked: the caller holds pd->lock, where
+ * nothing is allocated (save_done() sizes the array before it takes the
+ * lock); a growth there anyway is counted in nr_locked_allocs, which the
+ * unit test of a write over 1 MiB checks is 0.
  */
-static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *data, int cls)
+static int entry_add_run(struct pl_dev *pd, struct pl_entry *e, uint64_t pos, uint64_t len,
+			 char *data, int cls, bool locked)
 {
 	if (!data && e->nr_runs && !e->runs[e->nr_runs - 1].data) {
 		e->runs[e->nr_runs - 1].len += len;
@@ -535,6 +451,8 @@ static int entry_add_run(struct pl_entry *e, uint64_t pos, uint64_t len, char *d
 		assert(cap > 0);
 		struct pl_run *r = malloc((size_t)cap * sizeof(*r));
 
+		if (locked)
+			pd->nr_locked_allocs++;
 		if (!r)
 			return -ENOMEM;
 		memcpy(r, e->runs, (size_t)e->nr_runs * sizeof(*r));
@@ -572,7 +490,7 @@ static int entry_save_long(struct pl_dev *pd, struct pl_entry *e)
 		if (ret)
 			break;
 		if (is_zero(buf, (size_t)n)) {
-			ret = entry_add_run(e, e->pos + off, n, NULL, -1);
+			ret = entry_add_run(pd, e, e->pos + off, n, NULL, -1, false);
 		} else {
 			char *keep = buf;
 
@@ -586,7 +504,7 @@ static int entry_save_long(struct pl_dev *pd, struct pl_entry *e)
 			} else {
 				buf = NULL;	/* the run owns it now */
 			}
-			ret = entry_add_run(e, e->pos + off, n, keep, -1);
+			ret = entry_add_run(pd, e, e->pos + off, n, keep, -1, false);
 			if (ret && keep != buf)
 				free(keep);
 		}
@@ -788,7 +706,7 @@ static void w_fail(struct pl_dev *pd, struct pl_io *w, int res)
 	w_finish_locked(pd, w);
 	pthread_mutex_unlock(&pd->lock);
 	w_end(pd, w, res);
-	spill_free(spill);
+	be_pool_spill_free(spill);
 }
 
 /* ---- I/O ---- */
@@ -834,6 +752,7 @@ static void submit_write(struct pl_dev *pd, struct pl_io *w, bool waited)
 static void save_done(struct pl_dev *pd, struct pl_io *w, bool waited)
 {
 	struct pl_entry *e = w->e;
+	struct pl_run *runs = NULL;
 	uint64_t pos = e->pos;
 	void *spill = NULL;
 	int i, ret = 0;
@@ -842,34 +761,52 @@ static void save_done(struct pl_dev *pd, struct pl_io *w, bool waited)
 		w_fail(pd, w, w->read_res);
 		return;
 	}
+	/*
+	 * A write over 1 MiB (max_io above it) has more pieces than the
+	 * entry's inline runs, each piece a run at most: the array is
+	 * allocated now, before pd->lock. The entry's runs are this write's
+	 * own until save_ready (start_write() set them up).
+	 */
+	if (w->npieces > e->cap_runs) {
+		runs = malloc((size_t)w->npieces * sizeof(*runs));
+		if (!runs) {
+			w_fail(pd, w, -ENOMEM);
+			return;
+		}
+	}
 	pthread_mutex_lock(&pd->lock);
+	if (runs) {
+		assert(!e->nr_runs && e->runs == e->runs_inline);
+		e->runs = runs;		/* entry_put_locked() frees it */
+		e->cap_runs = w->npieces;
+	}
 	for (i = 0; i < w->npieces; i++) {
 		char *buf = w->iov[i].iov_base;
 		size_t n = w->iov[i].iov_len;
 
 		if (!ret && !is_zero(buf, n)) {
-			ret = entry_add_run(e, pos, n, buf, w->cls[i]);
+			ret = entry_add_run(pd, e, pos, n, buf, w->cls[i], true);
 			if (!ret)
 				buf = NULL;	/* the run owns it */
 		} else if (!ret) {
-			ret = entry_add_run(e, pos, n, NULL, -1);
+			ret = entry_add_run(pd, e, pos, n, NULL, -1, true);
 		}
 		if (buf)
-			stock_put_locked(&pd->stock[w->cls[i]], buf, &spill);
+			be_pool_put_spill(&pd->bufs.cls[w->cls[i]], buf, &spill);
 		pos += n;
 	}
 	w->have_bufs = false;
 	pd->saved_bytes += e->saved_bytes;
 	if (ret) {
 		pthread_mutex_unlock(&pd->lock);
-		spill_free(spill);
+		be_pool_spill_free(spill);
 		w_fail(pd, w, ret);
 		return;
 	}
 	w->save_ready = true;
 	pthread_mutex_unlock(&pd->lock);
 	run(pd, waited ? w : NULL);
-	spill_free(spill);
+	be_pool_spill_free(spill);
 }
 
 /* Whoever comes second of the read's submitter and its end_io goes on. */
@@ -954,19 +891,18 @@ static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, boo
 		w_finish_locked(pd, w);
 		pthread_mutex_unlock(&pd->lock);
 		w_end(pd, w, 0);
-		spill_free(spill);
+		be_pool_spill_free(spill);
 		return;
 	}
 	if (!w->e)
-		w->e = stock_take_locked(&pd->estock);
-	if (stock_low(&pd->estock))
-		kick_refill_locked(pd);
+		w->e = be_pool_take(&pd->epool);
 	if (!lng && !w->have_bufs)
-		bufs_take_locked(pd, w);
+		bufs_take_locked(pd, w, &spill);
 	if (ctx != PL_IN_WORKER && lng) {
 		list_add_tail(&w->wnode, &pd->workq);
 		pthread_cond_signal(&pd->wcv);
 		pthread_mutex_unlock(&pd->lock);
+		be_pool_spill_free(spill);
 		return;
 	}
 	if (!w->e || (!lng && !w->have_bufs)) {
@@ -978,6 +914,7 @@ static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, boo
 		 */
 		pd->nr_misses++;
 		pthread_mutex_unlock(&pd->lock);
+		be_pool_spill_free(spill);
 		alloc_start(pd, w, ctx);
 		return;
 	}
@@ -990,6 +927,7 @@ static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, boo
 	e->cap_runs = PL_RUNS_INLINE;
 	journal_add_locked(pd, e);
 	pthread_mutex_unlock(&pd->lock);
+	be_pool_spill_free(spill);
 
 	if (!lng) {
 		submit_read(pd, w, waited);
@@ -1007,32 +945,31 @@ static void start_write(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx, boo
 	run(pd, NULL);
 }
 
-/* Allocate what the stocks lacked, then start @w from @ctx. */
+/*
+ * Allocate what the stocks lacked, with no lock held (be_pool_get() serves
+ * from a refilled stock, or from malloc, counted), then start @w from @ctx.
+ */
 static void alloc_start(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx)
 {
 	bool lng = w->parent->len > chunk_max(pd);
-	int i, n = 0;
+	int i;
 
-	if (!w->e) {
-		w->e = stock_alloc(&pd->estock);
-		n += !!w->e;
-	}
+	if (!w->e)
+		w->e = be_pool_get(&pd->epool);
 	if (!lng && !w->have_bufs) {
 		for (i = 0; i < w->npieces; i++) {
-			w->iov[i].iov_base = stock_alloc(&pd->stock[w->cls[i]]);
+			w->iov[i].iov_base = be_pool_get(&pd->bufs.cls[w->cls[i]]);
 			if (!w->iov[i].iov_base)
 				break;
 		}
 		if (i == w->npieces) {
 			w->have_bufs = true;
-			n += i;
 		} else {
 			while (i-- > 0)
-				free(w->iov[i].iov_base);
+				be_pool_put(&pd->bufs.cls[w->cls[i]], w->iov[i].iov_base);
 		}
 	}
 	pthread_mutex_lock(&pd->lock);
-	pd->nr_save_allocs += (uint64_t)n;
 	if (!w->e || (!lng && !w->have_bufs)) {
 		void *spill = NULL;
 
@@ -1040,7 +977,7 @@ static void alloc_start(struct pl_dev *pd, struct pl_io *w, enum pl_ctx ctx)
 		w_finish_locked(pd, w);
 		pthread_mutex_unlock(&pd->lock);
 		w_end(pd, w, -ENOMEM);
-		spill_free(spill);
+		be_pool_spill_free(spill);
 		return;
 	}
 	pthread_mutex_unlock(&pd->lock);
@@ -1127,7 +1064,7 @@ static int pl_submit_write(struct pl_dev *pd, struct blk_io *io)
 	list_init(&w->wnode);
 	list_init(&w->pnode);
 	if (io->len <= chunk_max(pd))
-		pieces_init(w, io->len);
+		pieces_init(pd, w, io->len);
 	start_write(pd, w, PL_IN_SUBMIT, true);
 	return 0;
 }
@@ -1179,64 +1116,6 @@ static int pl_submit(struct blk_backend *be, struct blk_io *io)
 
 /* ---- the power cut ---- */
 
-/* Disjoint byte ranges [s, e), sorted: the physical blocks already settled. */
-struct pl_ranges {
-	uint64_t (*r)[2];
-	size_t n, cap;
-};
-
-/* Index of the first range that ends after @pos. */
-static size_t ranges_find(const struct pl_ranges *rs, uint64_t pos)
-{
-	size_t lo = 0, hi = rs->n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (rs->r[mid][1] <= pos)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static int ranges_add(struct pl_ranges *rs, uint64_t s, uint64_t e)
-{
-	size_t i = ranges_find(rs, s), j;
-
-	/* Ranges touching [s, e) (ending at s counts) merge into it. */
-	if (i > 0 && rs->r[i - 1][1] == s)
-		i--;
-	j = i;
-	while (j < rs->n && rs->r[j][0] <= e) {
-		if (rs->r[j][0] < s)
-			s = rs->r[j][0];
-		if (rs->r[j][1] > e)
-			e = rs->r[j][1];
-		j++;
-	}
-	if (j == i) {
-		if (rs->n == rs->cap) {
-			size_t cap = rs->cap ? 2 * rs->cap : 64;
-			void *v = realloc(rs->r, cap * sizeof(rs->r[0]));
-
-			if (!v)
-				return -ENOMEM;
-			rs->r = v;
-			rs->cap = cap;
-		}
-		memmove(&rs->r[i + 1], &rs->r[i], (rs->n - i) * sizeof(rs->r[0]));
-		rs->n++;
-	} else if (j > i + 1) {
-		memmove(&rs->r[i + 1], &rs->r[j], (rs->n - j) * sizeof(rs->r[0]));
-		rs->n -= j - i - 1;
-	}
-	rs->r[i][0] = s;
-	rs->r[i][1] = e;
-	return 0;
-}
-
 /*
  * Write @e's saved contents of [s, t) (inside @e) back to the layer below;
  * adds the bytes to *@restored.
@@ -1277,23 +1156,23 @@ static int restore_piece(struct pl_dev *pd, const struct pl_entry *e, uint64_t s
 
 /* Restore [s, t) of @e except where @settled says a newer write stays. */
 static int restore_unsettled(struct pl_dev *pd, const struct pl_entry *e,
-			     const struct pl_ranges *settled, uint64_t s, uint64_t t,
+			     const struct be_range_set *settled, uint64_t s, uint64_t t,
 			     uint64_t *restored)
 {
-	size_t i = ranges_find(settled, s);
+	size_t i = be_range_set_find(settled, s);
 	int ret = 0, r;
 
 	while (s < t) {
 		uint64_t stop = t;
 
-		if (i < settled->n && settled->r[i][0] <= s) {
+		if (i < settled->n && settled->v[i].pos <= s) {
 			/* inside a settled range: skip to its end */
-			s = settled->r[i][1];
+			s = settled->v[i].pos + settled->v[i].len;
 			i++;
 			continue;
 		}
-		if (i < settled->n && settled->r[i][0] < t)
-			stop = settled->r[i][0];
+		if (i < settled->n && settled->v[i].pos < t)
+			stop = settled->v[i].pos;
 		r = restore_piece(pd, e, s, stop, restored);
 		if (r && !ret)
 			ret = r;
@@ -1339,7 +1218,7 @@ static uint64_t decide(struct pl_dev *pd, const struct pl_entry *e, uint64_t *rn
 static int pl_crash(struct pl_dev *pd, struct pl_entry **v, size_t n, uint64_t seed,
 		    uint64_t counts[3], uint64_t *restored)
 {
-	struct pl_ranges settled = { 0 };
+	struct be_range_set settled = { 0 };	/* the physical blocks already settled */
 	uint64_t *keep_end, rng = seed, pbs = pd->geo.pbs;
 	size_t i;
 	int ret = 0, r;
@@ -1364,13 +1243,14 @@ static int pl_crash(struct pl_dev *pd, struct pl_entry **v, size_t n, uint64_t s
 		}
 		if (keep_end[i] > e->pos) {
 			/* the disk wrote these physical blocks whole */
-			r = ranges_add(&settled, e->pos / pbs * pbs,
-				       (keep_end[i] + pbs - 1) / pbs * pbs);
+			uint64_t a = e->pos / pbs * pbs;
+
+			r = be_range_set_add(&settled, a, (keep_end[i] + pbs - 1) / pbs * pbs - a);
 			if (r && !ret)
 				ret = r;
 		}
 	}
-	free(settled.r);
+	be_range_set_destroy(&settled);
 	free(keep_end);
 	return ret;
 }
@@ -1735,59 +1615,35 @@ static int pl_resize(struct blk_backend *be, uint64_t *size)
 	return ret;
 }
 
-/* The stocks: a class for each buffer size a read up to max_io uses. */
-static void stocks_init(struct pl_dev *pd)
+/*
+ * The stocks: a class for each buffer size a read up to max_io uses, and
+ * the entries. Filled at open, touched now: the entries and the page class
+ * (a 4K write's). The larger classes fill when first wanted.
+ */
+static int stocks_init(struct pl_dev *pd)
 {
 	uint64_t max = chunk_max(pd);
-	int c;
+	int nr_cls = 1, ret;
 
-	pd->nr_cls = 1;
-	while (pd->nr_cls < PL_CLASSES && ((uint64_t)PL_PAGE << pd->nr_cls) <= max)
-		pd->nr_cls++;
-	for (c = 0; c < PL_CLASSES; c++) {
-		size_t size = (size_t)PL_PAGE << c;
-
-		stock_init(&pd->stock[c], size, PL_PAGE,
-			   size < PL_STOCK_BYTES ? (uint32_t)(PL_STOCK_BYTES / size) : 1);
+	while (nr_cls < PL_CLASSES && ((uint64_t)PL_PAGE << nr_cls) <= max)
+		nr_cls++;
+	ret = be_pool_classes_init(&pd->bufs, nr_cls, PL_PAGE, PL_PAGE, PL_STOCK_BYTES, 1,
+				   pl_pool_low, pd);
+	if (ret)
+		return ret;
+	ret = be_pool_init(&pd->epool, PL_ENTRIES, sizeof(struct pl_entry), 64);
+	if (ret) {
+		be_pool_classes_destroy(&pd->bufs);
+		return ret;
 	}
-	stock_init(&pd->estock, sizeof(struct pl_entry), 64, PL_ENTRIES);
-}
-
-/*
- * Filled at open, touched now: the entries and the page class (a 4K
- * write's). The larger classes fill when first used.
- */
-static int stocks_fill_at_open(struct pl_dev *pd)
-{
-	struct pl_stock *fill[2] = { &pd->estock, &pd->stock[0] };
-	void *spill = NULL;
-	uint32_t i;
-	int k;
-
-	for (k = 0; k < 2; k++) {
-		fill[k]->used = true;
-		for (i = 0; i < fill[k]->target; i++) {
-			void *o = stock_alloc(fill[k]);
-
-			if (!o)
-				return -ENOMEM;
-			stock_put_locked(fill[k], o, &spill);
-		}
-	}
+	be_pool_set_reserve(&pd->epool, PL_ENTRIES, (PL_ENTRIES + 1) / 2, pl_pool_low, pd);
 	return 0;
 }
 
 static void stocks_free(struct pl_dev *pd)
 {
-	int c;
-
-	for (c = -1; c < PL_CLASSES; c++) {
-		struct pl_stock *s = c < 0 ? &pd->estock : &pd->stock[c];
-
-		spill_free(s->free);
-		s->free = NULL;
-		s->nr = 0;
-	}
+	be_pool_destroy(&pd->epool);
+	be_pool_classes_destroy(&pd->bufs);
 }
 
 static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *next)
@@ -1838,10 +1694,9 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 	list_init(&pd->ready);
 	list_init(&pd->pending);
 	list_init(&pd->workq);
-	stocks_init(pd);
-	ret = stocks_fill_at_open(pd);
+	ret = stocks_init(pd);
 	if (ret)
-		goto out_free_stocks;
+		goto out_destroy_pool;
 	ret = -pthread_create(&pd->worker, NULL, pl_worker_main, pd);
 	if (ret)
 		goto out_free_stocks;
@@ -1851,6 +1706,7 @@ static struct blk_backend *pl_open(struct blk_params *p, struct blk_backend *nex
 
 out_free_stocks:
 	stocks_free(pd);
+out_destroy_pool:
 	be_pool_destroy(&pd->io_pool);
 out_destroy_wcv:
 	pthread_cond_destroy(&pd->wcv);
@@ -1891,15 +1747,13 @@ static void pl_close(struct blk_backend *be)
 static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 {
 	struct pl_dev *pd = (struct pl_dev *)be;
-	uint64_t pool_bytes = 0, pool_limit = 0;
+	uint64_t pool_bytes, pool_limit, save_allocs;
 	size_t n;
-	int c;
 
+	/* entries and buffers allocated past what was filled at open */
+	save_allocs = be_pool_classes_count(&pd->bufs, &pool_bytes, &pool_limit) +
+		      __atomic_load_n(&pd->epool.nr_allocs, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&pd->lock);
-	for (c = 0; c < pd->nr_cls; c++) {
-		pool_bytes += (uint64_t)pd->stock[c].nr * pd->stock[c].size;
-		pool_limit += (uint64_t)pd->stock[c].target * pd->stock[c].size;
-	}
 	n = be_stat_printf(buf, len,
 			   "powerloss_unflushed_bytes %llu\npowerloss_unflushed_writes %zu\n"
 			   "powerloss_saved_bytes %llu\npowerloss_cuts %llu\n"
@@ -1909,7 +1763,7 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   "powerloss_resets %llu\npowerloss_blocked_writes %llu\n"
 			   "powerloss_worker_writes %llu\npowerloss_save_allocs %llu\n"
 			   "powerloss_save_pool_bytes %llu\npowerloss_save_pool_limit %llu\n"
-			   "powerloss_save_pool_misses %llu\n",
+			   "powerloss_save_pool_misses %llu\npowerloss_locked_allocs %llu\n",
 			   (unsigned long long)pd->unflushed_bytes, pd->nr,
 			   (unsigned long long)pd->saved_bytes, (unsigned long long)pd->nr_cuts,
 			   (unsigned long long)pd->nr_kept, (unsigned long long)pd->nr_dropped,
@@ -1917,9 +1771,10 @@ static size_t pl_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)pd->nr_dark_writes,
 			   (unsigned long long)pd->nr_restore_errors,
 			   (unsigned long long)pd->nr_resets, (unsigned long long)pd->nr_blocked,
-			   (unsigned long long)pd->nr_worker, (unsigned long long)pd->nr_save_allocs,
+			   (unsigned long long)pd->nr_worker, (unsigned long long)save_allocs,
 			   (unsigned long long)pool_bytes, (unsigned long long)pool_limit,
-			   (unsigned long long)pd->nr_misses);
+			   (unsigned long long)pd->nr_misses,
+			   (unsigned long long)pd->nr_locked_allocs);
 	pthread_mutex_unlock(&pd->lock);
 	return n + be_pool_stat(&pd->io_pool, "powerloss_io", buf + n, len - n);
 }

@@ -3,7 +3,8 @@
  * backends/lib/ranges.c - byte ranges of a device (ranges.h): parsing and
  * printing a list, looking up I/O against it, merging, and punching a
  * range out. Lists are small (a few hundred entries, read by a person),
- * so lookups are linear.
+ * so lookups are linear. A range set is kept sorted and merged as it
+ * grows, and searched in halves.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -210,4 +211,66 @@ void be_ranges_punch(struct be_range *v, size_t *n, size_t cap, uint64_t pos, ui
 		}
 		i++;
 	}
+}
+
+size_t be_range_set_find(const struct be_range_set *rs, uint64_t pos)
+{
+	size_t lo = 0, hi = rs->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (rs->v[mid].pos + rs->v[mid].len <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int be_range_set_add(struct be_range_set *rs, uint64_t pos, uint64_t len)
+{
+	uint64_t s = pos, e = pos + len;
+	size_t i, j;
+
+	if (!len)
+		return 0;
+	i = be_range_set_find(rs, s);
+	/* Ranges touching [s, e) (one ending at s counts) merge into it. */
+	if (i > 0 && rs->v[i - 1].pos + rs->v[i - 1].len == s)
+		i--;
+	j = i;
+	while (j < rs->n && rs->v[j].pos <= e) {
+		uint64_t end = rs->v[j].pos + rs->v[j].len;
+
+		if (rs->v[j].pos < s)
+			s = rs->v[j].pos;
+		if (end > e)
+			e = end;
+		j++;
+	}
+	if (j == i) {
+		if (rs->n == rs->cap) {
+			size_t cap = rs->cap ? 2 * rs->cap : 64;
+			void *v = realloc(rs->v, cap * sizeof(rs->v[0]));
+
+			if (!v)
+				return -ENOMEM;
+			rs->v = v;
+			rs->cap = cap;
+		}
+		memmove(&rs->v[i + 1], &rs->v[i], (rs->n - i) * sizeof(rs->v[0]));
+		rs->n++;
+	} else if (j > i + 1) {
+		memmove(&rs->v[i + 1], &rs->v[j], (rs->n - j) * sizeof(rs->v[0]));
+		rs->n -= j - i - 1;
+	}
+	rs->v[i] = (struct be_range){ .pos = s, .len = e - s };
+	return 0;
+}
+
+void be_range_set_destroy(struct be_range_set *rs)
+{
+	free(rs->v);
+	*rs = (struct be_range_set){ 0 };
 }

@@ -9,6 +9,12 @@
  * Text: one entry is "OFFSET LENGTH [TAG]", sizes with K/M/G/T; a config
  * value separates entries with commas, a .sys store with newlines.
  *
+ * A range set (struct be_range_set) is the other shape: disjoint ranges,
+ * sorted, each added range merged with those it overlaps or touches, in
+ * an array it grows itself (powerloss's physical blocks settled at a cut,
+ * one add per unflushed write: binary search, not the linear lists'
+ * lookups).
+ *
  * Lock: none; the caller holds its own around every call on a list that
  * others read.
  */
@@ -93,5 +99,30 @@ bool be_ranges_contains(const struct be_range *v, size_t n, uint64_t at);
  */
 void be_ranges_punch(struct be_range *v, size_t *n, size_t cap, uint64_t pos, uint64_t len,
 		     void (*said)(void *arg, const struct be_range *r, bool full), void *arg);
+
+/*
+ * Disjoint ranges [pos, pos + len), sorted by pos, none touching another
+ * (tags unused: 0). Zeroed is empty; its array is malloc'ed as it grows.
+ */
+struct be_range_set {
+	struct be_range *v;
+	size_t n, cap;
+};
+
+/* The index of the first range of @rs that ends after @pos; rs->n when none. */
+size_t be_range_set_find(const struct be_range_set *rs, uint64_t pos);
+
+/**
+ * be_range_set_add - add [pos, pos + len) to @rs
+ *
+ * Every range it overlaps or touches (one ending at @pos, one starting at
+ * pos + len) merges with it into one. @len 0 adds nothing.
+ *
+ * Returns: 0, or -ENOMEM when the array could not grow (@rs unchanged).
+ */
+int be_range_set_add(struct be_range_set *rs, uint64_t pos, uint64_t len);
+
+/* Free @rs's array; it is empty (zeroed) after. */
+void be_range_set_destroy(struct be_range_set *rs);
 
 #endif

@@ -7,8 +7,11 @@
  * malloc, and counts it; the peak in use is kept. The cache takes objects
  * of varying size (a submission I/O with its vector): one that fits comes
  * from the pool with what it asked for zeroed, a bigger one from malloc.
+ * powerloss's stocks: a reserve (take without allocating, a low-water hook,
+ * refill, put that spills instead of freeing) and size classes.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -174,4 +177,120 @@ Test(pool, destroy_of_a_zeroed_pool_is_nothing)
 	be_pool_put(&pool, o);
 	be_pool_destroy(&pool);
 	be_pool_destroy(&pool);
+}
+
+static int nr_low;
+
+static void count_low(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/*
+ * powerloss's stocks: a take never allocates (NULL when empty), the hook
+ * fires below the low-water mark, a refill allocates back to the target
+ * (only once the pool is wanted), and a put past the target spills instead
+ * of freeing.
+ */
+Test(pool, reserve_take_refill_spill)
+{
+	struct be_pool pool;
+	void *o[6], *spill = NULL, *s;
+	int i, n;
+
+	nr_low = 0;
+	cr_assert_eq(be_pool_init(&pool, 0, 128, 64), 0);
+	be_pool_set_reserve(&pool, 4, 2, count_low, &nr_low);
+	cr_assert_eq(be_pool_refill(&pool), 0, "nobody wanted it: no memory spent");
+	cr_assert_null(be_pool_take(&pool), "empty: a take does not allocate");
+	cr_assert_eq(pool.nr_allocs, 0);
+	cr_assert_eq(nr_low, 1, "an empty take calls the hook");
+	cr_assert_eq(be_pool_refill(&pool), 4, "wanted now: filled to the target");
+	cr_assert_eq(pool.nr_allocs, 4);
+	cr_assert_eq(be_pool_nr_free(&pool), 4);
+	cr_assert_eq(be_pool_refill(&pool), 0, "full");
+	for (i = 0; i < 4; i++) {
+		o[i] = be_pool_take(&pool);
+		cr_assert_not_null(o[i]);
+		cr_assert_eq((uintptr_t)o[i] % 64, 0);
+	}
+	/* 3 and 2 left: no call; 1 and 0: below 2 */
+	cr_assert_eq(nr_low, 3);
+	cr_assert_null(be_pool_take(&pool));
+	cr_assert_eq(pool.nr_used, 4);
+	/* served past the reserve from malloc, pool-sized, so it can be kept */
+	o[4] = be_pool_get(&pool);
+	o[5] = be_pool_get(&pool);
+	cr_assert(o[4] && o[5]);
+	cr_assert_eq(pool.nr_allocs, 6);
+	cr_assert_null(be_pool_get_size(&pool, 129), "one size only in a pool with a reserve");
+	for (i = 0; i < 6; i++)
+		be_pool_put_spill(&pool, o[i], &spill);
+	cr_assert_eq(be_pool_nr_free(&pool), 4, "kept up to the target");
+	for (n = 0, s = spill; s; s = *(void **)s)
+		n++;
+	cr_assert_eq(n, 2, "the two past the target are spilled, not freed");
+	be_pool_spill_free(spill);
+	cr_assert_eq(pool.nr_used, 0);
+	be_pool_destroy(&pool);	/* frees the kept ones: ASan would see a leak */
+}
+
+/* A filled pool with a reserve keeps its filled objects, and allocated ones up to the target. */
+Test(pool, reserve_over_filled_memory)
+{
+	struct be_pool pool;
+	void *o[3], *spill = NULL;
+	int i;
+
+	cr_assert_eq(be_pool_init(&pool, 2, 64, 64), 0);
+	be_pool_set_reserve(&pool, 2, 1, NULL, NULL);
+	cr_assert_eq(be_pool_refill(&pool), 0, "filled at init: at its target");
+	for (i = 0; i < 3; i++)
+		o[i] = be_pool_get(&pool);
+	cr_assert_eq(pool.nr_allocs, 1);
+	/* the allocated one comes back first: kept (under the target) */
+	be_pool_put_spill(&pool, o[2], &spill);
+	cr_assert_null(spill);
+	/* then the filled ones: always kept, never spilled (they are not malloc'ed) */
+	be_pool_put_spill(&pool, o[0], &spill);
+	be_pool_put_spill(&pool, o[1], &spill);
+	cr_assert_null(spill);
+	cr_assert_eq(be_pool_nr_free(&pool), 3);
+	be_pool_destroy(&pool);
+}
+
+/* Size classes: base << c bytes, the smallest that holds a length, targets by bytes. */
+Test(pool, size_classes)
+{
+	struct be_pool_classes pc;
+	uint64_t free_bytes, limit;
+	int calls = 0;
+	void *o;
+
+	cr_assert_eq(be_pool_classes_init(&pc, 0, 4096, 4096, 1 << 16, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(be_pool_classes_init(&pc, 4, 4096, 4096, 1 << 15, 1, count_low, &calls), 0);
+	cr_assert_eq(be_pool_class(&pc, 1), 0);
+	cr_assert_eq(be_pool_class(&pc, 4096), 0);
+	cr_assert_eq(be_pool_class(&pc, 4097), 1);
+	cr_assert_eq(be_pool_class(&pc, 8192), 1);
+	cr_assert_eq(be_pool_class(&pc, 32768), 3);
+	cr_assert_eq(be_pool_class(&pc, 32769), -1, "past the largest class");
+	/* class 0 filled (8 x 4K), the others empty until wanted; class 3 keeps one */
+	cr_assert_eq(pc.cls[0].target, 8);
+	cr_assert_eq(pc.cls[2].target, 2);
+	cr_assert_eq(pc.cls[3].target, 1, "a class bigger than the bytes still keeps one");
+	cr_assert_eq(be_pool_classes_count(&pc, &free_bytes, &limit), 0);
+	cr_assert_eq(free_bytes, 8 * 4096);
+	cr_assert_eq(limit, 4 * 32768);
+	cr_assert_eq(be_pool_classes_refill(&pc), 0, "only the filled class is wanted, and full");
+	cr_assert_null(be_pool_take(&pc.cls[2]));
+	cr_assert_eq(calls, 1, "each class has the hook");
+	cr_assert_eq(be_pool_classes_refill(&pc), 2);
+	o = be_pool_take(&pc.cls[2]);
+	cr_assert_not_null(o);
+	cr_assert_eq((uintptr_t)o % 4096, 0);
+	cr_assert_eq(be_pool_classes_count(&pc, &free_bytes, &limit), 2);
+	cr_assert_eq(free_bytes, 8 * 4096 + 16384);
+	be_pool_put(&pc.cls[2], o);
+	be_pool_classes_destroy(&pc);
 }

@@ -154,3 +154,46 @@ Test(ranges, punch)
 	cr_assert_eq(nr_said, 5);
 	cr_assert_eq(n, 3);
 }
+
+/* Powerloss's settled blocks: sorted, disjoint, touching ranges merged, found in halves. */
+Test(ranges, set_adds_merge_and_find)
+{
+	struct be_range_set rs = { 0 };
+	size_t i;
+
+	cr_assert_eq(be_range_set_find(&rs, 0), 0, "an empty set finds nothing");
+	cr_assert_eq(be_range_set_add(&rs, 100, 0), 0);
+	cr_assert_eq(rs.n, 0, "an empty range adds nothing");
+	cr_assert_eq(be_range_set_add(&rs, 8192, 4096), 0);
+	cr_assert_eq(be_range_set_add(&rs, 0, 4096), 0);
+	cr_assert_eq(be_range_set_add(&rs, 20480, 4096), 0);
+	cr_assert_eq(rs.n, 3);
+	cr_assert(rs.v[0].pos == 0 && rs.v[1].pos == 8192 && rs.v[2].pos == 20480, "kept sorted");
+	/* the first range ending after pos */
+	cr_assert_eq(be_range_set_find(&rs, 0), 0);
+	cr_assert_eq(be_range_set_find(&rs, 4095), 0);
+	cr_assert_eq(be_range_set_find(&rs, 4096), 1, "a range ending at pos is before it");
+	cr_assert_eq(be_range_set_find(&rs, 12287), 1);
+	cr_assert_eq(be_range_set_find(&rs, 12288), 2);
+	cr_assert_eq(be_range_set_find(&rs, 24576), 3);
+	/* touching at both ends: one range */
+	cr_assert_eq(be_range_set_add(&rs, 4096, 4096), 0);
+	cr_assert_eq(rs.n, 2);
+	cr_assert(rs.v[0].pos == 0 && rs.v[0].len == 12288, "[0, 4K) + [4K, 8K) + [8K, 12K)");
+	/* across several, overhanging both: swallows them */
+	cr_assert_eq(be_range_set_add(&rs, 2048, 30000), 0);
+	cr_assert_eq(rs.n, 1);
+	cr_assert(rs.v[0].pos == 0 && rs.v[0].len == 32048);
+	/* inside one: nothing changes */
+	cr_assert_eq(be_range_set_add(&rs, 100, 200), 0);
+	cr_assert(rs.n == 1 && rs.v[0].pos == 0 && rs.v[0].len == 32048);
+	/* past the first array (64): it grows, order kept */
+	for (i = 0; i < 200; i++)
+		cr_assert_eq(be_range_set_add(&rs, 1000000 + (uint64_t)(199 - i) * 10, 5), 0);
+	cr_assert_eq(rs.n, 201);
+	for (i = 1; i < rs.n; i++)
+		cr_assert_gt(rs.v[i].pos, rs.v[i - 1].pos + rs.v[i - 1].len, "entry %zu", i);
+	cr_assert_eq(be_range_set_find(&rs, 1000007), 2);
+	be_range_set_destroy(&rs);
+	cr_assert(rs.n == 0 && rs.v == NULL);
+}
