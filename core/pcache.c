@@ -1177,12 +1177,18 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 	 * writers to finish their copies is bounded work, allowed with @nowait.
 	 */
 	if (!nowait) {
-		folio_excl_begin_locked(f);
-		/*
-		 * A writeback may have started while we waited for the copies;
-		 * none starts now that we hold it (invariant 7).
-		 */
-		folio_wait_stable_locked(dev, f);
+		for (;;) {
+			folio_excl_begin_locked(f);
+			if (!folio_stable_busy_locked(dev, f))
+				break;	/* none starts now that we hold it (invariant 7) */
+			/*
+			 * A writeback started while we waited for the copies:
+			 * wait for its end without the hold, which the
+			 * flusher's wb_prepare() would otherwise wait behind.
+			 */
+			folio_excl_end_locked(f);
+			folio_wait_stable_locked(dev, f);
+		}
 	} else {
 		while (f->users)
 			folio_wait_locked(f);
