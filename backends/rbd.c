@@ -1014,6 +1014,18 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		blk_param_error(p, "id", "rados_create(%s): %s", id ? id : "admin", strerror(-r));
 		goto out_free;
 	}
+	/*
+	 * librbd copies every write unless told not to (Ceph 16's default is
+	 * true: a caller may change a buffer in flight). blkfs's cache keeps a
+	 * folio under writeback unchanged for this backend (.stable_writes,
+	 * core/pcache.c invariant 7), and a direct write's buffer is the
+	 * request's until its end_io, so librbd may send from them. Set before
+	 * the conf file and $CEPH_ARGS are read: either may put the copy back
+	 * (to compare, say).
+	 */
+	r = rbd_conf_set(rd, p, "backend", "rbd_disable_zero_copy_writes", "false");
+	if (r)
+		goto out_free;
 	/* NULL: the library's search ($CEPH_CONF, /etc/ceph/ceph.conf, ...). */
 	r = rados_conf_read_file(rd->cluster, conf);
 	if (r < 0) {
@@ -1466,6 +1478,8 @@ static const char *const rbd_keys[] = {
 
 const struct blk_backend_ops rbd_backend_ops = {
 	.name = "rbd",
+	/* librbd sends from the folio itself (rbd_disable_zero_copy_writes = false) */
+	.stable_writes = true,
 	.keys = rbd_keys,
 	.help = "rbd: a Ceph RBD image through librbd (pool, image, namespace, conf, id, keyring, "
 		"create, queue_depth, timeout, exclusive, break_lock, rbd_cache)",

@@ -28,11 +28,25 @@
  *  6. pc->dirty_bytes == sum of dev->dirty_bytes == sum of nr_dirty * cblk
  *     (a partial block counts whole: it leaves as a whole block, or as
  *     whole logical blocks with rmw = device).
- *  7. Pages are not stable under writeback (as the kernel without
- *     stable_pages_required): a writer may copy into a block while a
+ *  7. Stable pages only where the stack asks (dev->stable_writes, from
+ *     blk_backend_ops.stable_writes of any layer: rbd, whose librbd sends
+ *     from the folio itself). On such a device the memory of a writeback
+ *     I/O does not change until its end_io, as the kernel's stable_writes:
+ *     a write into a folio with wb_ios > 0 waits for them to end (the
+ *     kernel's folio_wait_stable(); the whole folio, not just its blocks
+ *     in flight) in a device worker, or, in a non-blocking thread, returns
+ *     -EAGAIN and is punted; and writeback does not start on a folio a
+ *     writer is copying into (users > 0): a background pass skips it, a
+ *     sync pass waits for the memcpy. Both checks are under f->lock, so a
+ *     writer and a writeback I/O never overlap on one folio. On every
+ *     other device (ram, aio, nbd, null) pages are not stable, as the
+ *     kernel without stable_writes: a writer may copy into a block while a
  *     writeback I/O reads the same memory; the writer sets the block dirty
  *     after its copy, so it is written again and the device ends with the
- *     last data. ThreadSanitizer sees this as a race on the data bytes.
+ *     last data (the I/O in flight may carry a mix of both versions).
+ *     ThreadSanitizer sees this as a race on the data bytes. Their cost of
+ *     the rule is one predictable branch on dev->stable_writes per folio
+ *     written and per folio taken for writeback.
  *  8. A write never waits for a read of a block it writes in part: the
  *     block becomes partial, or its record grows. Two shapes fall back to
  *     reading the block first, both rare: a second write to a partial block
@@ -87,6 +101,7 @@ void __tsan_ignore_thread_end(void);
 #include "conf.h"
 #include "log.h"
 #include "pcache_int.h"
+#include "stack.h"
 
 #define POOL_ALIGN (2u << 20)
 
@@ -259,6 +274,7 @@ struct pc_dev *pc_dev_add(struct pc_cache *pc, const char *name,
 	if (geo.pbs > cblk && geo.pbs <= pc->folio_size)
 		dev->ppb = geo.pbs / cblk;
 	dev->max_io = geo.max_io;
+	dev->stable_writes = stack_stable_writes(be);
 	dev->read_ahead = 0;	/* off until the owner sets it (conf: 128K) */
 	list_init(&dev->folios);
 	pthread_mutex_init(&dev->err_lock, NULL);
@@ -624,9 +640,9 @@ void folio_wait_wb_locked(struct pc_folio *f)
 		folio_wait_locked(f);
 }
 
-void folio_wait_idle_locked(struct pc_folio *f)
+void folio_wait_idle_locked(const struct pc_dev *dev, struct pc_folio *f)
 {
-	while (f->wb_ios || f->excl)
+	while (f->wb_ios || folio_wb_blocked_locked(dev, f))
 		folio_wait_locked(f);
 }
 
@@ -1073,11 +1089,11 @@ static int folio_part_edges_locked(struct pc_dev *dev, struct pc_folio *f, uint3
 }
 
 /*
- * A writer's copy into folio memory. Invariant 7: writeback already in
- * flight may be reading these bytes; the writer marks them dirty after the
- * copy, so they go out again and the device ends with the last data. That
- * race on the data bytes is by design, so ThreadSanitizer is told to look
- * away for the copy (the streaming stores of copy_big() it never sees; the
+ * A writer's copy into folio memory. Invariant 7: on a device without
+ * stable_writes, writeback already in flight may be reading these bytes;
+ * the writer marks them dirty after the copy, so they go out again and the
+ * device ends with the last data. That race on the data bytes is by design,
+ * so ThreadSanitizer is told to look away for the copy (the streaming stores of copy_big() it never sees; the
  * memcpy of a small or unaligned copy it would).
  */
 static void folio_copy_in(void *dst, const void *src, size_t n)
@@ -1092,8 +1108,25 @@ static void folio_copy_in(void *dst, const void *src, size_t n)
 }
 
 /*
+ * Invariant 7: on a stable_writes device, is @f's memory still being read
+ * by a writeback I/O? Devices without the flag pay this one branch.
+ * Caller holds f->lock.
+ */
+static inline bool folio_stable_busy_locked(const struct pc_dev *dev, const struct pc_folio *f)
+{
+	return __builtin_expect(dev->stable_writes, 0) && f->wb_ios;
+}
+
+static void folio_wait_stable_locked(const struct pc_dev *dev, struct pc_folio *f)
+{
+	while (folio_stable_busy_locked(dev, f))
+		folio_wait_locked(f);
+}
+
+/*
  * Copy @n bytes into @f at @off. With @nowait (a non-blocking thread,
- * pcache.h's rules), -EAGAIN instead of waiting for an exclusive holder or
+ * pcache.h's rules), -EAGAIN instead of waiting for an exclusive holder,
+ * for writeback to end on a stable_writes device (invariant 7), or
  * reading a block first; waiting for other writers' copies is allowed.
  */
 static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
@@ -1103,8 +1136,14 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 	int nr, i, err = 0;
 
 	pthread_mutex_lock(&f->lock);
-	/* an exclusive holder may be dropping the very blocks we look at */
-	while (f->excl) {
+	/*
+	 * An exclusive holder may be dropping the very blocks we look at; on a
+	 * stable_writes device a writeback I/O may be reading them (the
+	 * kernel's folio_wait_stable()): a device worker waits for its end, a
+	 * non-blocking thread punts. Writeback does not start while we copy
+	 * (folio_wb_blocked_locked()), so the check holds until we are done.
+	 */
+	while (f->excl || folio_stable_busy_locked(dev, f)) {
 		if (nowait) {
 			pthread_mutex_unlock(&f->lock);
 			return -EAGAIN;
@@ -1119,6 +1158,7 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 		 */
 		f->users++;
 		pthread_mutex_unlock(&f->lock);
+		PC_TEST_HOOK(copy_begin, f);
 		folio_copy_in(f->data + off, src, n);
 		pthread_mutex_lock(&f->lock);
 		f->users--;
@@ -1137,11 +1177,23 @@ static int folio_write(struct pc_dev *dev, struct pc_folio *f, const char *src,
 	 * writers to finish their copies is bounded work, allowed with @nowait.
 	 */
 	if (!nowait) {
-		folio_excl_begin_locked(f);
+		for (;;) {
+			folio_excl_begin_locked(f);
+			if (!folio_stable_busy_locked(dev, f))
+				break;	/* none starts now that we hold it (invariant 7) */
+			/*
+			 * A writeback started while we waited for the copies:
+			 * wait for its end without the hold, which the
+			 * flusher's wb_prepare() would otherwise wait behind.
+			 */
+			folio_excl_end_locked(f);
+			folio_wait_stable_locked(dev, f);
+		}
 	} else {
 		while (f->users)
 			folio_wait_locked(f);
-		if (f->excl) {	/* taken while we waited for the copies */
+		if (f->excl || folio_stable_busy_locked(dev, f)) {
+			/* taken, or a writeback started, while we waited for the copies */
 			pthread_mutex_unlock(&f->lock);
 			return -EAGAIN;
 		}

@@ -43,9 +43,10 @@
  *    pc_aio.done. They take the mutexes above for short stretches and wait
  *    for nothing else; the one bounded wait allowed is for another
  *    writer's shared hold of a folio to end (a memcpy). What would wait
- *    (a free folio, dirty throttling, a folio held exclusively, a read to
- *    complete a partial block, writeback before direct I/O, fsync with
- *    dirty data, discard) is handed to the device's workers instead:
+ *    (a free folio, dirty throttling, a folio held exclusively, a folio
+ *    under writeback on a stable_writes device (pcache.c, invariant 7), a
+ *    read to complete a partial block, writeback before direct I/O, fsync
+ *    with dirty data, discard) is handed to the device's workers instead:
  *    "punted", with the request's own state, holding nothing.
  *  - blocking: the device's workers (PC_DEV_WORKERS threads per device),
  *    the flusher, and callers of the synchronous API (pc_write() and its
@@ -246,7 +247,9 @@ uint32_t pc_dev_read_ahead(const struct pc_dev *dev);
  * device's sticky writeback error once dirty data reached the dirty limit).
  * An error after some folios were written returns the bytes written before
  * it (folio by folio, in order); the folio that failed was not changed.
- * Locking: takes pc->lock and folio locks; may sleep for free folios.
+ * Locking: takes pc->lock and folio locks; may sleep for free folios,
+ * and on a stable_writes device for the end of a folio's writeback
+ * (pcache.c, invariant 7).
  */
 ssize_t pc_write(struct pc_dev *dev, const void *buf, size_t len, uint64_t pos);
 

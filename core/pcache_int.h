@@ -116,6 +116,12 @@ struct pc_dev {
 	uint64_t ra_next;		/* atomic: where the last buffered read ended */
 	uint32_t ppb;			/* cache blocks per physical block when writes are
 					 * widened to it (pbs > cblk, pbs <= folio), else 0 */
+	/*
+	 * Set in pc_dev_add(), before serving: a layer of the stack reads a
+	 * WRITE's memory until its end_io (core/stack.c:stack_stable_writes()),
+	 * so a folio under writeback is not written into (pcache.c, invariant 7).
+	 */
+	bool stable_writes;
 	bool rmw_device;		/* set before serving */
 	bool write_through;		/* atomic: queue/write_cache */
 	bool on_error_drop;		/* set before serving */
@@ -204,8 +210,24 @@ void folio_excl_begin_locked(struct pc_folio *f);
 void folio_excl_end_locked(struct pc_folio *f);
 /* Wait until no writeback I/O is in flight on @f. Caller holds f->lock. */
 void folio_wait_wb_locked(struct pc_folio *f);
-/* ... and nobody holds @f exclusively. Caller holds f->lock. */
-void folio_wait_idle_locked(struct pc_folio *f);
+/*
+ * ... and writeback may start on it (folio_wb_blocked_locked(): nobody
+ * holds @f exclusively, and on a stable_writes device no writer is copying
+ * into it). Caller holds f->lock.
+ */
+void folio_wait_idle_locked(const struct pc_dev *dev, struct pc_folio *f);
+
+/*
+ * Invariant 7, stable_writes: may writeback not start on @f now? On a
+ * stable device a writer copying into @f (a shared holder, or an exclusive
+ * one, which writeback waits for anyway) keeps it out; on others only the
+ * exclusive holder does. One predictable branch for the devices without.
+ * Caller holds f->lock.
+ */
+static inline bool folio_wb_blocked_locked(const struct pc_dev *dev, const struct pc_folio *f)
+{
+	return f->excl || (__builtin_expect(dev->stable_writes, 0) && f->users);
+}
 
 /* The record of cache block @blk of @f, or NULL. Caller holds f->lock. */
 static inline struct pc_part *folio_part_find_locked(struct pc_folio *f, uint32_t blk)
@@ -291,6 +313,8 @@ struct pc_test_hooks {
 	void (*before_wait)(struct pc_cache *pc);
 	/* folio_put() dropped the last reference, before it looks for waiters to wake */
 	void (*put_idle)(struct pc_folio *f);
+	/* a writer holds @f shared (users > 0), no lock held, and is about to copy in */
+	void (*copy_begin)(struct pc_folio *f);
 };
 extern struct pc_test_hooks pc_test_hooks;
 #endif

@@ -70,6 +70,15 @@ struct blk_backend *stack_open(const struct conf *c, struct conf_device *d,
 	return top;
 }
 
+bool stack_stable_writes(const struct blk_backend *top)
+{
+	/* a filter passes the memory on: any layer below that reads it late decides */
+	for (; top; top = top->next)
+		if (top->ops->stable_writes)
+			return true;
+	return false;
+}
+
 void stack_close(struct blk_backend *top)
 {
 	while (top) {

@@ -22,6 +22,16 @@
 struct blk_backend *stack_open(const struct conf *c, struct conf_device *d,
 			       const struct blk_host *host, char *err, size_t errlen);
 
+/**
+ * stack_stable_writes - must a write's memory stay unchanged until its end_io?
+ * @top: the top of a stack (a backend alone is a stack of one)
+ *
+ * Returns: true when any layer from @top down sets ops->stable_writes (rbd
+ * without librbd's copy): a filter above such a layer passes the cache's
+ * folio memory down to it (backends/backend.h).
+ */
+bool stack_stable_writes(const struct blk_backend *top);
+
 /** stack_close - close every layer, top first. */
 void stack_close(struct blk_backend *top);
 

@@ -573,9 +573,12 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 		/*
 		 * Under writeback already (invariant 5), or held exclusively: its
 		 * holder may be changing what the blocks hold (a discard zeroing
-		 * them must not see an older copy leave after it).
+		 * them must not see an older copy leave after it). On a
+		 * stable_writes device also while a writer copies into it
+		 * (invariant 7): the I/O would carry memory still changing. A
+		 * background pass skips it, a sync pass waits for the memcpy.
 		 */
-		if (f->wb_ios || f->excl) {
+		if (f->wb_ios || folio_wb_blocked_locked(dev, f)) {
 			if (!sync) {
 				pthread_mutex_unlock(&f->lock);
 				continue;
@@ -585,7 +588,7 @@ static int wb_folios_bytes(struct pc_dev *dev, struct pc_folio **v, int n, bool 
 			wb_close(&b);
 			wb_submit_ready(&b);
 			pthread_mutex_lock(&f->lock);
-			folio_wait_idle_locked(f);
+			folio_wait_idle_locked(dev, f);
 		}
 		wb_mask_locked(dev, f, mask);
 		for (;;) {

@@ -34,6 +34,7 @@ struct fake_pend {
 struct fake_be {
 	struct blk_backend be;	/* Must come first. */
 	struct blk_geometry geo;
+	struct blk_backend_ops ops;	/* fake_ops, with stable_writes as set */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv;	/* pending changed, mode changed, stop */
@@ -458,7 +459,8 @@ struct fake_be *fake_create(const struct blk_geometry *geo)
 
 	if (!fb)
 		return NULL;
-	fb->be.ops = &fake_ops;
+	fb->ops = fake_ops;
+	fb->be.ops = &fb->ops;
 	fb->geo = *geo;
 	if (!fb->geo.dma_align)
 		fb->geo.dma_align = 1;
@@ -523,6 +525,12 @@ struct blk_backend *fake_backend(struct fake_be *fb)
 const struct blk_geometry *fake_geometry(const struct fake_be *fb)
 {
 	return &fb->geo;
+}
+
+void fake_set_stable_writes(struct fake_be *fb, bool on)
+{
+	/* read by pc_dev_add() only: no lock, and no device may be on it yet */
+	fb->ops.stable_writes = on;
 }
 
 void fake_set_mode(struct fake_be *fb, enum fake_mode mode)
@@ -624,6 +632,31 @@ bool fake_complete_one(struct fake_be *fb, size_t idx)
 	}
 	pthread_mutex_unlock(&fb->lock);
 	return ok;
+}
+
+size_t fake_pending_data(struct fake_be *fb, size_t idx, void *buf, size_t len,
+			 uint64_t *pos)
+{
+	const struct blk_io *io;
+	size_t n = 0;
+	int i;
+
+	pthread_mutex_lock(&fb->lock);
+	if (idx >= fb->nr_pend || fb->pend[idx].bad ||
+	    (fb->pend[idx].io->op != BLK_READ && fb->pend[idx].io->op != BLK_WRITE))
+		goto out_unlock;
+	io = fb->pend[idx].io;
+	if (pos)
+		*pos = io->pos;
+	for (i = 0; i < io->iovcnt && n < len; i++) {
+		size_t take = io->iov[i].iov_len < len - n ? io->iov[i].iov_len : len - n;
+
+		memcpy((uint8_t *)buf + n, io->iov[i].iov_base, take);
+		n += take;
+	}
+out_unlock:
+	pthread_mutex_unlock(&fb->lock);
+	return n;
 }
 
 bool fake_complete_op(struct fake_be *fb, unsigned int op_mask)

@@ -96,6 +96,13 @@ void fake_destroy(struct fake_be *fb);
 struct blk_backend *fake_backend(struct fake_be *fb);
 const struct blk_geometry *fake_geometry(const struct fake_be *fb);
 
+/*
+ * Make the fake ask for stable writes (blk_backend_ops.stable_writes), as
+ * rbd does: it reads a WRITE's memory until end_io (which it does anyway:
+ * data moves at completion). Call before pc_dev_add(), which reads it.
+ */
+void fake_set_stable_writes(struct fake_be *fb, bool on);
+
 /* Completion modes; switching never completes what is already pending. */
 void fake_set_mode(struct fake_be *fb, enum fake_mode mode);
 /* Deferred mode: each completion waits 0..@max_us microseconds (default 200). */
@@ -112,6 +119,14 @@ bool fake_wait_pending(struct fake_be *fb, size_t n, unsigned int timeout_ms);
  * (the submitter is done or blocked); returns that number.
  */
 size_t fake_wait_quiet(struct fake_be *fb, unsigned int quiet_ms, unsigned int timeout_ms);
+/*
+ * The memory of the pending READ or WRITE at @idx (0 = oldest) as it is
+ * now: for a WRITE, what the store would get if it completed now. Copies
+ * up to @len bytes into @buf and returns how many (0: no such I/O); *@pos
+ * (if not NULL) gets the I/O's position.
+ */
+size_t fake_pending_data(struct fake_be *fb, size_t idx, void *buf, size_t len,
+			 uint64_t *pos);
 /* Complete the pending I/O at @idx (0 = oldest). Returns false if none. */
 bool fake_complete_one(struct fake_be *fb, size_t idx);
 /* Complete the oldest pending I/O of a type in @op_mask; false if none. */
