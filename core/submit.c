@@ -313,16 +313,34 @@ static void acct_in_flight_add(struct pc_dev *dev, struct pc_stat_tl *t, uint64_
 		__atomic_add_fetch(&dev->acct_in_flight, delta, __ATOMIC_RELAXED);
 }
 
-uint64_t acct_begin(struct pc_dev *dev)
+/* acct_begin() at @now, read (or taken) by the caller. */
+static uint64_t acct_begin_at(struct pc_dev *dev, uint64_t now)
 {
-	uint64_t now = blk_now_ns();
-
-	/* another I/O of this thread's: no earlier end stamp is its request's end */
-	blk_stamp_clear(&blk_end_stamp);
-
 	acct_ticks(dev, now, false);
 	acct_in_flight_add(dev, pc_stat_tl_get(dev), 1);
 	return now;
+}
+
+uint64_t acct_begin(struct pc_dev *dev)
+{
+	/* another I/O of this thread's: no stamp left is its request's begin or end */
+	blk_stamp_clear(&blk_begin_stamp);
+	blk_stamp_clear(&blk_end_stamp);
+	return acct_begin_at(dev, blk_now_ns());
+}
+
+/*
+ * acct_begin() of the unsplit I/O embedded in the request @tok (its struct
+ * pc_aio): when the request's handler in this thread left its start as the
+ * begin stamp (it got its slot without waiting: fuse/devfile.c), that is
+ * this I/O's start too, and the clock is not read again (issue 39; the
+ * little the cache does between, a look-up of the range, is counted as the
+ * device's). Else the clock's now; the stamp is gone either way.
+ */
+static uint64_t acct_begin_tok(struct pc_dev *dev, const void *tok)
+{
+	blk_stamp_clear(&blk_end_stamp);
+	return acct_begin_at(dev, blk_stamp_take(&blk_begin_stamp, tok));
 }
 
 static unsigned hist_bucket(uint64_t len)
@@ -458,7 +476,8 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.private = s;
 	s->io.done = 0;		/* a backend that fails it says, else nothing completed */
 	pc_batch_add(batch);
-	s->start_ns = acct_begin(dev);
+	s->start_ns = s->pooled ? acct_begin(dev) :
+		      acct_begin_tok(dev, (const char *)s - offsetof(struct pc_aio, sio));
 	pc_trace_issue(dev, &s->io, false);
 	ret = blk_submit(dev->be, &s->io);
 	if (ret < 0)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/lib/clock.h"
 #include "../backends/lib/tlslots.h"
 #include "../backends/lib/trace.h"
 #include "bf.h"
@@ -204,7 +205,16 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 {
 	uint32_t pid = (uint32_t)fuse_req_ctx(req)->pid;
 	uint64_t start = bt_req_begin(bd->bt, op, pos, len, pid);
-	struct bf_req *r = req_of_slot(bf_slots_get(&bd->slots));
+	bool waited;
+	struct bf_req *r = req_of_slot(bf_slots_get(&bd->slots, &waited));
+
+	/*
+	 * Its start is its unsplit I/O's start too (the device level's begin
+	 * takes it in this thread, within this handler: clock.h), unless it
+	 * waited for its slot: that wait is no device time.
+	 */
+	if (!waited)
+		blk_stamp_set(&blk_begin_stamp, &r->aio, start);
 
 	/* the slot is the FUSE level's D: Q2D is the wait for it */
 	bt_req_issue(bd->bt, op, pos, len, pid);
@@ -240,8 +250,10 @@ static void req_put(struct bf_req *r)
 {
 	struct bf_dev *bd = r->bd;
 
-	if (req_here == r)	/* a handler that gave up on @r before starting it */
+	if (req_here == r) {	/* a handler that gave up on @r before starting it */
 		req_here = NULL;
+		blk_stamp_clear(&blk_begin_stamp);
+	}
 
 	if (r->kept)
 		bf_rawio_release(r->kept);
@@ -258,6 +270,8 @@ static void req_put(struct bf_req *r)
 static void req_returned(struct bf_req *r, const char *data, size_t len)
 {
 	req_here = NULL;
+	/* @r's start is no later I/O's start (untaken: @r sent none, or parked first) */
+	blk_stamp_clear(&blk_begin_stamp);
 	if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REQ_DONE) {
 		req_put(r);
 		return;
@@ -377,6 +391,9 @@ static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	if (!bf_rawio_in_thread_buf(buf, size)) {
 		/* the data is not where the request could take it along: a copy */
 		char *k = bf_rawio_keep(&buf, size);
+
+		/* the copy's time is not the device's: its I/O reads its own start */
+		blk_stamp_clear(&blk_begin_stamp);
 
 		if (IS_ERR(k)) {
 			req_trace_end(r, -ENOMEM);

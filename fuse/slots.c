@@ -209,10 +209,12 @@ static void set_frozen_locked(struct bf_slots *s, bool frozen)
 		__atomic_fetch_and(&s->head, ~SLOTS_FROZEN, __ATOMIC_ACQ_REL);
 }
 
-struct bf_slot *bf_slots_get(struct bf_slots *s)
+struct bf_slot *bf_slots_get(struct bf_slots *s, bool *waited)
 {
 	struct bf_slot *slot = pop(s);
 
+	if (waited)
+		*waited = !slot;
 	if (slot)
 		return slot;
 

@@ -67,8 +67,14 @@ int bf_slots_init(struct bf_slots *s);
 int bf_slots_add(struct bf_slots *s, struct bf_slot *slot);
 /* Every slot back (asserted): the table, the lock and condition variable go. */
 void bf_slots_destroy(struct bf_slots *s);
-/* A free slot, waiting while none is free or the pool is frozen. */
-struct bf_slot *bf_slots_get(struct bf_slots *s);
+/*
+ * A free slot, waiting while none is free or the pool is frozen. @waited
+ * (may be NULL) is set true when the slot was not taken at the first look
+ * (none free, or frozen): the caller may have flushed its plug and slept,
+ * so time read before the call is not the request's own (issue 39: the
+ * FUSE level's start shared with the device level's only when false).
+ */
+struct bf_slot *bf_slots_get(struct bf_slots *s, bool *waited);
 /* @slot is free again: wakes a waiter of bf_slots_get(), or a freeze or drain when it is the last. */
 void bf_slots_put(struct bf_slots *s, struct bf_slot *slot);
 /*

@@ -28,23 +28,38 @@ static inline uint64_t blk_now_ns(void)
 }
 
 /*
- * A request's end stamp, shared by the levels it crosses in one thread
- * (issue 39: two clock reads per request, not four). The device level's
- * end of an unsplit I/O (core/submit.c) leaves its time here for the
- * request it belongs to (@tok: its struct pc_aio), and the FUSE level's end
- * of that request, when it is answered in the same thread's handler
- * (inline), takes it instead of reading the clock again (bt_req_end_tok()).
- * A stamp is only ever taken by the request that set it: any other backend
- * I/O begun or ended in the thread (acct_begin(), acct_end()) and any
- * request begun in it (bt_req_begin()) clear it first, and a taker whose
- * @tok differs reads the clock.
+ * A request's stamps, shared by the levels it crosses in one thread (issue
+ * 39: two clock reads per request, not four): its start and its end, each
+ * read once and used by both the FUSE level and the device level of an
+ * unsplit direct I/O (core/submit.c: the I/O embedded in the request's
+ * struct pc_aio, which is the stamp's @tok).
+ *
+ * The begin stamp: the FUSE level's start (bt_req_begin()), left by the
+ * receiving thread (fuse/devfile.c: req_get()) only when the request got
+ * its slot without waiting for one (bf_slots_get()'s @waited), and taken by
+ * the device level's begin of its unsplit I/O in the same thread
+ * (acct_begin_tok()). It lives only within the request's handler: the
+ * handler's return clears it (req_returned(), req_put()), and so do any
+ * other backend I/O begun in the thread (acct_begin()), any request begun
+ * in it (bt_req_begin()), and a copy of the request's data before its I/O.
+ *
+ * The end stamp: the device level's end of an unsplit I/O (sio_end_io()),
+ * left for the request it belongs to, and taken by the FUSE level's end of
+ * that request when it is answered in the same thread's handler (inline:
+ * bt_req_end_tok()). Any other backend I/O begun or ended in the thread
+ * (acct_begin(), acct_end()) and any request begun in it (bt_req_begin())
+ * clear it first.
+ *
+ * A stamp is only ever taken by the request that set it, and only once: a
+ * taker whose @tok differs reads the clock, and any take clears it.
  */
 struct blk_stamp {
 	const void *tok;	/* the request it is for; NULL: none */
 	uint64_t ns;		/* blk_now_ns()'s scale */
 };
 
-extern __thread struct blk_stamp blk_end_stamp;	/* backends/lib/trace.c */
+extern __thread struct blk_stamp blk_begin_stamp;	/* backends/lib/trace.c */
+extern __thread struct blk_stamp blk_end_stamp;		/* backends/lib/trace.c */
 
 static inline void blk_stamp_set(struct blk_stamp *s, const void *tok, uint64_t ns)
 {
@@ -57,13 +72,14 @@ static inline void blk_stamp_clear(struct blk_stamp *s)
 	s->tok = NULL;
 }
 
-/* The stamp's time when it is @tok's (cleared: taken once), else the clock's now. */
+/* The stamp's time when it is @tok's, else the clock's now; either way the stamp is gone. */
 static inline uint64_t blk_stamp_take(struct blk_stamp *s, const void *tok)
 {
-	if (tok && s->tok == tok) {
-		s->tok = NULL;
+	const void *had = s->tok;
+
+	s->tok = NULL;
+	if (tok && had == tok)
 		return s->ns;
-	}
 	return blk_now_ns();
 }
 

@@ -478,6 +478,7 @@ static void fuse_in_flight_add(struct bt_dev *d, uint64_t delta)
 		__atomic_add_fetch(&d->fuse.in_flight, delta, __ATOMIC_RELAXED);
 }
 
+__thread struct blk_stamp blk_begin_stamp;
 __thread struct blk_stamp blk_end_stamp;
 
 uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t len,
@@ -485,7 +486,8 @@ uint64_t bt_req_begin(struct bt_dev *d, enum blk_op op, uint64_t pos, uint64_t l
 {
 	uint64_t now = blk_now_ns();
 
-	/* a new request in this thread: an earlier one's end stamp is no longer any use */
+	/* a new request in this thread: an earlier one's stamps are no longer any use */
+	blk_stamp_clear(&blk_begin_stamp);
 	blk_stamp_clear(&blk_end_stamp);
 
 	if (!d)

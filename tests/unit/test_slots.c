@@ -62,7 +62,23 @@ static bool is_entry(struct bf_slot *s)
 static void *getter(void *arg)
 {
 	(void)arg;
-	return bf_slots_get(&pool);
+	return bf_slots_get(&pool, NULL);
+}
+
+/* A taker that says whether bf_slots_get() waited. */
+struct wgetter {
+	pthread_t t;
+	struct bf_slot *got;
+	bool waited;
+};
+
+static void *wgetter_fn(void *arg)
+{
+	struct wgetter *w = arg;
+
+	w->waited = false;
+	w->got = bf_slots_get(&pool, &w->waited);
+	return NULL;
 }
 
 struct freezer {
@@ -92,9 +108,9 @@ Test(slots, get_put_counts, .timeout = 30)
 	struct bf_slots_stats st;
 
 	pool_make(3);
-	a = bf_slots_get(&pool);
-	b = bf_slots_get(&pool);
-	c = bf_slots_get(&pool);
+	a = bf_slots_get(&pool, NULL);
+	b = bf_slots_get(&pool, NULL);
+	c = bf_slots_get(&pool, NULL);
 	cr_assert(is_entry(a) && is_entry(b) && is_entry(c));
 	cr_assert(a != b && b != c && a != c);
 	st = stats();
@@ -104,7 +120,7 @@ Test(slots, get_put_counts, .timeout = 30)
 	cr_assert_eq(st.waits, 0);
 	bf_slots_put(&pool, b);
 	cr_assert_eq(stats().in_use, 2);
-	cr_assert_eq(bf_slots_get(&pool), b, "the slot given back is the next taken");
+	cr_assert_eq(bf_slots_get(&pool, NULL), b, "the slot given back is the next taken");
 	bf_slots_put(&pool, a);
 	bf_slots_put(&pool, b);
 	bf_slots_put(&pool, c);
@@ -121,7 +137,7 @@ Test(slots, get_waits_when_all_taken, .timeout = 30)
 	pthread_t t;
 
 	pool_make(1);
-	a = bf_slots_get(&pool);
+	a = bf_slots_get(&pool, NULL);
 	cr_assert_eq(pthread_create(&t, NULL, getter, NULL), 0);
 	until_waiters(1);
 	cr_assert_eq(stats().waits, 1);
@@ -135,6 +151,52 @@ Test(slots, get_waits_when_all_taken, .timeout = 30)
 	bf_slots_destroy(&pool);
 }
 
+/*
+ * bf_slots_get()'s @waited: false for a slot free at once, true for one
+ * waited for (all taken, or frozen): the FUSE level shares its start with
+ * the device level only when false (issue 39).
+ */
+Test(slots, get_says_whether_it_waited, .timeout = 30)
+{
+	struct freezer f = { .timeout_ms = 600000, .ret = 1 };
+	struct wgetter w;
+	struct bf_slot *a, *b;
+	bool waited = true;
+
+	pool_make(2);
+	a = bf_slots_get(&pool, &waited);
+	cr_assert_not(waited, "a slot free at once, yet it says it waited");
+	waited = true;
+	b = bf_slots_get(&pool, &waited);
+	cr_assert_not(waited, "the last free slot, yet it says it waited");
+	/* all taken: the taker waits until one is given back */
+	cr_assert_eq(pthread_create(&w.t, NULL, wgetter_fn, &w), 0);
+	until_waiters(1);
+	bf_slots_put(&pool, a);
+	pthread_join(w.t, NULL);
+	cr_assert_eq(w.got, a);
+	cr_assert(w.waited, "it waited for a slot given back, yet says it did not");
+	/* a slot free, but the pool frozen: the taker waits for the thaw */
+	bf_slots_put(&pool, w.got);
+	bf_slots_put(&pool, b);
+	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
+	pthread_join(f.t, NULL);
+	cr_assert_eq(f.ret, 0);
+	cr_assert_eq(pthread_create(&w.t, NULL, wgetter_fn, &w), 0);
+	until_waiters(1);
+	bf_slots_thaw(&pool);
+	pthread_join(w.t, NULL);
+	cr_assert(is_entry(w.got));
+	cr_assert(w.waited, "it waited for the thaw, yet says it did not");
+	bf_slots_put(&pool, w.got);
+	/* free again: no wait */
+	waited = true;
+	a = bf_slots_get(&pool, &waited);
+	cr_assert_not(waited);
+	bf_slots_put(&pool, a);
+	bf_slots_destroy(&pool);
+}
+
 Test(slots, freeze_waits_for_slots_to_drain, .timeout = 30)
 {
 	struct freezer f = { .timeout_ms = 600000, .ret = 1 };
@@ -143,7 +205,7 @@ Test(slots, freeze_waits_for_slots_to_drain, .timeout = 30)
 	pthread_t g;
 
 	pool_make(2);
-	a = bf_slots_get(&pool);
+	a = bf_slots_get(&pool, NULL);
 	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
 	until_frozen(true);
 	/* a slot is free, yet a new taker waits: the pool is frozen */
@@ -183,7 +245,7 @@ Test(slots, freeze_timeout_lets_takers_go, .timeout = 30)
 	pthread_t g;
 
 	pool_make(2);
-	a = bf_slots_get(&pool);	/* never given back while the freeze waits */
+	a = bf_slots_get(&pool, NULL);	/* never given back while the freeze waits */
 	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
 	until_frozen(true);
 	cr_assert_eq(pthread_create(&g, NULL, getter, NULL), 0);
@@ -206,8 +268,8 @@ Test(slots, drain, .timeout = 30)
 
 	pool_make(2);
 	cr_assert_eq(bf_slots_drain_ms(&pool, 0), 0);
-	a = bf_slots_get(&pool);
-	b = bf_slots_get(&pool);
+	a = bf_slots_get(&pool, NULL);
+	b = bf_slots_get(&pool, NULL);
 	cr_assert_eq(bf_slots_drain_ms(&pool, 10), 2, "drain_ms: the slots still in use");
 	cr_assert_eq(pthread_create(&t, NULL, drainer, NULL), 0);
 	bf_slots_put(&pool, a);
@@ -230,7 +292,7 @@ static void *get_put_many(void *arg)
 
 	(void)arg;
 	for (i = 0; i < 1000; i++)
-		bf_slots_put(&pool, bf_slots_get(&pool));
+		bf_slots_put(&pool, bf_slots_get(&pool, NULL));
 	__atomic_store_n(&lockless_done, true, __ATOMIC_RELEASE);
 	return NULL;
 }
@@ -272,7 +334,7 @@ Test(slots, add_past_the_most, .timeout = 30)
 	cr_assert_eq(st.in_use, 0);
 	/* every entry comes out once, the last added first */
 	for (i = BF_SLOTS_MAX; i-- > 0;)
-		cr_assert_eq(bf_slots_get(&pool), &many[i]);
+		cr_assert_eq(bf_slots_get(&pool, NULL), &many[i]);
 	cr_assert_eq(stats().in_use, BF_SLOTS_MAX);
 	for (i = 0; i < BF_SLOTS_MAX; i++)
 		bf_slots_put(&pool, &many[i]);
@@ -302,7 +364,7 @@ static void *stress_taker(void *arg)
 
 	(void)arg;
 	for (i = 0; i < STRESS_ROUNDS; i++) {
-		struct bf_slot *slot = bf_slots_get(&pool);
+		struct bf_slot *slot = bf_slots_get(&pool, NULL);
 		long n = slot - entries;
 
 		if (__atomic_load_n(&stress_frozen, __ATOMIC_SEQ_CST))
