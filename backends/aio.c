@@ -96,6 +96,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
 #include "lib/plug.h"
 
 #define AIO_DEF_QD	64
@@ -1211,6 +1212,32 @@ static void *aio_worker_fn(void *arg)
 
 /* ---- open: config, the storage, its geometry ---- */
 
+/*
+ * The config's keys, read by bk_parse() in this order (the order open()
+ * read them by hand: a config with two bad values names the same one).
+ * path is checked after all four are read (missing, empty), so each key
+ * is marked used whatever fails.
+ */
+struct aio_conf {
+	const char *path;
+	unsigned int qd;
+	bool create, exclusive;
+};
+
+#define AIO_PATH_FORMS	"a block device or an image file"
+
+#define AIO_KNOBS(K)										\
+	K(path,        text, path,      0, 0, 0, AIO_PATH_FORMS,				\
+	  "the storage (relative to the config's directory; required)")			\
+	K(queue_depth, uint, qd,        1, AIO_MAX_QD, AIO_DEF_QD, "I/Os",			\
+	  "I/Os in flight (io_setup()'s depth)")						\
+	K(create,      bool, create,    0, 1, 0, "yes/no",					\
+	  "create an image file of the device's size if it is missing")			\
+	K(exclusive,   bool, exclusive, 0, 1, 1, "yes/no",					\
+	  "open a block device O_EXCL: a mounted or claimed disk is refused")
+
+BK_BACKEND_DEFINE(aio, struct aio_conf, AIO_KNOBS);
+
 /* @path relative to the directory of the config file, as a user reads it. */
 static int aio_resolve_path(struct blk_params *p, const char *path, char *out, size_t len)
 {
@@ -1218,7 +1245,7 @@ static int aio_resolve_path(struct blk_params *p, const char *path, char *out, s
 	int n;
 
 	if (!*path)
-		return blk_param_error(p, "path", "is empty (a block device or an image file)");
+		return blk_param_error(p, "path", "is empty (" AIO_PATH_FORMS ")");
 	if (path[0] == '/' || !slash)
 		n = snprintf(out, len, "%s", path);
 	else
@@ -1541,6 +1568,7 @@ static void aio_free_reqs(struct aio_dev *ad)
 static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *next)
 {
 	bool create, exclusive, created = false;
+	struct aio_conf conf;
 	const char *path;
 	struct aio_dev *ad;
 	struct stat st;
@@ -1561,17 +1589,15 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 	list_init(&ad->free);
 
 	/* Every key first, so each is marked used whatever fails later. */
-	path = blk_param_get(p, "path");
-	ret = blk_param_uint(p, "queue_depth", AIO_DEF_QD, 1, AIO_MAX_QD, &ad->qd);
-	if (!ret)
-		ret = blk_param_bool(p, "create", false, &create);
-	if (!ret)
-		ret = blk_param_bool(p, "exclusive", true, &exclusive);
+	ret = bk_parse(&bk_table, p, &conf);
 	if (ret)
 		goto out_free;
+	path = conf.path;
+	ad->qd = conf.qd;
+	create = conf.create;
+	exclusive = conf.exclusive;
 	if (!path) {
-		ret = blk_param_error(p, "path",
-				      "missing (required: a block device or an image file)");
+		ret = blk_param_error(p, "path", "missing (required: " AIO_PATH_FORMS ")");
 		goto out_free;
 	}
 	ret = aio_resolve_path(p, path, ad->path, sizeof(ad->path));
@@ -1812,8 +1838,6 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }
-
-static const char *const aio_keys[] = { "path", "queue_depth", "create", "exclusive", NULL };
 
 const struct blk_backend_ops aio_backend_ops = {
 	.name = "aio",
