@@ -1451,6 +1451,16 @@ static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const str
 
 /* How long an exclusive open waits for a block device's last holder to let go. */
 #define EXCL_WAIT_MS 3000
+/*
+ * The pause between two tries of that open. Nothing tells us when the claim
+ * goes (no event to wait on: the dead holder's last I/O completes, then a
+ * kernel worker runs its deferred close), so we poll. 50 ms is short beside
+ * a mount's own start-up, so a restart gets its device at most 50 ms after
+ * it is free, and long enough that the whole EXCL_WAIT_MS is some 60 open()
+ * calls, not a busy loop against the holder. It was chosen so, not
+ * measured; only this open, at set-up, waits on it, never the I/O path.
+ */
+#define EXCL_POLL_MS 50
 
 /* Open @ad->path, creating an image file if @create; reports errors itself. */
 static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
@@ -1489,12 +1499,12 @@ static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 	 * kernel worker. So EBUSY is retried for up to EXCL_WAIT_MS before it
 	 * means "in use": a daemon restarted after a crash gets its device.
 	 */
-	for (int waited = 0;; waited += 50) {
+	for (int waited = 0;; waited += EXCL_POLL_MS) {
 		ad->fd = open(ad->path, flags, 0600);
 		if (ad->fd >= 0 || errno != EBUSY || !(flags & O_EXCL) ||
 		    (flags & O_CREAT) || waited >= EXCL_WAIT_MS)
 			break;
-		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
+		nanosleep(&(struct timespec){ .tv_nsec = EXCL_POLL_MS * 1000000L }, NULL);
 	}
 	if (ad->fd >= 0) {
 		*created = flags & O_CREAT;
