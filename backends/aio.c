@@ -96,6 +96,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
 #include "lib/plug.h"
 
 #define AIO_DEF_QD	64
@@ -1211,6 +1212,32 @@ static void *aio_worker_fn(void *arg)
 
 /* ---- open: config, the storage, its geometry ---- */
 
+/*
+ * The config's keys, read by bk_parse() in this order (the order open()
+ * read them by hand: a config with two bad values names the same one).
+ * path is checked after all four are read (missing, empty), so each key
+ * is marked used whatever fails.
+ */
+struct aio_conf {
+	const char *path;
+	unsigned int qd;
+	bool create, exclusive;
+};
+
+#define AIO_PATH_FORMS	"a block device or an image file"
+
+#define AIO_KNOBS(K)										\
+	K(path,        text, path,      0, 0, 0, AIO_PATH_FORMS,				\
+	  "the storage (relative to the config's directory; required)")			\
+	K(queue_depth, uint, qd,        1, AIO_MAX_QD, AIO_DEF_QD, "I/Os",			\
+	  "I/Os in flight (io_setup()'s depth)")						\
+	K(create,      bool, create,    0, 1, 0, "yes/no",					\
+	  "create an image file of the device's size if it is missing")			\
+	K(exclusive,   bool, exclusive, 0, 1, 1, "yes/no",					\
+	  "open a block device O_EXCL: a mounted or claimed disk is refused")
+
+BK_BACKEND_DEFINE(aio, struct aio_conf, AIO_KNOBS);
+
 /* @path relative to the directory of the config file, as a user reads it. */
 static int aio_resolve_path(struct blk_params *p, const char *path, char *out, size_t len)
 {
@@ -1218,7 +1245,7 @@ static int aio_resolve_path(struct blk_params *p, const char *path, char *out, s
 	int n;
 
 	if (!*path)
-		return blk_param_error(p, "path", "is empty (a block device or an image file)");
+		return blk_param_error(p, "path", "is empty (" AIO_PATH_FORMS ")");
 	if (path[0] == '/' || !slash)
 		n = snprintf(out, len, "%s", path);
 	else
@@ -1424,6 +1451,16 @@ static int aio_file_geometry(struct aio_dev *ad, struct blk_params *p, const str
 
 /* How long an exclusive open waits for a block device's last holder to let go. */
 #define EXCL_WAIT_MS 3000
+/*
+ * The pause between two tries of that open. Nothing tells us when the claim
+ * goes (no event to wait on: the dead holder's last I/O completes, then a
+ * kernel worker runs its deferred close), so we poll. 50 ms is short beside
+ * a mount's own start-up, so a restart gets its device at most 50 ms after
+ * it is free, and long enough that the whole EXCL_WAIT_MS is some 60 open()
+ * calls, not a busy loop against the holder. It was chosen so, not
+ * measured; only this open, at set-up, waits on it, never the I/O path.
+ */
+#define EXCL_POLL_MS 50
 
 /* Open @ad->path, creating an image file if @create; reports errors itself. */
 static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
@@ -1462,12 +1499,12 @@ static int aio_open_path(struct aio_dev *ad, struct blk_params *p, bool create,
 	 * kernel worker. So EBUSY is retried for up to EXCL_WAIT_MS before it
 	 * means "in use": a daemon restarted after a crash gets its device.
 	 */
-	for (int waited = 0;; waited += 50) {
+	for (int waited = 0;; waited += EXCL_POLL_MS) {
 		ad->fd = open(ad->path, flags, 0600);
 		if (ad->fd >= 0 || errno != EBUSY || !(flags & O_EXCL) ||
 		    (flags & O_CREAT) || waited >= EXCL_WAIT_MS)
 			break;
-		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
+		nanosleep(&(struct timespec){ .tv_nsec = EXCL_POLL_MS * 1000000L }, NULL);
 	}
 	if (ad->fd >= 0) {
 		*created = flags & O_CREAT;
@@ -1541,6 +1578,7 @@ static void aio_free_reqs(struct aio_dev *ad)
 static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *next)
 {
 	bool create, exclusive, created = false;
+	struct aio_conf conf;
 	const char *path;
 	struct aio_dev *ad;
 	struct stat st;
@@ -1561,17 +1599,15 @@ static struct blk_backend *aio_open(struct blk_params *p, struct blk_backend *ne
 	list_init(&ad->free);
 
 	/* Every key first, so each is marked used whatever fails later. */
-	path = blk_param_get(p, "path");
-	ret = blk_param_uint(p, "queue_depth", AIO_DEF_QD, 1, AIO_MAX_QD, &ad->qd);
-	if (!ret)
-		ret = blk_param_bool(p, "create", false, &create);
-	if (!ret)
-		ret = blk_param_bool(p, "exclusive", true, &exclusive);
+	ret = bk_parse(&bk_table, p, &conf);
 	if (ret)
 		goto out_free;
+	path = conf.path;
+	ad->qd = conf.qd;
+	create = conf.create;
+	exclusive = conf.exclusive;
 	if (!path) {
-		ret = blk_param_error(p, "path",
-				      "missing (required: a block device or an image file)");
+		ret = blk_param_error(p, "path", "missing (required: " AIO_PATH_FORMS ")");
 		goto out_free;
 	}
 	ret = aio_resolve_path(p, path, ad->path, sizeof(ad->path));
@@ -1812,8 +1848,6 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }
-
-static const char *const aio_keys[] = { "path", "queue_depth", "create", "exclusive", NULL };
 
 const struct blk_backend_ops aio_backend_ops = {
 	.name = "aio",

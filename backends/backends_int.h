@@ -46,13 +46,14 @@ extern const struct blk_backend_ops record_filter_ops;
 
 /*
  * The knob tables (lib/knobs.h) of the layers that have one: every filter,
- * and the ram, nbd and null backends (aio and rbd still read their keys by
+ * and the ram, nbd, aio and null backends (rbd still reads its keys by
  * hand). Each is defined by BK_DEFINE or BK_BACKEND_DEFINE in its file.
  */
 struct bk_table;
 extern const struct bk_table *const ram_knob_table;
 extern const struct bk_table *const null_knob_table;
 extern const struct bk_table *const nbd_knob_table;
+extern const struct bk_table *const aio_knob_table;
 extern const struct bk_table *const log_knob_table;
 extern const struct bk_table *const delay_knob_table;
 extern const struct bk_table *const fault_knob_table;
@@ -67,7 +68,7 @@ extern const struct bk_table *const record_knob_table;
  * bounds, default and unit
  *
  * Returns: the table, or NULL for a name blkfs does not have or a layer
- * that reads its keys by hand (aio, rbd).
+ * that reads its keys by hand (rbd).
  */
 const struct bk_table *blk_knob_table(const char *name);
 

@@ -40,7 +40,7 @@ const struct blk_backend_ops *blk_backend_find(const char *name)
 	return NULL;
 }
 
-/* The layers with a knob table (lib/knobs.h); aio and rbd have none yet. */
+/* The layers with a knob table (lib/knobs.h); rbd has none yet. */
 static const struct {
 	const char *name;
 	const struct bk_table *const *table;
@@ -48,6 +48,7 @@ static const struct {
 	{ "ram", &ram_knob_table },
 	{ "null", &null_knob_table },
 	{ "nbd", &nbd_knob_table },
+	{ "aio", &aio_knob_table },
 	{ "log", &log_knob_table },
 	{ "delay", &delay_knob_table },
 	{ "fault", &fault_knob_table },
