@@ -51,7 +51,7 @@
  * Messages for bad config values are "FILE:LINE: FILTER.KEY: ..." through
  * blk_param_error(); a bad store returns -EINVAL and changes nothing.
  *
- * A backend (ram, nbd, null) describes its keys the same way, with a
+ * A backend (ram, nbd, aio, null) describes its keys the same way, with a
  * help column in place of live and hook (a backend's keys are all read at
  * open and have no .sys files), and parses them into a struct of its own
  * with bk_parse():

@@ -28,11 +28,7 @@
 #include "fake_backend.h"
 #include "helpers.h"
 
-/*
- * fuse/slots.c is pure (no libfuse, no device): built in here, as
- * test_slots links it alone, for the real bf_slots_get()'s @waited.
- */
-#include "../../fuse/slots.c"
+#include "../../fuse/slots.h"	/* the real bf_slots_get() and its @waited: fuse/slots.o is linked in */
 
 static __thread bool counting;
 static __thread unsigned int reads;
