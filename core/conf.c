@@ -1021,7 +1021,7 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
  */
 enum mount_key {
 	MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_TRANSPORT, MK_URING_QUEUE_DEPTH,
-	MK_SHUTDOWN_TIMEOUT, MK_NR
+	MK_URING_SPIN, MK_SHUTDOWN_TIMEOUT, MK_NR
 };
 
 static const char *const mount_keys[MK_NR] = {
@@ -1030,6 +1030,7 @@ static const char *const mount_keys[MK_NR] = {
 	[MK_MAX_PENDING] = "max_pending",
 	[MK_TRANSPORT] = "transport",
 	[MK_URING_QUEUE_DEPTH] = "uring_queue_depth",
+	[MK_URING_SPIN] = "uring_spin",
 	[MK_SHUTDOWN_TIMEOUT] = "shutdown_timeout",
 };
 
@@ -1094,6 +1095,21 @@ static const char *mount_key_set(struct conf_mount *m, int k, const char *val, c
 		}
 		m->uring_queue_depth = (uint32_t)n;
 		return NULL;
+	case MK_URING_SPIN:
+		/* whole microseconds: what a wake-up costs is tens of them */
+		if (!strcmp(val, "off")) {
+			m->uring_spin_us = 0;
+			return NULL;
+		}
+		if (blk_parse_duration(val, 0, &n) || n > CONF_MAX_URING_SPIN_US * 1000ull ||
+		    n % 1000) {
+			snprintf(why, len, "%s is not off or a duration from 0 to %uus in whole "
+				 "microseconds (%s)", show(&v, val), CONF_MAX_URING_SPIN_US,
+				 BLK_DURATION_HELP);
+			return why;
+		}
+		m->uring_spin_us = (uint32_t)(n / 1000);
+		return NULL;
 	case MK_SHUTDOWN_TIMEOUT:
 		/*
 		 * How long the end of a mount waits for requests in flight and
@@ -1124,6 +1140,7 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		[MK_MAX_PENDING] = &m->max_pending_line,
 		[MK_TRANSPORT] = &m->transport_line,
 		[MK_URING_QUEUE_DEPTH] = &m->uring_queue_depth_line,
+		[MK_URING_SPIN] = &m->uring_spin_line,
 		[MK_SHUTDOWN_TIMEOUT] = &m->shutdown_timeout_line,
 	};
 	int k = mount_key_find(key);
@@ -1132,7 +1149,7 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 	if (k < 0)
 		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
 				"allow_other, max_pending, transport, uring_queue_depth, "
-				"shutdown_timeout)");
+				"uring_spin, shutdown_timeout)");
 	if (*seen[k])
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
 	if (mount_key_set(m, k, val, why, sizeof(why)))
@@ -1300,6 +1317,8 @@ static int parse(struct conf_parser *p, const char *buf, size_t len)
 	}
 	if (!c->mount.uring_queue_depth)
 		c->mount.uring_queue_depth = CONF_DEF_URING_DEPTH;
+	if (!c->mount.uring_spin_line)
+		c->mount.uring_spin_us = CONF_DEF_URING_SPIN_US;
 	if (!c->nr_devs)
 		return conf_err(p, 1, "[device NAME]",
 				"no [device NAME] section (allowed: at least one, e.g. [device ram0] with backend = ram and size = 1G)");

@@ -81,6 +81,16 @@ enum conf_transport {
  */
 #define CONF_SHUTDOWN_TIMEOUT_DEFAULT_MS 30000
 #define CONF_MAX_SHUTDOWN_TIMEOUT_MS (24ull * 3600 * 1000)
+/*
+ * [mount] uring_spin: over the ring, a queue thread with nothing to do
+ * keeps its CPU busy looking for work (yielding it at each look) for this
+ * long after the mount's last request, before it sleeps; 0 (off): it
+ * sleeps at once. An idle vCPU that halts costs a wake-up of tens of
+ * microseconds; a busy one lets the requester's wake-up stay where it is.
+ * It stops at once when the CPU has other work (fuse/uring.c).
+ */
+#define CONF_DEF_URING_SPIN_US 0
+#define CONF_MAX_URING_SPIN_US 1000
 
 struct conf_mount {
 	bool kernel_writeback;
@@ -91,6 +101,8 @@ struct conf_mount {
 	int transport_line;
 	uint32_t uring_queue_depth;	/* ring entries per CPU queue; 1..CONF_MAX_URING_DEPTH */
 	int uring_queue_depth_line;
+	uint32_t uring_spin_us;		/* 0..CONF_MAX_URING_SPIN_US */
+	int uring_spin_line;
 	uint32_t max_pending;		/* requests in flight per device */
 	int max_pending_line;
 	uint64_t shutdown_timeout_ms;	/* 0: wait forever */

@@ -469,7 +469,7 @@ static void init_answered(bool ring_offered_back)
 	bf_ready(io_daemon);	/* the kernel has its answer: the mount is usable */
 	if (ring_live) {
 		char stat[512];
-		unsigned long long bytes = 0, queues = 0, depth = 0;
+		unsigned long long bytes = 0, queues = 0, depth = 0, spin = 0;
 		const char *p;
 
 		bf_ring_show(io_ring, stat, sizeof(stat));
@@ -482,8 +482,15 @@ static void init_answered(bool ring_offered_back)
 		p = strstr(stat, "ring_bytes ");
 		if (p)
 			bytes = strtoull(p + 11, NULL, 10);
-		blk_log("transport: FUSE over io_uring, %llu queues (one per possible CPU) x %llu entries; ring buffers %.1f MiB, outside [cache] size, touched as used",
-			queues, depth, (double)bytes / (1 << 20));
+		p = strstr(stat, "uring_spin_limit_us ");
+		if (p)
+			spin = strtoull(p + 20, NULL, 10);
+		char spins[32] = "off";
+
+		if (spin)
+			snprintf(spins, sizeof(spins), "%lluus", spin);
+		blk_log("transport: FUSE over io_uring, %llu queues (one per possible CPU) x %llu entries; ring buffers %.1f MiB, outside [cache] size, touched as used; uring_spin %s",
+			queues, depth, (double)bytes / (1 << 20), spins);
 	} else {
 		blk_log("transport: /dev/fuse (%s)", dev_why);
 	}
@@ -635,7 +642,8 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	if (depth == d->conf.mount.uring_queue_depth &&
 	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
 		return -EINVAL;
-	io_ring = bf_ring_create(se, depth, payload, rawio_ring_failed, why, sizeof(why));
+	io_ring = bf_ring_create(se, depth, payload, d->conf.mount.uring_spin_us, rawio_ring_failed,
+				 why, sizeof(why));
 	if (io_ring)
 		return 0;
 	if (t == CONF_TRANSPORT_URING) {

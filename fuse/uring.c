@@ -105,6 +105,8 @@
 #define RING_FRONT RING_PAGE		/* front page before each payload buffer */
 #define RING_EV_TAG ((uint64_t)1)	/* user_data of the eventfd read (entries are aligned) */
 #define RING_STEAL_MIN (256u << 10)	/* a request this large may go to an idle queue's thread */
+#define RING_SPIN_BUSY_NS 20000ull	/* a yield this long ran another task: the CPU is not idle */
+#define RING_SPIN_BACKOFF_NS 50000000ull	/* then no spin for this long */
 #define RING_SPREAD_MIN 4		/* a wait's batch this long is shared with an idle queue's thread */
 #define RING_BATCH_MAX 256		/* requests taken from one wait (CONF_MAX_URING_DEPTH) */
 #define RING_TICK_MS 1000		/* the longest a queue's thread sleeps */
@@ -182,6 +184,11 @@ struct ring_queue {
 	uint64_t replied_here;		/* replies made in the thread; thread only, OWNED_ADD */
 	uint64_t handoffs;		/* replies committed from the hand-off list; thread only, OWNED_ADD */
 	uint64_t stolen;		/* requests given to another queue's thread; thread only, OWNED_ADD */
+	uint64_t last_req_ns;		/* when it last took a request; thread only, OWNED_ADD-style store */
+	uint64_t spin_ns;		/* time spent spinning; thread only, OWNED_ADD */
+	uint64_t spins, spin_hits;	/* spins begun, and ended by work; thread only, OWNED_ADD */
+	uint64_t spin_yielded;		/* spins ended because the CPU had other work; thread only */
+	uint64_t spin_off_until;	/* no spin before this (the CPU was busy); thread only */
 	/* its own line: the one counter other threads write */
 	uint64_t replied_far __attribute__((aligned(64)));	/* replies from other threads; atomic */
 } __attribute__((aligned(64)));
@@ -212,6 +219,7 @@ struct bf_ring {
 	unsigned test_limit_ms;		/* registration time limit instead of the caller's */
 	bool test_nosteal;		/* no request goes to another queue's thread */
 	struct handoff_helper *helper;
+	uint64_t spin_ns;		/* spin this long past the mount's last request; 0: never */
 };
 
 static __thread struct ring_queue *tl_queue;	/* the queue this thread serves */
@@ -672,6 +680,8 @@ static int lay_out(struct ring_queue *q, struct ring_ent *e)
 	bf_opens_note(in.opcode, e->key);
 	__atomic_store_n(&e->state, gen << ENT_ST_BITS | ENT_HELD, __ATOMIC_RELEASE);
 	OWNED_ADD(&q->requests, 1);
+	if (q->r->spin_ns)
+		__atomic_store_n(&q->last_req_ns, blk_now_ns(), __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -907,6 +917,68 @@ static int handle_cqe(struct ring_queue *q, const struct io_uring_cqe *cqe,
 	return -1;
 }
 
+/*
+ * The mount's last request, on any queue: the most recent of the queues'
+ * own stamps (each written only by its thread).
+ */
+static uint64_t ring_last_req(struct bf_ring *r)
+{
+	uint64_t last = 0, t;
+	unsigned i;
+
+	for (i = 0; i < r->nr_queues; i++) {
+		t = __atomic_load_n(&r->qs[i].last_req_ns, __ATOMIC_RELAXED);
+		if (t > last)
+			last = t;
+	}
+	return last;
+}
+
+static bool queue_has_work(struct ring_queue *q)
+{
+	return io_uring_cq_ready(&q->ring) ||
+	       __atomic_load_n(&q->handoff, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&q->steal, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&q->r->stopping, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Before sleeping: while the mount has had a request within the last
+ * r->spin_ns, keep this CPU busy and look for work, yielding the CPU at
+ * each look to whatever else may run on it. True if work came.
+ */
+static bool ring_spin(struct ring_queue *q)
+{
+	struct bf_ring *r = q->r;
+	uint64_t start = blk_now_ns(), now = start, before;
+	bool hit = false;
+
+	if (now < q->spin_off_until || now - ring_last_req(r) >= r->spin_ns)
+		return false;
+	OWNED_ADD(&q->spins, 1);
+	for (;;) {
+		if (queue_has_work(q)) {
+			hit = true;
+			break;
+		}
+		before = now;
+		sched_yield();
+		now = blk_now_ns();
+		if (now - before >= RING_SPIN_BUSY_NS) {
+			/* the yield gave the CPU away: it has other work, a spin only takes from it */
+			OWNED_ADD(&q->spin_yielded, 1);
+			q->spin_off_until = now + RING_SPIN_BACKOFF_NS;
+			break;
+		}
+		if (now - ring_last_req(r) >= r->spin_ns)
+			break;
+	}
+	if (hit)
+		OWNED_ADD(&q->spin_hits, 1);
+	OWNED_ADD(&q->spin_ns, now - start);
+	return hit;
+}
+
 static void serve_loop(struct ring_queue *q)
 {
 	struct bf_ring *r = q->r;
@@ -932,6 +1004,18 @@ static void serve_loop(struct ring_queue *q)
 				break;
 		}
 		__atomic_store_n(&q->waiting, true, __ATOMIC_RELEASE);
+		if (r->spin_ns) {
+			ret = io_uring_submit(&q->ring);
+			if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+				ring_log_queue_error(q, "io_uring_enter: %s", strerror(-ret));
+				break;
+			}
+			if (ring_spin(q)) {
+				__atomic_store_n(&q->waiting, false, __ATOMIC_RELEASE);
+				ret = 0;
+				goto reap;
+			}
+		}
 		{
 			/*
 			 * Every wake-up comes as a completion (the eventfd read);
@@ -963,6 +1047,7 @@ static void serve_loop(struct ring_queue *q)
 			ring_log_queue_error(q, "io_uring_enter: %s", strerror(-ret));
 			break;
 		}
+reap:
 		n = nbatch = 0;
 		fail = 0;
 		io_uring_for_each_cqe(&q->ring, head, cqe) {
@@ -1275,7 +1360,8 @@ size_t bf_ring_entry_bytes(size_t payload)
 }
 
 struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t payload,
-			       void (*failed)(const char *why), char *err, size_t errlen)
+			       unsigned spin_us, void (*failed)(const char *why), char *err,
+			       size_t errlen)
 {
 	struct bf_ring *r;
 	sigset_t all, old;
@@ -1292,6 +1378,7 @@ struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t p
 	r->failed = failed;
 	r->depth = depth;
 	r->payload = payload;
+	r->spin_ns = (uint64_t)spin_us * 1000;
 	r->nr_queues = possible_cpus();
 	if (r->nr_queues > RING_MAX_QUEUES || depth > KEY_FIELD + 1) {
 		/* a key has 16 bits for the queue and 16 for the entry */
@@ -1635,7 +1722,7 @@ static size_t resident(const struct ring_queue *q)
 
 int bf_ring_show(struct bf_ring *r, char *buf, size_t len)
 {
-	uint64_t requests = 0, handoffs = 0, stolen = 0;
+	uint64_t requests = 0, handoffs = 0, stolen = 0, spin_ns = 0, spins = 0, hits = 0, yielded = 0;
 	size_t bytes = 0, res = 0;
 	unsigned i;
 
@@ -1645,14 +1732,22 @@ int bf_ring_show(struct bf_ring *r, char *buf, size_t len)
 		requests += __atomic_load_n(&q->requests, __ATOMIC_RELAXED);
 		handoffs += __atomic_load_n(&q->handoffs, __ATOMIC_RELAXED);
 		stolen += __atomic_load_n(&q->stolen, __ATOMIC_RELAXED);
+		spin_ns += __atomic_load_n(&q->spin_ns, __ATOMIC_RELAXED);
+		spins += __atomic_load_n(&q->spins, __ATOMIC_RELAXED);
+		hits += __atomic_load_n(&q->spin_hits, __ATOMIC_RELAXED);
+		yielded += __atomic_load_n(&q->spin_yielded, __ATOMIC_RELAXED);
 		bytes += q->mem_len + q->ring_bytes;
 		res += resident(q);
 	}
 	return snprintf(buf, len,
 			"queues %u\nqueue_depth %u\npayload_bytes %zu\nring_bytes %zu\n"
 			"ring_resident_bytes %zu\nring_requests %llu\nring_handoff_replies %llu\n"
-			"ring_moved_requests %llu\n",
+			"ring_moved_requests %llu\nuring_spin_limit_us %llu\nring_spin_us %llu\n"
+			"ring_spins %llu\nring_spin_hits %llu\nring_spin_yielded %llu\n",
 			r->nr_queues, r->depth, r->payload, bytes, res,
 			(unsigned long long)requests, (unsigned long long)handoffs,
-			(unsigned long long)stolen);
+			(unsigned long long)stolen, (unsigned long long)(r->spin_ns / 1000),
+			(unsigned long long)(spin_ns / 1000),
+			(unsigned long long)spins, (unsigned long long)hits,
+			(unsigned long long)yielded);
 }

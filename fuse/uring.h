@@ -51,6 +51,8 @@ size_t bf_ring_entry_bytes(size_t payload);
  * @depth: entries per queue ([mount] uring_queue_depth; the caller checked
  *         their memory with conf_check_uring())
  * @payload: the payload buffer each entry will need (the largest request)
+ * @spin_us: [mount] uring_spin: how long past the mount's last request a
+ *           queue thread with nothing to do looks for work before it sleeps
  * @failed: called (no ring lock held) when a queue's thread ends on an
  *          error after the ring was up: the session must end
  * @err, @errlen: why not, in a sentence for the user
@@ -60,6 +62,7 @@ size_t bf_ring_entry_bytes(size_t payload);
  * Returns: the ring, or NULL with @err set.
  */
 struct bf_ring *bf_ring_create(struct fuse_session *se, unsigned depth, size_t payload,
+			       unsigned spin_us,
 			       void (*failed)(const char *why), char *err, size_t errlen);
 
 /**

@@ -7,7 +7,9 @@
 #    blkfs stat and its JSON say so, with the queues, depth and memory),
 #    `dev` does not; depths 1 and 64 carry verified data, and so do replies
 #    made by another thread than the handler's (as replies from I/O
-#    completions are: BLKFS_URING_TEST=handoff), and 16 MiB writes and
+#    completions are: BLKFS_URING_TEST=handoff), a queue thread that
+#    spins before it sleeps (uring_spin: its counters move, and stay 0
+#    with it off), and 16 MiB writes and
 #    reads, and 1 MiB requests 16 at a time from one CPU (some handed to
 #    the other CPU's thread);
 #  - a queue that does not register in time: `uring` fails the mount in
@@ -176,6 +178,42 @@ $DEV"
 			--fallocate=none --output="$TDIR/fio.out" $eng ||
 			{ cat "$TDIR/fio.out"; fail "depth $depth: fio $eng failed"; }
 	done
+	stop_blkfs
+done
+
+# ---------------------------------------------------------------------------
+for spin in off 200us; do
+	info "uring_spin = $spin: fio verify, psync QD1 and libaio QD16; the spin's counters"
+	start_blkfs "[mount]
+transport = uring
+uring_spin = $spin
+
+$DEV"
+	grep -q "transport: FUSE over io_uring, .*; uring_spin $spin\$" "$LOG" ||
+		fail "uring_spin $spin: log: $(grep transport: "$LOG")"
+	for eng in "--ioengine=psync" "--ioengine=libaio --iodepth=16"; do
+		# shellcheck disable=SC2086
+		fio --name=spin --filename="$MNT/r" --rw=randrw --bsrange=4k-64k --blockalign=4k \
+			--size=12M --direct=1 --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+			--fallocate=none --output="$TDIR/fio.out" $eng ||
+			{ cat "$TDIR/fio.out"; fail "uring_spin $spin: fio $eng failed"; }
+	done
+	spins=$(tfield "$MNT" ring_spins) hits=$(tfield "$MNT" ring_spin_hits)
+	spun=$(tfield "$MNT" ring_spin_us) limit=$(tfield "$MNT" uring_spin_limit_us)
+	yielded=$(tfield "$MNT" ring_spin_yielded)
+	info "  limit ${limit}us: $spins spins, $hits ended by work, $yielded by a busy CPU, ${spun}us spent"
+	if [ "$spin" = off ]; then
+		assert_eq "uring_spin off: limit" 0 "$limit"
+		assert_eq "uring_spin off: spins" 0 "$spins"
+	else
+		assert_eq "uring_spin $spin: limit" 200 "$limit"
+		# a QD1 request comes well within 200 us of the reply before it;
+		# on a busy machine the spin gives way at once instead
+		[ "$spins" -gt 0 ] || fail "uring_spin $spin: no spin"
+		[ $((hits + yielded)) -gt 0 ] ||
+			fail "uring_spin $spin: $spins spins, none ended by work or by a busy CPU"
+		[ "$spun" -gt 0 ] || fail "uring_spin $spin: no time counted"
+	fi
 	stop_blkfs
 done
 

@@ -1417,7 +1417,7 @@ Test(conf, mount_section)
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
 		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
-		   "max_pending, transport, uring_queue_depth, shutdown_timeout)");
+		   "max_pending, transport, uring_queue_depth, uring_spin, shutdown_timeout)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
@@ -1542,6 +1542,38 @@ Test(conf, mount_transport)
 		   F ":5: uring_queue_depth: 99999999999999999999999 is not a queue depth (allowed: 1 to 256 entries per CPU)");
 	expect_err(RAM0 "[mount]\nuring_queue_depth = 16K\n",
 		   F ":5: uring_queue_depth: 16K is not a queue depth (allowed: 1 to 256 entries per CPU)");
+}
+
+/* [mount] uring_spin: off or whole microseconds up to 1 ms; the default when absent. */
+Test(conf, uring_spin)
+{
+	static const struct { const char *val; uint32_t us; } ok[] = {
+		{ "off", 0 }, { "0", 0 }, { "0us", 0 }, { "50us", 50 }, { "1ms", 1000 },
+		{ "1000us", 1000 }, { "2000ns", 2 },
+	};
+	char text[256];
+	size_t i;
+
+	cr_assert_eq(conf_parse_buf(RAM0, strlen(RAM0), "m.conf", &c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(c.mount.uring_spin_us, CONF_DEF_URING_SPIN_US);
+	cr_assert_eq(c.mount.uring_spin_line, 0);
+	conf_free(&c);
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(text, sizeof(text), RAM0 "[mount]\nuring_spin = %s\n", ok[i].val);
+		cr_assert_eq(conf_parse_buf(text, strlen(text), "m.conf", &c, err, sizeof(err)), 0,
+			     "%s: %s", ok[i].val, err);
+		cr_assert_eq(c.mount.uring_spin_us, ok[i].us, "%s: %u", ok[i].val, c.mount.uring_spin_us);
+		cr_assert_eq(c.mount.uring_spin_line, 5);
+		conf_free(&c);
+	}
+	expect_err(RAM0 "[mount]\nuring_spin = 1001us\n",
+		   F ":5: uring_spin: 1001us is not off or a duration from 0 to 1000us in whole microseconds (" BLK_DURATION_HELP ")");
+	expect_err(RAM0 "[mount]\nuring_spin = 1500ns\n",
+		   F ":5: uring_spin: 1500ns is not off or a duration from 0 to 1000us in whole microseconds (" BLK_DURATION_HELP ")");
+	expect_err(RAM0 "[mount]\nuring_spin = on\n",
+		   F ":5: uring_spin: on is not off or a duration from 0 to 1000us in whole microseconds (" BLK_DURATION_HELP ")");
+	expect_err(RAM0 "[mount]\nuring_spin = 5us\nuring_spin = off\n",
+		   F ":6: uring_spin: duplicate key (first given on line 5)");
 }
 
 /* The rings' memory against the machine's: a quarter of it at most. */
