@@ -76,7 +76,7 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
-#include "../lib/ranges.h"
+#include "../kit/ranges.h"
 #include "../lib/trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX

@@ -61,7 +61,7 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
-#include "../lib/ranges.h"
+#include "../kit/ranges.h"
 #include "../lib/trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
