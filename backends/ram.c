@@ -193,6 +193,15 @@
 #define RAM_SLAB_SIZE	(1ul << RAM_SLAB_SHIFT)
 #define RAM_SLAB_PAGES	(RAM_SLAB_SIZE >> RAM_PAGE_SHIFT)	/* page 0 is the header */
 
+/*
+ * How long the arena thread waits after a reserve slab failed to map
+ * (memory short) before it tries again: long enough not to spin on a
+ * failing mmap(2), short enough that the reserve fills again soon after
+ * memory comes back. No I/O waits for it (a writer maps its own slab
+ * meanwhile), and a release or a stop signals thread_cv and ends it early.
+ */
+#define RAM_MAP_RETRY_MS	100
+
 /* DISCARD and WRITE_ZEROES hold rd->ar->lock exclusive for at most this much. */
 #define RAM_ZERO_CHUNK	(1ull << 30)
 
@@ -684,7 +693,7 @@ static void *ram_thread_fn(void *arg)
 			ram_test_slab_mapped(ar->first);
 		pthread_mutex_lock(&ar->alloc_lock);
 		if (!s) {
-			blk_cond_wait_ms(&ar->thread_cv, &ar->alloc_lock, 100);
+			blk_cond_wait_ms(&ar->thread_cv, &ar->alloc_lock, RAM_MAP_RETRY_MS);
 			continue;
 		}
 		__atomic_add_fetch(&ar->nr_slabs, 1, __ATOMIC_RELAXED);
@@ -2146,7 +2155,14 @@ static struct ram_arena *ram_arena_new(struct blk_params *p, uint64_t reserve)
 		return ERR_PTR(ret);
 	}
 	pthread_mutex_init(&ar->alloc_lock, NULL);
-	blk_cond_init(&ar->thread_cv);	/* waited on with a timeout */
+	ret = -blk_cond_init(&ar->thread_cv);	/* waited on with a timeout */
+	if (ret) {
+		pthread_mutex_destroy(&ar->alloc_lock);
+		brlock_destroy(&ar->lock);
+		free(ar);
+		blk_param_error(p, NULL, "cannot set up the ram backend: %s", strerror(-ret));
+		return ERR_PTR(ret);
+	}
 
 	/* It sleeps until there is a reserve to fill or a slab to unmap. */
 	pthread_attr_init(&ta);

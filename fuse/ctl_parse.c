@@ -12,6 +12,12 @@
 
 #include "ctl_parse.h"
 
+/*
+ * The separators of a control line. Not shared with backends/kit/entries.c's
+ * is_blank(), which takes a carriage return as a blank too (a .sys store
+ * written with CRLF): here a carriage return is a control byte the line
+ * refuses (is_ctl()), so the two sets differ on purpose.
+ */
 static bool is_blank(char c)
 {
 	return c == ' ' || c == '\t';

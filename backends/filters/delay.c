@@ -330,16 +330,6 @@ static void delay_fire(struct be_timer *t)
 }
 
 /* The seed again at the first I/O: stderr is the daemon's log by then. */
-static void say_seed_first_io(struct delay_dev *dd)
-{
-	uint64_t seed;
-
-	pthread_mutex_lock(&dd->lock);
-	seed = dd->seed;
-	pthread_mutex_unlock(&dd->lock);
-	be_say_seed("delay", dd->dev, seed, "first I/O");
-}
-
 static int delay_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct delay_dev *dd = (struct delay_dev *)be;
@@ -348,7 +338,7 @@ static int delay_submit(struct blk_backend *be, struct blk_io *io)
 	int ret;
 
 	if (be_first_io(&dd->seed_said))
-		say_seed_first_io(dd);
+		be_say_seed_first_io(&dd->lock, &dd->seed, "delay", dd->dev);
 	if (!__atomic_load_n(&dd->active, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
 	ns = delay_pick(dd, io);

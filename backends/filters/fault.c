@@ -76,7 +76,7 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
-#include "../lib/ranges.h"
+#include "../kit/ranges.h"
 #include "../lib/trace.h"
 
 #define FAULT_AFTER_OFF	UINT64_MAX
@@ -565,14 +565,8 @@ static int fault_submit(struct blk_backend *be, struct blk_io *io)
 	struct fault_dev *fd = (struct fault_dev *)be;
 	struct fault_verdict v;
 
-	if (be_first_io(&fd->seed_said)) {
-		uint64_t seed;
-
-		pthread_mutex_lock(&fd->lock);
-		seed = fd->seed;
-		pthread_mutex_unlock(&fd->lock);
-		be_say_seed("fault", fd->dev, seed, "first I/O");
-	}
+	if (be_first_io(&fd->seed_said))
+		be_say_seed_first_io(&fd->lock, &fd->seed, "fault", fd->dev);
 	v = fault_decide(fd, io);
 	if ((v.hang || v.err) && bt_on(fd->bt, BT_LEVEL_DEV)) {
 		char eb[16];

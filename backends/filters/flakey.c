@@ -61,7 +61,7 @@
 
 #include "../backends_int.h"
 #include "../lib/knobs.h"
-#include "../lib/ranges.h"
+#include "../kit/ranges.h"
 #include "../lib/trace.h"
 
 #define FLAKEY_MAX_INTERVAL_NS	(30 * 24 * 3600ull * 1000000000)	/* 30 days */
@@ -422,16 +422,6 @@ static int build_write(struct flakey_dev *fk, struct flakey_io *c)
 }
 
 /* The seed again at the first I/O: stderr is the daemon's log by then. */
-static void say_seed_first_io(struct flakey_dev *fk)
-{
-	uint64_t seed;
-
-	pthread_mutex_lock(&fk->lock);
-	seed = fk->seed;
-	pthread_mutex_unlock(&fk->lock);
-	be_say_seed("flakey", fk->dev, seed, "first I/O");
-}
-
 static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 {
 	struct flakey_dev *fk = (struct flakey_dev *)be;
@@ -442,7 +432,7 @@ static int flakey_submit(struct blk_backend *be, struct blk_io *io)
 	char eb[16];
 
 	if (be_first_io(&fk->seed_said))
-		say_seed_first_io(fk);
+		be_say_seed_first_io(&fk->lock, &fk->seed, "flakey", fk->dev);
 	if (!__atomic_load_n(&fk->can_go_down, __ATOMIC_RELAXED))
 		return blk_submit(be->next, io);
 	a = flakey_decide(fk, io, &err, pt, &npt, &edge);

@@ -36,7 +36,7 @@
  * the data it was to cover may be gone), so a successful fsync always
  * means durable. The seed is printed to stderr (the daemon log) and kept
  * in `last_seed`; `seed` sets the next one (default: from the clock). The
- * stream is util.c's be_rand() (splitmix64) from the seed, one draw per
+ * stream is kit/seed.h's be_rand() (splitmix64) from the seed, one draw per
  * entry and one more for a tear: a seed recorded by an older blkfs
  * replays the same cut.
  *
@@ -112,7 +112,7 @@
 #include "../backends_int.h"
 #include "../lib/knobs.h"
 #include "../lib/pool.h"
-#include "../lib/ranges.h"
+#include "../kit/ranges.h"
 #include "../lib/trace.h"
 
 #define PL_PAGE		4096		/* save buffers: page-aligned, fine for O_DIRECT below */

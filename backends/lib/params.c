@@ -12,7 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../backends_int.h"
+#include "../backend.h"
+#include "params.h"
 
 /* A filter asks for "write"; its line in the config says "delay.write". */
 static struct blk_param *param_find(const struct blk_params *p, const char *key)

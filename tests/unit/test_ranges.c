@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/unit/test_ranges.c - byte ranges of a device (backends/lib/ranges.h):
+ * tests/unit/test_ranges.c - byte ranges of a device (backends/kit/ranges.h):
  * parsing (sizes, tags, entries outside the device or past the room
  * refused), printing, lookups in list order, sort and merge, the bytes
  * covered and the n-th of them, and punching a range out: whole, at
@@ -12,7 +12,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backends_int.h"
-#include "../../backends/lib/ranges.h"
+#include "../../backends/kit/ranges.h"
 
 #define SIZE (1u << 20)
 

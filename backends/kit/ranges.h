@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/lib/ranges.h - byte ranges of a device, for a filter that acts
+ * backends/kit/ranges.h - byte ranges of a device, for a filter that acts
  * on parts of it: fault's bad-block map, flakey's corrupt ranges (nbdkit's
  * common/regions is the model: one helper, so each filter holds only what
  * it does with a range). A list is an array the caller owns, of at most
@@ -18,8 +18,8 @@
  * Lock: none; the caller holds its own around every call on a list that
  * others read.
  */
-#ifndef BLKFS_RANGES_H
-#define BLKFS_RANGES_H
+#ifndef BLKFS_KIT_RANGES_H
+#define BLKFS_KIT_RANGES_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/lib/ranges.c - byte ranges of a device (ranges.h): parsing and
+ * backends/kit/ranges.c - byte ranges of a device (ranges.h): parsing and
  * printing a list, looking up I/O against it, merging, and punching a
  * range out. Lists are small (a few hundred entries, read by a person),
  * so lookups are linear. A range set is kept sorted and merged as it
@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backends_int.h"
+#include "../backend.h"
+#include "entries.h"
 #include "ranges.h"
 
 int be_ranges_parse(const char *s, size_t n, char sep, uint64_t size, int (*tag)(const char *),
