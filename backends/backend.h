@@ -221,7 +221,7 @@ struct blk_snap_info {
  * struct blk_snap_ops - snapshot operations of a backend (optional)
  *
  * A backend that keeps snapshots points blk_backend_ops.snap at its table;
- * a filter points it at be_filter_snap_ops (backends_int.h), which passes
+ * a filter points it at be_filter_snap_ops (backends/kit/filter.h), which passes
  * each call to the layer below, or at a table of its own when a call
  * concerns it too (powerloss drops its journal on @reset). Call them
  * through the blk_snap_*() wrappers below, on the top of a device's stack:
@@ -480,7 +480,7 @@ static inline int blk_resize(struct blk_backend *be, uint64_t *size)
 	return be->ops->resize ? be->ops->resize(be, size) : -EOPNOTSUPP;
 }
 
-/* backends/lib/util.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
+/* backends/lib/names.c: is @name a valid snapshot name (see BLK_SNAP_NAME_MAX)? */
 bool blk_snap_name_valid(const char *name);
 
 /*
@@ -497,7 +497,7 @@ void blk_logl(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 #define blk_warn(...)	blk_logl(BLK_LOG_WARNING, __VA_ARGS__)
 #define blk_info(...)	blk_logl(BLK_LOG_INFO, __VA_ARGS__)
 
-/* backends/lib/util.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
+/* backends/lib/names.c: "READ", "WRITE", "FLUSH", "DISCARD", "WRITE_ZEROES" (the log trace's names) */
 const char *blk_op_name(enum blk_op op);
 
 /* backends/registry.c */
