@@ -126,6 +126,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 	struct pc_cache *pc;
 	size_t nr, i;
 	char *map;
+	int err;
 
 	if (!blk_is_pow2(p->folio_size) || p->folio_size < 4096 || p->folio_size > (2u << 20))
 		return ERR_PTR(-EINVAL);
@@ -136,11 +137,21 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 	pc = calloc(1, sizeof(*pc));
 	if (!pc)
 		return ERR_PTR(-ENOMEM);
+	/*
+	 * The two waited on with a timeout run on CLOCK_MONOTONIC: an
+	 * attribute to make, which can fail (a positive errno). A cache whose
+	 * bounded waits would run on the wall clock is not made at all.
+	 */
+	err = -blk_cond_init(&pc->free_cond);
+	if (err)
+		goto out_free;
+	err = -blk_cond_init(&pc->fl_cond);
+	if (err)
+		goto out_free_cond;
+	err = -ENOMEM;
 	pthread_mutex_init(&pc->lock, NULL);
-	blk_cond_init(&pc->free_cond);	/* waited on with a timeout */
 	pthread_cond_init(&pc->dev_cond, NULL);
 	pthread_mutex_init(&pc->fl_lock, NULL);
-	blk_cond_init(&pc->fl_cond);	/* waited on with a timeout */
 	list_init(&pc->free);
 	list_init(&pc->lru);
 	list_init(&pc->parked);
@@ -163,7 +174,7 @@ struct pc_cache *pc_cache_create(const struct pc_cache_params *p)
 	map = mmap(NULL, pc->map_len, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (map == MAP_FAILED)
-		goto out_free;
+		goto out_locks;
 	pc->map_base = map;
 	pc->mem = (char *)(((uintptr_t)map + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1));
 	madvise(pc->mem, pc->mem_len, MADV_HUGEPAGE);
@@ -193,9 +204,16 @@ out_unmap:
 	free(pc->folios);
 	free(pc->bitmaps);
 	munmap(map, pc->map_len);
+out_locks:
+	pthread_mutex_destroy(&pc->fl_lock);
+	pthread_cond_destroy(&pc->dev_cond);
+	pthread_mutex_destroy(&pc->lock);
+	pthread_cond_destroy(&pc->fl_cond);
+out_free_cond:
+	pthread_cond_destroy(&pc->free_cond);
 out_free:
 	free(pc);
-	return ERR_PTR(-ENOMEM);
+	return ERR_PTR(err);
 }
 
 int pc_cache_start(struct pc_cache *pc)

@@ -384,6 +384,22 @@ int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, ui
 			    const struct iovec *iov, int iovcnt, uint64_t *ok);
 int pc_submit_split_wait(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			 const struct iovec *iov, int iovcnt);
+/**
+ * pc_submit_first_hop - blk_submit() of an I/O the cache made, to the top of
+ * its device's stack, checked first in every build
+ * @be: the top layer (dev->be)
+ * @name: the device's name, for the log
+ * @io: the I/O
+ *
+ * The installed build's one check (GNUmakefile's CHECKS=0 checks nothing at
+ * blk_submit()): blk_io_valid() against @be's geometry. An I/O that breaks
+ * it is not submitted: -EIO, and a line in the log (rate-limited). Every
+ * I/O the cache hands to the device goes through here.
+ *
+ * Returns: what blk_submit() returns, or -EIO (the I/O was not taken: the
+ * caller ends it, as after any failed submit).
+ */
+int pc_submit_first_hop(struct blk_backend *be, const char *name, struct blk_io *io);
 /* Account a backend I/O: acct_begin() at submit, acct_end() at completion. */
 uint64_t acct_begin(struct pc_dev *dev);
 void acct_end(struct pc_dev *dev, enum blk_op op, uint64_t len, uint64_t start_ns, int res);

@@ -423,6 +423,49 @@ void pc_trace_issue(struct pc_dev *dev, const struct blk_io *io, bool merged)
 	bt_event(dev->bt, BT_LEVEL_DEV, BT_ACT_ISSUE | BT_TC_ACT(cat), io->pos, io->len, 0, NULL, 0, 0);
 }
 
+/* ------------------------------------------------- the first hop's check */
+
+/*
+ * Bad first hops logged: 5 lines per 5 s for the whole process. A cache bug
+ * that shapes I/O wrongly does it per I/O; the log must not drown in it.
+ */
+static struct blk_ratelimit first_hop_rl = BLK_RATELIMIT_INIT(5000, 5);
+
+/*
+ * The one check the installed build keeps (issue 43): the CHECKS=1 build
+ * checks every hop at blk_submit() and aborts; this checks only the first,
+ * what the cache made, and fails that I/O instead. The geometry is the
+ * one blk_submit()'s check uses (check_geometry, else geometry): the
+ * layer's word, read as the contract check reads it, from any thread
+ * (rbd's check_geometry lets writeback reach past a shrink from outside;
+ * dev->geo.size is the cache's, written by pc_dev_set_size() without
+ * atomics). The cost: tools/blkfs-hopcost.
+ *
+ * -EIO, not -EINVAL: the fault is the cache's, not the caller's (its
+ * request was checked at the front door, fuse/), as the kernel's
+ * submit_bio_noacct() ends a bio past the device's end with
+ * BLK_STS_IOERR (bio_check_eod). An application cannot mend its arguments
+ * after EINVAL here, and fsync's EINVAL means "cannot sync this file".
+ */
+int pc_submit_first_hop(struct blk_backend *be, const char *name, struct blk_io *io)
+{
+	struct blk_geometry geo;
+
+	if (be->ops->check_geometry)
+		be->ops->check_geometry(be, &geo);
+	else
+		be->ops->geometry(be, &geo);
+	if (__builtin_expect(blk_io_valid(&geo, io), 1))
+		return blk_submit(be, io);
+	if (blk_ratelimit(&first_hop_rl, "first-hop check"))
+		blk_err("%s: cache bug: %s %llu+%llu (%d segments) outside layer %s's geometry "
+			"(lbs %u, size %llu, max_io %u, dma_align %u): failed with EIO", name,
+			blk_op_name(io->op), (unsigned long long)io->pos,
+			(unsigned long long)io->len, io->iovcnt, be->ops->name ? be->ops->name : "?",
+			geo.lbs, (unsigned long long)geo.size, geo.max_io, geo.dma_align);
+	return -EIO;
+}
+
 /* A pooled pc_sio's slices of the vector, right after it. */
 static struct iovec *sio_iov(struct pc_sio *s)
 {
@@ -479,7 +522,7 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->start_ns = s->pooled ? acct_begin(dev) :
 		      acct_begin_tok(dev, (const char *)s - offsetof(struct pc_aio, sio));
 	pc_trace_issue(dev, &s->io, false);
-	ret = blk_submit(dev->be, &s->io);
+	ret = pc_submit_first_hop(dev->be, dev->name, &s->io);
 	if (ret < 0)
 		sio_end_io(&s->io, ret);
 }

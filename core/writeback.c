@@ -724,6 +724,21 @@ int wb_all_sync(struct pc_cache *pc, struct pc_dev *dev, uint64_t *bytes)
 }
 
 /*
+ * The bound of a writer's wait over the dirty limit. What lowers the dirty
+ * bytes mostly wakes it: writeback turning a folio clean (folio_unpark())
+ * and dropped data. The bound covers what wakes no one: a device's writes
+ * beginning to fail (the writer must get the errno, not wait on), the end
+ * of a writeback whose folio was dirtied again meanwhile (wb_bytes falls,
+ * no folio turns clean). Those are rare, so
+ * the bound costs latency only there; 50 ms is 5 times the longest pause
+ * below the limit (10 ms, wb_balance_dirty()), so a writer held here
+ * re-checks less often than one paced there. Chosen with the first
+ * throttle (7a8a4ee), not measured: its cost is a wake-up per 50 ms per
+ * throttled writer.
+ */
+#define WB_THROTTLE_POLL_MS 50
+
+/*
  * Writers are slowed when dirty data passes the limit; the flusher starts
  * at the background level. A device whose writeback keeps failing gets its
  * errno instead of a wait that could last forever.
@@ -784,7 +799,7 @@ int wb_balance_dirty(struct pc_dev *dev, bool may_pause, bool nowait)
 			continue;
 		}
 		__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
-		blk_cond_wait_ms(&pc->free_cond, &pc->lock, 50);
+		blk_cond_wait_ms(&pc->free_cond, &pc->lock, WB_THROTTLE_POLL_MS);
 		__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&pc->lock);
 	}

@@ -61,8 +61,19 @@ static int checker_ok(const char *cmd)
 	return 0;
 }
 
-static int parse_u64(const char *opt, const char *s, uint64_t *out)
+/*
+ * A command-line option's number (@opt names it in the message): a whole
+ * C string, any base strtoull() takes (a --seed may be given in hex), with
+ * an optional K, M or G (binary) for --size and the like; reports its own
+ * error. Not sysfs.c's parse_attr_u64(), which reads a .sys file's write:
+ * a buffer with a length and a trailing newline, decimal only, no suffix
+ * (a .sys value has one unit, as in the kernel's sysfs), answered with
+ * -EINVAL and no message. One parser for both would take the union of
+ * their inputs, and each would accept what it must refuse.
+ */
+static int parse_opt_u64(const char *opt, const char *s, uint64_t *out)
 {
+	unsigned int shift = 0;
 	char *end;
 
 	errno = 0;
@@ -72,15 +83,16 @@ static int parse_u64(const char *opt, const char *s, uint64_t *out)
 		return -1;
 	}
 	if (*end == 'K' || *end == 'k')
-		*out <<= 10, end++;
+		shift = 10, end++;
 	else if (*end == 'M')
-		*out <<= 20, end++;
+		shift = 20, end++;
 	else if (*end == 'G')
-		*out <<= 30, end++;
-	if (*end) {
+		shift = 30, end++;
+	if (*end || *out > UINT64_MAX >> shift) {
 		cc_err("%s %s: not a number", opt, s);
 		return -1;
 	}
+	*out <<= shift;
 	return 0;
 }
 
@@ -101,28 +113,28 @@ static int parse_opt(struct cc *cc, bool *json, int c, const char *arg)
 	case 'b': cc->base = arg; break;
 	case 'c': cc->check = arg; break;
 	case 'j':
-		if (parse_u64("--jobs", arg, &v) || !v || v > 256) {
+		if (parse_opt_u64("--jobs", arg, &v) || !v || v > 256) {
 			cc_err("--jobs %s: 1 to 256", arg);
 			return 2;
 		}
 		cc->jobs = (unsigned int)v;
 		break;
 	case 'N':
-		if (parse_u64("--n", arg, &v) || v > 63)
+		if (parse_opt_u64("--n", arg, &v) || v > 63)
 			return 2;
 		cc->n = (unsigned int)v;
 		break;
 	case 'K':
-		if (parse_u64("--k", arg, &v) || v > CC_MAX_K)
+		if (parse_opt_u64("--k", arg, &v) || v > CC_MAX_K)
 			return 2;
 		cc->k = (unsigned int)v;
 		break;
 	case 'S':
-		if (parse_u64("--states", arg, &cc->max_states) || !cc->max_states)
+		if (parse_opt_u64("--states", arg, &cc->max_states) || !cc->max_states)
 			return 2;
 		break;
 	case 's':
-		if (parse_u64("--seed", arg, &cc->seed))
+		if (parse_opt_u64("--seed", arg, &cc->seed))
 			return 2;
 		break;
 	case 'w': cc->each_write = true; break;
@@ -141,11 +153,11 @@ static int parse_opt(struct cc *cc, bool *json, int c, const char *arg)
 	case 'd': cc->scratch = arg; break;
 	case 'k': cc->keep = arg; break;
 	case 'z':
-		if (parse_u64("--size", arg, &cc->size))
+		if (parse_opt_u64("--size", arg, &cc->size))
 			return 2;
 		break;
 	case 'p':
-		if (parse_u64("--pbs", arg, &v) || v < 512 || v > 65536 || (v & (v - 1))) {
+		if (parse_opt_u64("--pbs", arg, &v) || v < 512 || v > 65536 || (v & (v - 1))) {
 			cc_err("--pbs %s: a power of two from 512 to 65536", arg);
 			return 2;
 		}

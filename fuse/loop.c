@@ -42,6 +42,19 @@
 #define PR_SET_IO_FLUSHER 57
 #endif
 
+/*
+ * detach: how long and how often to try the exclusive open again while the
+ * loop device is busy (detach_one()). A filesystem unmounted a moment ago
+ * drops its claim when its last reference goes, soon after umount(8)
+ * returns; a device still busy after 2 s is taken to be in use, not
+ * closing, and detach says so rather than wait on. 100 ms between tries:
+ * the open is cheap (20 of them at most), and a person running detach
+ * waits at most 100 ms past the moment the claim goes. Neither figure was
+ * measured; they bound a command a person runs, not a hot path.
+ */
+#define DETACH_BUSY_WAIT_MS	2000
+#define DETACH_BUSY_POLL_MS	100
+
 void bf_io_flusher(void)
 {
 	const char *off = getenv("BLKFS_NO_IO_FLUSHER");
@@ -295,10 +308,12 @@ static int detach_one(const char *loop)
 	/*
 	 * A filesystem unmounted a moment ago may hold its claim a little
 	 * longer (its last reference goes after umount(8) returns on a busy
-	 * machine): a detach right after it waits up to 2 s for that.
+	 * machine): a detach right after it waits up to DETACH_BUSY_WAIT_MS
+	 * for that.
 	 */
-	for (int i = 0; fd < 0 && errno == EBUSY && i < 20; i++) {
-		usleep(100 * 1000);
+	for (int i = 0; fd < 0 && errno == EBUSY && i < DETACH_BUSY_WAIT_MS / DETACH_BUSY_POLL_MS;
+	     i++) {
+		usleep(DETACH_BUSY_POLL_MS * 1000);
 		fd = open(loop, O_RDONLY | O_EXCL | O_CLOEXEC);
 	}
 	if (fd < 0) {

@@ -28,8 +28,15 @@ struct bf_dev_attr {
 
 #define SHOW(buf, len, ...) snprintf(buf, len, __VA_ARGS__)
 
-/* Parse a non-negative decimal with an optional trailing newline. */
-static int parse_u64(const char *buf, size_t len, uint64_t *out)
+/*
+ * A .sys file's write: a non-negative decimal in @buf (@len bytes, not a C
+ * string) with an optional trailing newline, as `echo N > file` writes it;
+ * -EINVAL otherwise, no message (the writer gets the errno, as from the
+ * kernel's sysfs). Not crashcheck.c's parse_opt_u64(), which reads a
+ * command-line option: a C string, any base, K/M/G suffixes, its own error
+ * message. A .sys value has one unit (sectors, KiB) and no suffix.
+ */
+static int parse_attr_u64(const char *buf, size_t len, uint64_t *out)
 {
 	char tmp[32], *end;
 	unsigned long long v;
@@ -74,7 +81,7 @@ static int store_size(struct bf_dev *bd, const char *buf, size_t len)
 	}
 	memcpy(spec, buf, len);
 	spec[len] = 0;
-	if (!parse_u64(spec, len, &sectors)) {
+	if (!parse_attr_u64(spec, len, &sectors)) {
 		if (!sectors || sectors > UINT64_MAX / 512) {
 			blk_err(".sys/%s/size: %s sectors is not a size", bd->cd->name, spec);
 			return -EINVAL;
@@ -251,7 +258,7 @@ static int store_max_sectors(struct bf_dev *bd, const char *buf, size_t len)
 {
 	uint64_t kb;
 
-	if (parse_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
+	if (parse_attr_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
 		return -EINVAL;
 	return pc_dev_set_max_io(bd->pc, kb * 1024);
 }
@@ -265,7 +272,7 @@ static int store_read_ahead(struct bf_dev *bd, const char *buf, size_t len)
 {
 	uint64_t kb;
 
-	if (parse_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
+	if (parse_attr_u64(buf, len, &kb) || kb > UINT32_MAX / 1024)
 		return -EINVAL;
 	return pc_dev_set_read_ahead(bd->pc, kb * 1024);
 }

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../backends/lib/clock.h"
+
 #define FAKE_POISON 0xEE
 #define FAKE_MAX_REPORTS 16
 
@@ -484,13 +486,16 @@ struct fake_be *fake_create(const struct blk_geometry *geo)
 	fb->delay_us = 200;
 	fb->seed = 1;
 	pthread_mutex_init(&fb->lock, NULL);
-	pthread_cond_init(&fb->cv, NULL);
+	/* waited on with timeouts (fake_wait_*): CLOCK_MONOTONIC, as clock.h says */
+	if (blk_cond_init(&fb->cv))
+		goto out_mutex;
 	if (pthread_create(&fb->completer, NULL, completer_main, fb))
-		goto out_unmap;
+		goto out_cond;
 	return fb;
 
-out_unmap:
+out_cond:
 	pthread_cond_destroy(&fb->cv);
+out_mutex:
 	pthread_mutex_destroy(&fb->lock);
 	munmap(fb->data, fb->map_len);
 out_free:
@@ -565,26 +570,20 @@ size_t fake_pending(struct fake_be *fb)
 	return n;
 }
 
-static void deadline_after(struct timespec *ts, unsigned int ms)
+/* blk_now_ns() @ms milliseconds from now: a deadline for blk_cond_wait_until() */
+static uint64_t deadline_after(unsigned int ms)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
+	return blk_now_ns() + (uint64_t)ms * 1000000u;
 }
 
 bool fake_wait_pending(struct fake_be *fb, size_t n, unsigned int timeout_ms)
 {
-	struct timespec ts;
+	uint64_t end = deadline_after(timeout_ms);
 	bool ok;
 
-	deadline_after(&ts, timeout_ms);
 	pthread_mutex_lock(&fb->lock);
 	while (fb->nr_pend < n) {
-		if (pthread_cond_timedwait(&fb->cv, &fb->lock, &ts) == ETIMEDOUT)
+		if (blk_cond_wait_until(&fb->cv, &fb->lock, end) == ETIMEDOUT)
 			break;
 	}
 	ok = fb->nr_pend >= n;
@@ -597,23 +596,20 @@ bool fake_wait_pending(struct fake_be *fb, size_t n, unsigned int timeout_ms)
 
 size_t fake_wait_quiet(struct fake_be *fb, unsigned int quiet_ms, unsigned int timeout_ms)
 {
-	struct timespec end, ts;
+	uint64_t end = deadline_after(timeout_ms);
 	size_t n;
 
-	deadline_after(&end, timeout_ms);
 	pthread_mutex_lock(&fb->lock);
 	for (;;) {
 		uint64_t changes = fb->pend_changes;
+		uint64_t quiet_end = deadline_after(quiet_ms);
 		int rc = 0;
 
-		deadline_after(&ts, quiet_ms);
 		while (fb->pend_changes == changes && rc != ETIMEDOUT)
-			rc = pthread_cond_timedwait(&fb->cv, &fb->lock, &ts);
+			rc = blk_cond_wait_until(&fb->cv, &fb->lock, quiet_end);
 		if (fb->pend_changes == changes)
 			break;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		if (ts.tv_sec > end.tv_sec ||
-		    (ts.tv_sec == end.tv_sec && ts.tv_nsec >= end.tv_nsec))
+		if (blk_now_ns() >= end)
 			break;
 	}
 	n = fb->nr_pend;

@@ -23,6 +23,7 @@
 
 #include "../../backends/backend.h"
 #include "../../backends/backends_int.h"
+#include "../../backends/lib/clock.h"
 #include "../../backends/lib/plug.h"
 #include "async_backend.h"
 #include "helpers.h"
@@ -910,7 +911,7 @@ Test(aio, submit_from_end_io)
 	struct test_dev td;
 	struct blk_backend *be;
 	struct chain c;
-	struct timespec ts;
+	uint64_t end;
 	unsigned char *back = abuf(COUNT / 2 * 4096);
 
 	need_tdir();
@@ -921,7 +922,8 @@ Test(aio, submit_from_end_io)
 	c.buf = abuf((size_t)(COUNT + 1) * 4096);
 	fill_pattern(c.buf, (size_t)COUNT * 4096, 0, 13);
 	pthread_mutex_init(&c.lock, NULL);
-	pthread_cond_init(&c.cond, NULL);
+	/* waited on with a timeout below: CLOCK_MONOTONIC (backends/lib/clock.h) */
+	cr_assert_eq(blk_cond_init(&c.cond), 0);
 	c.t.io.op = BLK_WRITE;
 	c.t.io.pos = 0;
 	c.t.io.len = 4096;
@@ -931,11 +933,10 @@ Test(aio, submit_from_end_io)
 	c.t.io.end_io = chain_end_io;
 	cr_assert_eq(blk_submit(be, &c.t.io), 0);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 10;
+	end = blk_now_ns() + 10ull * 1000000000u;
 	pthread_mutex_lock(&c.lock);
 	while (!c.finished)
-		cr_assert_neq(pthread_cond_timedwait(&c.cond, &c.lock, &ts), ETIMEDOUT,
+		cr_assert_neq(blk_cond_wait_until(&c.cond, &c.lock, end), ETIMEDOUT,
 			      "stuck after %d rounds", c.rounds);
 	pthread_mutex_unlock(&c.lock);
 	cr_assert_eq(c.rounds, COUNT);
