@@ -106,7 +106,7 @@ static void wb_submit_ready(struct wb_builder *b)
 		pc_batch_add(b->batch);
 		w->start_ns = acct_begin(b->dev);
 		pc_trace_issue(b->dev, &w->io, w->nsegs > 1 || w->io.len > b->dev->cblk);
-		ret = blk_submit(b->dev->be, &w->io);
+		ret = pc_submit_first_hop(b->dev->be, b->dev->name, &w->io);
 		if (ret < 0)
 			wb_end_io(&w->io, ret);
 	}
