@@ -703,8 +703,7 @@ Test(knobs, unknown_backend_key_lists_the_table)
 		const char *list;
 		int n;
 
-		if (!t)
-			continue;	/* aio and rbd read their keys by hand (issue 44) */
+		cr_assert_not_null(t, "%s has no knob table (blk_knob_table)", name);
 		tables++;
 		n = snprintf(buf, sizeof(buf), "[device d0]\nbackend = %s\nsize = 1M\ncolour = red\n",
 			     name);
