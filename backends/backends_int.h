@@ -55,6 +55,7 @@ extern const struct bk_table *const ram_knob_table;
 extern const struct bk_table *const null_knob_table;
 extern const struct bk_table *const nbd_knob_table;
 extern const struct bk_table *const aio_knob_table;
+extern const struct bk_table *const rbd_knob_table;
 extern const struct bk_table *const log_knob_table;
 extern const struct bk_table *const delay_knob_table;
 extern const struct bk_table *const fault_knob_table;

@@ -66,15 +66,57 @@
 #include <unistd.h>
 
 #include "backends_int.h"
+#include "lib/knobs.h"
+
+#define RBD_DEF_QD		64u
+#define RBD_MAX_QD		4096u
+#define RBD_DEF_TIMEOUT_S	30u
+#define RBD_MAX_TIMEOUT_S	3600u
+
+/*
+ * The config's keys, in the order ops->keys lists them (the config's
+ * message for an unknown key names them so). open() reads the text keys
+ * first and checks pool and image, then the others in the order it read
+ * them by hand (rbd_value_keys), so that a config with two bad values
+ * names the same one as before. Built without librbd the table is still
+ * here: the keys are known, and a config that asks for rbd is refused by
+ * open() saying why.
+ */
+struct rbd_conf {
+	const char *pool, *image, *ns, *conf, *id, *keyring;
+	unsigned int qd, timeout_s;
+	bool create, exclusive, break_lock, cache;
+};
+
+#define RBD_KNOBS(K)											\
+	K(pool,        text, pool,       0, 0, 0, "a pool's name", "the RADOS pool (required)")	\
+	K(image,       text, image,      0, 0, 0, "an image's name", "the RBD image (required)")	\
+	K(namespace,   text, ns,         0, 0, 0, "a namespace", "the pool's namespace")		\
+	K(conf,        text, conf,       0, 0, 0, "a path",						\
+	  "a ceph.conf (absent: the library's search)")						\
+	K(id,          text, id,         0, 0, 0, "a client id", "the client id (absent: admin)")	\
+	K(keyring,     text, keyring,    0, 0, 0, "a path",						\
+	  "the client's keyring (absent: the one ceph.conf names)")					\
+	K(create,      bool, create,     0, 1, 0, "yes/no",						\
+	  "create the image with size when it does not exist")					\
+	K(queue_depth, uint, qd,         1, RBD_MAX_QD, RBD_DEF_QD, "I/Os",				\
+	  "I/Os in librbd at once; more wait in order")						\
+	K(timeout,     sec,  timeout_s,  1, RBD_MAX_TIMEOUT_S, RBD_DEF_TIMEOUT_S,			\
+	  "librados takes whole seconds",								\
+	  "librados's op and monitor-op timeouts: an unanswered request fails with EIO")		\
+	K(exclusive,   bool, exclusive,  0, 1, 1, "yes/no",						\
+	  "take the image's exclusive lock; an image locked by another client is refused")	\
+	K(break_lock,  bool, break_lock, 0, 1, 0, "yes/no",						\
+	  "break the lock of a holder that is dead (no longer watches the image)")		\
+	K(rbd_cache,   bool, cache,      0, 1, 0, "yes/no", "librbd's client cache")
+
+BK_BACKEND_DEFINE(rbd, struct rbd_conf, RBD_KNOBS);
 
 #ifdef BLKFS_HAVE_RBD
 
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
-#define RBD_DEF_QD		64u
-#define RBD_MAX_QD		4096u
-#define RBD_DEF_TIMEOUT_S	30u
 /*
  * Below this a real cluster's ordinary OSD failover fails I/O: the monitors
  * mark a dead OSD down only after osd_heartbeat_grace (20 s) plus up to
@@ -907,6 +949,32 @@ static void rbd_test_env(struct rbd_dev *rd)
 	}
 }
 
+/* Read before pool and image are checked, in the table's order. */
+static const char *const rbd_text_keys[] = { "pool", "image", "namespace", "conf", "id", "keyring" };
+/* Read after, in the order open() read them by hand (see struct rbd_conf). */
+static const char *const rbd_value_keys[] = {
+	"queue_depth", "create", "exclusive", "break_lock", "rbd_cache", "timeout"
+};
+_Static_assert(sizeof(rbd_text_keys) / sizeof(rbd_text_keys[0]) +
+	       sizeof(rbd_value_keys) / sizeof(rbd_value_keys[0]) == bk_nr_knobs,
+	       "rbd_be_open reads every row of RBD_KNOBS");
+
+/* The keys of @names from the table into @c: 0, or -EINVAL with p->err set. */
+static int rbd_parse_keys(struct blk_params *p, const char *const *names, size_t nr,
+			  struct rbd_conf *c)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < nr; i++) {
+		r = bk_parse_key(&bk_table, p, names[i], c);
+		assert(r != -ENOENT);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend *next)
 {
 	const char *pool, *image, *ns, *conf, *id, *keyring;
@@ -914,17 +982,21 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 	unsigned int timeout_s;
 	char tmo[32], mtmo[32], who[128];
 	uint64_t ns_tmo, features = 0;
+	struct rbd_conf c;
 	rbd_image_info_t info;
 	struct rbd_dev *rd;
 	int r, order = 0;
 
 	(void)next;
-	pool = blk_param_get(p, "pool");
-	image = blk_param_get(p, "image");
-	ns = blk_param_get(p, "namespace");
-	conf = blk_param_get(p, "conf");
-	id = blk_param_get(p, "id");
-	keyring = blk_param_get(p, "keyring");
+	r = rbd_parse_keys(p, rbd_text_keys, sizeof(rbd_text_keys) / sizeof(rbd_text_keys[0]), &c);
+	if (r)
+		return ERR_PTR(r);
+	pool = c.pool;
+	image = c.image;
+	ns = c.ns;
+	conf = c.conf;
+	id = c.id;
+	keyring = c.keyring;
 	if (!pool || !*pool)
 		return ERR_PTR(blk_param_error(p, "pool", "missing (the RADOS pool the image is in, "
 					       "pool = rbd)"));
@@ -970,26 +1042,17 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 		goto out_free;
 	}
 
-	r = blk_param_uint(p, "queue_depth", RBD_DEF_QD, 1, RBD_MAX_QD, &rd->qd);
-	if (!r)
-		r = blk_param_bool(p, "create", false, &create);
-	if (!r)
-		r = blk_param_bool(p, "exclusive", true, &rd->exclusive);
-	if (!r)
-		r = blk_param_bool(p, "break_lock", false, &break_lock);
-	if (!r)
-		r = blk_param_bool(p, "rbd_cache", false, &rd->cache);
-	if (!r)
-		r = blk_param_duration(p, "timeout", RBD_DEF_TIMEOUT_S * NS_PER_S, NS_PER_S,
-				       3600 * NS_PER_S, NS_PER_S, &ns_tmo);
+	r = rbd_parse_keys(p, rbd_value_keys, sizeof(rbd_value_keys) / sizeof(rbd_value_keys[0]),
+			   &c);
 	if (r)
 		goto out_free;
-	if (ns_tmo % NS_PER_S) {
-		r = blk_param_error(p, "timeout", "'%s' is finer than 1s (librados takes whole "
-				    "seconds)", blk_param_get(p, "timeout"));
-		goto out_free;
-	}
-	timeout_s = (unsigned int)(ns_tmo / NS_PER_S);
+	rd->qd = c.qd;
+	create = c.create;
+	rd->exclusive = c.exclusive;
+	break_lock = c.break_lock;
+	rd->cache = c.cache;
+	timeout_s = c.timeout_s;
+	ns_tmo = (uint64_t)timeout_s * NS_PER_S;
 	rd->stall_ns = ns_tmo / 2 < 2 * NS_PER_S ? ns_tmo / 2 : 2 * NS_PER_S;
 	if (timeout_s < RBD_SAFE_TIMEOUT_S)
 		blk_warn("rbd: %s: timeout = %s is below %us: on a real cluster an ordinary OSD "
@@ -1470,11 +1533,6 @@ static struct blk_backend *rbd_be_open(struct blk_params *p, struct blk_backend 
 }
 
 #endif
-
-static const char *const rbd_keys[] = {
-	"pool", "image", "namespace", "conf", "id", "keyring", "create", "queue_depth",
-	"timeout", "exclusive", "break_lock", "rbd_cache", NULL
-};
 
 const struct blk_backend_ops rbd_backend_ops = {
 	.name = "rbd",

@@ -40,7 +40,7 @@ const struct blk_backend_ops *blk_backend_find(const char *name)
 	return NULL;
 }
 
-/* The layers with a knob table (lib/knobs.h); rbd has none yet. */
+/* The layers with a knob table (lib/knobs.h): every one. */
 static const struct {
 	const char *name;
 	const struct bk_table *const *table;
@@ -49,6 +49,7 @@ static const struct {
 	{ "null", &null_knob_table },
 	{ "nbd", &nbd_knob_table },
 	{ "aio", &aio_knob_table },
+	{ "rbd", &rbd_knob_table },
 	{ "log", &log_knob_table },
 	{ "delay", &delay_knob_table },
 	{ "fault", &fault_knob_table },

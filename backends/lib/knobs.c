@@ -485,6 +485,54 @@ const struct bk_type bk_type_msec = {
 	.format = msec_format,
 };
 
+/*
+ * ---- sec: whole seconds read as a duration, a bare number in seconds
+ * (rbd's timeout: librados takes whole seconds, so a finer value is
+ * refused rather than cut; the row's unit says why) ----
+ */
+
+#define NS_PER_S	1000000000ull
+
+static int sec_parse(const struct bk_knob *k, const char *s, void *out)
+{
+	uint64_t ns;
+
+	if (blk_parse_duration(s, NS_PER_S, &ns) || ns % NS_PER_S ||
+	    ns < k->min * NS_PER_S || ns > k->max * NS_PER_S)
+		return -EINVAL;
+	*(unsigned int *)out = (unsigned int)(ns / NS_PER_S);
+	return 0;
+}
+
+static int sec_param(struct blk_params *p, const struct bk_knob *k, const char *s, void *out)
+{
+	uint64_t ns;
+	int ret;
+
+	ret = be_param_duration_value(p, k->name, s, k->min * NS_PER_S, k->max * NS_PER_S,
+				      NS_PER_S, &ns);
+	if (ret)
+		return ret;
+	if (ns % NS_PER_S)
+		return blk_param_error(p, k->name, "'%s' is finer than 1s (%s)", s, k->unit);
+	*(unsigned int *)out = (unsigned int)(ns / NS_PER_S);
+	return 0;
+}
+
+static int sec_format(const struct bk_knob *k, const void *v, char *buf, size_t len)
+{
+	(void)k;
+	return blk_format_duration(buf, len, *(const unsigned int *)v * NS_PER_S);
+}
+
+const struct bk_type bk_type_sec = {
+	.size = sizeof(unsigned int),
+	.set_def = uint_def,
+	.param = sec_param,
+	.parse = sec_parse,
+	.format = sec_format,
+};
+
 /* ---- the table ---- */
 
 /* Row @k of a table into @conf: its default, or the config's value. */
@@ -566,6 +614,8 @@ int bk_format_bound(const struct bk_knob *k, uint64_t v, char *buf, size_t len)
 		return blk_format_duration(buf, len, v);
 	if (t == &bk_type_msec)
 		return blk_format_duration(buf, len, v * NS_PER_MS);
+	if (t == &bk_type_sec)
+		return blk_format_duration(buf, len, v * NS_PER_S);
 	return -EINVAL;
 }
 

@@ -51,7 +51,7 @@
  * Messages for bad config values are "FILE:LINE: FILTER.KEY: ..." through
  * blk_param_error(); a bad store returns -EINVAL and changes nothing.
  *
- * A backend (ram, nbd, aio, null) describes its keys the same way, with a
+ * A backend (ram, nbd, aio, null, rbd) describes its keys the same way, with a
  * help column in place of live and hook (a backend's keys are all read at
  * open and have no .sys files), and parses them into a struct of its own
  * with bk_parse():
@@ -148,11 +148,14 @@ extern const struct bk_type bk_type_pool;	/* unsigned int, `pool` (be_param_pool
  * size_max: as size, but a value above max says "N is too large
  * (allowed: UNIT)". msec: an unsigned int of milliseconds, read as a
  * duration (a bare number is seconds) with min and max in ms; a value
- * finer than 1ms is refused.
+ * finer than 1ms is refused. sec: the same in whole seconds (min and max
+ * in s); a value finer than 1s is refused with "'V' is finer than 1s
+ * (UNIT)", the row's unit saying why (rbd: librados takes whole seconds).
  */
 extern const struct bk_type bk_type_text;
 extern const struct bk_type bk_type_size_max;
 extern const struct bk_type bk_type_msec;
+extern const struct bk_type bk_type_sec;
 /* An OWN, OWNRO, RO or ACT row's type when its code is the filter's own. */
 extern const struct bk_type bk_type_none;
 
@@ -246,6 +249,7 @@ int bk_store(const struct bk_table *t, const struct bk_knob *k, struct blk_backe
 #define BK_AUX_text(f_)		0
 #define BK_AUX_size_max(f_)	0
 #define BK_AUX_msec(f_)		0
+#define BK_AUX_sec(f_)		0
 
 #define BK_KEY_RW(s)		s,
 #define BK_KEY_LIVE(s)

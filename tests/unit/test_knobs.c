@@ -9,7 +9,7 @@
  * filter's own rows (OWN, ACT, OWNRO) only name their key and attr.
  * Then a backend's table (rows with a help column, read with bk_parse()
  * and bk_parse_key() into a struct of the backend's own) with the types
- * the backends brought: text, size_max and msec; and the default and
+ * the backends brought: text, size_max, msec and sec; and the default and
  * bounds as bk_format_def() and bk_format_bound() write them for
  * blkfs.conf(5)'s test.
  */
@@ -357,6 +357,7 @@ struct kb_conf {
 	uint64_t reserve;
 	unsigned int timeout_ms;
 	unsigned int conns;
+	unsigned int linger_s;
 };
 
 /* A row as BK_BACKEND_DEFINE writes it (that macro's bk_table would clash with kt's). */
@@ -370,6 +371,8 @@ static const struct bk_knob kb_knobs[] = {
 	KB_ROW(reserve, size_max, reserve,    4096, 1ull << 30, 1u << 20, "4K to 1G", "kept"),
 	KB_ROW(timeout, msec,     timeout_ms, 10, 86400000, 5000, "ms", "how long"),
 	KB_ROW(conns,   uint,     conns,      1, 16, 4, "connections", "how many"),
+	KB_ROW(linger,  sec,      linger_s,   1, 3600, 30, "the library takes whole seconds",
+	       "how long, in seconds"),
 };
 
 static const struct bk_table kb_table = {
@@ -411,6 +414,7 @@ Test(knobs, backend_defaults_when_absent)
 	cr_assert_eq(c.reserve, 1u << 20);
 	cr_assert_eq(c.timeout_ms, 5000);
 	cr_assert_eq(c.conns, 4);
+	cr_assert_eq(c.linger_s, 30);
 }
 
 Test(knobs, backend_values)
@@ -508,6 +512,57 @@ Test(knobs, msec_refuses_finer_than_1ms_and_out_of_bounds)
 	}
 }
 
+Test(knobs, sec_bare_number_is_seconds_units_and_bounds)
+{
+	static const struct {
+		const char *in;
+		unsigned int s;
+	} ok[] = {
+		{ "1", 1 }, { "30", 30 }, { "3600", 3600 }, { "1s", 1 }, { "2000ms", 2 },
+		{ "5m", 300 }, { "1h", 3600 }, { "3000000us", 3 }, { "1000000000ns", 1 },
+	};
+	struct kb_conf c;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		unsigned int v = 12345;
+
+		cr_assert_eq(kb_one("linger", ok[i].in, &c), 0, "%s: %s", ok[i].in, tp.err);
+		cr_assert_eq(c.linger_s, ok[i].s, "%s: %u s", ok[i].in, c.linger_s);
+		/* the store's parse: the same values */
+		cr_assert_eq(bk_type_sec.parse(kb_row("linger"), ok[i].in, &v), 0, "parse %s",
+			     ok[i].in);
+		cr_assert_eq(v, ok[i].s, "parse %s: %u s", ok[i].in, v);
+	}
+}
+
+Test(knobs, sec_refuses_finer_than_1s_and_out_of_bounds)
+{
+	static const struct {
+		const char *in, *want;
+	} bad[] = {
+		{ "1500ms", "/etc/blkfs.conf:9: linger: '1500ms' is finer than 1s (the library takes whole seconds)" },
+		{ "1000000001ns", "/etc/blkfs.conf:9: linger: '1000000001ns' is finer than 1s (the library takes whole seconds)" },
+		{ "0", "/etc/blkfs.conf:9: linger: '0' is out of range (allowed: 1s..1h)" },
+		{ "500ms", "/etc/blkfs.conf:9: linger: '500ms' is out of range (allowed: 1s..1h)" },
+		{ "3601", "/etc/blkfs.conf:9: linger: '3601' is out of range (allowed: 1s..1h)" },
+		{ "2h", "/etc/blkfs.conf:9: linger: '2h' is out of range (allowed: 1s..1h)" },
+		{ "30.5", "/etc/blkfs.conf:9: linger: '30.5' is not a duration (allowed: 1s..1h; " BLK_DURATION_HELP ", or plain seconds)" },
+		{ "soon", "/etc/blkfs.conf:9: linger: 'soon' is not a duration (allowed: 1s..1h; " BLK_DURATION_HELP ", or plain seconds)" },
+	};
+	const struct bk_knob *k = kb_row("linger");
+	struct kb_conf c;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		unsigned int v = 777;
+
+		cr_assert_eq(kb_one("linger", bad[i].in, &c), -EINVAL, "%s", bad[i].in);
+		cr_assert_str_eq(tp.err, bad[i].want, "%s\nwant %s", tp.err, bad[i].want);
+		/* the store's parse refuses it too and leaves the value */
+		cr_assert_eq(bk_type_sec.parse(k, bad[i].in, &v), -EINVAL, "parse %s", bad[i].in);
+		cr_assert_eq(v, 777);
+	}
+}
+
 Test(knobs, size_max_says_what_is_allowed)
 {
 	static const struct {
@@ -589,6 +644,8 @@ Test(knobs, format_def_and_bound)
 	cr_assert_str_eq(buf, "5s");
 	cr_assert_gt(bk_format_def(kb_row("conns"), buf, sizeof(buf)), 0);
 	cr_assert_str_eq(buf, "4");
+	cr_assert_gt(bk_format_def(kb_row("linger"), buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "30s");
 	cr_assert_gt(bk_format_def(&bk_knobs[bk_i_wait], buf, sizeof(buf)), 0);
 	cr_assert_str_eq(buf, "0");
 	cr_assert_gt(bk_format_def(&bk_knobs[bk_i_on], buf, sizeof(buf)), 0);
@@ -603,11 +660,15 @@ Test(knobs, format_def_and_bound)
 	cr_assert_eq(bk_format_def(&bk_knobs[bk_i_seed], buf, sizeof(buf)), -EINVAL);
 	cr_assert_eq(bk_format_def(&bk_knobs[bk_i_list], buf, sizeof(buf)), -EINVAL);
 
-	/* bounds, in the type's terms: msec rows in ms, durations in ns */
+	/* bounds, in the type's terms: msec rows in ms, sec rows in s, durations in ns */
 	cr_assert_gt(bk_format_bound(kb_row("timeout"), 10, buf, sizeof(buf)), 0);
 	cr_assert_str_eq(buf, "10ms");
 	cr_assert_gt(bk_format_bound(kb_row("timeout"), 86400000, buf, sizeof(buf)), 0);
 	cr_assert_str_eq(buf, "24h");
+	cr_assert_gt(bk_format_bound(kb_row("linger"), 1, buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "1s");
+	cr_assert_gt(bk_format_bound(kb_row("linger"), 3600, buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "1h");
 	cr_assert_gt(bk_format_bound(kb_row("reserve"), 1ull << 30, buf, sizeof(buf)), 0);
 	cr_assert_str_eq(buf, "1073741824");
 	cr_assert_gt(bk_format_bound(kb_row("conns"), 16, buf, sizeof(buf)), 0);
@@ -642,8 +703,7 @@ Test(knobs, unknown_backend_key_lists_the_table)
 		const char *list;
 		int n;
 
-		if (!t)
-			continue;	/* aio and rbd read their keys by hand (issue 44) */
+		cr_assert_not_null(t, "%s has no knob table (blk_knob_table)", name);
 		tables++;
 		n = snprintf(buf, sizeof(buf), "[device d0]\nbackend = %s\nsize = 1M\ncolour = red\n",
 			     name);

@@ -12,8 +12,8 @@
  * and `"filter NAME"` for each filter, and in it one `.It Cm KEY ...` item
  * per key (a filter's keys written NAME.key, as in the config).
  *
- * A layer with a knob table (blk_knob_table(): ram, null, nbd, aio and
- * every filter) is checked row by row too: each key of the table is an item,
+ * Every layer has a knob table (blk_knob_table(): ram, null, nbd, aio, rbd
+ * and every filter), and is checked row by row too: each key of the table is an item,
  * the keys the ops list are the table's, and what the item's text says of
  * the default ("Default X", "Default none", "Required") and of the bounds
  * ("A to B", "at most B") is what the row says, in the page's words (a
@@ -317,11 +317,6 @@ static void expect_tables(const char *names, bool filters)
 		char sub[64], key[64];
 		size_t nkeys = 0, i;
 
-		/* rbd reads its keys by hand still (issue 44) */
-		if (!strcmp(name, "rbd")) {
-			cr_expect_null(t, "%s has a knob table now: take it out of this exception", name);
-			continue;
-		}
 		cr_assert_not_null(ops);
 		cr_expect_not_null(t, "%s has no knob table (blk_knob_table)", name);
 		if (!t)
