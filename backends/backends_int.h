@@ -46,9 +46,9 @@ extern const struct blk_backend_ops powerloss_filter_ops;
 extern const struct blk_backend_ops record_filter_ops;
 
 /*
- * The knob tables (lib/knobs.h) of the layers that have one: every filter,
- * and the ram, nbd, aio and null backends (rbd still reads its keys by
- * hand). Each is defined by BK_DEFINE or BK_BACKEND_DEFINE in its file.
+ * The knob tables (kit/knobs.h) of every layer: every filter, and the ram,
+ * nbd, aio, null and rbd backends. Each is defined by BK_DEFINE or
+ * BK_BACKEND_DEFINE in its file.
  */
 struct bk_table;
 extern const struct bk_table *const ram_knob_table;
@@ -69,8 +69,7 @@ extern const struct bk_table *const record_knob_table;
  * (registry.c), for tests and tools that list every key with its type,
  * bounds, default and unit
  *
- * Returns: the table, or NULL for a name blkfs does not have or a layer
- * that reads its keys by hand (rbd).
+ * Returns: the table, or NULL for a name blkfs does not have.
  */
 const struct bk_table *blk_knob_table(const char *name);
 
