@@ -96,7 +96,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
-#include "lib/knobs.h"
+#include "kit/knobs.h"
 #include "lib/plug.h"
 
 #define AIO_DEF_QD	64

@@ -79,7 +79,7 @@ const struct bk_table *blk_knob_table(const char *name);
  * a filter includes this one header for the registry and its whole kit;
  * a kit file itself never includes this header (only ../backend.h and
  * ../lib/). params.h is lib/'s: the geometry from config and the value
- * forms of the blk_param_*() readers (lib/knobs.c reads keys with them).
+ * forms of the blk_param_*() readers (kit/knobs.c reads keys with them).
  */
 #include "kit/attr.h"
 #include "kit/entries.h"

@@ -71,7 +71,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
-#include "lib/knobs.h"
+#include "kit/knobs.h"
 
 #define NBD_DEF_QD		64
 #define NBD_MAX_QD		1024

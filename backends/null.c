@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backends_int.h"
-#include "lib/knobs.h"
+#include "kit/knobs.h"
 
 struct null_dev {
 	struct blk_backend be;		/* must come first */

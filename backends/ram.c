@@ -177,7 +177,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
-#include "lib/knobs.h"
+#include "kit/knobs.h"
 #include "lib/brlock.h"
 #include "lib/copy.h"
 

@@ -66,7 +66,7 @@
 #include <unistd.h>
 
 #include "backends_int.h"
-#include "lib/knobs.h"
+#include "kit/knobs.h"
 
 #define RBD_DEF_QD		64u
 #define RBD_MAX_QD		4096u

@@ -3,7 +3,7 @@
  * backends/registry.c - the backends and filters blkfs is built with, found
  * by the name a config gives. Adding one is one line in backend_table[] (and
  * its extern in backends_int.h); ops->is_filter says which list it joins.
- * A layer with a knob table (lib/knobs.h) has a line in knob_tables[] too.
+ * A layer with a knob table (kit/knobs.h) has a line in knob_tables[] too.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@ const struct blk_backend_ops *blk_backend_find(const char *name)
 	return NULL;
 }
 
-/* The layers with a knob table (lib/knobs.h): every one. */
+/* The layers with a knob table (kit/knobs.h): every one. */
 static const struct {
 	const char *name;
 	const struct bk_table *const *table;

@@ -53,7 +53,7 @@
 #include <time.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 
 #define DELAY_MAX_NS	(3600ull * 1000000000)	/* 1h: longer is surely a typo */
 #define DELAY_TEXT_MAX	64			/* the longest value taken */

@@ -75,7 +75,7 @@
 #include <time.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 #include "../kit/ranges.h"
 #include "../lib/trace.h"
 

@@ -60,7 +60,7 @@
 #include <strings.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 #include "../kit/ranges.h"
 #include "../lib/trace.h"
 

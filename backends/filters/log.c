@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 
 #define LOG_LINE_MAX	128	/* the longest line: 20-digit numbers everywhere */
 /*

@@ -45,7 +45,7 @@
  * flight, then restores. Reads pass through in every state; blocks the
  * cache read meanwhile are dropped by the drop_volatile that ends the cut.
  *
- * The knobs are one list (POWERLOSS_KNOBS, backends/lib/knobs.h): the key
+ * The knobs are one list (POWERLOSS_KNOBS, backends/kit/knobs.h): the key
  * seed (a number, or auto, the default, for one from the clock at each cut;
  * its file shows "auto" or the number), the actions trigger and restart
  * (write 1), and to read: state (running or dark), last_seed (the seed of
@@ -110,7 +110,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 #include "../lib/pool.h"
 #include "../kit/ranges.h"
 #include "../lib/trace.h"

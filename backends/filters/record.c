@@ -65,7 +65,7 @@
 #include <unistd.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 #include "../lib/logwrites.h"
 #include "../lib/plug.h"
 

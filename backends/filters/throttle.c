@@ -63,7 +63,7 @@
 #include <string.h>
 
 #include "../backends_int.h"
-#include "../lib/knobs.h"
+#include "../kit/knobs.h"
 #include "../lib/trace.h"
 
 #define THROTTLE_MAX_MBPS	1000000u		/* 1 TiB/s: no cap, in effect */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backends/lib/knobs.c - a filter's or backend's knob table at work
+ * backends/kit/knobs.c - a filter's or backend's knob table at work
  * (knobs.h): reading the keys at open, and show and store for a filter's
  * .sys files, with the types every layer shares. The messages for bad config values are the ones
  * blk_param_*() give (params.c's be_param_*_value()), so a key says the
@@ -13,7 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backends_int.h"
+#include "../backend.h"
+#include "../lib/params.h"
+#include "attr.h"
+#include "errnames.h"
+#include "filter.h"
+#include "seed.h"
 #include "knobs.h"
 
 /* The longest store a shared type takes (the filter's own lists take their own). */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * backends/lib/knobs.h - a filter's knobs, described once. One list per
+ * backends/kit/knobs.h - a filter's knobs, described once. One list per
  * filter names each knob: its name, its type, the field of the filter's
  * state it lives in, its bounds and default, its unit, and what a live
  * store does. From that list come the config keys the filter takes

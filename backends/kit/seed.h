@@ -85,7 +85,7 @@ int be_parse_seed(const char *s, bool *is_auto, uint64_t *seed);
  * @lock: `seed` (a number, or auto: from the clock; storing one restarts
  * the stream @rng from it and says so). Return what an attr's show/store
  * returns. (A filter's errno and probability knobs are rows of its knob
- * table: lib/knobs.h.)
+ * table: kit/knobs.h.)
  */
 int be_seed_show(pthread_mutex_t *lock, const uint64_t *seed, char *buf, size_t len);
 int be_seed_store(pthread_mutex_t *lock, uint64_t *seed, uint64_t *rng, const char *filter,

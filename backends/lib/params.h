@@ -3,7 +3,7 @@
  * backends/lib/params.h - the backend side of params.c, beside the
  * blk_param_*() readers backend.h declares for every layer: the geometry
  * of a backend from its config, and the readers' checks for a value
- * already in hand (the knob tables, lib/knobs.h, read a key once and give
+ * already in hand (the knob tables, kit/knobs.h, read a key once and give
  * the same words). These stay beside the readers because be_geo_given()
  * looks a key up without marking it used, which only params.c can do.
  *
@@ -49,7 +49,7 @@ bool be_geo_given(const struct blk_params *p, const char *key, uint64_t val);
 
 /*
  * The messages of blk_param_size/duration/uint/bool() for a value already
- * in hand (@s, the config's text for @key): the knob tables (lib/knobs.h)
+ * in hand (@s, the config's text for @key): the knob tables (kit/knobs.h)
  * read a key once and give the same words. 0, or -EINVAL with p->err.
  */
 int be_param_size_value(struct blk_params *p, const char *key, const char *s, uint64_t *out);

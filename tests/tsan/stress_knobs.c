@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tests/tsan/stress_knobs.c - the filters' knob tables (backends/lib/knobs.h)
+ * tests/tsan/stress_knobs.c - the filters' knob tables (backends/kit/knobs.h)
  * stored and shown while I/O runs through them, for ThreadSanitizer
  * (`make tsan`).
  *

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/unit/test_knobs.c - a filter's knob table (backends/lib/knobs.h) on
+ * tests/unit/test_knobs.c - a filter's knob table (backends/kit/knobs.h) on
  * a state of its own: the keys and attrs one list gives, defaults, every
  * shared type read from the config and refused out of bounds with
  * "FILE:LINE: FILTER.KEY: ..." messages, show/store round trips, a bad
@@ -22,7 +22,7 @@
 #include <criterion/criterion.h>
 
 #include "../../backends/backends_int.h"
-#include "../../backends/lib/knobs.h"
+#include "../../backends/kit/knobs.h"
 #include "../../core/conf.h"
 #include "helpers.h"
 

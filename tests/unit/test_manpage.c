@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "../../backends/backends_int.h"
-#include "../../backends/lib/knobs.h"
+#include "../../backends/kit/knobs.h"
 #include "../../core/conf.h"
 
 #define MAX_ITEMS 512
