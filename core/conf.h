@@ -5,7 +5,7 @@
  * Format (INI):
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
- *   [mount]        kernel_cache, allow_other, transport, uring_queue_depth
+ *   [mount]        kernel_cache, allow_other, transport, uring_queue_depth, uring_spin
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
  *                  io_min, io_opt, max_io, cache_block_size, filters, the
  *                  keys the backend lists in its ops->keys, and FILTER.KEY
