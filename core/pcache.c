@@ -741,6 +741,18 @@ static bool folio_reusable_locked(struct pc_cache *pc)
  * build can make the wait unbounded (pc_test_hooks.no_poll), to show that
  * the wake-ups alone suffice.
  */
+/*
+ * The bounds: without a flusher, the waiter itself wrote back and found
+ * nothing to write (every folio is held by another thread, which gives it
+ * back within a request): a short look again. With the flusher, writeback
+ * is under way and its folios free themselves and wake the waiter: the
+ * bound only covers the rare wake-up nobody sends. Both were chosen with
+ * the first folio allocator, not measured; a test build runs with no
+ * bound at all (no_poll) and the suites pass.
+ */
+#define PC_WAIT_HELD_MS 10		/* no flusher, nothing to write */
+#define PC_WAIT_WRITEBACK_MS 100	/* the flusher is writing back */
+
 static void pc_wait_free_locked(struct pc_cache *pc, unsigned int ms)
 {
 #ifdef BLKFS_TEST_HOOKS
@@ -773,7 +785,7 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 			__atomic_add_fetch(&pc->alloc_waiters, 1, __ATOMIC_SEQ_CST);
 			PC_TEST_HOOK(before_wait, pc);
 			if (!folio_reusable_locked(pc))
-				pc_wait_free_locked(pc, 10);
+				pc_wait_free_locked(pc, PC_WAIT_HELD_MS);
 			__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 		}
 		return 0;
@@ -782,7 +794,7 @@ static int pc_wait_for_folio_locked(struct pc_cache *pc, struct pc_dev *dev)
 	wb_kick(pc);
 	PC_TEST_HOOK(before_wait, pc);
 	if (!folio_reusable_locked(pc))
-		pc_wait_free_locked(pc, 100);
+		pc_wait_free_locked(pc, PC_WAIT_WRITEBACK_MS);
 	__atomic_sub_fetch(&pc->alloc_waiters, 1, __ATOMIC_RELAXED);
 	if (list_empty(&pc->free) && list_empty(&pc->lru) && (err = wb_dev_failing(dev)))
 		return err;

@@ -1012,7 +1012,6 @@ static void serve_loop(struct ring_queue *q)
 			}
 			if (ring_spin(q)) {
 				__atomic_store_n(&q->waiting, false, __ATOMIC_RELEASE);
-				ret = 0;
 				goto reap;
 			}
 		}
