@@ -215,6 +215,18 @@ if ! pid_alive "$SRV_PID"; then
 fi
 wait_stat nbd_reconnects 1 60
 wait_clean 60
+# As in case 1: a retry that failed after the hung dd's fsync (while the
+# server is stopped and until the reconnect, which a busy machine makes
+# longer) is an error nobody has seen yet, which a new opener's fsync
+# reports once (then it is clean), else the rewrite's fsync would get it.
+exec 7<>"$dev"
+out=$("$ff" 7)
+[ "$out" = OK ] || {
+	assert_eq "first fsync after the reconnect (OK, or the outage's error once)" EIO "$out"
+	out=$("$ff" 7)
+}
+assert_eq "fsync after the reconnect" OK "$out"
+exec 7>&-
 ddev if="$src" of="$dev" bs=1M count=32 seek=100 conv=notrunc,fsync
 cmp_range "$src" 0 "$dev" $((100 * M)) $((32 * M))
 stop_blkfs "$MNT"
