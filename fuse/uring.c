@@ -105,7 +105,7 @@
 #define RING_FRONT RING_PAGE		/* front page before each payload buffer */
 #define RING_EV_TAG ((uint64_t)1)	/* user_data of the eventfd read (entries are aligned) */
 #define RING_STEAL_MIN (256u << 10)	/* a request this large may go to an idle queue's thread */
-#define RING_SPIN_BUSY_NS 20000ull	/* a yield this long ran another task: the CPU is not idle */
+#define RING_SPIN_BUSY_NS 500000ull	/* a yield this long ran another task a whole slice: the CPU is not idle */
 #define RING_SPIN_BACKOFF_NS 50000000ull	/* then no spin for this long */
 #define RING_SPREAD_MIN 4		/* a wait's batch this long is shared with an idle queue's thread */
 #define RING_BATCH_MAX 256		/* requests taken from one wait (CONF_MAX_URING_DEPTH) */
@@ -965,7 +965,16 @@ static bool ring_spin(struct ring_queue *q)
 		sched_yield();
 		now = blk_now_ns();
 		if (now - before >= RING_SPIN_BUSY_NS) {
-			/* the yield gave the CPU away: it has other work, a spin only takes from it */
+			/*
+			 * The yield gave the CPU away. To a requester woken here,
+			 * whose request is then this queue's: the spin won. To
+			 * anything else: the CPU has other work, and a spin only
+			 * takes from it.
+			 */
+			if (queue_has_work(q)) {
+				hit = true;
+				break;
+			}
 			OWNED_ADD(&q->spin_yielded, 1);
 			q->spin_off_until = now + RING_SPIN_BACKOFF_NS;
 			break;
