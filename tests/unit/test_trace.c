@@ -406,11 +406,18 @@ Test(blktrace, order_and_gaps_across_a_stall, .timeout = 60)
  * One session's reader stopped (a pipe nobody reads), another's a file:
  * the stopped one loses events, the other none, and the stop of the
  * stopped one returns within a second.
+ *
+ * The rate is one the rings hold however late the trace thread runs on a
+ * loaded machine: 40 events a millisecond from the one emitting thread
+ * fill its 16,384 slots in 400 ms, past the longest hold (64 ms) and any
+ * scheduling delay seen here. At 200 a millisecond (82 ms of ring) a CI
+ * run beside the integration tests under stress lost 2,008 events of the
+ * flowing session in its ring: load, not the stalled reader.
  */
 Test(blktrace, stalled_reader_stalls_only_its_session, .timeout = 30)
 {
 	char path[] = "/tmp/blkfs_trace_XXXXXX";
-	struct emitter e = { .n = 50000, .per_ms = 100 };
+	struct emitter e = { .n = 20000, .per_ms = 20 };
 	uint64_t written, dropped, t0, ms;
 	struct bt_session *sa, *sb;
 	int fds[2], fd = mkstemp(path);
@@ -436,7 +443,7 @@ Test(blktrace, stalled_reader_stalls_only_its_session, .timeout = 30)
 		     (unsigned long long)written);
 	cr_assert_eq(bt_session_stop(sb, &written, &dropped), 0);
 	cr_assert_eq(dropped, 0, "the other session dropped %llu", (unsigned long long)dropped);
-	cr_assert_eq(written, 50000 + 1);	/* + the PROCESS note */
+	cr_assert_eq(written, 20000 + 1);	/* + the PROCESS note */
 	close(fds[0]);
 }
 
