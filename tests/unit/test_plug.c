@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "../../backends/lib/plug.h"
 
@@ -77,6 +78,7 @@ Test(plug, finish_runs_each_deferred_callback_once)
 	struct blk_plug plug;
 	int i;
 
+	memset(&plug, 0x5a, sizeof(plug));	/* on the stack: whatever was there */
 	blk_plug_start(&plug);
 	cr_assert(blk_plugged());
 	cr_assert(!blk_plug_pending(), "a new plug holds nothing");
