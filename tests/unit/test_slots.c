@@ -5,7 +5,8 @@
  * Take and give back (the counts), a taker that waits while all are taken,
  * a freeze that holds new takers and waits for those in flight to come
  * back, a freeze that times out (its takers let go), drain and its bounded
- * form; take and give back without the lock, and all of it at once from
+ * form; a plugged taker (backends/lib/plug.h) that flushes its plug before
+ * it sleeps, for a slot or on a frozen pool; take and give back without the lock, and all of it at once from
  * several threads (the stress). Each verdict is the pool's state (bf_slots_stats()), waited for by
  * polling it, never a sleep: a blocked thread is known blocked by the
  * pool's own count of waiters, a freeze by its frozen flag.
@@ -338,6 +339,146 @@ Test(slots, add_past_the_most, .timeout = 30)
 	cr_assert_eq(stats().in_use, BF_SLOTS_MAX);
 	for (i = 0; i < BF_SLOTS_MAX; i++)
 		bf_slots_put(&pool, &many[i]);
+	bf_slots_destroy(&pool);
+}
+
+/*
+ * A plugged taker (a ring queue thread serving a batch: backends/lib/plug.h)
+ * whose own plug holds the work that would give a slot back: bf_slots_get()
+ * must flush the plug before it sleeps, or it waits for itself forever (the
+ * kernel flushes a task's plug when it schedules). The work held is a
+ * callback deferred to the plug that gives a slot back, as an I/O held by
+ * aio's plug ends its request. Without the flush the taker sleeps; the test
+ * sees it after PLUG_WAIT_MS, gives a slot back itself to let it go, and
+ * fails.
+ */
+#include "../../backends/lib/plug.h"
+
+#define PLUG_WAIT_MS 3000u
+
+struct plugged_taker {
+	pthread_t t;
+	struct bf_slot *mine[NR];	/* the slots it took before the wait */
+	int nr;				/* how many it takes (all: NR) */
+	struct bf_slot *back;		/* the slot its deferred work gives back */
+	int deferred;			/* blk_plug_defer() of that work: 1 */
+	int puts;			/* that work's runs */
+	int puts_before_return;		/* its runs when bf_slots_get() returned */
+	bool plugged_after;		/* blk_plugged() when bf_slots_get() returned */
+	struct bf_slot *got;
+	bool waited;
+	int ready, go, done;		/* atomic */
+};
+
+static void plugged_put_back(void *data)
+{
+	struct plugged_taker *p = data;
+
+	p->puts++;
+	bf_slots_put(&pool, p->back);
+}
+
+static void *plugged_taker_fn(void *arg)
+{
+	struct plugged_taker *p = arg;
+	struct blk_plug plug;
+	int i;
+
+	blk_plug_start(&plug);
+	for (i = 0; i < p->nr; i++)
+		p->mine[i] = bf_slots_get(&pool, NULL);
+	p->back = p->mine[p->nr - 1];
+	p->deferred = blk_plug_defer(plugged_put_back, p);
+	__atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&p->go, __ATOMIC_ACQUIRE))
+		sched_yield();
+	p->got = bf_slots_get(&pool, &p->waited);
+	p->puts_before_return = p->puts;
+	p->plugged_after = blk_plugged();
+	blk_plug_finish(&plug);
+	__atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Wait up to @ms for @flag: false on the timeout. */
+static bool until_set(int *flag, unsigned int ms)
+{
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+		if (blk_now_ns() > end)
+			return false;
+		else
+			sched_yield();
+	return true;
+}
+
+Test(slots, a_plugged_taker_flushes_before_it_waits, .timeout = 30)
+{
+	struct plugged_taker p = { .nr = NR };
+	bool done;
+	int i;
+
+	pool_make(NR);
+	cr_assert_eq(pthread_create(&p.t, NULL, plugged_taker_fn, &p), 0);
+	cr_assert(until_set(&p.ready, PLUG_WAIT_MS));
+	cr_assert_eq(p.deferred, 1);
+	cr_assert_eq(stats().in_use, NR);
+	__atomic_store_n(&p.go, 1, __ATOMIC_RELEASE);
+	done = until_set(&p.done, PLUG_WAIT_MS);
+	if (!done) {
+		/* it sleeps on the slot its own plug holds: let it go, then fail */
+		bf_slots_put(&pool, p.mine[0]);
+		pthread_join(p.t, NULL);
+		cr_assert_fail("a plugged bf_slots_get() slept %u ms on the slot its own plug "
+			       "held back: no blk_plug_flush() before the wait", PLUG_WAIT_MS);
+	}
+	pthread_join(p.t, NULL);
+	cr_assert_eq(p.puts, 1, "the deferred work ran %d times", p.puts);
+	cr_assert_eq(p.puts_before_return, 1, "the plug was not flushed inside bf_slots_get()");
+	cr_assert_eq(p.got, p.back, "not the slot the flush gave back");
+	cr_assert(p.waited, "all were taken, yet it says it did not wait");
+	cr_assert(p.plugged_after, "the flush ended the taker's plug");
+	for (i = 0; i < NR; i++)
+		bf_slots_put(&pool, p.mine[i]);
+	cr_assert_eq(stats().in_use, 0);
+	bf_slots_destroy(&pool);
+}
+
+/*
+ * The same on a frozen pool: a freeze waits for the slots in flight, one of
+ * them held back by the plugged taker that now waits for the thaw. The
+ * flush lets the freeze end; without it the freeze times out
+ * (PLUG_WAIT_MS) and the test fails on its -ETIMEDOUT.
+ */
+Test(slots, a_plugged_taker_of_a_frozen_pool_flushes, .timeout = 30)
+{
+	struct plugged_taker p = { .nr = 1 };
+	struct freezer f = { .timeout_ms = PLUG_WAIT_MS, .ret = 1 };
+
+	pool_make(2);
+	cr_assert_eq(pthread_create(&p.t, NULL, plugged_taker_fn, &p), 0);
+	cr_assert(until_set(&p.ready, PLUG_WAIT_MS));
+	cr_assert_eq(p.deferred, 1);
+	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
+	until_frozen(true);
+	__atomic_store_n(&p.go, 1, __ATOMIC_RELEASE);
+	pthread_join(f.t, NULL);
+	if (f.ret) {
+		pthread_join(p.t, NULL);	/* the timed-out freeze let it go */
+		cr_assert_fail("the freeze waited %u ms for the slot a frozen plugged "
+			       "bf_slots_get() held back in its plug (%d): no blk_plug_flush() "
+			       "before the wait", PLUG_WAIT_MS, f.ret);
+	}
+	cr_assert_eq(p.puts, 1, "the freeze ended without the deferred work");
+	cr_assert_eq(stats().in_use, 0);
+	until_waiters(1);
+	bf_slots_thaw(&pool);
+	pthread_join(p.t, NULL);
+	cr_assert(is_entry(p.got));
+	cr_assert(p.waited);
+	cr_assert_eq(p.puts_before_return, 1);
+	bf_slots_put(&pool, p.got);
 	bf_slots_destroy(&pool);
 }
 
