@@ -4,7 +4,7 @@
  * dispatch table of its verbs and the daemon side that runs a written line
  * (the client, `blkfs add|remove|...`, is ctl_client.c).
  *
- * And the file itself, its ops (file.h; opened by sysfile.c): each write is
+ * And the file itself, its ops (file.h), open included: each write is
  * one command, run by bf_ctl_exec() in a detached thread of its own
  * (ctl_write(), ctl_job_fn()): a command may take long (remove writes a
  * device back), and the thread that received it, a FUSE worker or its
@@ -376,7 +376,29 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	pthread_attr_destroy(&attr);
 }
 
+/*
+ * Open: a writer must be one who may run commands; the file starts empty
+ * (a command's result, once one is written, is what reads find).
+ */
+static int ctl_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
+{
+	struct bf_file *f;
+
+	(void)in;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && !bf_ctl_writer_ok(req))
+		return -EACCES;
+	f = bf_file_alloc(&bf_ctl_fops, BF_SYS_BUF);
+	if (!f)
+		return -ENOMEM;
+	fi->fh = (uint64_t)(uintptr_t)f;
+	fi->direct_io = 1;	/* every read and write reaches us */
+	fi->nonseekable = 0;
+	return 0;
+}
+
 const struct bf_file_ops bf_ctl_fops = {
+	.open = ctl_open,
+	.release = bf_file_free,
 	.read = ctl_read,
 	.write = ctl_write,
 	.fsync = bf_file_fsync_none,

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuse/devfile.c - the device file's operations (file.h): read, write,
- * fsync and fallocate of a device, each a request that takes one of the
- * device's slots (slots.h) and starts the cache's asynchronous form; its
- * reply comes from the completion. The hot path: nothing here but the
- * request's way to the cache and back.
+ * fuse/devfile.c - the device file's operations (file.h): its open policy
+ * (a read-only mount, the kernel's writeback cache, the reply's caching
+ * flags) and release; read, write, fsync and fallocate of a device, each
+ * a request that takes one of the device's slots (slots.h) and starts the
+ * cache's asynchronous form; its reply comes from the completion. The
+ * hot path: nothing here but the request's way to the cache and back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "../backends/lib/trace.h"
 #include "bf.h"
 #include "devfile.h"
+#include "devtab.h"
 #include "file.h"
 #include "rawio.h"
 #include "slots.h"
@@ -358,6 +360,76 @@ static void status_done(struct pc_aio *aio, ssize_t res)
 
 /* ------------------------------------------------------- the file's ops */
 
+/* An open of the device file ends (or failed): the count and reference bf_open took. */
+static void dev_close(struct bf_dev *bd)
+{
+	__atomic_sub_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
+	bf_dev_put(bd);
+}
+
+/* @in->dev held and counted in its opens (file.h): kept in the file, or dropped on error. */
+static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = fuse_req_userdata(req);
+	struct bf_dev *bd = in->dev;
+	struct bf_file *f;
+
+	/*
+	 * A read-only mount (-o ro): the kernel already refuses opens for
+	 * writing on it (EROFS, as on any read-only filesystem); refused here
+	 * too, so no handle that could write ever exists.
+	 */
+	if (d->conf.mount.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		dev_close(bd);
+		return -EROFS;
+	}
+	f = bf_file_alloc(&bf_dev_fops, 0);
+	if (!f) {
+		dev_close(bd);
+		return -ENOMEM;
+	}
+	if (d->conf.mount.kernel_writeback && (fi->flags & O_TRUNC)) {
+		/*
+		 * With the kernel's writeback cache the kernel owns the size: it
+		 * would believe the device empty after O_TRUNC and keep believing
+		 * it. Refused rather than ignored (README: kernel_cache).
+		 */
+		bf_file_free(f);
+		dev_close(bd);
+		return -EPERM;
+	}
+	f->dev = bd;
+	f->direct = fi->flags & O_DIRECT;
+	f->since = pc_errseq_sample(bd->pc);
+	fi->fh = (uint64_t)(uintptr_t)f;
+	if (d->conf.mount.kernel_writeback) {
+		/* the kernel caches and handles O_DIRECT itself (writes back, invalidates) */
+		fi->keep_cache = 1;
+		fi->noflush = 0;
+		return 0;
+	}
+	/*
+	 * Direct mode: every read and write reaches this daemon, in requests of
+	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
+	 * semantics hold. Shared mmap still works: INIT negotiated
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (see rawio.c).
+	 */
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->noflush = 1;
+	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in rawio.c */
+	/* O_TRUNC is ignored, as a block device ignores it */
+	return 0;
+}
+
+static void dev_release(struct bf_file *f)
+{
+	struct bf_dev *bd = f->dev;
+
+	bf_file_free(f);
+	dev_close(bd);
+}
+
 static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
 	struct bf_req *r;
@@ -473,6 +545,8 @@ static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off
 }
 
 const struct bf_file_ops bf_dev_fops = {
+	.open = dev_open,
+	.release = dev_release,
 	.read = dev_read,
 	.write = dev_write,
 	.fsync = dev_fsync,

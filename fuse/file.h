@@ -3,8 +3,10 @@
  * fuse/file.h - an open file of the mount and its operations. Each kind of
  * file the mount serves has its own table, chosen at open as the kernel
  * chooses f_op: the device file's (devfile.c), a .sys attribute's
- * (sysfile.c), the control file's (control.c). daemon.c's handlers check
- * what every kind shares (a negative offset) and call the table: one
+ * (sysfile.c), the control file's (control.c). daemon.c's bf_open finds
+ * what the inode is and calls its kind's open, which makes the file;
+ * release, reads, writes, fsyncs and fallocates go to the file's table,
+ * daemon.c checking only what every kind shares (a negative offset): one
  * indirect call where a branch on the kind was.
  *
  * Every open file is also on a list (file.c), so that the handles of files
@@ -25,10 +27,38 @@
 #define BF_SYS_BUF 16384	/* blkfs_stat with a histogram and backend lines */
 #define BF_SYS_MAX (16u << 20)	/* a .sys snapshot grows to this (sysfile.c), no further */
 
+struct bf_dev;
 struct bf_file;
+struct bf_node;
 
-/* What a kind of file does with a request: each replies to @req, now or later. */
+/*
+ * What bf_open (daemon.c) found at the inode opened, under d->dev_lock,
+ * for its kind's open: a device, or a .sys node (an attribute, a .sys
+ * directory, the control file).
+ */
+struct bf_inode {
+	/*
+	 * The device file's device: held (bf_dev_hold) and counted in its
+	 * opens, both taken under d->dev_lock (remove checks opens with it
+	 * held exclusive). The open takes both over: its file keeps them
+	 * until release, or the open drops them when it fails.
+	 */
+	struct bf_dev *dev;
+	/* A .sys node: node->dev (when there is one) held across the open. */
+	struct bf_node *node;
+};
+
+/*
+ * What a kind of file does. open and release as the kernel's f_op: open
+ * makes the file and sets @fi (fh and the reply's flags), the caller
+ * replies; release frees it, the caller replies. The others reply to @req,
+ * now or later.
+ */
 struct bf_file_ops {
+	/* 0 or -errno; the file in fi->fh, allocated with this table */
+	int (*open)(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi);
+	/* the last close: nothing uses @f afterwards */
+	void (*release)(struct bf_file *f);
 	/* @off >= 0 */
 	void (*read)(fuse_req_t req, struct bf_file *f, size_t size, off_t off);
 	/* @buf: the data where bf_rawio_write_data() says it is; @off >= 0 */

@@ -2,8 +2,8 @@
 /*
  * fuse/sysfile.c - a .sys attribute's operations (file.h): opened, its value
  * is a snapshot (bf_sys_show) that reads return; each write is one store
- * (bf_sys_store), run off the ring's queues when it came on one. The
- * control file is opened here and served by control.c's ops.
+ * (bf_sys_store), run off the ring's queues when it came on one. (The
+ * control file, a .sys node too, has control.c's ops.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,38 +13,29 @@
 
 #include "../core/log.h"
 #include "bf.h"
-#include "control.h"
 #include "devtab.h"
 #include "file.h"
 #include "rawio.h"
 #include "sysfile.h"
 #include "sysfs.h"
 
-static const struct bf_file_ops bf_sys_fops;
-
 /*
  * A .sys attribute: a snapshot of its value for readers, a store per write.
- * The control file is opened here too, with control.c's ops.
+ * @in->node->dev (when there is one) is held by the caller.
  */
-void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
+static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
 {
 	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct bf_node *n = in->node;
 	struct bf_file *f;
 	size_t cap = BF_SYS_BUF;
 	int len = 0, tries;
 
-	if (n->dir) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	if (wr && !bf_sys_writable(n)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
-	if (wr && n->ctl && !bf_ctl_writer_ok(req)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
+	(void)req;
+	if (n->dir)
+		return -EISDIR;
+	if (wr && !bf_sys_writable(n))
+		return -EACCES;
 	/*
 	 * The buffer is sized from the content, never cut: a show returns the
 	 * length it needs, as snprintf, and a text longer than the buffer is
@@ -53,19 +44,16 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 	 * --prometheus lost histograms when it was cut.
 	 */
 	for (tries = 0;; tries++) {
-		f = bf_file_alloc(n->ctl ? &bf_ctl_fops : &bf_sys_fops, cap);
-		if (!f) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
+		f = bf_file_alloc(&bf_sys_fops, cap);
+		if (!f)
+			return -ENOMEM;
 		f->sys_ino = n->ino;
 		if ((fi->flags & O_ACCMODE) == O_WRONLY)
 			break;
 		len = bf_sys_show(n, f->buf, cap);
 		if (len < 0) {
 			bf_file_free(f);
-			fuse_reply_err(req, -len);
-			return;
+			return len;
 		}
 		if ((size_t)len < cap)
 			break;
@@ -73,8 +61,7 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 		if (tries == 3 || (size_t)len > BF_SYS_MAX) {
 			blk_err(".sys: a snapshot of %zu bytes or more (%d tries): refused", (size_t)len,
 				tries + 1);
-			fuse_reply_err(req, EFBIG);
-			return;
+			return -EFBIG;
 		}
 		cap = (size_t)len + (size_t)len / 4 + 1;
 	}
@@ -82,7 +69,7 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 	fi->fh = (uint64_t)(uintptr_t)f;
 	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
 	fi->nonseekable = 0;
-	fuse_reply_open(req, fi);
+	return 0;
 }
 
 static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
@@ -186,7 +173,9 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	}
 }
 
-static const struct bf_file_ops bf_sys_fops = {
+const struct bf_file_ops bf_sys_fops = {
+	.open = bf_sys_open,
+	.release = bf_file_free,
 	.read = sys_read,
 	.write = sys_write,
 	.fsync = bf_file_fsync_none,
