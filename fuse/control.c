@@ -21,6 +21,7 @@
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,8 +152,23 @@ bool bf_ctl_writer_ok(fuse_req_t req)
  */
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* An open control file: the message of the last command written on it. */
+struct bf_ctlfile {
+	struct bf_file f;	/* first (file.h) */
+	size_t len;		/* ctl_lock */
+	size_t rpos;		/* ctl_lock: where the next read starts */
+	char buf[BF_SYS_BUF];	/* ctl_lock */
+};
+_Static_assert(offsetof(struct bf_ctlfile, f) == 0, "bf_ctlfile: f first");
+
+static inline struct bf_ctlfile *ctlfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_ctlfile);
+}
+
 static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
+	struct bf_ctlfile *cf = ctlfile_of(f);
 	size_t n;
 	char *buf;
 
@@ -168,9 +184,9 @@ static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		return;
 	}
 	pthread_mutex_lock(&ctl_lock);
-	n = size < f->len - f->rpos ? size : f->len - f->rpos;
-	memcpy(buf, f->buf + f->rpos, n);
-	f->rpos += n;
+	n = size < cf->len - cf->rpos ? size : cf->len - cf->rpos;
+	memcpy(buf, cf->buf + cf->rpos, n);
+	cf->rpos += n;
 	pthread_mutex_unlock(&ctl_lock);
 	fuse_reply_buf(req, buf, n);
 }
@@ -178,12 +194,14 @@ static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 /* The command's message into the open file (read back there), then the reply. */
 static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
 {
+	struct bf_ctlfile *cf = ctlfile_of(f);
+
 	pthread_mutex_lock(&ctl_lock);
-	f->len = strlen(msg);
-	if (f->len > BF_SYS_BUF)
-		f->len = BF_SYS_BUF;
-	memcpy(f->buf, msg, f->len);
-	f->rpos = 0;
+	cf->len = strlen(msg);
+	if (cf->len > sizeof(cf->buf))
+		cf->len = sizeof(cf->buf);
+	memcpy(cf->buf, msg, cf->len);
+	cf->rpos = 0;
 	pthread_mutex_unlock(&ctl_lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -387,7 +405,7 @@ static int ctl_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_
 	(void)in;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY && !bf_ctl_writer_ok(req))
 		return -EACCES;
-	f = bf_file_alloc(&bf_ctl_fops, BF_SYS_BUF);
+	f = bf_file_alloc(&bf_ctl_fops, sizeof(struct bf_ctlfile));
 	if (!f)
 		return -ENOMEM;
 	fi->fh = (uint64_t)(uintptr_t)f;

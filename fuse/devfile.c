@@ -360,6 +360,20 @@ static void status_done(struct pc_aio *aio, ssize_t res)
 
 /* ------------------------------------------------------- the file's ops */
 
+/* An open device file. */
+struct bf_devfile {
+	struct bf_file f;	/* first (file.h) */
+	struct bf_dev *dev;	/* held, counted in its opens, until release */
+	bool direct;		/* opened with O_DIRECT */
+	pc_errseq_t since;	/* writeback errors this opener has seen */
+};
+_Static_assert(offsetof(struct bf_devfile, f) == 0, "bf_devfile: f first");
+
+static inline struct bf_devfile *devfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_devfile);
+}
+
 /* An open of the device file ends (or failed): the count and reference bf_open took. */
 static void dev_close(struct bf_dev *bd)
 {
@@ -372,6 +386,7 @@ static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_
 {
 	struct bf_daemon *d = fuse_req_userdata(req);
 	struct bf_dev *bd = in->dev;
+	struct bf_devfile *df;
 	struct bf_file *f;
 
 	/*
@@ -383,7 +398,7 @@ static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_
 		dev_close(bd);
 		return -EROFS;
 	}
-	f = bf_file_alloc(&bf_dev_fops, 0);
+	f = bf_file_alloc(&bf_dev_fops, sizeof(*df));
 	if (!f) {
 		dev_close(bd);
 		return -ENOMEM;
@@ -398,9 +413,10 @@ static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_
 		dev_close(bd);
 		return -EPERM;
 	}
-	f->dev = bd;
-	f->direct = fi->flags & O_DIRECT;
-	f->since = pc_errseq_sample(bd->pc);
+	df = devfile_of(f);
+	df->dev = bd;
+	df->direct = fi->flags & O_DIRECT;
+	df->since = pc_errseq_sample(bd->pc);
 	fi->fh = (uint64_t)(uintptr_t)f;
 	if (d->conf.mount.kernel_writeback) {
 		/* the kernel caches and handles O_DIRECT itself (writes back, invalidates) */
@@ -424,7 +440,7 @@ static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_
 
 static void dev_release(struct bf_file *f)
 {
-	struct bf_dev *bd = f->dev;
+	struct bf_dev *bd = devfile_of(f)->dev;
 
 	bf_file_free(f);
 	dev_close(bd);
@@ -432,10 +448,11 @@ static void dev_release(struct bf_file *f)
 
 static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 	char *buf;
 
-	if (f->direct) {
+	if (df->direct) {
 		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
@@ -443,23 +460,24 @@ static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		r = req_get(f->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
+		r = req_get(df->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
 		r->data = buf;
-		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		pc_direct_read_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 		req_returned(r, buf, size);
 		return;
 	}
-	r = req_get(f->dev, req, read_done, BLK_READ, (uint64_t)off, size);
-	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	r = req_get(df->dev, req, read_done, BLK_READ, (uint64_t)off, size);
+	pc_read_async(df->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
 	req_returned(r, NULL, 0);
 }
 
 static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 
-	r = req_get(f->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
+	r = req_get(df->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
 	if (!bf_rawio_in_thread_buf(buf, size)) {
 		/* the data is not where the request could take it along: a copy */
 		char *k = bf_rawio_keep(&buf, size);
@@ -485,29 +503,31 @@ static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
 	 */
-	if (f->direct && !fi->writepage)
-		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	if (df->direct && !fi->writepage)
+		pc_direct_write_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	else
-		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		pc_write_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	req_returned(r, buf, size);
 }
 
 static void dev_fsync(fuse_req_t req, struct bf_file *f)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 
-	r = req_get(f->dev, req, status_done, BLK_FLUSH, 0, 0);
-	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	r = req_get(df->dev, req, status_done, BLK_FLUSH, 0, 0);
+	pc_fsync_async(df->dev->pc, &r->aio, &df->since);
 	req_returned(r, NULL, 0);
 }
 
 /* As the kernel's blkdev_fallocate(). */
 static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off, off_t len)
 {
+	struct bf_devfile *df = devfile_of(f);
 	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
 	struct bf_req *r;
 
-	size = bf_dev_size(f->dev);
+	size = bf_dev_size(df->dev);
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -523,19 +543,19 @@ static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off
 		}
 		n = size - start;
 	}
-	if ((start | n) & (f->dev->geo.lbs - 1)) {
+	if ((start | n) & (df->dev->geo.lbs - 1)) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
-		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
+		r = req_get(df->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
+		pc_write_zeroes_async(df->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_DISCARD, start, n);
-		pc_discard_async(f->dev->pc, &r->aio, start, n);
+		r = req_get(df->dev, req, status_done, BLK_DISCARD, start, n);
+		pc_discard_async(df->dev->pc, &r->aio, start, n);
 		break;
 	default:
 		fuse_reply_err(req, EOPNOTSUPP);

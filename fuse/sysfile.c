@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,23 @@
 #include "sysfile.h"
 #include "sysfs.h"
 
+#define BF_SYS_MAX (16u << 20)	/* a snapshot grows to this, no further */
+
+/* An open .sys attribute: what it read at open. */
+struct bf_sysfile {
+	struct bf_file f;	/* first (file.h) */
+	/* its node, looked up again by number for a store: a device's nodes go with it */
+	uint64_t ino;
+	size_t len;		/* of the snapshot */
+	char buf[];		/* the snapshot taken at open */
+};
+_Static_assert(offsetof(struct bf_sysfile, f) == 0, "bf_sysfile: f first");
+
+static inline struct bf_sysfile *sysfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_sysfile);
+}
+
 /*
  * A .sys attribute: a snapshot of its value for readers, a store per write.
  * @in->node->dev (when there is one) is held by the caller.
@@ -27,6 +45,7 @@ static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_fi
 {
 	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
 	struct bf_node *n = in->node;
+	struct bf_sysfile *sf;
 	struct bf_file *f;
 	size_t cap = BF_SYS_BUF;
 	int len = 0, tries;
@@ -44,13 +63,14 @@ static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_fi
 	 * --prometheus lost histograms when it was cut.
 	 */
 	for (tries = 0;; tries++) {
-		f = bf_file_alloc(&bf_sys_fops, cap);
+		f = bf_file_alloc(&bf_sys_fops, sizeof(*sf) + cap);
 		if (!f)
 			return -ENOMEM;
-		f->sys_ino = n->ino;
+		sf = sysfile_of(f);
+		sf->ino = n->ino;
 		if ((fi->flags & O_ACCMODE) == O_WRONLY)
 			break;
-		len = bf_sys_show(n, f->buf, cap);
+		len = bf_sys_show(n, sf->buf, cap);
 		if (len < 0) {
 			bf_file_free(f);
 			return len;
@@ -65,7 +85,7 @@ static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_fi
 		}
 		cap = (size_t)len + (size_t)len / 4 + 1;
 	}
-	f->len = (size_t)len < cap ? (size_t)len : cap;
+	sf->len = (size_t)len < cap ? (size_t)len : cap;
 	fi->fh = (uint64_t)(uintptr_t)f;
 	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
 	fi->nonseekable = 0;
@@ -74,13 +94,14 @@ static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_fi
 
 static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
-	size_t o = (size_t)off < f->len ? (size_t)off : f->len;
-	size_t n = size < f->len - o ? size : f->len - o;
+	struct bf_sysfile *sf = sysfile_of(f);
+	size_t o = (size_t)off < sf->len ? (size_t)off : sf->len;
+	size_t n = size < sf->len - o ? size : sf->len - o;
 	char *buf;
 
 	/*
 	 * Reply from this thread's buffer, not from @f: once the kernel has
-	 * the data, the reader may close and another thread free @f while
+	 * the data, the reader may close and another thread free @sf while
 	 * this one is still returning from writev.
 	 */
 	buf = bf_rawio_req_buf();
@@ -88,7 +109,7 @@ static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memcpy(buf, f->buf + o, n);
+	memcpy(buf, sf->buf + o, n);
 	fuse_reply_buf(req, buf, n);
 }
 
@@ -157,7 +178,7 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 
 	(void)fi;
 	if (!bf_rawio_queue_thread()) {
-		sys_write_here(req, f->sys_ino, buf, size, off);
+		sys_write_here(req, sysfile_of(f)->ino, buf, size, off);
 		return;
 	}
 	job = malloc(sizeof(*job));
@@ -165,7 +186,7 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = f->sys_ino, .buf = buf,
+	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = sysfile_of(f)->ino, .buf = buf,
 				 .size = size, .off = off };
 	if (bf_rawio_offqueue(&job->w)) {
 		free(job);
