@@ -4,7 +4,7 @@
  * dispatch table of its verbs and the daemon side that runs a written line
  * (the client, `blkfs add|remove|...`, is ctl_client.c).
  *
- * And the file itself, its ops (file.h; opened by sysfile.c): each write is
+ * And the file itself, its ops (file.h), open included: each write is
  * one command, run by bf_ctl_exec() in a detached thread of its own
  * (ctl_write(), ctl_job_fn()): a command may take long (remove writes a
  * device back), and the thread that received it, a FUSE worker or its
@@ -21,6 +21,7 @@
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,8 +152,23 @@ bool bf_ctl_writer_ok(fuse_req_t req)
  */
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* An open control file: the message of the last command written on it. */
+struct bf_ctlfile {
+	struct bf_file f;	/* first (file.h) */
+	size_t len;		/* ctl_lock */
+	size_t rpos;		/* ctl_lock: where the next read starts */
+	char buf[BF_SYS_BUF];	/* ctl_lock */
+};
+_Static_assert(offsetof(struct bf_ctlfile, f) == 0, "bf_ctlfile: f first");
+
+static inline struct bf_ctlfile *ctlfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_ctlfile);
+}
+
 static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
+	struct bf_ctlfile *cf = ctlfile_of(f);
 	size_t n;
 	char *buf;
 
@@ -168,9 +184,9 @@ static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		return;
 	}
 	pthread_mutex_lock(&ctl_lock);
-	n = size < f->len - f->rpos ? size : f->len - f->rpos;
-	memcpy(buf, f->buf + f->rpos, n);
-	f->rpos += n;
+	n = size < cf->len - cf->rpos ? size : cf->len - cf->rpos;
+	memcpy(buf, cf->buf + cf->rpos, n);
+	cf->rpos += n;
 	pthread_mutex_unlock(&ctl_lock);
 	fuse_reply_buf(req, buf, n);
 }
@@ -178,12 +194,14 @@ static void ctl_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 /* The command's message into the open file (read back there), then the reply. */
 static void ctl_done(fuse_req_t req, struct bf_file *f, int ret, const char *msg, size_t size)
 {
+	struct bf_ctlfile *cf = ctlfile_of(f);
+
 	pthread_mutex_lock(&ctl_lock);
-	f->len = strlen(msg);
-	if (f->len > BF_SYS_BUF)
-		f->len = BF_SYS_BUF;
-	memcpy(f->buf, msg, f->len);
-	f->rpos = 0;
+	cf->len = strlen(msg);
+	if (cf->len > sizeof(cf->buf))
+		cf->len = sizeof(cf->buf);
+	memcpy(cf->buf, msg, cf->len);
+	cf->rpos = 0;
 	pthread_mutex_unlock(&ctl_lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -376,7 +394,29 @@ static void ctl_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	pthread_attr_destroy(&attr);
 }
 
+/*
+ * Open: a writer must be one who may run commands; the file starts empty
+ * (a command's result, once one is written, is what reads find).
+ */
+static int ctl_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
+{
+	struct bf_file *f;
+
+	(void)in;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && !bf_ctl_writer_ok(req))
+		return -EACCES;
+	f = bf_file_alloc(&bf_ctl_fops, sizeof(struct bf_ctlfile));
+	if (!f)
+		return -ENOMEM;
+	fi->fh = (uint64_t)(uintptr_t)f;
+	fi->direct_io = 1;	/* every read and write reaches us */
+	fi->nonseekable = 0;
+	return 0;
+}
+
 const struct bf_file_ops bf_ctl_fops = {
+	.open = ctl_open,
+	.release = bf_file_free,
 	.read = ctl_read,
 	.write = ctl_write,
 	.fsync = bf_file_fsync_none,

@@ -2,8 +2,9 @@
 /*
  * fuse/daemon.c - the FUSE side of blkfs: libfuse3 low-level operations that
  * present each device as a regular file with block-device semantics (the
- * names, attributes, directories and opens; each open file's reads and
- * writes go to the ops its open chose, file.h: devfile.c, sysfile.c,
+ * names, attributes and directories; an open finds what the inode is and
+ * calls its kind's open, and each open file's release, reads and writes
+ * go to the ops that open chose, file.h: devfile.c, sysfile.c,
  * control.c), the session (multithreaded, 1 MiB requests, direct mode with
  * shared mmap allowed), and the final writeback when the mount goes away.
  * Control commands do not run here: control.c runs each in a thread of
@@ -121,7 +122,7 @@ static void bf_init(void *userdata, struct fuse_conn_info *conn)
 	/*
 	 * kernel_cache = writeback: the kernel's page cache takes small writes
 	 * and sends them on in large requests (4 KiB dd ran ~6x faster here),
-	 * at the price of owning the file size (see bf_open).
+	 * at the price of owning the file size (see devfile.c's dev_open).
 	 */
 	if (d->conf.mount.kernel_writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
@@ -232,107 +233,54 @@ static void bf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	bf_getattr(req, ino, fi);
 }
 
-/* An open of the device file ends (or failed): bf_open's count and reference. */
-static void dev_close(struct bf_dev *bd)
-{
-	__atomic_sub_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
-	bf_dev_put(bd);
-}
-
+/*
+ * What the inode is, under dev_lock, then its kind's open (file.h): a
+ * device file (devfile.c), a .sys attribute or directory (sysfile.c), the
+ * control file (control.c).
+ */
 static void bf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bf_daemon *d = bf_of(req);
-	struct bf_dev *bd;
-	struct bf_node *n;
-	struct bf_file *f;
+	const struct bf_file_ops *ops = NULL;
+	struct bf_inode in = { 0 };
 	int err = 0;
 
 	pthread_rwlock_rdlock(&d->dev_lock);
-	n = bf_sys_node_locked(d, ino);
-	if (n && n->dev)
-		bf_dev_hold(n->dev);	/* its nodes live as long as it does */
-	bd = n ? NULL : dev_of_ino(d, ino);
-	if (bd && bd->removing) {
-		err = EBUSY;		/* remove is writing it back */
-	} else if (bd) {
-		/* under dev_lock: remove checks opens with it held exclusive */
-		bf_dev_hold(bd);
-		__atomic_add_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
-	} else if (!n) {
-		err = ino == BF_ROOT_INO ? EISDIR : ENOENT;
+	in.node = bf_sys_node_locked(d, ino);
+	if (in.node) {
+		if (in.node->dev)
+			bf_dev_hold(in.node->dev);	/* its nodes live as long as it does */
+		ops = in.node->ctl ? &bf_ctl_fops : &bf_sys_fops;
+	} else {
+		in.dev = dev_of_ino(d, ino);
+		if (in.dev && in.dev->removing) {
+			err = -EBUSY;		/* remove is writing it back */
+		} else if (in.dev) {
+			/* under dev_lock: remove checks opens with it held exclusive */
+			bf_dev_hold(in.dev);
+			__atomic_add_fetch(&in.dev->opens, 1, __ATOMIC_RELAXED);
+			ops = &bf_dev_fops;	/* which takes both over */
+		} else {
+			err = ino == BF_ROOT_INO ? -EISDIR : -ENOENT;
+		}
 	}
 	pthread_rwlock_unlock(&d->dev_lock);
-	if (n) {
-		bf_sys_open(req, n, fi);
-		if (n->dev)
-			bf_dev_put(n->dev);
-		return;
-	}
-	if (err) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	/*
-	 * A read-only mount (-o ro): the kernel already refuses opens for
-	 * writing on it (EROFS, as on any read-only filesystem); refused here
-	 * too, so no handle that could write ever exists.
-	 */
-	if (d->conf.mount.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
-		dev_close(bd);
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	f = bf_file_alloc(&bf_dev_fops, 0);
-	if (!f) {
-		dev_close(bd);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	if (d->conf.mount.kernel_writeback && (fi->flags & O_TRUNC)) {
-		/*
-		 * With the kernel's writeback cache the kernel owns the size: it
-		 * would believe the device empty after O_TRUNC and keep believing
-		 * it. Refused rather than ignored (README: kernel_cache).
-		 */
-		bf_file_free(f);
-		dev_close(bd);
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	f->dev = bd;
-	f->direct = fi->flags & O_DIRECT;
-	f->since = pc_errseq_sample(bd->pc);
-	fi->fh = (uint64_t)(uintptr_t)f;
-	if (d->conf.mount.kernel_writeback) {
-		/* the kernel caches and handles O_DIRECT itself (writes back, invalidates) */
-		fi->keep_cache = 1;
-		fi->noflush = 0;
+	if (!err)
+		err = ops->open(req, &in, fi);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
 		fuse_reply_open(req, fi);
-		return;
-	}
-	/*
-	 * Direct mode: every read and write reaches this daemon, in requests of
-	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
-	 * semantics hold. Shared mmap still works: INIT negotiated
-	 * FUSE_DIRECT_IO_ALLOW_MMAP (see rawio.c).
-	 */
-	fi->direct_io = 1;
-	fi->keep_cache = 0;
-	fi->noflush = 1;
-	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in rawio.c */
-	/* O_TRUNC is ignored, as a block device ignores it */
-	fuse_reply_open(req, fi);
+	if (in.node && in.node->dev)
+		bf_dev_put(in.node->dev);
 }
 
 static void bf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct bf_file *f = (struct bf_file *)(uintptr_t)fi->fh;
-	struct bf_dev *bd = f->dev;
+	struct bf_file *f = bf_file_of(fi);
 
 	(void)ino;
-	bf_file_free(f);
-	if (bd)
-		dev_close(bd);
+	f->ops->release(f);
 	fuse_reply_err(req, 0);
 }
 

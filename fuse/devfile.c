@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuse/devfile.c - the device file's operations (file.h): read, write,
- * fsync and fallocate of a device, each a request that takes one of the
- * device's slots (slots.h) and starts the cache's asynchronous form; its
- * reply comes from the completion. The hot path: nothing here but the
- * request's way to the cache and back.
+ * fuse/devfile.c - the device file's operations (file.h): its open policy
+ * (a read-only mount, the kernel's writeback cache, the reply's caching
+ * flags) and release; read, write, fsync and fallocate of a device, each
+ * a request that takes one of the device's slots (slots.h) and starts the
+ * cache's asynchronous form; its reply comes from the completion. The
+ * hot path: nothing here but the request's way to the cache and back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "../backends/lib/trace.h"
 #include "bf.h"
 #include "devfile.h"
+#include "devtab.h"
 #include "file.h"
 #include "rawio.h"
 #include "slots.h"
@@ -358,12 +360,99 @@ static void status_done(struct pc_aio *aio, ssize_t res)
 
 /* ------------------------------------------------------- the file's ops */
 
+/* An open device file. */
+struct bf_devfile {
+	struct bf_file f;	/* first (file.h) */
+	struct bf_dev *dev;	/* held, counted in its opens, until release */
+	bool direct;		/* opened with O_DIRECT */
+	pc_errseq_t since;	/* writeback errors this opener has seen */
+};
+_Static_assert(offsetof(struct bf_devfile, f) == 0, "bf_devfile: f first");
+
+static inline struct bf_devfile *devfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_devfile);
+}
+
+/* An open of the device file ends (or failed): the count and reference bf_open took. */
+static void dev_close(struct bf_dev *bd)
+{
+	__atomic_sub_fetch(&bd->opens, 1, __ATOMIC_RELAXED);
+	bf_dev_put(bd);
+}
+
+/* @in->dev held and counted in its opens (file.h): kept in the file, or dropped on error. */
+static int dev_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
+{
+	struct bf_daemon *d = fuse_req_userdata(req);
+	struct bf_dev *bd = in->dev;
+	struct bf_devfile *df;
+	struct bf_file *f;
+
+	/*
+	 * A read-only mount (-o ro): the kernel already refuses opens for
+	 * writing on it (EROFS, as on any read-only filesystem); refused here
+	 * too, so no handle that could write ever exists.
+	 */
+	if (d->conf.mount.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		dev_close(bd);
+		return -EROFS;
+	}
+	f = bf_file_alloc(&bf_dev_fops, sizeof(*df));
+	if (!f) {
+		dev_close(bd);
+		return -ENOMEM;
+	}
+	if (d->conf.mount.kernel_writeback && (fi->flags & O_TRUNC)) {
+		/*
+		 * With the kernel's writeback cache the kernel owns the size: it
+		 * would believe the device empty after O_TRUNC and keep believing
+		 * it. Refused rather than ignored (README: kernel_cache).
+		 */
+		bf_file_free(f);
+		dev_close(bd);
+		return -EPERM;
+	}
+	df = devfile_of(f);
+	df->dev = bd;
+	df->direct = fi->flags & O_DIRECT;
+	df->since = pc_errseq_sample(bd->pc);
+	fi->fh = (uint64_t)(uintptr_t)f;
+	if (d->conf.mount.kernel_writeback) {
+		/* the kernel caches and handles O_DIRECT itself (writes back, invalidates) */
+		fi->keep_cache = 1;
+		fi->noflush = 0;
+		return 0;
+	}
+	/*
+	 * Direct mode: every read and write reaches this daemon, in requests of
+	 * up to 1 MiB, so blkfs's cache is the one cache and block-device
+	 * semantics hold. Shared mmap still works: INIT negotiated
+	 * FUSE_DIRECT_IO_ALLOW_MMAP (see rawio.c).
+	 */
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	fi->noflush = 1;
+	/* FOPEN_PARALLEL_DIRECT_WRITES is added to the reply in rawio.c */
+	/* O_TRUNC is ignored, as a block device ignores it */
+	return 0;
+}
+
+static void dev_release(struct bf_file *f)
+{
+	struct bf_dev *bd = devfile_of(f)->dev;
+
+	bf_file_free(f);
+	dev_close(bd);
+}
+
 static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 	char *buf;
 
-	if (f->direct) {
+	if (df->direct) {
 		buf = bf_rawio_req_buf();
 		if (!buf) {
 			fuse_reply_err(req, ENOMEM);
@@ -371,23 +460,24 @@ static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		}
 		if (size > BF_MAX_WRITE)
 			size = BF_MAX_WRITE;
-		r = req_get(f->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
+		r = req_get(df->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
 		r->data = buf;
-		pc_direct_read_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		pc_direct_read_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 		req_returned(r, buf, size);
 		return;
 	}
-	r = req_get(f->dev, req, read_done, BLK_READ, (uint64_t)off, size);
-	pc_read_async(f->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
+	r = req_get(df->dev, req, read_done, BLK_READ, (uint64_t)off, size);
+	pc_read_async(df->dev->pc, &r->aio, &r->rd, size, (uint64_t)off);
 	req_returned(r, NULL, 0);
 }
 
 static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 
-	r = req_get(f->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
+	r = req_get(df->dev, req, write_done, BLK_WRITE, (uint64_t)off, size);
 	if (!bf_rawio_in_thread_buf(buf, size)) {
 		/* the data is not where the request could take it along: a copy */
 		char *k = bf_rawio_keep(&buf, size);
@@ -413,29 +503,31 @@ static void dev_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	 * Kernel page-cache writeback of a shared mapping may come through a
 	 * handle opened with O_DIRECT; it is buffered data, never refused.
 	 */
-	if (f->direct && !fi->writepage)
-		pc_direct_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+	if (df->direct && !fi->writepage)
+		pc_direct_write_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	else
-		pc_write_async(f->dev->pc, &r->aio, buf, size, (uint64_t)off);
+		pc_write_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 	req_returned(r, buf, size);
 }
 
 static void dev_fsync(fuse_req_t req, struct bf_file *f)
 {
+	struct bf_devfile *df = devfile_of(f);
 	struct bf_req *r;
 
-	r = req_get(f->dev, req, status_done, BLK_FLUSH, 0, 0);
-	pc_fsync_async(f->dev->pc, &r->aio, &f->since);
+	r = req_get(df->dev, req, status_done, BLK_FLUSH, 0, 0);
+	pc_fsync_async(df->dev->pc, &r->aio, &df->since);
 	req_returned(r, NULL, 0);
 }
 
 /* As the kernel's blkdev_fallocate(). */
 static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off, off_t len)
 {
+	struct bf_devfile *df = devfile_of(f);
 	uint64_t size, start = (uint64_t)off, n = (uint64_t)len;
 	struct bf_req *r;
 
-	size = bf_dev_size(f->dev);
+	size = bf_dev_size(df->dev);
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -451,19 +543,19 @@ static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off
 		}
 		n = size - start;
 	}
-	if ((start | n) & (f->dev->geo.lbs - 1)) {
+	if ((start | n) & (df->dev->geo.lbs - 1)) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	switch (mode) {
 	case FALLOC_FL_ZERO_RANGE:
 	case FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
-		pc_write_zeroes_async(f->dev->pc, &r->aio, start, n);
+		r = req_get(df->dev, req, status_done, BLK_WRITE_ZEROES, start, n);
+		pc_write_zeroes_async(df->dev->pc, &r->aio, start, n);
 		break;
 	case FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE:
-		r = req_get(f->dev, req, status_done, BLK_DISCARD, start, n);
-		pc_discard_async(f->dev->pc, &r->aio, start, n);
+		r = req_get(df->dev, req, status_done, BLK_DISCARD, start, n);
+		pc_discard_async(df->dev->pc, &r->aio, start, n);
 		break;
 	default:
 		fuse_reply_err(req, EOPNOTSUPP);
@@ -473,6 +565,8 @@ static void dev_fallocate(fuse_req_t req, struct bf_file *f, int mode, off_t off
 }
 
 const struct bf_file_ops bf_dev_fops = {
+	.open = dev_open,
+	.release = dev_release,
 	.read = dev_read,
 	.write = dev_write,
 	.fsync = dev_fsync,

@@ -3,6 +3,7 @@
  * fuse/file.c - the list of open files (file.h): allocated at open, freed
  * at release, or at exit for those the kernel never released.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,10 +14,12 @@
 static pthread_mutex_t open_files_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct list_head open_files = LIST_HEAD_INIT(open_files);	/* open_files_lock */
 
-struct bf_file *bf_file_alloc(const struct bf_file_ops *ops, size_t extra)
+struct bf_file *bf_file_alloc(const struct bf_file_ops *ops, size_t size)
 {
-	struct bf_file *f = calloc(1, sizeof(*f) + extra);
+	struct bf_file *f;
 
+	assert(size >= sizeof(*f));
+	f = calloc(1, size);
 	if (!f)
 		return NULL;
 	f->ops = ops;

@@ -2,49 +2,59 @@
 /*
  * fuse/sysfile.c - a .sys attribute's operations (file.h): opened, its value
  * is a snapshot (bf_sys_show) that reads return; each write is one store
- * (bf_sys_store), run off the ring's queues when it came on one. The
- * control file is opened here and served by control.c's ops.
+ * (bf_sys_store), run off the ring's queues when it came on one. (The
+ * control file, a .sys node too, has control.c's ops.)
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/log.h"
 #include "bf.h"
-#include "control.h"
 #include "devtab.h"
 #include "file.h"
 #include "rawio.h"
 #include "sysfile.h"
 #include "sysfs.h"
 
-static const struct bf_file_ops bf_sys_fops;
+#define BF_SYS_MAX (16u << 20)	/* a snapshot grows to this, no further */
+
+/* An open .sys attribute: what it read at open. */
+struct bf_sysfile {
+	struct bf_file f;	/* first (file.h) */
+	/* its node, looked up again by number for a store: a device's nodes go with it */
+	uint64_t ino;
+	size_t len;		/* of the snapshot */
+	char buf[];		/* the snapshot taken at open */
+};
+_Static_assert(offsetof(struct bf_sysfile, f) == 0, "bf_sysfile: f first");
+
+static inline struct bf_sysfile *sysfile_of(struct bf_file *f)
+{
+	return bf_file_entry(f, struct bf_sysfile);
+}
 
 /*
  * A .sys attribute: a snapshot of its value for readers, a store per write.
- * The control file is opened here too, with control.c's ops.
+ * @in->node->dev (when there is one) is held by the caller.
  */
-void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
+static int bf_sys_open(fuse_req_t req, const struct bf_inode *in, struct fuse_file_info *fi)
 {
 	bool wr = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct bf_node *n = in->node;
+	struct bf_sysfile *sf;
 	struct bf_file *f;
 	size_t cap = BF_SYS_BUF;
 	int len = 0, tries;
 
-	if (n->dir) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	if (wr && !bf_sys_writable(n)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
-	if (wr && n->ctl && !bf_ctl_writer_ok(req)) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
+	(void)req;
+	if (n->dir)
+		return -EISDIR;
+	if (wr && !bf_sys_writable(n))
+		return -EACCES;
 	/*
 	 * The buffer is sized from the content, never cut: a show returns the
 	 * length it needs, as snprintf, and a text longer than the buffer is
@@ -53,19 +63,17 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 	 * --prometheus lost histograms when it was cut.
 	 */
 	for (tries = 0;; tries++) {
-		f = bf_file_alloc(n->ctl ? &bf_ctl_fops : &bf_sys_fops, cap);
-		if (!f) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		f->sys_ino = n->ino;
+		f = bf_file_alloc(&bf_sys_fops, sizeof(*sf) + cap);
+		if (!f)
+			return -ENOMEM;
+		sf = sysfile_of(f);
+		sf->ino = n->ino;
 		if ((fi->flags & O_ACCMODE) == O_WRONLY)
 			break;
-		len = bf_sys_show(n, f->buf, cap);
+		len = bf_sys_show(n, sf->buf, cap);
 		if (len < 0) {
 			bf_file_free(f);
-			fuse_reply_err(req, -len);
-			return;
+			return len;
 		}
 		if ((size_t)len < cap)
 			break;
@@ -73,27 +81,27 @@ void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi)
 		if (tries == 3 || (size_t)len > BF_SYS_MAX) {
 			blk_err(".sys: a snapshot of %zu bytes or more (%d tries): refused", (size_t)len,
 				tries + 1);
-			fuse_reply_err(req, EFBIG);
-			return;
+			return -EFBIG;
 		}
 		cap = (size_t)len + (size_t)len / 4 + 1;
 	}
-	f->len = (size_t)len < cap ? (size_t)len : cap;
+	sf->len = (size_t)len < cap ? (size_t)len : cap;
 	fi->fh = (uint64_t)(uintptr_t)f;
 	fi->direct_io = 1;	/* every read and write reaches us: no stale values */
 	fi->nonseekable = 0;
-	fuse_reply_open(req, fi);
+	return 0;
 }
 
 static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 {
-	size_t o = (size_t)off < f->len ? (size_t)off : f->len;
-	size_t n = size < f->len - o ? size : f->len - o;
+	struct bf_sysfile *sf = sysfile_of(f);
+	size_t o = (size_t)off < sf->len ? (size_t)off : sf->len;
+	size_t n = size < sf->len - o ? size : sf->len - o;
 	char *buf;
 
 	/*
 	 * Reply from this thread's buffer, not from @f: once the kernel has
-	 * the data, the reader may close and another thread free @f while
+	 * the data, the reader may close and another thread free @sf while
 	 * this one is still returning from writev.
 	 */
 	buf = bf_rawio_req_buf();
@@ -101,7 +109,7 @@ static void sys_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memcpy(buf, f->buf + o, n);
+	memcpy(buf, sf->buf + o, n);
 	fuse_reply_buf(req, buf, n);
 }
 
@@ -170,7 +178,7 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 
 	(void)fi;
 	if (!bf_rawio_queue_thread()) {
-		sys_write_here(req, f->sys_ino, buf, size, off);
+		sys_write_here(req, sysfile_of(f)->ino, buf, size, off);
 		return;
 	}
 	job = malloc(sizeof(*job));
@@ -178,7 +186,7 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = f->sys_ino, .buf = buf,
+	*job = (struct sys_job){ .w.fn = sys_job_fn, .req = req, .ino = sysfile_of(f)->ino, .buf = buf,
 				 .size = size, .off = off };
 	if (bf_rawio_offqueue(&job->w)) {
 		free(job);
@@ -186,7 +194,9 @@ static void sys_write(fuse_req_t req, struct bf_file *f, const char *buf, size_t
 	}
 }
 
-static const struct bf_file_ops bf_sys_fops = {
+const struct bf_file_ops bf_sys_fops = {
+	.open = bf_sys_open,
+	.release = bf_file_free,
 	.read = sys_read,
 	.write = sys_write,
 	.fsync = bf_file_fsync_none,

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* fuse/sysfile.h - opening a .sys attribute or the control file (sysfile.c). */
+/*
+ * fuse/sysfile.h - a .sys attribute's operations (sysfile.c; file.h): the
+ * open of any .sys node but the control file (control.h).
+ */
 #ifndef BLKFS_FUSE_SYSFILE_H
 #define BLKFS_FUSE_SYSFILE_H
 
-#include <fuse_lowlevel.h>
+struct bf_file_ops;
 
-struct bf_node;
-
-/* Open @n for @req (the caller holds a reference on n->dev when there is one); replies. */
-void bf_sys_open(fuse_req_t req, struct bf_node *n, struct fuse_file_info *fi);
+extern const struct bf_file_ops bf_sys_fops;
 
 #endif
