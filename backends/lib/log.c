@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/lib/clock.h"
+#include "clock.h"
 #include "log.h"
 
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;

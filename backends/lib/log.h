@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../backends/backend.h"
+#include "../backend.h"
 
 /* blk_log - blk_info(): a message at BLK_LOG_INFO. */
 void blk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
