@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/log.c - messages to stderr, time-stamped or with a journal priority,
- * and a simple rate limiter.
+ * backends/lib/log.c - messages to stderr, time-stamped or with a journal
+ * priority, and a simple rate limiter.
  */
 #include <pthread.h>
 #include <stdarg.h>
