@@ -484,9 +484,9 @@ static inline int blk_resize(struct blk_backend *be, uint64_t *size)
 bool blk_snap_name_valid(const char *name);
 
 /*
- * Messages: blkfs speaks in one place, core/log.c, which implements these
- * for every layer (to stderr: a time stamp on a terminal or in the daemon's
- * log file, a syslog priority prefix such as "<3>" when stderr is the
+ * Messages: blkfs speaks in one place, backends/lib/log.c, which implements
+ * these for every layer (to stderr: a time stamp on a terminal or in the
+ * daemon's log file, a syslog priority prefix such as "<3>" when stderr is the
  * journal, so `journalctl -p err` finds failed I/O). Levels are syslog's.
  */
 #define BLK_LOG_ERR	3	/* data at risk or lost, an I/O that failed */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "../backends/lib/log.h"
 #include "pcache_int.h"
 
 #define FSYNC_GROUP 64		/* fsyncs one pass serves at most */

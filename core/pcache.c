@@ -93,13 +93,13 @@
 #include <stdio.h>
 
 #include "../backends/lib/copy.h"
+#include "../backends/lib/log.h"
 #ifdef __SANITIZE_THREAD__
 /* ThreadSanitizer's runtime has them; gcc 12's sanitizer headers do not declare them */
 void __tsan_ignore_thread_begin(void);
 void __tsan_ignore_thread_end(void);
 #endif
 #include "conf.h"
-#include "log.h"
 #include "pcache_int.h"
 #include "stack.h"
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/lib/log.h"
 #include "../backends/lib/tlslots.h"
-#include "log.h"
 #include "pcache_int.h"
 
 /* ---------------------------------------------------------------- batches */

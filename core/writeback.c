@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "../backends/lib/log.h"
 #include "pcache_int.h"
 
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "cmd.h"
 #include "daemon.h"

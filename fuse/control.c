@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "control.h"
 #include "devs.h"

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "../backends/lib/list.h"
+#include "../backends/lib/log.h"
 #include "../backends/lib/trace.h"
-#include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
 #include "control.h"

@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
+#include "../backends/lib/log.h"
 #include "../backends/lib/trace.h"
-#include "../core/log.h"
 #include "../core/stack.h"
 #include "bf.h"
 #include "devfile.h"

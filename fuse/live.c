@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "devtab.h"
 #include "live.h"

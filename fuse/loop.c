@@ -33,7 +33,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "loop.h"
 #include "mnt.h"

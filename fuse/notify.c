@@ -27,7 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "notify.h"
 

@@ -47,8 +47,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../backends/lib/log.h"
 #include "../backends/lib/tlslots.h"
-#include "../core/log.h"
 #include "bf.h"
 #include "fuse_uring_abi.h"
 #include "notify.h"

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "../backends/lib/clock.h"
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "devtab.h"
 #include "notify.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "bf.h"
 #include "devtab.h"
 #include "file.h"

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/lib/log.h"
 #include "../backends/lib/trace.h"
-#include "../core/log.h"
 #include "bf.h"
 #include "devfile.h"
 #include "live.h"

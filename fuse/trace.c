@@ -38,8 +38,8 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
+#include "../backends/lib/log.h"
 #include "../backends/lib/trace.h"
-#include "../core/log.h"
 #include "bf.h"
 #include "ctl_client.h"
 #include "devtab.h"

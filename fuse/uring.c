@@ -95,8 +95,8 @@
 #include <unistd.h>
 
 #include "../backends/lib/clock.h"
+#include "../backends/lib/log.h"
 #include "../backends/lib/plug.h"
-#include "../core/log.h"
 #include "fuse_uring_abi.h"
 #include "opens.h"
 #include "uring.h"

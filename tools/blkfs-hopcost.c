@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "../backends/backend.h"
-#include "../core/log.h"
+#include "../backends/lib/log.h"
 #include "../core/pcache_int.h"
 
 #define IO_SIZE 4096u

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../core/log.h"
+#include "../../backends/lib/log.h"
 #include "../../core/pcache.h"
 #include "../../core/pcache_int.h"
 #include "cache_fixture.h"

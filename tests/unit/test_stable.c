@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "../../backends/lib/clock.h"
-#include "../../core/log.h"
+#include "../../backends/lib/log.h"
 #include "../../core/pcache.h"
 #include "../../core/pcache_int.h"
 #include "cache_fixture.h"

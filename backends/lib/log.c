@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/log.c - messages to stderr, time-stamped or with a journal priority,
- * and a simple rate limiter.
+ * backends/lib/log.c - messages to stderr, time-stamped or with a journal
+ * priority, and a simple rate limiter.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backends/lib/clock.h"
+#include "clock.h"
 #include "log.h"
 
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/log.h - one place where blkfs speaks: stderr (a terminal with -f, the
- * daemon's log file otherwise), with a time stamp, and a rate limiter for
- * messages that can repeat per I/O (writeback errors). When stderr is the
+ * backends/lib/log.h - one place where blkfs speaks: stderr (a terminal with
+ * -f, the daemon's log file otherwise), with a time stamp, and a rate limiter
+ * for messages that can repeat per I/O (writeback errors). When stderr is the
  * journal ($JOURNAL_STREAM names it), each line starts with its syslog
  * priority instead ("<3>", "<4>", "<6>"), and the journal keeps the time.
  * The levels and blk_logl(), blk_err(), blk_warn(), blk_info() are declared
@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../backends/backend.h"
+#include "../backend.h"
 
 /* blk_log - blk_info(): a message at BLK_LOG_INFO. */
 void blk_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
