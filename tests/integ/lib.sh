@@ -119,6 +119,28 @@ expect_errno() {
 	esac
 }
 
+# open_errno FLAGS PATH [CMD...]: open(2) PATH with FLAGS (os.O_* names
+# joined by |, e.g. O_WRONLY|O_TRUNC) and close it, nothing read or
+# written; prints the errno's name (EROFS), or OK when it opened. CMD
+# (e.g. setpriv --reuid=nobody ...) runs the open. Unlike expect_errno on
+# a shell redirection or dd, this tells a refused open from a refused
+# write (require python3).
+open_errno() {
+	local flags=$1 path=$2
+	shift 2
+	"$@" python3 - "$flags" "$path" <<'PY'
+import errno, os, sys
+fl = 0
+for n in sys.argv[1].split("|"):
+    fl |= getattr(os, n)
+try:
+    os.close(os.open(sys.argv[2], fl))
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+PY
+}
+
 # assert_eq WHAT EXPECTED ACTUAL
 assert_eq() {
 	[ "$2" = "$3" ] || fail "$1: expected '$2', got '$3'"

@@ -7,7 +7,10 @@
 #    in the daemon log, and nothing is added; a taken name is EEXIST;
 #  - the control file by hand: one command per write, the result read back
 #    on the same descriptor; a user other than the mounter or root cannot
-#    write it (EACCES), though they can read .sys (the mount is reachable);
+#    write it (EACCES), though they can read .sys (the mount is reachable),
+#    nor open it for writing even past the file's mode (CAP_DAC_OVERRIDE:
+#    EACCES from open(2), the daemon's check), though they can open it to
+#    read;
 #  - remove: refused (EBUSY, naming the holder) while the file is open and
 #    while a loop device sits on it; after that it works and the file is gone
 #    from ls; dirty data behind a slow filter is written back first, and
@@ -159,6 +162,16 @@ if out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups --inh-caps=+dac_o
 	fail "nobody with CAP_DAC_OVERRIDE wrote the control file"
 fi
 case $out in *"Permission denied"*) ;; *) fail "nobody's write with CAP_DAC_OVERRIDE: $out" ;; esac
+# and it refuses the open itself (the check at each write is a second
+# line): no handle that could run a command; opening to read works
+nobody_dac=(setpriv --reuid=nobody --regid=nogroup --clear-groups --inh-caps=+dac_override
+	--ambient-caps=+dac_override)
+for fl in O_WRONLY O_RDWR "O_WRONLY|O_TRUNC"; do
+	assert_eq "nobody with CAP_DAC_OVERRIDE: $fl open of the control file" EACCES \
+		"$(open_errno "$fl" "$CTL" "${nobody_dac[@]}")"
+done
+assert_eq "nobody with CAP_DAC_OVERRIDE: O_RDONLY open of the control file" OK \
+	"$(open_errno O_RDONLY "$CTL" "${nobody_dac[@]}")"
 rc=0
 out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$BLKFS" add "$MNT" evil backend=ram size=1M 2>&1) || rc=$?
 assert_eq "blkfs add as nobody: exit" 2 "$rc"

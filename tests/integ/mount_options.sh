@@ -5,7 +5,10 @@
 #    writing fails with EROFS (buffered, O_DIRECT), reading works, and an
 #    aio image on a read-only filesystem (a read-only bind mount) or an
 #    NBD export served read-only (nbdkit -r) mounts only with ro; a loop device from `blkfs attach` over
-#    a ro mount is read-only; `rw` after `ro` wins;
+#    a ro mount is read-only; with the kernel's read-only flag lifted
+#    behind the daemon's back (mount -o remount,rw), the daemon itself
+#    refuses open(2) for writing (O_WRONLY, O_RDWR) with EROFS and the
+#    device keeps its data; `rw` after `ro` wins;
 #  - sync: every write reaches the backend, flushed, before it returns (the
 #    log filter's trace shows WRITE then FLUSH); so does dd oflag=dsync on
 #    a mount without it;
@@ -26,7 +29,7 @@ set -euo pipefail
 require_root
 require_fuse
 require_blkfs
-require dd cmp findmnt losetup blockdev
+require dd cmp findmnt losetup blockdev python3
 
 M=$((1 << 20))
 # a small cache: every mount here allocates (and touches) all of it
@@ -42,7 +45,12 @@ mkdata "$TDIR/data" $((1 * M))
 opts_of() { findmnt -n -o OPTIONS --mountpoint "$1"; }
 
 info "ro"
-start_blkfs "$RAM" -o ro
+# the device starts from an image: its data must survive the refused opens
+start_blkfs "$SMALL
+[device r]
+backend = ram
+size = 16M
+image = $TDIR/data" -o ro
 ro_mnt=$MNT
 case ",$(opts_of "$MNT")," in *,ro,*) ;; *) fail "ro: findmnt shows $(opts_of "$MNT")" ;; esac
 expect_errno EROFS dd if="$TDIR/data" of="$MNT/r" bs=64K count=1 conv=notrunc,nocreat
@@ -56,6 +64,20 @@ if [ -e /dev/loop-control ]; then
 	grep -q '(read-only)' "$TDIR/attach.err" || fail "ro: attach does not say read-only: $(cat "$TDIR/attach.err")"
 	"$BLKFS" detach "$loop" 2>/dev/null || fail "ro: detach $loop failed"
 fi
+# The kernel refused the writes above itself. Lift its read-only flag (root
+# may remount a FUSE mount; -i: no mount.fuse helper) and the opens reach
+# the daemon, which must refuse them too: no handle that could write.
+mount -i -o remount,rw "$MNT" || fail "ro: cannot remount rw to reach the daemon's check"
+case ",$(opts_of "$MNT")," in *,rw,*) ;; *) fail "ro: remount rw: findmnt shows $(opts_of "$MNT")" ;; esac
+# the kernel now passes opens for writing on (a writable .sys file opens)
+assert_eq "ro, kernel rw: O_WRONLY open of .sys/r/queue/read_ahead_kb" OK \
+	"$(open_errno O_WRONLY "$MNT/.sys/r/queue/read_ahead_kb")"
+for fl in O_WRONLY O_RDWR "O_WRONLY|O_DIRECT" "O_RDWR|O_TRUNC"; do
+	assert_eq "ro, kernel rw: $fl open of the device" EROFS "$(open_errno "$fl" "$MNT/r")"
+done
+assert_eq "ro, kernel rw: O_RDONLY open of the device" OK "$(open_errno O_RDONLY "$MNT/r")"
+cmp -n "$M" "$TDIR/data" "$MNT/r" || fail "ro: the device's data changed after the refused opens"
+assert_eq "ro: the device's size after the refused opens" $((16 * M)) "$(stat -c %s "$MNT/r")"
 stop_blkfs "$MNT"
 
 info "rw after ro wins"
