@@ -316,6 +316,12 @@ static int show_zero(struct bf_dev *bd, char *buf, size_t len)
 	return SHOW(buf, len, "0\n");
 }
 
+/* As /sys/block/DEV/ro: 1 on a read-only mount (-o ro), where every device refuses writes. */
+static int show_ro(struct bf_dev *bd, char *buf, size_t len)
+{
+	return SHOW(buf, len, "%d\n", bd->d->conf.mount.read_only ? 1 : 0);
+}
+
 static int show_cache_block(struct bf_dev *bd, char *buf, size_t len)
 {
 	return SHOW(buf, len, "%u\n", bd->cblk);
@@ -401,7 +407,7 @@ static const struct bf_dev_attr dev_attrs[] = {
 	{ "size", show_size, store_size },
 	{ "stat", show_stat, NULL },
 	{ "blkfs_stat", show_blkfs_stat, NULL },
-	{ "ro", show_zero, NULL },
+	{ "ro", show_ro, NULL },
 	{ "drop_caches", show_zero, store_drop_caches },
 	{ "cache_block_size", show_cache_block, NULL },
 	{ "dev", show_dev, NULL },

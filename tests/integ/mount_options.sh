@@ -56,6 +56,7 @@ case ",$(opts_of "$MNT")," in *,ro,*) ;; *) fail "ro: findmnt shows $(opts_of "$
 expect_errno EROFS dd if="$TDIR/data" of="$MNT/r" bs=64K count=1 conv=notrunc,nocreat
 expect_errno EROFS dd if="$TDIR/data" of="$MNT/r" bs=64K count=1 oflag=direct conv=notrunc,nocreat
 dd if="$MNT/r" of=/dev/null bs=1M status=none || fail "ro: reading failed"
+assert_eq "ro: .sys/r/ro, as /sys/block/DEV/ro" 1 "$(cat "$MNT/.sys/r/ro")"
 if [ -e /dev/loop-control ]; then
 	loop=$("$BLKFS" attach "$MNT" r 2>"$TDIR/attach.err") || fail "ro: attach: $(cat "$TDIR/attach.err")"
 	_LOOPS+=("$loop")
@@ -82,6 +83,7 @@ stop_blkfs "$MNT"
 
 info "rw after ro wins"
 start_blkfs "$RAM" -o ro,rw
+assert_eq "rw after ro: .sys/r/ro" 0 "$(cat "$MNT/.sys/r/ro")"
 ddev if="$TDIR/data" of="$MNT/r" bs=64K conv=notrunc
 stop_blkfs "$MNT"
 
