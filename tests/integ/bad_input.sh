@@ -29,8 +29,8 @@
 #    garbage, negative, huge, empty, a NUL with junk after it, 64 KiB of
 #    text, a write at an offset other than 0 (also O_APPEND) and a second
 #    write in one open with EINVAL, and shows the same value afterwards;
-#    read-only attributes refuse opening for writing (O_WRONLY, O_RDWR,
-#    O_CREAT) with EACCES at open(2), and show the same value afterwards.
+#    read-only attributes refuse opening for writing (O_WRONLY, O_RDWR)
+#    with EACCES at open(2), and show the same value afterwards.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"

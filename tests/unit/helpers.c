@@ -3,6 +3,7 @@
  * tests/unit/helpers.c - see helpers.h.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,18 @@ bool tio_wait(struct tio *t, unsigned int ms)
 	cr_log_error("tio_wait: %s at %llu+%llu not completed after %u ms", blk_op_name(t->io.op),
 		     (unsigned long long)t->io.pos, (unsigned long long)t->io.len, ms);
 	return false;
+}
+
+bool flag_wait(int *flag, unsigned int ms)
+{
+	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+		if (blk_now_ns() > end)
+			return false;
+		else
+			sched_yield();
+	return true;
 }
 
 void tio_done_reset(void)

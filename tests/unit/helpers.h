@@ -68,6 +68,11 @@ void tio_done_reset(void);
 unsigned long tio_done(void);
 bool tio_done_wait(unsigned long n, unsigned int ms);
 /*
+ * Wait up to @ms (spinning with sched_yield(), on the monotonic clock) for
+ * another thread to set *@flag (an acquire load); false on the timeout.
+ */
+bool flag_wait(int *flag, unsigned int ms);
+/*
  * Submit one I/O and wait for its single completion (a refusal by submit()
  * must not complete); returns the result. A WRITE carries @data (or @fill
  * bytes), a READ's data goes to @out when not NULL.

@@ -694,19 +694,6 @@ static void *gate_starter(void *arg)
 	return NULL;
 }
 
-/* Wait up to @ms for @flag: false on the timeout. */
-static bool gate_until(int *flag, unsigned int ms)
-{
-	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
-		if (blk_now_ns() > end)
-			return false;
-		else
-			sched_yield();
-	return true;
-}
-
 /* Is thread @tid of this process asleep (the starter waiting for the writes in flight)? */
 static bool task_sleeps(pid_t tid)
 {
@@ -753,7 +740,7 @@ static bool gate_try(enum blk_op op2)
 
 	/* the plugged thread: w1 in flight, its end held by the plug */
 	cr_assert_eq(pthread_create(&g.submitter, NULL, gate_submitter, &g), 0);
-	cr_assert(gate_until(&g.ready, PLUG_WAIT_MS));
+	cr_assert(flag_wait(&g.ready, PLUG_WAIT_MS));
 	cr_assert_eq(g.submit1, 0);
 	cr_assert_eq(g.deferred, 1);
 	cr_assert_eq(fake_pending(g.fb), 1);
@@ -767,7 +754,7 @@ static bool gate_try(enum blk_op op2)
 
 	/* the plugged thread submits io2 at the closed gate */
 	__atomic_store_n(&g.go, 1, __ATOMIC_RELEASE);
-	if (!gate_until(&g.done, PLUG_WAIT_MS)) {
+	if (!flag_wait(&g.done, PLUG_WAIT_MS)) {
 		/* stuck at the gate on its own held write: end it here, then fail */
 		fake_complete_op(g.fb, FAKE_OP(BLK_WRITE));
 		pthread_join(g.starter, NULL);

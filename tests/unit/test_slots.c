@@ -19,6 +19,7 @@
 
 #include "../../backends/lib/clock.h"
 #include "../../fuse/slots.h"
+#include "helpers.h"
 
 #define NR 4
 
@@ -400,19 +401,6 @@ static void *plugged_taker_fn(void *arg)
 	return NULL;
 }
 
-/* Wait up to @ms for @flag: false on the timeout. */
-static bool until_set(int *flag, unsigned int ms)
-{
-	uint64_t end = blk_now_ns() + (uint64_t)ms * 1000000u;
-
-	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
-		if (blk_now_ns() > end)
-			return false;
-		else
-			sched_yield();
-	return true;
-}
-
 Test(slots, a_plugged_taker_flushes_before_it_waits, .timeout = 30)
 {
 	struct plugged_taker p = { .nr = NR };
@@ -421,11 +409,11 @@ Test(slots, a_plugged_taker_flushes_before_it_waits, .timeout = 30)
 
 	pool_make(NR);
 	cr_assert_eq(pthread_create(&p.t, NULL, plugged_taker_fn, &p), 0);
-	cr_assert(until_set(&p.ready, PLUG_WAIT_MS));
+	cr_assert(flag_wait(&p.ready, PLUG_WAIT_MS));
 	cr_assert_eq(p.deferred, 1);
 	cr_assert_eq(stats().in_use, NR);
 	__atomic_store_n(&p.go, 1, __ATOMIC_RELEASE);
-	done = until_set(&p.done, PLUG_WAIT_MS);
+	done = flag_wait(&p.done, PLUG_WAIT_MS);
 	if (!done) {
 		/* it sleeps on the slot its own plug holds: let it go, then fail */
 		bf_slots_put(&pool, p.mine[0]);
@@ -458,7 +446,7 @@ Test(slots, a_plugged_taker_of_a_frozen_pool_flushes, .timeout = 30)
 
 	pool_make(2);
 	cr_assert_eq(pthread_create(&p.t, NULL, plugged_taker_fn, &p), 0);
-	cr_assert(until_set(&p.ready, PLUG_WAIT_MS));
+	cr_assert(flag_wait(&p.ready, PLUG_WAIT_MS));
 	cr_assert_eq(p.deferred, 1);
 	cr_assert_eq(pthread_create(&f.t, NULL, freezer_fn, &f), 0);
 	until_frozen(true);
