@@ -21,7 +21,10 @@
  *    submit() returns. Writeback never waits per I/O: it takes the queue.
  *  - Any other READ/WRITE that finds the device idle (nothing in flight,
  *    nothing queued) on a device whose recent I/Os completed within
- *    AIO_FAST_NS is submitted by its caller without the eventfd signal,
+ *    AIO_FAST_NS, while recent such waits ended within AIO_WAIT_FAST_NS
+ *    (on a loaded machine they do not, and the queue serves better; one in
+ *    AIO_WAIT_PROBE waits anyway, to notice when the load goes), is
+ *    submitted by its caller without the eventfd signal,
  *    and the caller waits in io_getevents() for it, at most AIO_WAIT_NS,
  *    ending whatever it reaps (its own and others') in its thread: at
  *    queue depth 1 on a fast device the reply leaves from the thread that
@@ -114,6 +117,16 @@
  */
 #define AIO_WAIT_NS	100000ull
 #define AIO_FAST_NS	50000ull
+/*
+ * ... and only while a waiting caller sees its I/O end within
+ * AIO_WAIT_FAST_NS on average (wait_ns, fed by the waits alone). On a
+ * loaded machine the waiting thread must get a CPU back, and the wait costs
+ * more than the queue (BENCHMARKS.md, "Issue 41's loaded QD1"). While the
+ * waits are slow, one eligible I/O in AIO_WAIT_PROBE still waits, so the
+ * average follows when the load goes.
+ */
+#define AIO_WAIT_FAST_NS 20000ull
+#define AIO_WAIT_PROBE	32u
 #define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while iocbs signal nothing */
 
 #ifndef IOV_MAX
@@ -177,6 +190,8 @@ struct aio_dev {
 	unsigned int nr_nosig;		/* lock: iocbs in flight without the signal (req->nosig) */
 	bool reaper_asleep;		/* lock: the reaper sleeps, or is about to, on the eventfd */
 	uint64_t lat_ns;		/* atomic: moving average of READ/WRITE completion time */
+	uint64_t wait_ns;		/* atomic: moving average of a caller's wait (aio_submit_wait) */
+	unsigned int wait_skips;	/* atomic: waits skipped while wait_ns is slow (probe count) */
 	/*
 	 * Bumped (release) before each io_submit(), read (acquire) after each
 	 * io_getevents(). The syscalls already order a request's fields
@@ -202,6 +217,7 @@ struct aio_dev {
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
 	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
 	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
+	uint64_t nr_wait_skipped;	/* atomic: not waited for: the waits were slow (wait_ns) */
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
 	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
@@ -578,7 +594,31 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	return true;
 }
 
-uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
+uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS, aio_wait_fast_ns = AIO_WAIT_FAST_NS;
+
+/* Feed @sample_ns to @avg's moving average (one eighth; racy between threads: it only steers). */
+static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
+{
+	uint64_t a = __atomic_load_n(avg, __ATOMIC_RELAXED);
+	int64_t d = (int64_t)sample_ns - (int64_t)a;
+
+	__atomic_store_n(avg, (uint64_t)((int64_t)a + d / 8), __ATOMIC_RELAXED);
+}
+
+/*
+ * Whether a caller should wait for its own I/O, as far as the waits seen
+ * so far say: yes while they were fast; while they were slow, one in
+ * AIO_WAIT_PROBE (a probe that keeps wait_ns current).
+ */
+static bool aio_waits_pay(struct aio_dev *ad)
+{
+	if (__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED) <= aio_wait_fast_ns)
+		return true;
+	if (__atomic_add_fetch(&ad->wait_skips, 1, __ATOMIC_RELAXED) % AIO_WAIT_PROBE == 0)
+		return true;
+	__atomic_add_fetch(&ad->nr_wait_skipped, 1, __ATOMIC_RELAXED);
+	return false;
+}
 
 /*
  * A READ/WRITE (@req built) on an idle, fast device: submit it here without
@@ -589,12 +629,13 @@ uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS;
 static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 {
 	struct iocb *cb = &req->iocb;
-	uint64_t deadline;
+	uint64_t deadline, waited;
 	bool mine = false, wake = false;
 	int ret;
 
 	/* an end_io it runs (aio_reaping) does not wait again */
-	if (aio_reaping || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns)
+	if (aio_reaping || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns ||
+	    !aio_waits_pay(ad))
 		return false;
 	pthread_mutex_lock(&ad->lock);
 	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight) {
@@ -639,6 +680,17 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 			aio_drain(ad, false, &ends);
 		aio_end(ad, &ends, AIO_END_CALLER);	/* may end @req's io, and free it */
 	}
+	/*
+	 * What this wait took, to its end or to giving up (@req may be gone).
+	 * A fast wait while the average says slow (a probe, once the load has
+	 * gone) puts the waits back at once: the average would take dozens of
+	 * probes, 32 I/Os apart, to come down.
+	 */
+	waited = blk_now_ns() - (deadline - aio_wait_ns);
+	if (waited <= aio_wait_fast_ns)
+		__atomic_store_n(&ad->wait_ns, waited, __ATOMIC_RELAXED);
+	else
+		aio_avg_feed(&ad->wait_ns, waited);
 
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_waited++;
@@ -864,13 +916,8 @@ static void aio_event(struct aio_dev *ad, const struct io_event *ev, uint64_t no
 		list_add_tail(&req->node, ends);
 		return;
 	}
-	if (now > req->t_submit) {
-		/* one in eight, racy between reapers: it only steers aio_submit_wait() */
-		uint64_t avg = __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED);
-		int64_t d = (int64_t)(now - req->t_submit) - (int64_t)avg;
-
-		__atomic_store_n(&ad->lat_ns, (uint64_t)((int64_t)avg + d / 8), __ATOMIC_RELAXED);
-	}
+	if (now > req->t_submit)
+		aio_avg_feed(&ad->lat_ns, now - req->t_submit);	/* it only steers aio_submit_wait() */
 	req->done += res;
 	if (req->done == req->io->len) {
 		req->res = 0;
@@ -1828,7 +1875,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_fdsync %d\naio_sync %llu\naio_waited %llu\naio_wait_missed %llu\n"
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
 			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
-			   "aio_ended_worker %llu\naio_plug_flushes %llu\n",
+			   "aio_ended_worker %llu\naio_plug_flushes %llu\naio_wait_latency_ns %llu\n"
+			   "aio_wait_skipped %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1844,7 +1892,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_end_reaper,
 			   (unsigned long long)ad->nr_end_caller, ad->nr_nosig,
 			   (unsigned long long)ad->nr_end_worker,
-			   (unsigned long long)ad->nr_plug_flushes);
+			   (unsigned long long)ad->nr_plug_flushes,
+			   (unsigned long long)__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED),
+			   (unsigned long long)__atomic_load_n(&ad->nr_wait_skipped, __ATOMIC_RELAXED));
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

@@ -564,6 +564,7 @@ Test(aio, idle_io_ends_in_its_submitters_thread)
 	/* however slow this machine is: wait for it (the daemon waits 100 us) */
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 5);
 	memcpy(buf, want, N * 4096);
@@ -601,6 +602,56 @@ Test(aio, idle_io_ends_in_its_submitters_thread)
 	free(want);
 }
 
+/*
+ * While the callers' waits are slow (aio_wait_latency_ns above
+ * aio_wait_fast_ns: a loaded machine), an idle device's I/O goes by the
+ * queue; one in AIO_WAIT_PROBE (32) still waits, to keep measuring. When the
+ * waits are fast again every I/O is waited for again.
+ */
+Test(aio, slow_waits_stop_the_callers_wait_but_probes_go_on)
+{
+	enum { N = 64 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	aio_wait_ns = 60ull * 1000000000u;
+	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = 0;		/* any wait is slow */
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, N * 4096, 0, 13);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(tid_wait(&t), 0);
+		cr_assert_eq(t.res, 0);
+	}
+	/* the first waits (nothing measured yet), then 1 of the next 63: the 32nd */
+	cr_assert_eq(stat_get(be, "aio_waited"), 2);
+	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
+	cr_assert_gt(stat_get(be, "aio_wait_latency_ns"), 0);
+
+	aio_wait_fast_ns = UINT64_MAX;	/* the waits are fast again */
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "read %d had not ended when submit() returned", i);
+		cr_assert(pthread_equal(t.tid, pthread_self()), "read %d ended in another thread", i);
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_waited"), 2 + N);
+	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	be->ops->close(be);
+	free(buf);
+	free(want);
+}
+
 Test(aio, given_up_io_is_found_by_the_reaper)
 {
 	enum { N = 16 };
@@ -613,6 +664,7 @@ Test(aio, given_up_io_is_found_by_the_reaper)
 	need_tdir();
 	aio_wait_ns = 0;		/* every caller gives up at once */
 	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 9);
 	memcpy(buf, want, N * 4096);
