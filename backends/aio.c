@@ -191,7 +191,7 @@ struct aio_dev {
 	bool reaper_asleep;		/* lock: the reaper sleeps, or is about to, on the eventfd */
 	uint64_t lat_ns;		/* atomic: moving average of READ/WRITE completion time */
 	uint64_t wait_ns;		/* atomic: moving average of a caller's wait (aio_submit_wait) */
-	unsigned int wait_skips;	/* atomic: waits skipped while wait_ns is slow (probe count) */
+	unsigned int wait_skips;	/* lock: idle-device I/Os while wait_ns is slow (probe count) */
 	/*
 	 * Bumped (release) before each io_submit(), read (acquire) after each
 	 * io_getevents(). The syscalls already order a request's fields
@@ -217,7 +217,7 @@ struct aio_dev {
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
 	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
 	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
-	uint64_t nr_wait_skipped;	/* atomic: not waited for: the waits were slow (wait_ns) */
+	uint64_t nr_wait_skipped;	/* idle-device READ/WRITE not waited for: the waits were slow */
 	uint64_t nr_req_grown;		/* atomic: requests made past the 2 x queue_depth of open */
 	uint64_t nr_end_reaper;		/* end_io calls made by the reaper */
 	uint64_t nr_end_caller;		/* ... by a submitting thread (reaped after its submit) */
@@ -606,17 +606,19 @@ static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
 }
 
 /*
- * Whether a caller should wait for its own I/O, as far as the waits seen
- * so far say: yes while they were fast; while they were slow, one in
- * AIO_WAIT_PROBE (a probe that keeps wait_ns current).
+ * Under ad->lock, for an I/O on an idle device: whether its caller should
+ * wait for it, as far as the waits seen so far say: yes while they were
+ * fast; while they were slow, one in AIO_WAIT_PROBE (a probe that keeps
+ * wait_ns current). Asked only when the device is idle, so a deep queue
+ * never touches these counters.
  */
-static bool aio_waits_pay(struct aio_dev *ad)
+static bool aio_waits_pay_locked(struct aio_dev *ad)
 {
 	if (__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED) <= aio_wait_fast_ns)
 		return true;
-	if (__atomic_add_fetch(&ad->wait_skips, 1, __ATOMIC_RELAXED) % AIO_WAIT_PROBE == 0)
+	if (++ad->wait_skips % AIO_WAIT_PROBE == 0)
 		return true;
-	__atomic_add_fetch(&ad->nr_wait_skipped, 1, __ATOMIC_RELAXED);
+	ad->nr_wait_skipped++;
 	return false;
 }
 
@@ -634,11 +636,10 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	int ret;
 
 	/* an end_io it runs (aio_reaping) does not wait again */
-	if (aio_reaping || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns ||
-	    !aio_waits_pay(ad))
+	if (aio_reaping || __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns)
 		return false;
 	pthread_mutex_lock(&ad->lock);
-	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight) {
+	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight || !aio_waits_pay_locked(ad)) {
 		pthread_mutex_unlock(&ad->lock);
 		return false;
 	}
@@ -1894,7 +1895,7 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_end_worker,
 			   (unsigned long long)ad->nr_plug_flushes,
 			   (unsigned long long)__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED),
-			   (unsigned long long)__atomic_load_n(&ad->nr_wait_skipped, __ATOMIC_RELAXED));
+			   (unsigned long long)ad->nr_wait_skipped);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }
