@@ -794,6 +794,8 @@ int bf_tprobe_run(bool cached, unsigned limit_ms, char *choice, size_t clen, cha
 {
 	char *args[] = { "blkfs", "probe-transport", "-q", cached ? "--cached" : NULL, NULL };
 	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t sa;
+	sigset_t none, all;
 	char out[1024] = "", src[32], c[16], rat[128];
 	uint64_t deadline;
 	size_t have = 0;
@@ -807,7 +809,15 @@ int bf_tprobe_run(bool cached, unsigned limit_ms, char *choice, size_t clen, cha
 	posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
 	posix_spawn_file_actions_adddup2(&fa, p[1], STDERR_FILENO);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	ret = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, args, environ);
+	/* the caller's blocked or caught signals are not the probe's: SIGTERM must reach it */
+	posix_spawnattr_init(&sa);
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&sa, &none);
+	posix_spawnattr_setsigdefault(&sa, &all);
+	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	ret = posix_spawn(&pid, "/proc/self/exe", &fa, &sa, args, environ);
+	posix_spawnattr_destroy(&sa);
 	posix_spawn_file_actions_destroy(&fa);
 	close(p[1]);
 	if (ret) {
