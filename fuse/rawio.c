@@ -73,6 +73,18 @@ static bool init_uring_offered;	/* the kernel offers FUSE_OVER_IO_URING */
 static struct bf_daemon *io_daemon;
 static struct fuse_session *io_se;
 /*
+ * transport = auto's choice and how it was made, for .sys/.transport:
+ * auto_choice uring|dev|none (none: transport is not auto), auto_probe
+ * the ring/dev ratios measured, "cached", "off", "no_ring", "none", or
+ * "failed:REASON". Written before mounting, read after: no lock.
+ */
+static char auto_choice[16] = "none";
+static char auto_probe[160] = "none";
+/* what the probe said, logged once the mount is usable (the log starts there) */
+static char auto_note[400];
+static bool auto_failed;
+#define TPROBE_LIMIT_MS 40000
+/*
  * Requests read from /dev/fuse, counted per receiving thread in a block of
  * its own (backends/lib/tlslots.h: a plain store, no line shared by the
  * workers), listed on rx_counts for readers; dev_requests keeps what
@@ -495,6 +507,10 @@ static void init_answered(bool ring_offered_back)
 	} else {
 		blk_log("transport: /dev/fuse (%s)", dev_why);
 	}
+	if (auto_note[0] && auto_failed)
+		blk_warn("%s", auto_note);
+	else if (auto_note[0])
+		blk_log("%s", auto_note);
 }
 
 /*
@@ -594,15 +610,6 @@ static int enable_uring_param(void)
 	return c == 'Y' || c == 'y' || c == '1';
 }
 
-/*
- * transport = auto's choice and how it was made, for .sys/.transport:
- * auto_choice uring|dev|none (none: transport is not auto), auto_probe
- * the ring/dev ratios measured, "cached", "off", "no_ring", "none", or
- * "failed:REASON". Written before mounting, read after: no lock.
- */
-static char auto_choice[16] = "none";
-static char auto_probe[160] = "none";
-#define TPROBE_LIMIT_MS 40000
 
 /* @s as one word: a value of .sys/.transport (blkfs stat reads one word a line) */
 static void one_word(char *s)
@@ -631,8 +638,10 @@ static bool auto_takes_ring(struct bf_daemon *d)
 	ret = bf_tprobe_run(mode == CONF_TPROBE_BOOT, TPROBE_LIMIT_MS, choice, sizeof(choice),
 			    detail, sizeof(detail));
 	if (ret) {
-		blk_warn("transport = auto: the transport probe failed (%s): FUSE over io_uring, as without a probe",
+		snprintf(auto_note, sizeof(auto_note),
+			 "transport = auto: the transport probe failed (%s): FUSE over io_uring, as without a probe",
 			 detail);
+		auto_failed = true;
 		one_word(detail);
 		snprintf(auto_choice, sizeof(auto_choice), "uring");
 		snprintf(auto_probe, sizeof(auto_probe), "failed:%s", detail);
@@ -640,8 +649,9 @@ static bool auto_takes_ring(struct bf_daemon *d)
 	}
 	snprintf(auto_choice, sizeof(auto_choice), "%s", choice);
 	snprintf(auto_probe, sizeof(auto_probe), "%s", detail);
-	blk_log("transport = auto: the transport probe (transport_probe = %s) chose %s (ring/dev: %s)",
-		mode == CONF_TPROBE_BOOT ? "boot" : "always", choice, detail);
+	snprintf(auto_note, sizeof(auto_note),
+		 "transport = auto: the transport probe (transport_probe = %s) chose %s (ring/dev: %s)",
+		 mode == CONF_TPROBE_BOOT ? "boot" : "always", choice, detail);
 	return !strcmp(choice, "uring");
 }
 
@@ -678,10 +688,6 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 		set_dev_why("%s", why);
 		return 0;
 	}
-	if (t == CONF_TRANSPORT_AUTO && !auto_takes_ring(d)) {
-		set_dev_why("transport = auto: /dev/fuse measured faster here (ring/dev %s)", auto_probe);
-		return 0;
-	}
 	/* libfuse sizes max_pages from max_write: the largest request is max_write */
 	payload = io_max_write > FUSE_MIN_READ_BUFFER ? io_max_write : FUSE_MIN_READ_BUFFER;
 	pages = sysconf(_SC_PHYS_PAGES);
@@ -702,6 +708,11 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	if (depth == d->conf.mount.uring_queue_depth &&
 	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
 		return -EINVAL;
+	/* after the config's checks: a config error is one without a probe's wait */
+	if (t == CONF_TRANSPORT_AUTO && !auto_takes_ring(d)) {
+		set_dev_why("transport = auto: /dev/fuse measured faster here (ring/dev %s)", auto_probe);
+		return 0;
+	}
 	io_ring = bf_ring_create(se, depth, payload, d->conf.mount.uring_spin_us, rawio_ring_failed,
 				 why, sizeof(why));
 	if (io_ring)
@@ -912,4 +923,6 @@ void bf_rawio_detach(void)
 	dev_why[0] = dead_why[0] = 0;
 	snprintf(auto_choice, sizeof(auto_choice), "none");
 	snprintf(auto_probe, sizeof(auto_probe), "none");
+	auto_note[0] = 0;
+	auto_failed = false;
 }
