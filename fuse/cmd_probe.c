@@ -556,7 +556,6 @@ static int measure(const char *rundir, struct tprobe_result *r, char *why, size_
 	close(p[1]);
 	deadline = now_ms() + PROBE_WATCHDOG_MS;
 	why[0] = 0;
-	ret = -EIO;
 	for (;;) {
 		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
 		uint64_t now = now_ms();
@@ -724,6 +723,7 @@ int bf_cmd_probe(int argc, char **argv)
 	bool quiet = false, cached = false;
 	int i, on, fd, ret;
 
+	memset(&r, 0, sizeof(r));
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-q")) {
 			quiet = true;
