@@ -723,6 +723,12 @@ int bf_cmd_probe(int argc, char **argv)
 	bool quiet = false, cached = false;
 	int i, on, fd, ret;
 
+	/*
+	 * Run by a mounting daemon, this process may have inherited its open
+	 * files (a backend's device): the private mounts' daemons must not
+	 * hold them.
+	 */
+	closefrom(3);
 	memset(&r, 0, sizeof(r));
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-q")) {
