@@ -281,6 +281,7 @@ static int measure_one(const struct probe_dirs *pd, int t, char *bufs, double io
 	char *mount_args[] = { "blkfs", "mount", (char *)pd->mnt[t], "-c", (char *)pd->conf[t], NULL };
 	char *umount_args[] = { "blkfs", "umount", (char *)pd->mnt[t], NULL };
 	char path[PATH_MAX + 32], msg[512];
+	const char *test_mode = getenv("BLKFS_TPROBE_TEST");
 	int fd, rc, i;
 
 	rc = run_blkfs(pd, mount_args);
@@ -295,6 +296,17 @@ static int measure_one(const struct probe_dirs *pd, int t, char *bufs, double io
 		run_blkfs(pd, umount_args);
 		return -EIO;
 	}
+	/*
+	 * BLKFS_TPROBE_TEST=fail: the worker fails here, its mount left
+	 * live; =hang: it waits here for good, the file open. Both for the
+	 * watchdog's cleanup (tests/integ/transport_probe.sh).
+	 */
+	if (test_mode && !strcmp(test_mode, "fail")) {
+		dprintf(out_fd, "E made to fail by BLKFS_TPROBE_TEST, %s still mounted\n", pd->mnt[t]);
+		return -EIO;
+	}
+	while (test_mode && !strcmp(test_mode, "hang"))
+		pause();
 	/* the first requests touch fresh ring and arena memory: not measured */
 	if (run_qd1(fd, true, bufs, PROBE_WARM_MS, seed) < 0 ||
 	    run_qd1(fd, false, bufs, PROBE_WARM_MS, seed) < 0)
@@ -515,6 +527,8 @@ static int measure(const char *rundir, struct tprobe_result *r, char *why, size_
 	bool got[PROBE_ROUNDS][2] = { { false } };
 	struct sigaction sa = { .sa_handler = on_stop }, old_term, old_int;
 	struct probe_dirs pd;
+	const char *test_mode;
+	unsigned wd_ms;
 	uint64_t deadline;
 	char buf[4096], line[1024];
 	size_t have = 0;
@@ -554,7 +568,10 @@ static int measure(const char *rundir, struct tprobe_result *r, char *why, size_
 		_exit(worker(&pd, p[1]));
 	}
 	close(p[1]);
-	deadline = now_ms() + PROBE_WATCHDOG_MS;
+	/* a test of the watchdog need not wait its whole time */
+	test_mode = getenv("BLKFS_TPROBE_TEST");
+	wd_ms = test_mode && !strcmp(test_mode, "hang") ? 3000 : PROBE_WATCHDOG_MS;
+	deadline = now_ms() + wd_ms;
 	why[0] = 0;
 	for (;;) {
 		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
@@ -568,7 +585,7 @@ static int measure(const char *rundir, struct tprobe_result *r, char *why, size_
 			break;
 		}
 		if (now >= deadline) {
-			snprintf(why, wlen, "not done within the watchdog's %u s", PROBE_WATCHDOG_MS / 1000);
+			snprintf(why, wlen, "not done within the watchdog's %u s", wd_ms / 1000);
 			ret = -ETIMEDOUT;
 			break;
 		}

@@ -11,6 +11,9 @@
 #  - an auto mount (transport_probe = boot) takes the cached choice
 #    (.sys/.transport: auto_choice, auto_probe cached, the transport);
 #  - a cache file that is not one: the mount measures again and rewrites it;
+#  - a probe whose worker fails with a private mount live, or hangs in it:
+#    the watchdog aborts, detaches and removes everything (BLKFS_TPROBE_TEST);
+#    a mount whose probe fails takes the ring and logs why;
 #  - transport_probe = off: the ring, as before the probe;
 #  - a bad value: the mount fails with FILE:LINE: transport_probe:.
 # The kernel's switch is put back as found (lib.sh's exit trap), the
@@ -140,6 +143,39 @@ assert_eq "bad cache: auto_choice" "$(awk '$1 == "choice" { print $2 }' "$CACHE"
 assert_eq "bad cache: transport" "$(tfield auto_choice)" "$(tfield transport)"
 assert_eq "bad cache: rewritten" "blkfs-transport-probe 1" "$(head -n 1 "$CACHE")"
 info "  measured again: ring/dev $ap, $(tfield auto_choice)"
+stop_blkfs
+nothing_left
+
+# ---------------------------------------------------------------------------
+info "a worker that fails with its mount live, one that hangs: the watchdog cleans up"
+for how in fail hang; do
+	rc=0
+	t0=$SECONDS
+	OUT=$(BLKFS_TPROBE_TEST=$how timeout -k 5 60 "$BLKFS" probe-transport 2>&1) || rc=$?
+	assert_eq "$how: exit" 1 "$rc"
+	case $how in
+	fail) grep -qF "made to fail by BLKFS_TPROBE_TEST" <<<"$OUT" || fail "$how: $OUT" ;;
+	hang) grep -qF "not done within the watchdog's" <<<"$OUT" || fail "$how: $OUT" ;;
+	esac
+	wait_until 30 "$how: the probe's daemons gone" no_pids_matching "$BLKFS_RUNDIR/probe."
+	nothing_left
+	info "  $how: $OUT ($((SECONDS - t0)) s)"
+done
+
+info "transport_probe = always with a probe that fails: the ring, and the log says why"
+write_conf "[mount]
+transport = auto
+transport_probe = always
+
+$DEV"
+new_mountpoint
+_MNTS+=("$MNT")
+BLKFS_TPROBE_TEST=fail _mount_blkfs
+assert_eq "failed probe: auto_choice" uring "$(tfield auto_choice)"
+assert_eq "failed probe: transport" uring "$(tfield transport)"
+[[ $(tfield auto_probe) == failed:* ]] || fail "failed probe: auto_probe $(tfield auto_probe)"
+grep -q 'warning: transport = auto: the transport probe failed (probe failed: .*made to fail by BLKFS_TPROBE_TEST.*): FUSE over io_uring, as without a probe' "$LOG" ||
+	fail "failed probe: the log: $(grep transport "$LOG")"
 stop_blkfs
 nothing_left
 
