@@ -1021,7 +1021,7 @@ static int header_line(struct conf_parser *p, const char *s, size_t n,
  */
 enum mount_key {
 	MK_KERNEL_CACHE, MK_ALLOW_OTHER, MK_MAX_PENDING, MK_TRANSPORT, MK_URING_QUEUE_DEPTH,
-	MK_URING_SPIN, MK_SHUTDOWN_TIMEOUT, MK_NR
+	MK_URING_SPIN, MK_SHUTDOWN_TIMEOUT, MK_TRANSPORT_PROBE, MK_NR
 };
 
 static const char *const mount_keys[MK_NR] = {
@@ -1032,6 +1032,7 @@ static const char *const mount_keys[MK_NR] = {
 	[MK_URING_QUEUE_DEPTH] = "uring_queue_depth",
 	[MK_URING_SPIN] = "uring_spin",
 	[MK_SHUTDOWN_TIMEOUT] = "shutdown_timeout",
+	[MK_TRANSPORT_PROBE] = "transport_probe",
 };
 
 static int mount_key_find(const char *key)
@@ -1083,6 +1084,16 @@ static const char *mount_key_set(struct conf_mount *m, int k, const char *val, c
 		else
 			break;
 		return NULL;
+	case MK_TRANSPORT_PROBE:
+		if (!strcmp(val, "boot"))
+			m->transport_probe = CONF_TPROBE_BOOT;
+		else if (!strcmp(val, "always"))
+			m->transport_probe = CONF_TPROBE_ALWAYS;
+		else if (!strcmp(val, "off"))
+			m->transport_probe = CONF_TPROBE_OFF;
+		else
+			break;
+		return NULL;
 	case MK_URING_QUEUE_DEPTH:
 		/*
 		 * Each entry of each CPU's queue holds a buffer of a whole
@@ -1127,7 +1138,8 @@ static const char *mount_key_set(struct conf_mount *m, int k, const char *val, c
 	}
 	snprintf(why, len, "%s is not a choice (allowed: %s)", show(&v, val),
 		 k == MK_KERNEL_CACHE ? "none, writeback" :
-		 k == MK_TRANSPORT ? "auto, uring, dev" : "yes, no");
+		 k == MK_TRANSPORT ? "auto, uring, dev" :
+		 k == MK_TRANSPORT_PROBE ? "boot, always, off" : "yes, no");
 	return why;
 }
 
@@ -1142,6 +1154,7 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 		[MK_URING_QUEUE_DEPTH] = &m->uring_queue_depth_line,
 		[MK_URING_SPIN] = &m->uring_spin_line,
 		[MK_SHUTDOWN_TIMEOUT] = &m->shutdown_timeout_line,
+		[MK_TRANSPORT_PROBE] = &m->transport_probe_line,
 	};
 	int k = mount_key_find(key);
 	char why[256];
@@ -1149,7 +1162,7 @@ static int mount_key_line(struct conf_parser *p, const char *key, const char *va
 	if (k < 0)
 		return conf_err(p, line, key, "unknown key in [mount] (allowed: kernel_cache, "
 				"allow_other, max_pending, transport, uring_queue_depth, "
-				"uring_spin, shutdown_timeout)");
+				"uring_spin, shutdown_timeout, transport_probe)");
 	if (*seen[k])
 		return conf_err(p, line, key, "duplicate key (first given on line %d)", *seen[k]);
 	if (mount_key_set(m, k, val, why, sizeof(why)))

@@ -5,7 +5,7 @@
  * Format (INI):
  *   # or ; at the start of a line, or after whitespace, starts a comment.
  *   [cache]        size, folio_size, dirty_background, dirty_limit, dirty_expire
- *   [mount]        kernel_cache, allow_other, transport, uring_queue_depth, uring_spin
+ *   [mount]        kernel_cache, allow_other, transport, transport_probe, uring_queue_depth, uring_spin
  *   [device NAME]  backend, size, logical_block_size, physical_block_size,
  *                  io_min, io_opt, max_io, cache_block_size, filters, the
  *                  keys the backend lists in its ops->keys, and FILTER.KEY
@@ -58,13 +58,26 @@ struct conf_cache {
 
 /*
  * [mount] transport: how requests travel between the kernel and the daemon.
- * auto (default): FUSE over io_uring when the kernel offers it, else
- * /dev/fuse. uring: io_uring or no mount. dev: /dev/fuse only.
+ * auto (default): FUSE over io_uring when the kernel offers it and
+ * [mount] transport_probe finds it no slower here, else /dev/fuse.
+ * uring: io_uring or no mount. dev: /dev/fuse only.
  */
 enum conf_transport {
 	CONF_TRANSPORT_AUTO,
 	CONF_TRANSPORT_URING,
 	CONF_TRANSPORT_DEV,
+};
+
+/*
+ * [mount] transport_probe: how transport = auto chooses when the kernel
+ * offers the ring (fuse/cmd_probe.c measures both). boot (default): the
+ * result cached for this boot, measured once when there is none; always:
+ * measured at every such mount; off: the ring whenever offered.
+ */
+enum conf_transport_probe {
+	CONF_TPROBE_BOOT,
+	CONF_TPROBE_ALWAYS,
+	CONF_TPROBE_OFF,
 };
 
 /*
@@ -99,6 +112,8 @@ struct conf_mount {
 	int allow_other_line;
 	enum conf_transport transport;
 	int transport_line;
+	enum conf_transport_probe transport_probe;
+	int transport_probe_line;
 	uint32_t uring_queue_depth;	/* ring entries per CPU queue; 1..CONF_MAX_URING_DEPTH */
 	int uring_queue_depth_line;
 	uint32_t uring_spin_us;		/* 0..CONF_MAX_URING_SPIN_US */

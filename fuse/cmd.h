@@ -23,6 +23,8 @@ int bf_cmd_check(int argc, char **argv);
 int bf_cmd_umount(int argc, char **argv);
 /* cmd_stat.c */
 int bf_cmd_stat(int argc, char **argv);
+/* cmd_probe.c */
+int bf_cmd_probe(int argc, char **argv);
 /* cmd_ctl.c */
 int bf_cmd_ctl(int argc, char **argv);
 bool bf_ctl_verb_known(const char *verb);

@@ -54,6 +54,7 @@
 #include "notify.h"
 #include "opens.h"
 #include "rawio.h"
+#include "tprobe.h"
 #include "uring.h"
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
@@ -71,6 +72,18 @@ static bool init_allow_mmap;
 static bool init_uring_offered;	/* the kernel offers FUSE_OVER_IO_URING */
 static struct bf_daemon *io_daemon;
 static struct fuse_session *io_se;
+/*
+ * transport = auto's choice and how it was made, for .sys/.transport:
+ * auto_choice uring|dev|none (none: transport is not auto), auto_probe
+ * the ring/dev ratios measured, "cached", "off", "no_ring", "none", or
+ * "failed:REASON". Written before mounting, read after: no lock.
+ */
+static char auto_choice[16] = "none";
+static char auto_probe[160] = "none";
+/* what the probe said, logged once the mount is usable (the log starts there) */
+static char auto_note[400];
+static bool auto_failed;
+#define TPROBE_LIMIT_MS 40000
 /*
  * Requests read from /dev/fuse, counted per receiving thread in a block of
  * its own (backends/lib/tlslots.h: a plain store, no line shared by the
@@ -494,6 +507,10 @@ static void init_answered(bool ring_offered_back)
 	} else {
 		blk_log("transport: /dev/fuse (%s)", dev_why);
 	}
+	if (auto_note[0] && auto_failed)
+		blk_warn("%s", auto_note);
+	else if (auto_note[0])
+		blk_log("%s", auto_note);
 }
 
 /*
@@ -593,6 +610,51 @@ static int enable_uring_param(void)
 	return c == 'Y' || c == 'y' || c == '1';
 }
 
+
+/* @s as one word: a value of .sys/.transport (blkfs stat reads one word a line) */
+static void one_word(char *s)
+{
+	for (; *s; s++)
+		if (*s == ' ' || *s == '\t' || *s == '\n')
+			*s = '_';
+}
+
+/*
+ * transport = auto with the ring offered: [mount] transport_probe decides.
+ * Returns true to take the ring. A probe that fails or runs out of time
+ * leaves the ring (auto's old choice), and the log says why.
+ */
+static bool auto_takes_ring(struct bf_daemon *d)
+{
+	enum conf_transport_probe mode = d->conf.mount.transport_probe;
+	char choice[16] = "", detail[sizeof(auto_probe) - 8];
+	int ret;
+
+	if (mode == CONF_TPROBE_OFF) {
+		snprintf(auto_choice, sizeof(auto_choice), "uring");
+		snprintf(auto_probe, sizeof(auto_probe), "off");
+		return true;
+	}
+	ret = bf_tprobe_run(mode == CONF_TPROBE_BOOT, TPROBE_LIMIT_MS, choice, sizeof(choice),
+			    detail, sizeof(detail));
+	if (ret) {
+		snprintf(auto_note, sizeof(auto_note),
+			 "transport = auto: the transport probe failed (%s): FUSE over io_uring, as without a probe",
+			 detail);
+		auto_failed = true;
+		one_word(detail);
+		snprintf(auto_choice, sizeof(auto_choice), "uring");
+		snprintf(auto_probe, sizeof(auto_probe), "failed:%s", detail);
+		return true;
+	}
+	snprintf(auto_choice, sizeof(auto_choice), "%s", choice);
+	snprintf(auto_probe, sizeof(auto_probe), "%s", detail);
+	snprintf(auto_note, sizeof(auto_note),
+		 "transport = auto: the transport probe (transport_probe = %s) chose %s (ring/dev: %s)",
+		 mode == CONF_TPROBE_BOOT ? "boot" : "always", choice, detail);
+	return !strcmp(choice, "uring");
+}
+
 /* Decide, before mounting, whether the ring may carry the requests. */
 static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err, size_t errlen)
 {
@@ -613,6 +675,10 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 		snprintf(why, sizeof(why), "this kernel has no FUSE over io_uring (no /sys/module/fuse/parameters/enable_uring: it needs CONFIG_FUSE_IO_URING, kernel 6.14 or later)");
 	else if (!on)
 		snprintf(why, sizeof(why), "FUSE over io_uring is off in the kernel (/sys/module/fuse/parameters/enable_uring is N)");
+	if (t == CONF_TRANSPORT_AUTO && on <= 0) {
+		snprintf(auto_choice, sizeof(auto_choice), "dev");
+		snprintf(auto_probe, sizeof(auto_probe), "no_ring");
+	}
 	if (on <= 0) {
 		if (t == CONF_TRANSPORT_URING) {
 			snprintf(err, errlen, "%s:%d: transport: uring: %s; to turn it on, as root: echo Y > /sys/module/fuse/parameters/enable_uring (or boot with fuse.enable_uring=1), or set transport = auto or dev in [mount]",
@@ -642,6 +708,11 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 	if (depth == d->conf.mount.uring_queue_depth &&
 	    conf_check_uring(&d->conf, nq, bf_ring_entry_bytes(payload), mem, err, errlen))
 		return -EINVAL;
+	/* after the config's checks: a config error is one without a probe's wait */
+	if (t == CONF_TRANSPORT_AUTO && !auto_takes_ring(d)) {
+		set_dev_why("transport = auto: /dev/fuse measured faster here (ring/dev %s)", auto_probe);
+		return 0;
+	}
 	io_ring = bf_ring_create(se, depth, payload, d->conf.mount.uring_spin_us, rawio_ring_failed,
 				 why, sizeof(why));
 	if (io_ring)
@@ -830,12 +901,13 @@ int bf_rawio_show(char *buf, size_t len)
 	if (n >= 0 && (size_t)n < len)
 		n += snprintf(buf + n, len - (size_t)n,
 			      "dev_requests %llu\nnotifications %llu\nqueue_thread_notifications %llu\n"
-			      "offqueue_requests %llu\nopen_flags_lost %llu\n",
+			      "offqueue_requests %llu\nopen_flags_lost %llu\n"
+			      "auto_choice %s\nauto_probe %s\n",
 			      (unsigned long long)rx_requests(),
 			      (unsigned long long)__atomic_load_n(&notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&queue_notifications, __ATOMIC_RELAXED),
 			      (unsigned long long)__atomic_load_n(&offqueue_requests, __ATOMIC_RELAXED),
-			      (unsigned long long)bf_opens_lost());
+			      (unsigned long long)bf_opens_lost(), auto_choice, auto_probe);
 	return n < 0 ? -EIO : (size_t)n < len ? n : (int)len;
 }
 
@@ -849,4 +921,8 @@ void bf_rawio_detach(void)
 	bf_opens_free();
 	ring_live = ring_dead = stopping = failed = false;
 	dev_why[0] = dead_why[0] = 0;
+	snprintf(auto_choice, sizeof(auto_choice), "none");
+	snprintf(auto_probe, sizeof(auto_probe), "none");
+	auto_note[0] = 0;
+	auto_failed = false;
 }

@@ -3,7 +3,7 @@
 # uring.sh: FUSE over io_uring as blkfs's transport ([mount] transport).
 #  - switch off (enable_uring = N): `transport = uring` refuses to mount and
 #    says how to turn it on; `auto` serves /dev/fuse and logs why;
-#  - switch on: `auto` and `uring` use the ring (the log, .sys/.transport,
+#  - switch on: `auto` (transport_probe = off) and `uring` use the ring (the log, .sys/.transport,
 #    blkfs stat and its JSON say so, with the queues, depth and memory),
 #    `dev` does not; depths 1 and 64 carry verified data, and so do replies
 #    made by another thread than the handler's (as replies from I/O
@@ -113,9 +113,11 @@ stop_blkfs
 info "enable_uring = Y: auto and uring take the ring, dev does not"
 uring_set Y
 mkdata "$TDIR/src" $((8 << 20))
+# auto without the probe (transport_probe.sh tests it): the ring whenever offered
 for t in auto uring; do
 	start_blkfs "[mount]
 transport = $t
+transport_probe = off
 
 $DEV"
 	assert_eq "$t: transport" uring "$(tfield "$MNT" transport)"
@@ -318,6 +320,7 @@ grep -qF "did not register in time" <<<"$OUT" || fail "no reason given: $OUT"
 info "  $(grep -F 'did not register' <<<"$OUT")"
 write_conf "[mount]
 transport = auto
+transport_probe = off
 
 $DEV"
 new_mountpoint

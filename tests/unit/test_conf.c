@@ -1417,7 +1417,8 @@ Test(conf, mount_section)
 		   F ":5: kernel_cache: maybe is not a choice (allowed: none, writeback)");
 	expect_err(RAM0 "[mount]\ncolour = red\n",
 		   F ":5: colour: unknown key in [mount] (allowed: kernel_cache, allow_other, "
-		   "max_pending, transport, uring_queue_depth, uring_spin, shutdown_timeout)");
+		   "max_pending, transport, uring_queue_depth, uring_spin, shutdown_timeout, "
+		   "transport_probe)");
 	expect_err("[mount]\n[mount]\n", F ":2: [mount]: duplicate section (first defined on line 1)");
 }
 
