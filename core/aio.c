@@ -34,6 +34,8 @@ void pc_aio_init(struct pc_aio *aio, struct pc_dev *dev, enum pc_aio_op op, uint
 	aio->next = NULL;
 	aio->nr_ra = 0;
 	aio->ra_seq = false;
+	aio->map = NULL;
+	aio->mapcnt = 0;
 }
 
 void pc_punt(struct pc_aio *aio)
