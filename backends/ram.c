@@ -101,8 +101,8 @@
  *    compare-and-swap publishes it, filled whole (the old bytes around the
  *    new ones); a reader of the slot sees the old page whole or the new one
  *    whole, never a mix from a copy. (A write to an own page is in place, as
- *    without snapshots: a read racing it may see part of it, as on any
- *    block device.)
+ *    without snapshots: a read racing it waits on the page's stripe, see
+ *    ram_read_map(), and gets the page before or after it, whole.)
  *  - Snapshot calls change trees only under ar->lock exclusive, when no I/O
  *    is inside the backend; every I/O is before or after them, whole.
  *    Create and delete may come at any time; the daemon holds writes for a
@@ -941,64 +941,35 @@ static void **ram_leaf_write(struct ram_dev *rd, struct ram_stash *st, uint64_t 
 	}
 }
 
-static void ram_read(struct ram_dev *rd, const struct blk_io *io)
-{
-	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
-	uint64_t pos = io->pos, end = io->pos + io->len;
-	uint64_t leaf_id = UINT64_MAX;
-	void **leaf = NULL;
-
-	while (pos < end) {
-		uint64_t pg = pos >> RAM_PAGE_SHIFT;
-		size_t off = pos & RAM_PAGE_MASK;
-		uint64_t n;
-		unsigned char *page;
-
-		if (pg >> RAM_NODE_SHIFT != leaf_id) {
-			leaf_id = pg >> RAM_NODE_SHIFT;
-			leaf = ram_leaf_find(__atomic_load_n(&rd->root, __ATOMIC_ACQUIRE),
-					     rd->root_shift, pg);
-		}
-		if (!leaf) {
-			/* No leaf: nothing in its 2 MiB was ever written. */
-			n = ((uint64_t)(RAM_NODE_SLOTS - (pg & RAM_NODE_MASK)) << RAM_PAGE_SHIFT) - off;
-			n = min_u64(n, end - pos);
-			iter_zero(&it, n);
-			pos += n;
-			continue;
-		}
-		n = min_u64(RAM_PAGE_SIZE - off, end - pos);
-		page = __atomic_load_n(&leaf[pg & RAM_NODE_MASK], __ATOMIC_ACQUIRE);
-		if (page)
-			iter_copy_out(&it, page + off, n);
-		else
-			iter_zero(&it, n);
-		pos += n;
-	}
-}
-
 /*
- * Mapped reads (BLK_IO_MAPPED, backend.h). A READ copies out under the
- * arena lock shared and so does a WRITE into a page the device owns (in
- * place): the two may overlap, and a read racing a write then sees part of
- * it, for the ~100 ns a 4 KiB memcpy takes. A mapped read hands the pages
- * themselves to end_io, which replies from them (a writev(2) to /dev/fuse:
- * the kernel copies them microseconds later), so an in-place write of a
- * mapped page must wait until that end_io has returned, or the reply would
- * carry a torn block. Each mapped page's stripe (by its address) is held
- * shared from before the reply is built until end_io returns; an in-place
- * write holds its page's stripe exclusive for its memcpy. The other ways a
+ * Page stripes, and mapped reads (BLK_IO_MAPPED, backend.h). A READ runs
+ * under the arena lock shared and so does a WRITE into a page the device
+ * owns (in place): the two may overlap. Without more, a read racing a
+ * write sees part of it: seen here with O_DIRECT writers and readers of
+ * the same blocks through the mount (tests/integ/odirect_race.c) within a
+ * few hundred reads, when the read copied out, and sooner when it maps
+ * (end_io replies from the pages: a writev(2) to /dev/fuse, the kernel
+ * copies them microseconds later). So each page's stripe (by its address)
+ * is held shared by a read while it copies the page out (ram_read(), one
+ * page at a time) or, for a mapped read, for all its pages from before the
+ * reply is built until end_io returns; an in-place write holds its page's
+ * stripe exclusive for its memcpy. A reply carries one write's version of
+ * each 4 KiB page (of a block up to the page size, then: a block of 16 KiB
+ * is four pages, each whole, not necessarily of one write). The other ways a
  * write changes what a slot holds keep a mapped page whole anyway: a copy
  * of a shared page publishes a new page (the mapped one is unchanged,
  * invariant 1), a write into a hole publishes a page filled whole (the
  * read maps zeros), and DISCARD/WRITE_ZEROES wait for the arena lock,
  * which the read holds through end_io.
  *
- * No deadlock: a read takes its stripes with try-locks, all or none, and
- * never waits while it holds one; a writer holds one stripe at a time and
+ * No deadlock: a mapped read takes its stripes with try-locks, all or
+ * none, and never waits while it holds one (a copying read holds one at a
+ * time, for a memcpy); a writer holds one stripe at a time and
  * waits only for readers inside an end_io (the reply: a write to
  * /dev/fuse), which wait for no writer. A writer claims the stripe first
- * (bit 0), so a stream of reads of the page cannot starve it.
+ * (bit 0), so a stream of reads of the page cannot starve it. The cost:
+ * two locked instructions per page on a line of the stripe table, for
+ * reads and in-place writes (1024 stripes of 4 bytes: 16 to a line).
  */
 static const unsigned char ram_zero_map[RAM_ZERO_MAP] __attribute__((aligned(4096)));
 
@@ -1048,6 +1019,50 @@ static void stripe_write_unlock(uint32_t *st)
 {
 	/* no reader entered while bit 0 was set, and no other writer holds it */
 	__atomic_store_n(st, 0, __ATOMIC_RELEASE);
+}
+
+static void ram_read(struct ram_dev *rd, const struct blk_io *io)
+{
+	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
+	uint64_t pos = io->pos, end = io->pos + io->len;
+	uint64_t leaf_id = UINT64_MAX;
+	void **leaf = NULL;
+
+	while (pos < end) {
+		uint64_t pg = pos >> RAM_PAGE_SHIFT;
+		size_t off = pos & RAM_PAGE_MASK;
+		uint64_t n;
+		unsigned char *page;
+
+		if (pg >> RAM_NODE_SHIFT != leaf_id) {
+			leaf_id = pg >> RAM_NODE_SHIFT;
+			leaf = ram_leaf_find(__atomic_load_n(&rd->root, __ATOMIC_ACQUIRE),
+					     rd->root_shift, pg);
+		}
+		if (!leaf) {
+			/* No leaf: nothing in its 2 MiB was ever written. */
+			n = ((uint64_t)(RAM_NODE_SLOTS - (pg & RAM_NODE_MASK)) << RAM_PAGE_SHIFT) - off;
+			n = min_u64(n, end - pos);
+			iter_zero(&it, n);
+			pos += n;
+			continue;
+		}
+		n = min_u64(RAM_PAGE_SIZE - off, end - pos);
+		page = __atomic_load_n(&leaf[pg & RAM_NODE_MASK], __ATOMIC_ACQUIRE);
+		if (page) {
+			/* one write's version of the page, as a mapped read gets */
+			uint32_t *stripe = ram_stripe(rd->ar, page);
+			unsigned int spins = 0;
+
+			while (!stripe_read_trylock(stripe))
+				stripe_spin(&spins);
+			iter_copy_out(&it, page + off, n);
+			stripe_read_unlock(stripe);
+		} else {
+			iter_zero(&it, n);
+		}
+		pos += n;
+	}
 }
 
 /* Append @n bytes of zeros to @map; false when it would pass RAM_MAP_MAX. */
