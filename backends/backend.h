@@ -28,7 +28,9 @@
  *    below len. The submitter zeroes done; a layer that cannot tell leaves
  *    it, and a filter ending its parent from a child copies the child's.
  *  - Neither side holds a lock across submit() or inside end_io that the
- *    other side could need.
+ *    other side could need. (A READ with BLK_IO_MAPPED is ended with the
+ *    backend's lock held shared: its end_io may only reply or copy; see
+ *    the flag.)
  *  - When submit() may sleep: it takes the layer's own locks for short
  *    stretches and may allocate, but it does not wait for I/O: its caller
  *    may be a thread that completions need (a FUSE ring's queue thread, a

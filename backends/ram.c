@@ -149,8 +149,10 @@
  * snapshot list; a clone's open takes its origin's) -> ar->lock (shared for READ/WRITE, which only add to the tree and
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
  * calls, which drop references and free) -> ar->alloc_lock (slabs, the
- * reserve). The arena thread takes only alloc_lock. None is held when
- * end_io runs. ar->lock is a big-reader lock (backends/lib/brlock.h): its
+ * reserve); ar->lock -> the page stripes (ar->stripe: ram_read_map()).
+ * The arena thread takes only alloc_lock. None is held when end_io runs,
+ * but for a mapped READ's (BLK_IO_MAPPED): ar->lock shared and the
+ * stripes of its pages, until that end_io, which replies from them, returns. ar->lock is a big-reader lock (backends/lib/brlock.h): its
  * writer holds its own mutex throughout, a reader that finds a writer
  * waits on that mutex with no claim held, and a thread holds at most one
  * arena's lock shared at a time (no I/O is submitted under it).
