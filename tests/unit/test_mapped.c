@@ -93,7 +93,7 @@ static struct mreq *mreq_new(size_t len)
 	struct mreq *m = calloc(1, sizeof(*m));
 
 	cr_assert_not_null(m);
-	m->buf = aligned_alloc(4096, len);
+	m->buf = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
 	m->got = malloc(len);
 	cr_assert(m->buf && m->got);
 	memset(m->buf, POISON, len);
