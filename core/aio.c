@@ -173,6 +173,7 @@ static void sync_init(struct pc_sync *s)
 	s->aio.done = sync_done;
 	s->aio.waited = true;
 	s->aio.fua = false;
+	s->aio.map_ok = false;	/* the data goes to the caller's buffer */
 	s->buf = NULL;
 }
 
