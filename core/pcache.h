@@ -351,11 +351,13 @@ struct pc_sio {
 
 /*
  * One asynchronous request (struct kiocb in spirit). The caller sets
- * @done and @waited, keeps the struct and the buffers it names alive until
- * @done has run, and calls one pc_*_async() entry point. @done runs exactly
- * once, with bytes (or 0) or -errno, from any thread: possibly inside the
- * entry point, a backend completion, or a device worker (pcache.h's rules:
- * it must not wait). Everything below @waited is core's.
+ * @done, @waited, @fua and @map_ok, keeps the struct and the buffers it
+ * names alive until @done has run, and calls one pc_*_async() entry
+ * point. @done runs exactly once, with bytes (or 0) or -errno, from any
+ * thread: possibly inside the entry point, a backend completion, or a
+ * device worker (pcache.h's rules: it must not wait). Everything below
+ * "private to core/" is core's (@map and @mapcnt are core's too, read by
+ * @done).
  */
 struct pc_aio {
 	void (*done)(struct pc_aio *aio, ssize_t res);

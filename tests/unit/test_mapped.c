@@ -365,6 +365,19 @@ Test(mapped, a_split_read_or_a_caller_without_map_ok_is_copied, .init = start_ra
 	cr_assert_eq(mapped_count(tdev), 0);
 }
 
+Test(mapped, a_synchronous_direct_read_is_never_mapped, .init = start_ram, .fini = stop)
+{
+	uint8_t *b = aligned_alloc(4096, 16 * KiB);
+
+	cr_assert_not_null(b);
+	put(32 * KiB, 16 * KiB, 11);
+	memset(b, POISON, 16 * KiB);
+	cr_assert_eq(pc_direct_read(tdev, b, 16 * KiB, 32 * KiB), (ssize_t)(16 * KiB));
+	expect_bytes(b, ref + 32 * KiB, 16 * KiB, "pc_direct_read");
+	cr_assert_eq(mapped_count(tdev), 0);
+	free(b);
+}
+
 /* ------------------------------------ a backend that maps, or not, anywhere */
 
 enum tb_mode { TB_INLINE, TB_THREAD, TB_NOMAP };
