@@ -28,7 +28,9 @@
  *    below len. The submitter zeroes done; a layer that cannot tell leaves
  *    it, and a filter ending its parent from a child copies the child's.
  *  - Neither side holds a lock across submit() or inside end_io that the
- *    other side could need.
+ *    other side could need. (A READ with BLK_IO_MAPPED is ended with the
+ *    backend's lock held shared: its end_io may only reply or copy; see
+ *    the flag.)
  *  - When submit() may sleep: it takes the layer's own locks for short
  *    stretches and may allocate, but it does not wait for I/O: its caller
  *    may be a thread that completions need (a FUSE ring's queue thread, a
@@ -92,6 +94,32 @@ enum blk_op {
  */
 #define BLK_IO_WAITED	(1u << 0)
 
+/*
+ * BLK_IO_MAPPED (READ only): the submitter takes the data as a mapping.
+ * A backend that supports it may, instead of copying into io->iov, set
+ * io->map and io->mapcnt to a vector over its own memory that holds the
+ * I/O's bytes (io->len in all) and call end_io with 0. The rules:
+ *  - The mapping is valid only until end_io returns: the submitter sends
+ *    it (a FUSE reply) or copies it inside end_io, and keeps no pointer.
+ *  - end_io may then run with the backend's lock held shared (ram: the
+ *    arena's read lock, and its stripe of each mapped page, which keeps
+ *    in-place writes of those pages out), so it must not submit I/O, take
+ *    a lock the I/O path takes, or block; a write(2) of the reply to
+ *    /dev/fuse or a memcpy is what it is for.
+ *  - io->iov still names the submitter's buffer, which the backend leaves
+ *    alone; with an error (res < 0) map is NULL and the buffer holds what
+ *    io->done says, as without the flag.
+ *  - A backend that does not support it ignores the flag, copies into
+ *    io->iov as before and leaves map NULL. The submitter sets map NULL
+ *    and mapcnt 0 before submit().
+ *  - A filter does not pass it down (be_child_io() clears it; a layer
+ *    that passes the I/O itself on is under no cache that sets it: the
+ *    cache sets it only when the top of the stack is a backend).
+ * Everything above (R1-R10 in core/THREADS.md, end_io exactly once, the
+ * iovec rules) holds as without it.
+ */
+#define BLK_IO_MAPPED	(1u << 1)
+
 #ifdef BLKFS_CONTRACT_CHECK
 /*
  * What blk_submit() keeps in each I/O to check its completion (see
@@ -120,6 +148,9 @@ struct blk_io {
 	void (*end_io)(struct blk_io *io, int res);
 	void *private;			/* the submitter's */
 	uint64_t done;			/* with res < 0: bytes from pos that completed */
+	/* BLK_IO_MAPPED: the backend's answer, valid until end_io returns */
+	const struct iovec *map;
+	unsigned int mapcnt;
 #ifdef BLKFS_CONTRACT_CHECK
 	struct blk_io_check check;	/* blk_submit()'s own: no one else touches it */
 #endif

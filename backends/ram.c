@@ -101,8 +101,8 @@
  *    compare-and-swap publishes it, filled whole (the old bytes around the
  *    new ones); a reader of the slot sees the old page whole or the new one
  *    whole, never a mix from a copy. (A write to an own page is in place, as
- *    without snapshots: a read racing it may see part of it, as on any
- *    block device.)
+ *    without snapshots: a read racing it waits on the page's stripe, see
+ *    ram_read_map(), and gets the page before or after it, whole.)
  *  - Snapshot calls change trees only under ar->lock exclusive, when no I/O
  *    is inside the backend; every I/O is before or after them, whole.
  *    Create and delete may come at any time; the daemon holds writes for a
@@ -149,8 +149,10 @@
  * snapshot list; a clone's open takes its origin's) -> ar->lock (shared for READ/WRITE, which only add to the tree and
  * copy what is shared; exclusive for DISCARD/WRITE_ZEROES and snapshot
  * calls, which drop references and free) -> ar->alloc_lock (slabs, the
- * reserve). The arena thread takes only alloc_lock. None is held when
- * end_io runs. ar->lock is a big-reader lock (backends/lib/brlock.h): its
+ * reserve); ar->lock -> the page stripes (ar->stripe: ram_read_map()).
+ * The arena thread takes only alloc_lock. None is held when end_io runs,
+ * but for a mapped READ's (BLK_IO_MAPPED): ar->lock shared and the
+ * stripes of its pages, until that end_io, which replies from them, returns. ar->lock is a big-reader lock (backends/lib/brlock.h): its
  * writer holds its own mutex throughout, a reader that finds a writer
  * waits on that mutex with no claim held, and a thread holds at most one
  * arena's lock shared at a time (no I/O is submitted under it).
@@ -167,6 +169,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +207,15 @@
 
 /* DISCARD and WRITE_ZEROES hold rd->ar->lock exclusive for at most this much. */
 #define RAM_ZERO_CHUNK	(1ull << 30)
+
+/*
+ * A mapped read (BLK_IO_MAPPED): at most this many segments, holes at most
+ * RAM_ZERO_MAP bytes each (the zero page they point at); more: the read
+ * copies. Stripes: the page locks between mapped reads and in-place writes.
+ */
+#define RAM_MAP_MAX	64
+#define RAM_ZERO_MAP	(64u << 10)
+#define RAM_STRIPES	1024
 
 /* Pages a writer takes from the allocator per acquisition of alloc_lock. */
 #define RAM_STASH	64
@@ -308,6 +320,14 @@ struct ram_arena {
 	uint64_t nr_slabs;		/* slabs mapped, the reserve included */
 	uint64_t nr_reserve_misses;	/* a writer mapped a slab: the reserve was empty */
 	uint64_t nr_spare_stat;		/* nr_spare, for ->stat */
+
+	/*
+	 * Atomic: a mapped read against an in-place write of the same page,
+	 * by the page's address (ram_stripe()). Bit 0: a writer holds the
+	 * stripe or waits for its readers to leave; above it, 2 per read
+	 * that holds it. See ram_read_map().
+	 */
+	uint32_t stripe[RAM_STRIPES];
 };
 
 struct ram_dev {
@@ -923,6 +943,86 @@ static void **ram_leaf_write(struct ram_dev *rd, struct ram_stash *st, uint64_t 
 	}
 }
 
+/*
+ * Page stripes, and mapped reads (BLK_IO_MAPPED, backend.h). A READ runs
+ * under the arena lock shared and so does a WRITE into a page the device
+ * owns (in place): the two may overlap. Without more, a read racing a
+ * write sees part of it: seen here with O_DIRECT writers and readers of
+ * the same blocks through the mount (tests/integ/odirect_race.c) within a
+ * few hundred reads, when the read copied out, and sooner when it maps
+ * (end_io replies from the pages: a writev(2) to /dev/fuse, the kernel
+ * copies them microseconds later). So each page's stripe (by its address)
+ * is held shared by a read while it copies the page out (ram_read(), one
+ * page at a time) or, for a mapped read, for all its pages from before the
+ * reply is built until end_io returns; an in-place write holds its page's
+ * stripe exclusive for its memcpy. A reply carries one write's version of
+ * each 4 KiB page (of a block up to the page size, then: a block of 16 KiB
+ * is four pages, each whole, not necessarily of one write). The other ways a
+ * write changes what a slot holds keep a mapped page whole anyway: a copy
+ * of a shared page publishes a new page (the mapped one is unchanged,
+ * invariant 1), a write into a hole publishes a page filled whole (the
+ * read maps zeros), and DISCARD/WRITE_ZEROES wait for the arena lock,
+ * which the read holds through end_io.
+ *
+ * No deadlock: a mapped read takes its stripes with try-locks, all or
+ * none, and never waits while it holds one (a copying read holds one at a
+ * time, for a memcpy); a writer holds one stripe at a time and
+ * waits only for readers inside an end_io (the reply: a write to
+ * /dev/fuse), which wait for no writer. A writer claims the stripe first
+ * (bit 0), so a stream of reads of the page cannot starve it. The cost:
+ * two locked instructions per page on a line of the stripe table, for
+ * reads and in-place writes (1024 stripes of 4 bytes: 16 to a line).
+ */
+static const unsigned char ram_zero_map[RAM_ZERO_MAP] __attribute__((aligned(4096)));
+
+static inline uint32_t *ram_stripe(struct ram_arena *ar, const void *page)
+{
+	return &ar->stripe[((uintptr_t)page >> RAM_PAGE_SHIFT) & (RAM_STRIPES - 1)];
+}
+
+static bool stripe_read_trylock(uint32_t *st)
+{
+	uint32_t v = __atomic_load_n(st, __ATOMIC_RELAXED);
+
+	while (!(v & 1))
+		if (__atomic_compare_exchange_n(st, &v, v + 2, true, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
+static void stripe_read_unlock(uint32_t *st)
+{
+	__atomic_sub_fetch(st, 2, __ATOMIC_RELEASE);
+}
+
+static void stripe_spin(unsigned int *n)
+{
+	if (++*n < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	} else {
+		sched_yield();
+	}
+}
+
+static void stripe_write_lock(uint32_t *st)
+{
+	unsigned int n = 0;
+
+	while (__atomic_fetch_or(st, 1, __ATOMIC_ACQUIRE) & 1)
+		stripe_spin(&n);	/* another writer of the stripe */
+	while (__atomic_load_n(st, __ATOMIC_ACQUIRE) != 1)
+		stripe_spin(&n);	/* readers inside their end_io */
+}
+
+static void stripe_write_unlock(uint32_t *st)
+{
+	/* no reader entered while bit 0 was set, and no other writer holds it */
+	__atomic_store_n(st, 0, __ATOMIC_RELEASE);
+}
+
 static void ram_read(struct ram_dev *rd, const struct blk_io *io)
 {
 	struct ram_iter it = { .iov = io->iov, .nr = io->iovcnt };
@@ -951,12 +1051,120 @@ static void ram_read(struct ram_dev *rd, const struct blk_io *io)
 		}
 		n = min_u64(RAM_PAGE_SIZE - off, end - pos);
 		page = __atomic_load_n(&leaf[pg & RAM_NODE_MASK], __ATOMIC_ACQUIRE);
-		if (page)
+		if (page) {
+			/* one write's version of the page, as a mapped read gets */
+			uint32_t *stripe = ram_stripe(rd->ar, page);
+			unsigned int spins = 0;
+
+			while (!stripe_read_trylock(stripe))
+				stripe_spin(&spins);
 			iter_copy_out(&it, page + off, n);
-		else
+			stripe_read_unlock(stripe);
+		} else {
 			iter_zero(&it, n);
+		}
 		pos += n;
 	}
+}
+
+/* Append @n bytes of zeros to @map; false when it would pass RAM_MAP_MAX. */
+static bool map_zero(struct iovec *map, unsigned int *cnt, uint64_t n)
+{
+	while (n) {
+		struct iovec *last = *cnt ? &map[*cnt - 1] : NULL;
+		size_t room;
+
+		if (last && last->iov_base == ram_zero_map && last->iov_len < RAM_ZERO_MAP) {
+			room = RAM_ZERO_MAP - last->iov_len;
+			room = min_u64(room, n);
+			last->iov_len += room;
+			n -= room;
+			continue;
+		}
+		if (*cnt == RAM_MAP_MAX)
+			return false;
+		room = min_u64(RAM_ZERO_MAP, n);
+		map[*cnt].iov_base = (void *)ram_zero_map;
+		map[*cnt].iov_len = room;
+		++*cnt;
+		n -= room;
+	}
+	return true;
+}
+
+/*
+ * A READ with BLK_IO_MAPPED, ar->lock held shared: end @io with a mapping
+ * of the arena (its pages, ram_zero_map for holes), while the lock and the
+ * pages' stripes are still held. False (nothing ended) when the range
+ * needs more than RAM_MAP_MAX segments: the caller copies.
+ */
+static bool ram_read_map(struct ram_dev *rd, struct blk_io *io)
+{
+	struct ram_arena *ar = rd->ar;
+	struct iovec map[RAM_MAP_MAX];
+	uint32_t *held[RAM_MAP_MAX];
+	unsigned int cnt = 0, nr_held = 0, i, spins = 0;
+	uint64_t pos = io->pos, end = io->pos + io->len;
+	uint64_t leaf_id = UINT64_MAX;
+	void **leaf = NULL;
+
+	while (pos < end) {
+		uint64_t pg = pos >> RAM_PAGE_SHIFT;
+		size_t off = pos & RAM_PAGE_MASK;
+		uint64_t n;
+		unsigned char *page;
+
+		if (pg >> RAM_NODE_SHIFT != leaf_id) {
+			leaf_id = pg >> RAM_NODE_SHIFT;
+			leaf = ram_leaf_find(__atomic_load_n(&rd->root, __ATOMIC_ACQUIRE),
+					     rd->root_shift, pg);
+		}
+		if (!leaf) {
+			n = ((uint64_t)(RAM_NODE_SLOTS - (pg & RAM_NODE_MASK)) << RAM_PAGE_SHIFT) - off;
+			n = min_u64(n, end - pos);
+			if (!map_zero(map, &cnt, n))
+				return false;
+			pos += n;
+			continue;
+		}
+		n = min_u64(RAM_PAGE_SIZE - off, end - pos);
+		page = __atomic_load_n(&leaf[pg & RAM_NODE_MASK], __ATOMIC_ACQUIRE);
+		if (!page) {
+			if (!map_zero(map, &cnt, n))
+				return false;
+		} else {
+			if (cnt == RAM_MAP_MAX)
+				return false;
+			map[cnt].iov_base = page + off;
+			map[cnt].iov_len = n;
+			held[nr_held++] = ram_stripe(ar, page);
+			cnt++;
+		}
+		pos += n;
+	}
+	/*
+	 * The pages' stripes, all or none: an in-place writer inside one is
+	 * finishing its memcpy (a few hundred ns) and then the page is whole.
+	 * A page the walk found cannot have been freed or replaced by another
+	 * (ar->lock shared): what it holds once its stripe is ours is one
+	 * write's version, and stays so until end_io returns.
+	 */
+	for (;;) {
+		for (i = 0; i < nr_held && stripe_read_trylock(held[i]); i++)
+			;
+		if (i == nr_held)
+			break;
+		while (i--)
+			stripe_read_unlock(held[i]);
+		stripe_spin(&spins);
+	}
+	io->map = map;
+	io->mapcnt = cnt;
+	io->end_io(io, 0);
+	/* @io may be gone: only the stripes now */
+	for (i = 0; i < nr_held; i++)
+		stripe_read_unlock(held[i]);
+	return true;
 }
 
 static int ram_write(struct ram_dev *rd, const struct blk_io *io)
@@ -1023,9 +1231,15 @@ static int ram_write(struct ram_dev *rd, const struct blk_io *io)
 			continue;
 		}
 		if (page) {
+			uint32_t *stripe;
+
 			if (cow && __atomic_load_n(slot, __ATOMIC_ACQUIRE) != (void *)page)
 				continue;	/* just replaced: a snapshot's now (invariant 4) */
+			/* not under a mapped read's reply (ram_read_map()) */
+			stripe = ram_stripe(rd->ar, page);
+			stripe_write_lock(stripe);
 			iter_copy_in(&it, page + off, n);
+			stripe_write_unlock(stripe);
 			pos += n;
 			continue;
 		}
@@ -1285,6 +1499,11 @@ static int ram_submit(struct blk_backend *be, struct blk_io *io)
 	switch (io->op) {
 	case BLK_READ:
 		brlock_read_lock(&ar->lock, rd);
+		/* a mapped read is ended inside, under the lock (backend.h) */
+		if ((io->flags & BLK_IO_MAPPED) && ram_read_map(rd, io)) {
+			brlock_read_unlock(&ar->lock);
+			return 0;
+		}
 		ram_read(rd, io);
 		brlock_read_unlock(&ar->lock);
 		break;

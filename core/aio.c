@@ -34,6 +34,8 @@ void pc_aio_init(struct pc_aio *aio, struct pc_dev *dev, enum pc_aio_op op, uint
 	aio->next = NULL;
 	aio->nr_ra = 0;
 	aio->ra_seq = false;
+	aio->map = NULL;
+	aio->mapcnt = 0;
 }
 
 void pc_punt(struct pc_aio *aio)
@@ -171,6 +173,7 @@ static void sync_init(struct pc_sync *s)
 	s->aio.done = sync_done;
 	s->aio.waited = true;
 	s->aio.fua = false;
+	s->aio.map_ok = false;	/* the data goes to the caller's buffer */
 	s->buf = NULL;
 }
 

@@ -2412,6 +2412,8 @@ static void dread_end(struct pc_batch *b)
 	uint64_t ok = err ? pc_batch_ok_bytes(b, aio->pos) : aio->len;
 
 	STAT_ADD(aio->dev, direct_read_bytes, ok);
+	if (aio->map)	/* inside the backend's end_io: done replies from its memory */
+		STAT_ADD(aio->dev, direct_read_mapped, 1);
 	aio->done(aio, ok ? (ssize_t)ok : err);
 }
 
@@ -2419,12 +2421,30 @@ static void dread_end(struct pc_batch *b)
 static void direct_submit(struct pc_aio *aio, enum blk_op op, void *buf,
 			  void (*end)(struct pc_batch *b))
 {
+	struct pc_dev *dev = aio->dev;
+	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
+	unsigned int flags = aio->waited ? BLK_IO_WAITED : 0;
+	/*
+	 * A read its caller can answer from the backend's memory, unsplit,
+	 * straight to a backend (a filter would end it outside the mapping's
+	 * life): the backend may map instead of copying (submit.c, mapped
+	 * reads).
+	 */
+	bool mapped = op == BLK_READ && aio->map_ok && !dev->be->ops->is_filter &&
+		      aio->len <= dev_max_io(dev);
+
 	aio->iov[0].iov_base = buf;
 	aio->iov[0].iov_len = aio->len;
 	pc_batch_init_async(&aio->batch, end);
-	/* a synchronous caller sleeps until the end anyway: the backend may use its thread */
-	pc_submit_split_embed(aio->dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch,
-			      aio->waited ? BLK_IO_WAITED : 0, &aio->sio);
+	if (mapped) {
+		flags |= BLK_IO_MAPPED;
+		pc_map_inline_begin(aio);
+	}
+	pc_submit_split_embed(dev, op, aio->pos, aio->len, aio->iov, 1, &aio->batch, flags,
+			      &aio->sio);
+	/* the end ran inside the backend's end_io, which dropped the bias: @aio may be gone */
+	if (mapped && pc_map_inline_end())
+		return;
 	pc_batch_done(&aio->batch, 0);
 }
 
@@ -2465,6 +2485,8 @@ void pc_direct_read_async(struct pc_dev *dev, struct pc_aio *aio, void *buf, siz
 {
 	int err = check_direct(dev, pos, len);
 
+	aio->map = NULL;
+	aio->mapcnt = 0;
 	if (err || pos >= dev->geo.size || !len)
 		aio->done(aio, err);
 	else

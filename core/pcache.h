@@ -138,6 +138,7 @@ struct pc_stats {
 	uint64_t pool_fallback_allocs;		/* per-I/O state from malloc: the pool was empty */
 	uint64_t writeback_copy_bytes;		/* bytes copied on the way out: stays 0 */
 	uint64_t direct_copy_bytes;		/* O_DIRECT bytes copied through an aligned buffer */
+	uint64_t direct_read_mapped;		/* O_DIRECT reads answered from the backend's memory */
 	uint64_t write_hist[PC_HIST_BUCKETS];
 	uint64_t in_flight;			/* gauge */
 	uint64_t dirty_bytes, writeback_bytes, cached_bytes; /* gauges */
@@ -350,11 +351,13 @@ struct pc_sio {
 
 /*
  * One asynchronous request (struct kiocb in spirit). The caller sets
- * @done and @waited, keeps the struct and the buffers it names alive until
- * @done has run, and calls one pc_*_async() entry point. @done runs exactly
- * once, with bytes (or 0) or -errno, from any thread: possibly inside the
- * entry point, a backend completion, or a device worker (pcache.h's rules:
- * it must not wait). Everything below @waited is core's.
+ * @done, @waited, @fua and @map_ok, keeps the struct and the buffers it
+ * names alive until @done has run, and calls one pc_*_async() entry
+ * point. @done runs exactly once, with bytes (or 0) or -errno, from any
+ * thread: possibly inside the entry point, a backend completion, or a
+ * device worker (pcache.h's rules: it must not wait). Everything below
+ * "private to core/" is core's (@map and @mapcnt are core's too, read by
+ * @done).
  */
 struct pc_aio {
 	void (*done)(struct pc_aio *aio, ssize_t res);
@@ -362,6 +365,20 @@ struct pc_aio {
 					 * do the I/O in its thread (BLK_IO_WAITED) */
 	bool fua;			/* WRITE, DWRITE: on stable storage before done
 					 * (O_DSYNC, O_SYNC: a disk's FUA) */
+	/*
+	 * DREAD: @done may take the data as the backend's mapping (@map)
+	 * instead of in the buffer: it may run inside the backend's end_io
+	 * with the backend's lock held shared, where it replies from @map
+	 * and neither blocks nor submits I/O (BLK_IO_MAPPED, backend.h).
+	 */
+	bool map_ok;
+	/*
+	 * DREAD, set by core for @done's time only: the data, @mapcnt
+	 * segments of the backend's memory, valid until @done returns; NULL:
+	 * the data is in the buffer.
+	 */
+	const struct iovec *map;
+	unsigned int mapcnt;
 
 	/* private to core/ */
 	struct pc_dev *dev;

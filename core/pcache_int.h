@@ -379,6 +379,16 @@ void pc_submit_split_flags(struct pc_dev *dev, enum blk_op op, uint64_t pos, uin
 void pc_submit_split_embed(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			   const struct iovec *iov, int iovcnt, struct pc_batch *batch,
 			   unsigned int flags, struct pc_sio *embed);
+/*
+ * Mapped reads (submit.c): pc_map_inline_begin(@aio) before an unsplit
+ * BLK_IO_MAPPED read of @aio is submitted in this thread; after submit,
+ * pc_map_inline_end() is true when the backend ended it inside submit()
+ * with a mapping and the batch's end has already run there (the
+ * submitter's bias dropped with it): the submitter then touches @aio no
+ * more. False: drop the bias as usual.
+ */
+void pc_map_inline_begin(struct pc_aio *aio);
+bool pc_map_inline_end(void);
 /* The same, waiting for it; _ok also says how many bytes from @pos completed. */
 int pc_submit_split_wait_ok(struct pc_dev *dev, enum blk_op op, uint64_t pos, uint64_t len,
 			    const struct iovec *iov, int iovcnt, uint64_t *ok);

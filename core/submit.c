@@ -477,12 +477,85 @@ size_t pc_sio_size(void)
 	return sizeof(struct pc_sio) + PC_SIO_IOV * sizeof(struct iovec);
 }
 
+/*
+ * Mapped reads (BLK_IO_MAPPED, backend.h). The backend ends the read with
+ * a vector over its own memory, valid until end_io returns, while it holds
+ * its lock shared. The request can be answered from it only inside this
+ * end_io, and only when this thread is the one that submitted it, still
+ * inside submit(): the request's end then runs here (its batch's bias,
+ * the submitter's, is dropped here instead of after submit()) and the
+ * reply leaves from the backend's memory with no copy. Anywhere else (an
+ * end_io on another thread, a split piece, a request that is not the one
+ * this thread submits) the mapping is copied into the I/O's own buffer
+ * here (sio_copy_map()), and the request ends as it always has.
+ *
+ * map_inline: the request whose mapped read this thread is submitting;
+ * set to NULL by the end_io that took its bias.
+ */
+static __thread struct pc_aio *map_inline;
+static __thread bool map_inline_taken;
+
+void pc_map_inline_begin(struct pc_aio *aio)
+{
+	map_inline = aio;
+	map_inline_taken = false;
+}
+
+bool pc_map_inline_end(void)
+{
+	bool taken = map_inline_taken;
+
+	map_inline = NULL;
+	map_inline_taken = false;
+	return taken;
+}
+
+/* The backend's mapping into the I/O's own vector: the old path's one copy. */
+static void sio_copy_map(struct blk_io *io)
+{
+	const struct iovec *dst = io->iov;
+	size_t doff = 0;
+	unsigned int i;
+
+	for (i = 0; i < io->mapcnt; i++) {
+		const char *src = io->map[i].iov_base;
+		size_t left = io->map[i].iov_len;
+
+		while (left) {
+			size_t n = dst->iov_len - doff;
+
+			if (n > left)
+				n = left;
+			memcpy((char *)dst->iov_base + doff, src, n);
+			src += n;
+			left -= n;
+			doff += n;
+			if (doff == dst->iov_len) {
+				dst++;
+				doff = 0;
+			}
+		}
+	}
+	io->map = NULL;
+	io->mapcnt = 0;
+}
+
 static void sio_end_io(struct blk_io *io, int res)
 {
 	struct pc_sio *s = (struct pc_sio *)io;
 
 	struct pc_dev *dev = s->dev;
 	struct pc_batch *b = s->batch;
+	struct pc_aio *inl = NULL;
+
+	if (io->map) {
+		struct pc_aio *aio = (struct pc_aio *)((char *)s - offsetof(struct pc_aio, sio));
+
+		if (!res && !s->pooled && map_inline == aio)
+			inl = aio;
+		else
+			sio_copy_map(io);
+	}
 
 	uint64_t fail_pos = res ? io->pos + io->done : UINT64_MAX;
 
@@ -506,6 +579,16 @@ static void sio_end_io(struct blk_io *io, int res)
 	/* an embedded one is its request's: gone once the batch ends */
 	if (s->pooled)
 		be_pool_put(&dev->sio_pool, s);
+	if (inl) {
+		/* the piece, then the submitter's bias: the end (the reply) runs here */
+		map_inline = NULL;
+		map_inline_taken = true;
+		inl->map = io->map;
+		inl->mapcnt = io->mapcnt;
+		pc_batch_done(b, 0);
+		pc_batch_done(b, 0);
+		return;
+	}
 	pc_batch_done_at(b, res, fail_pos);
 }
 
@@ -518,6 +601,8 @@ static void sio_submit(struct pc_dev *dev, struct pc_sio *s, struct pc_batch *ba
 	s->io.end_io = sio_end_io;
 	s->io.private = s;
 	s->io.done = 0;		/* a backend that fails it says, else nothing completed */
+	s->io.map = NULL;	/* BLK_IO_MAPPED: the backend's answer, if it gives one */
+	s->io.mapcnt = 0;
 	pc_batch_add(batch);
 	s->start_ns = s->pooled ? acct_begin(dev) :
 		      acct_begin_tok(dev, (const char *)s - offsetof(struct pc_aio, sio));

@@ -47,7 +47,7 @@ struct bf_req {
 	struct pc_aio aio;	/* first: the completion finds the slot from it */
 	struct bf_dev *bd;
 	fuse_req_t req;
-	char *data;		/* direct READ: the reply's data */
+	char *data;		/* direct READ: the reply's data (unless mapped: aio.map) */
 	char *kept;		/* a receive buffer this request holds */
 	int state;		/* atomic: REQ_* */
 	struct bf_slot slot;	/* bd->slots */
@@ -227,6 +227,8 @@ static struct bf_req *req_get(struct bf_dev *bd, fuse_req_t req,
 	r->aio.done = done;
 	r->aio.waited = false;
 	r->aio.fua = false;
+	r->aio.map_ok = false;
+	r->aio.map = NULL;
 	r->bt_start = start;
 	r->bt_pos = pos;
 	r->bt_len = len;
@@ -332,6 +334,13 @@ static void dread_done(struct pc_aio *aio, ssize_t res)
 	req_trace_end(r, res);
 	if (res < 0)
 		fuse_reply_err(r->req, (int)-res);
+	else if (aio->map)
+		/*
+		 * Inside the backend's end_io, under its lock shared: straight
+		 * from its memory (ram's arena), the kernel's copy the only one.
+		 * The writev(2) to /dev/fuse blocks on nothing of ours.
+		 */
+		fuse_reply_iov(r->req, aio->map, (int)aio->mapcnt);
 	else
 		fuse_reply_buf(r->req, r->data, (size_t)res);
 	req_finish(r);
@@ -462,6 +471,8 @@ static void dev_read(fuse_req_t req, struct bf_file *f, size_t size, off_t off)
 			size = BF_MAX_WRITE;
 		r = req_get(df->dev, req, dread_done, BLK_READ, (uint64_t)off, size);
 		r->data = buf;
+		/* over /dev/fuse the reply may leave from the backend's memory */
+		r->aio.map_ok = !bf_rawio_req_in_ring();
 		pc_direct_read_async(df->dev->pc, &r->aio, buf, size, (uint64_t)off);
 		req_returned(r, buf, size);
 		return;

@@ -267,6 +267,11 @@ const char *bf_rawio_write_data(const char *buf)
 	return buf == rx_fake && rx_fake ? rx_buf : buf;
 }
 
+bool bf_rawio_req_in_ring(void)
+{
+	return bf_ring_req_payload() != NULL;
+}
+
 char *bf_rawio_req_buf(void)
 {
 	char *p = bf_ring_req_payload();

@@ -84,6 +84,15 @@ const char *bf_rawio_write_data(const char *buf);
  * NULL without memory.
  */
 char *bf_rawio_req_buf(void);
+/*
+ * Is the request being handled in this thread a ring's, whose reply is
+ * built in its entry (bf_rawio_req_buf())? A reply from anywhere else is
+ * copied there: a direct READ over the ring has the backend copy straight
+ * into the entry (one copy) rather than reply from the backend's memory
+ * (BLK_IO_MAPPED: one copy too, under the backend's lock); over /dev/fuse
+ * the mapping saves the copy into the receive buffer.
+ */
+bool bf_rawio_req_in_ring(void);
 /* Is @data in the handling thread's receive buffer (bf_rawio_keep() takes it without a copy)? */
 bool bf_rawio_in_thread_buf(const char *data, size_t len);
 /*

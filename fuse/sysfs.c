@@ -176,6 +176,7 @@ static int show_blkfs_stat(struct bf_dev *bd, char *buf, size_t len)
 	F(backend_flushes); F(backend_discards); F(backend_discard_bytes);
 	F(direct_read_bytes); F(direct_write_bytes);
 	F(rmw_read_bytes); F(split_ios); F(writeback_copy_bytes); F(direct_copy_bytes);
+	F(direct_read_mapped);
 	F(dirty_bytes); F(writeback_bytes); F(cached_bytes);
 	F(cache_hits); F(cache_misses); F(readahead_bytes);
 	F(partial_pblk_writes); F(dropped_bytes); F(writeback_errors); F(read_errors);

@@ -43,13 +43,14 @@ int be_filter_snap_save(struct blk_backend *be, const char *name, const char *pa
  * The same op, flags and range over the parent's iovec: that memory stays
  * the cache's until the parent's end_io, so it outlives the child. A filter
  * that submits the child from another thread clears BLK_IO_WAITED.
+ * BLK_IO_MAPPED does not go down: a filter ends its parent outside the child's end_io.
  */
 static inline struct blk_io be_child_io(const struct blk_io *parent,
 					void (*end_io)(struct blk_io *, int), void *private)
 {
 	return (struct blk_io){
 		.op = parent->op,
-		.flags = parent->flags,
+		.flags = parent->flags & ~BLK_IO_MAPPED,	/* backend.h: never down a filter */
 		.pos = parent->pos,
 		.len = parent->len,
 		.iov = parent->iov,
