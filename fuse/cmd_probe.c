@@ -373,8 +373,10 @@ static int dirs_make(struct probe_dirs *pd, const char *rundir)
 	static const char dev[] = "[device r]\nbackend = ram\nsize = 64M\n"
 				  "logical_block_size = 4096\nphysical_block_size = 4096\n";
 	char text[512];
+	char path[sizeof(pd->mnt[0])];
 	int t;
 
+	_Static_assert(sizeof(pd->mnt[0]) == sizeof(pd->conf[0]), "one buffer for both");
 	snprintf(pd->top, sizeof(pd->top), "%s/probe.XXXXXX", rundir);
 	if (!mkdtemp(pd->top))
 		return -errno;
@@ -383,8 +385,15 @@ static int dirs_make(struct probe_dirs *pd, const char *rundir)
 	if (mkdir(pd->run, 0700))
 		return -errno;
 	for (t = 0; t < 2; t++) {
-		snprintf(pd->mnt[t], sizeof(pd->mnt[t]), "%s/mnt-%s", pd->top, tname[t]);
-		snprintf(pd->conf[t], sizeof(pd->conf[t]), "%s/%s.conf", pd->top, tname[t]);
+		/*
+		 * Through a buffer of the same size: writing pd->mnt[t] from
+		 * pd->top is fine, but gcc -O1 (the sanitizer build) cannot
+		 * tell the two members apart under -Wrestrict.
+		 */
+		snprintf(path, sizeof(path), "%s/mnt-%s", pd->top, tname[t]);
+		memcpy(pd->mnt[t], path, sizeof(path));
+		snprintf(path, sizeof(path), "%s/%s.conf", pd->top, tname[t]);
+		memcpy(pd->conf[t], path, sizeof(path));
 		if (mkdir(pd->mnt[t], 0700))
 			return -errno;
 		/* a small cache: O_DIRECT bypasses it, and its pool is filled at mount */
