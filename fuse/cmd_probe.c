@@ -76,8 +76,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* 1: Y; 0: N; -errno: no such parameter (no FUSE over io_uring in this kernel) */
-static int uring_param(void)
+int bf_enable_uring(void)
 {
 	char c = 0;
 	int fd = open(URING_PARAM, O_RDONLY | O_CLOEXEC);
@@ -766,7 +765,7 @@ int bf_cmd_probe(int argc, char **argv)
 			return 2;
 		}
 	}
-	on = uring_param();
+	on = bf_enable_uring();
 	if (on != 1) {
 		/* nothing to measure: the kernel's switch is its owner's, not ours to flip */
 		if (quiet)

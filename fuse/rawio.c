@@ -601,21 +601,6 @@ static const struct fuse_custom_io bf_io = {
 	.writev = bf_io_writev,
 };
 
-/* Y, N, or missing (-ENOENT: the kernel has no FUSE over io_uring). */
-static int enable_uring_param(void)
-{
-	char c = 0;
-	int fd = open("/sys/module/fuse/parameters/enable_uring", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	if (read(fd, &c, 1) != 1)
-		c = 0;
-	close(fd);
-	return c == 'Y' || c == 'y' || c == '1';
-}
-
-
 /* @s as one word: a value of .sys/.transport (blkfs stat reads one word a line) */
 static void one_word(char *s)
 {
@@ -675,7 +660,7 @@ static int ring_prepare(struct bf_daemon *d, struct fuse_session *se, char *err,
 		set_dev_why("transport = dev");
 		return 0;
 	}
-	on = enable_uring_param();
+	on = bf_enable_uring();
 	if (on < 0)
 		snprintf(why, sizeof(why), "this kernel has no FUSE over io_uring (no /sys/module/fuse/parameters/enable_uring: it needs CONFIG_FUSE_IO_URING, kernel 6.14 or later)");
 	else if (!on)

@@ -17,4 +17,11 @@
 int bf_tprobe_run(bool cached, unsigned limit_ms, char *choice, size_t clen, char *detail,
 		  size_t dlen);
 
+/*
+ * bf_enable_uring - the kernel's switch for FUSE over io_uring
+ * (/sys/module/fuse/parameters/enable_uring): 1 Y, 0 N, -errno when the
+ * parameter is missing (-ENOENT: this kernel has no FUSE over io_uring).
+ */
+int bf_enable_uring(void);
+
 #endif
