@@ -310,6 +310,20 @@ static void reply_result(struct bf_req *r, ssize_t res)
 		fuse_reply_err(r->req, 0);
 }
 
+/*
+ * A reply from @cnt pieces of memory. libfuse's fuse_reply_iov() mallocs a
+ * vector one longer, for its header, and frees it, per reply; a reply of one
+ * piece (a 4 KiB read, the common case) goes through fuse_reply_buf(), whose
+ * vector is on the stack.
+ */
+static void reply_pieces(fuse_req_t req, const struct iovec *iov, int cnt)
+{
+	if (cnt == 1)
+		fuse_reply_buf(req, iov[0].iov_base, iov[0].iov_len);
+	else
+		fuse_reply_iov(req, iov, cnt);
+}
+
 static void read_done(struct pc_aio *aio, ssize_t res)
 {
 	struct bf_req *r = req_of(aio);
@@ -321,7 +335,7 @@ static void read_done(struct pc_aio *aio, ssize_t res)
 		fuse_reply_buf(r->req, NULL, 0);
 	} else {
 		/* straight from folio memory: the kernel's copy is the only one */
-		fuse_reply_iov(r->req, r->rd.iov, r->rd.iovcnt);
+		reply_pieces(r->req, r->rd.iov, r->rd.iovcnt);
 		pc_read_end(&r->rd);
 	}
 	req_finish(r);
@@ -340,7 +354,7 @@ static void dread_done(struct pc_aio *aio, ssize_t res)
 		 * from its memory (ram's arena), the kernel's copy the only one.
 		 * The writev(2) to /dev/fuse blocks on nothing of ours.
 		 */
-		fuse_reply_iov(r->req, aio->map, (int)aio->mapcnt);
+		reply_pieces(r->req, aio->map, (int)aio->mapcnt);
 	else
 		fuse_reply_buf(r->req, r->data, (size_t)res);
 	req_finish(r);
