@@ -440,8 +440,13 @@ void bt_dev_latency(struct bt_dev *d, enum blk_op op, uint64_t ns)
  * the kernel moves the stamp once a jiffy, so it takes the shared line once
  * a jiffy, not per request; here once per BT_TICK_NS (a request seen within
  * it of the stamp leaves it alone, and its time is counted at the next move).
+ * A move at begin sums every thread's in-flight count (fuse_in_flight():
+ * reg_lock and one cache line per thread); at 64 us that walk was 0.7% of
+ * the daemon's samples at QD32 (BENCHMARKS.md, "Issue 39's last
+ * shavings"). 1 ms is the kernel's own granularity at HZ=1000, and finer
+ * than iostat's.
  */
-#define BT_TICK_NS 65536u
+#define BT_TICK_NS 1000000u
 
 /* The FUSE level's requests in flight: the shared count and every thread's. */
 static uint64_t fuse_in_flight(struct bt_dev *d)
