@@ -269,7 +269,7 @@ info "remove of slow took $(((t1 - t0) / 1000000)) ms; ram0 took $((b - a)) writ
 info "fio --verify=crc32c on ram0 during a series of add/remove"
 fio --name=verify --filename="$MNT/ram0" --rw=randwrite --bs=4k --size=32M \
 	--ioengine=libaio --direct=1 --iodepth=16 --verify=crc32c --verify_fatal=1 \
-	--do_verify=1 --verify_state_save=0 --randrepeat=1 --loops=4 \
+	--do_verify=1 --verify_state_save=0 --randrepeat=1 --loops=32 \
 	--output="$TDIR/fio.out" &
 fiopid=$!
 _BGPIDS+=("$fiopid")
