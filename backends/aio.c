@@ -23,7 +23,10 @@
  *    nothing queued) on a device whose recent I/Os completed within
  *    AIO_FAST_NS, while recent such waits ended within AIO_WAIT_FAST_NS
  *    (on a loaded machine they do not, and the queue serves better; one in
- *    AIO_WAIT_PROBE waits anyway, to notice when the load goes), is
+ *    AIO_WAIT_PROBE waits anyway, to notice when the load goes), is done
+ *    by its caller. Where the device's I/Os take less than AIO_SYNC_NS
+ *    (zram, brd: the work is done inside the submitting syscall) that is
+ *    one preadv/pwritev, as for BLK_IO_WAITED. Otherwise it is
  *    submitted by its caller without the eventfd signal,
  *    and the caller waits in io_getevents() for it, at most AIO_WAIT_NS,
  *    ending whatever it reaps (its own and others') in its thread: at
@@ -127,6 +130,11 @@
  */
 #define AIO_WAIT_FAST_NS 20000ull
 #define AIO_WAIT_PROBE	32u
+/*
+ * ... and where the device's I/Os take AIO_SYNC_NS or less on average, the
+ * caller does its I/O with preadv/pwritev instead (aio_submit_sync()).
+ */
+#define AIO_SYNC_NS	20000ull
 #define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while iocbs signal nothing */
 
 #ifndef IOV_MAX
@@ -215,6 +223,7 @@ struct aio_dev {
 	uint64_t nr_eagain;		/* io_submit() said EAGAIN */
 	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
+	uint64_t nr_idle_sync;		/* ... of them, on an idle device (aio_submit_sync(idle)) */
 	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
 	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
 	uint64_t nr_wait_skipped;	/* idle-device READ/WRITE not waited for: the waits were slow */
@@ -546,32 +555,74 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
 	return err;
 }
 
+static bool aio_waits_pay_locked(struct aio_dev *ad);
+static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns);
+static void aio_wait_feed(struct aio_dev *ad, uint64_t waited);
+static bool aio_plugged(struct aio_dev *ad);
+
 /*
- * The submitter sleeps until end_io anyway (BLK_IO_WAITED): do a READ or
- * WRITE in its thread, while a queue_depth slot is free and none waits for
- * one. That saves the hand-off through the reaper and back, about three
- * thread wake-ups per I/O. false: nothing done, take the queue.
+ * A READ or WRITE done in the submitter's thread with preadv/pwritev, one
+ * syscall, end_io run before submit() returns. Two kinds (@idle):
+ *  - false: the submitter sleeps until end_io anyway (BLK_IO_WAITED):
+ *    while a queue_depth slot is free and none waits for one. That saves
+ *    the hand-off through the reaper and back, about three thread wake-ups
+ *    per I/O.
+ *  - true: any READ/WRITE on an idle device (nothing in flight, nothing
+ *    queued) whose I/Os end in less than aio_sync_ns on average (0: never;
+ *    within aio_fast_ns too), while the
+ *    callers' waits pay (aio_waits_pay_locked()). Such a device does its
+ *    work inside the submitting syscall (zram, brd, pmem) or nearly:
+ *    io_submit() then io_getevents() would be two syscalls and the aio
+ *    round trip for what one preadv does, and aio_submit_wait()'s
+ *    deadline, which lets a slow I/O's caller go, could not fire anyway.
+ *    Its time feeds lat_ns and wait_ns as an iocb and a wait would.
+ * 1: done. 0: nothing done, take the queue (or, idle, aio_submit_wait()).
+ * -1 (idle): nothing done, and the waits do not pay now: take the queue
+ * without waiting (aio_waits_pay_locked() was asked once for this I/O).
  */
-static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
+static int aio_submit_sync(struct aio_dev *ad, struct blk_io *io, bool idle)
 {
 	LIST_HEAD(refused);
-	bool drain, stop;
+	struct aio_dev *plug = aio_plug;
+	bool reaping = aio_reaping, drain, stop;
+	uint64_t t0 = 0, took;
 	int res;
 
+	/* an end_io it runs (aio_reaping) does not wait again */
+	if (idle) {
+		uint64_t lat = __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED);
+
+		if (aio_reaping || lat > aio_fast_ns || lat >= aio_sync_ns)
+			return 0;
+	}
 	pthread_mutex_lock(&ad->lock);
-	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight >= ad->qd) {
+	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight >= ad->qd ||
+	    (idle && ad->inflight)) {
 		pthread_mutex_unlock(&ad->lock);
-		return false;
+		return 0;
+	}
+	if (idle && !aio_waits_pay_locked(ad)) {
+		pthread_mutex_unlock(&ad->lock);
+		return -1;
 	}
 	ad->inflight++;
 	ad->nr_pending++;
 	pthread_mutex_unlock(&ad->lock);
 
+	if (idle)
+		t0 = blk_now_ns();
 	res = aio_sync_transfer(ad, io);
+	if (idle) {
+		took = blk_now_ns() - t0;
+		aio_avg_feed(&ad->lat_ns, took);
+		aio_wait_feed(ad, took);
+	}
 
 	pthread_mutex_lock(&ad->lock);
 	ad->inflight--;
 	ad->nr_sync++;
+	if (idle)
+		ad->nr_idle_sync++;
 	ad->nr_submitted++;
 	ad->nr_completed++;
 	if (res)
@@ -580,21 +631,34 @@ static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io)
 	drain = !list_empty(&ad->sq);
 	pthread_mutex_unlock(&ad->lock);
 	if (drain)
-		aio_drain(ad, false, aio_reaping ? NULL : &refused);
+		aio_drain(ad, false, reaping ? NULL : &refused);
 
+	/*
+	 * As aio_end() runs one: a submit() from this end_io neither reaps nor
+	 * does its I/O here (no nesting, however long a chain of end_ios that
+	 * submit); one to this device is queued and goes down just below.
+	 */
+	aio_reaping = true;
+	aio_plug = ad;
 	io->end_io(io, res);
+	aio_plug = plug;
+	aio_reaping = reaping;
 
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_pending--;
+	drain = !list_empty(&ad->sq);
 	stop = ad->stopping && !ad->nr_pending;
 	pthread_mutex_unlock(&ad->lock);
+	if (drain && !aio_plugged(ad))
+		aio_drain(ad, false, reaping ? NULL : &refused);
 	if (stop)
 		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 	aio_end(ad, &refused, AIO_END_CALLER);
-	return true;
+	return 1;
 }
 
-uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS, aio_wait_fast_ns = AIO_WAIT_FAST_NS;
+uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS, aio_wait_fast_ns = AIO_WAIT_FAST_NS,
+	 aio_sync_ns = AIO_SYNC_NS;
 
 /* Feed @sample_ns to @avg's moving average (one eighth; racy between threads: it only steers). */
 static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
@@ -603,6 +667,20 @@ static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
 	int64_t d = (int64_t)sample_ns - (int64_t)a;
 
 	__atomic_store_n(avg, (uint64_t)((int64_t)a + d / 8), __ATOMIC_RELAXED);
+}
+
+/*
+ * A caller's wait for its own I/O took @waited. A fast wait while the
+ * average says slow (a probe, once the load has gone) puts the waits back
+ * at once: the average would take dozens of probes, 32 I/Os apart, to come
+ * down.
+ */
+static void aio_wait_feed(struct aio_dev *ad, uint64_t waited)
+{
+	if (waited <= aio_wait_fast_ns)
+		__atomic_store_n(&ad->wait_ns, waited, __ATOMIC_RELAXED);
+	else
+		aio_avg_feed(&ad->wait_ns, waited);
 }
 
 /*
@@ -681,17 +759,9 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 			aio_drain(ad, false, &ends);
 		aio_end(ad, &ends, AIO_END_CALLER);	/* may end @req's io, and free it */
 	}
-	/*
-	 * What this wait took, to its end or to giving up (@req may be gone).
-	 * A fast wait while the average says slow (a probe, once the load has
-	 * gone) puts the waits back at once: the average would take dozens of
-	 * probes, 32 I/Os apart, to come down.
-	 */
+	/* What this wait took, to its end or to giving up (@req may be gone). */
 	waited = blk_now_ns() - (deadline - aio_wait_ns);
-	if (waited <= aio_wait_fast_ns)
-		__atomic_store_n(&ad->wait_ns, waited, __ATOMIC_RELAXED);
-	else
-		aio_avg_feed(&ad->wait_ns, waited);
+	aio_wait_feed(ad, waited);
 
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_waited++;
@@ -710,7 +780,6 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	return true;
 }
 
-static bool aio_plugged(struct aio_dev *ad);
 
 /*
  * After a submit: end what has completed meanwhile, in this thread, without
@@ -779,14 +848,19 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 {
 	LIST_HEAD(ends);
 	struct aio_req *req;
-	bool to_sq = false;
-	int ret;
+	bool to_sq = false, plugged = true;
+	int ret, sync = 0;
 
 	if (io->op > BLK_WRITE_ZEROES)
 		return -EOPNOTSUPP;
-	if ((io->flags & BLK_IO_WAITED) && (io->op == BLK_READ || io->op == BLK_WRITE) &&
-	    aio_submit_sync(ad, io))
-		return 0;
+	if (io->op == BLK_READ || io->op == BLK_WRITE) {
+		if ((io->flags & BLK_IO_WAITED) && aio_submit_sync(ad, io, false) > 0)
+			return 0;
+		/* a thread serving a batch does not wait for one of its I/Os */
+		plugged = blk_plugged();
+		if (!plugged && (sync = aio_submit_sync(ad, io, true)) > 0)
+			return 0;
+	}
 
 	pthread_mutex_lock(&ad->lock);
 	req = list_first_entry_or_null(&ad->free, struct aio_req, node);
@@ -816,8 +890,7 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
-		/* a thread serving a batch does not wait for one of its I/Os */
-		if (!blk_plugged() && aio_submit_wait(ad, req))
+		if (!plugged && !sync && aio_submit_wait(ad, req))
 			return 0;
 	} else if (io->op == BLK_FLUSH) {
 		aio_prep_fdsync(ad, req);
@@ -1877,7 +1950,7 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
 			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
 			   "aio_ended_worker %llu\naio_plug_flushes %llu\naio_wait_latency_ns %llu\n"
-			   "aio_wait_skipped %llu\n",
+			   "aio_wait_skipped %llu\naio_idle_sync %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1895,7 +1968,8 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_end_worker,
 			   (unsigned long long)ad->nr_plug_flushes,
 			   (unsigned long long)__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED),
-			   (unsigned long long)ad->nr_wait_skipped);
+			   (unsigned long long)ad->nr_wait_skipped,
+			   (unsigned long long)ad->nr_idle_sync);
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

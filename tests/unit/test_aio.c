@@ -454,6 +454,7 @@ Test(aio, waited_io_ends_in_the_callers_thread)
 	char path[PATH_MAX];
 
 	need_tdir();
+	aio_sync_ns = 0;	/* do_rw() below goes by io_submit(), not preadv */
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, 20480, 7 * 512, 21);
 	memcpy(a, want, 4096);
@@ -564,6 +565,7 @@ Test(aio, idle_io_ends_in_its_submitters_thread)
 	/* however slow this machine is: wait for it (the daemon waits 100 us) */
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
+	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
 	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 5);
@@ -620,6 +622,7 @@ Test(aio, slow_waits_stop_the_callers_wait_but_probes_go_on)
 	need_tdir();
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
+	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
 	aio_wait_fast_ns = 0;		/* any wait is slow */
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 13);
@@ -664,6 +667,7 @@ Test(aio, given_up_io_is_found_by_the_reaper)
 	need_tdir();
 	aio_wait_ns = 0;		/* every caller gives up at once */
 	aio_fast_ns = UINT64_MAX;
+	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
 	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 9);
@@ -687,6 +691,130 @@ Test(aio, given_up_io_is_found_by_the_reaper)
 	be->ops->close(be);
 	cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1, "close returned before end_io");
 	cr_assert_eq(t.res, 0);
+	free(buf);
+	free(want);
+}
+
+/*
+ * On an idle device whose I/Os end within aio_sync_ns (zram, brd: the work
+ * is done inside the submitting syscall), the caller does its READ/WRITE
+ * with one preadv/pwritev: no io_submit(), no io_getevents(), end_io in its
+ * thread before submit() returns. Its time feeds the device's latency, and
+ * once that is above aio_sync_ns the caller waits in io_getevents() again.
+ */
+Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
+{
+	enum { N = 16 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	aio_wait_ns = 60ull * 1000000000u;
+	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = UINT64_MAX;
+	aio_sync_ns = UINT64_MAX;
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, N * 4096, 0, 29);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "write %d had not ended when submit() returned", i);
+		cr_assert(pthread_equal(t.tid, pthread_self()), "write %d ended in another thread", i);
+		cr_assert_eq(t.res, 0);
+	}
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert(pthread_equal(t.tid, pthread_self()));
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N);
+	cr_assert_eq(stat_get(be, "aio_sync"), 2 * N);
+	cr_assert_eq(stat_get(be, "aio_submit_calls"), 0, "an idle fast I/O went by io_submit()");
+	cr_assert_eq(stat_get(be, "aio_waited"), 0);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	cr_assert_eq(stat_get(be, "aio_errors"), 0);
+	cr_assert_gt(stat_get(be, "aio_latency_ns"), 0, "the preadv/pwritev times feed no latency");
+	cr_assert_gt(stat_get(be, "aio_wait_latency_ns"), 0);
+
+	/* the device is slower than aio_sync_ns now: back to io_submit() and the wait */
+	aio_sync_ns = 1;
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N);
+	cr_assert_eq(stat_get(be, "aio_waited"), N);
+
+	/* a read past the end of a shrunken file fails here as by the queue */
+	aio_sync_ns = UINT64_MAX;
+	{
+		char path[PATH_MAX];
+
+		tpath(path, sizeof(path), "disk.img");
+		cr_assert_eq(truncate(path, 4096), 0);
+		tid_submit(be, &t, BLK_READ, 8192, buf, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert_eq(t.res, -EIO);
+		cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N + 1);
+		cr_assert_eq(stat_get(be, "aio_errors"), 1);
+	}
+	be->ops->close(be);
+	free(buf);
+	free(want);
+}
+
+/*
+ * While the callers' waits are slow (a loaded machine), the idle fast
+ * device's I/O goes by the queue too, with the same probe (one in 32):
+ * the question whether a wait pays is asked once per I/O, not once for
+ * preadv and again for io_getevents().
+ */
+Test(aio, slow_waits_stop_the_callers_sync_but_probes_go_on)
+{
+	enum { N = 64 };
+	struct test_dev td;
+	struct blk_backend *be;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	int i;
+
+	need_tdir();
+	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = 0;		/* any wait is slow */
+	aio_sync_ns = UINT64_MAX;
+	be = open_image(&td, 4 * MiB, 0);
+	fill_pattern(want, N * 4096, 0, 31);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(tid_wait(&t), 0);
+	}
+	/* the first (nothing measured yet), then 1 of the next 63: the 32nd */
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2);
+	cr_assert_eq(stat_get(be, "aio_waited"), 0);
+	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
+	cr_assert_eq(stat_get(be, "aio_submitted"), N);
+
+	aio_wait_fast_ns = UINT64_MAX;	/* the waits are fast again */
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "read %d had not ended when submit() returned", i);
+		cr_assert(pthread_equal(t.tid, pthread_self()), "read %d ended in another thread", i);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 + N);
+	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
+	be->ops->close(be);
 	free(buf);
 	free(want);
 }
@@ -1130,6 +1258,7 @@ Test(aio, completions_at_depth_end_once_in_any_thread)
 
 	need_tdir();
 	aio_fast_ns = 0;	/* no caller waits for its own I/O: all of it goes by the queue */
+	aio_sync_ns = 0;
 	be = open_image(&td, (uint64_t)N * 4096, QD);
 	fill_pattern(wbuf, (size_t)N * 4096, 0, 23);
 	memset(rbuf, 0, (size_t)N * 4096);
@@ -1186,6 +1315,52 @@ Test(aio, completions_at_depth_end_once_in_any_thread)
 	free(wbuf);
 	free(rbuf);
 	free(back);
+}
+
+/*
+ * An end_io of an I/O its caller did with preadv/pwritev (an idle fast
+ * device) submits the next: that one is queued and goes down after the
+ * end_io returns, never done inside it, so a chain of end_ios that submit
+ * does not nest however long it is.
+ */
+Test(aio, idle_sync_end_io_that_submits_does_not_nest)
+{
+	enum { N = 256 };
+	struct test_dev td;
+	struct blk_backend *be;
+	struct depth_unit *u = calloc(N, sizeof(*u));
+	unsigned char *wbuf = abuf((size_t)N * 4096), *rbuf = abuf((size_t)N * 4096);
+	struct depth_thread th;
+	int i;
+
+	need_tdir();
+	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = UINT64_MAX;
+	aio_sync_ns = UINT64_MAX;
+	be = open_image(&td, (uint64_t)N * 4096, 0);
+	fill_pattern(wbuf, (size_t)N * 4096, 0, 37);
+	memset(rbuf, 0, (size_t)N * 4096);
+	/* one unit at a time: each write finds the device idle */
+	th = (struct depth_thread){ .be = be, .u = u, .first = 0, .n = N, .wbuf = wbuf,
+				    .rbuf = rbuf, .inflight_max = 1 };
+	pthread_mutex_init(&th.lock, NULL);
+	pthread_cond_init(&th.cond, NULL);
+	depth_fn(&th);
+	cr_assert_eq(th.bad, 0, "%d I/Os failed or read back wrong", th.bad);
+	for (i = 0; i < N; i++)
+		cr_assert(u[i].wcalls == 1 && u[i].rcalls == 1,
+			  "unit %d: the write ended %d times, the read %d times", i, u[i].wcalls,
+			  u[i].rcalls);
+	cr_assert_eq(end_io_depth_max, 1, "an end_io ran inside another one in its thread "
+		     "(%d deep): the submit() from an end_io did its I/O there", end_io_depth_max);
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), N);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
+	be->ops->close(be);
+	pthread_mutex_destroy(&th.lock);
+	pthread_cond_destroy(&th.cond);
+	free(u);
+	free(wbuf);
+	free(rbuf);
 }
 
 /*
@@ -1450,6 +1625,7 @@ Test(aio, refused_io_ends_in_its_submitter)
 
 	need_tdir();
 	aio_fast_ns = 0;	/* by the queue: what the reaper would have ended */
+	aio_sync_ns = 0;	/* refused by io_submit(), not failed by pwritev */
 	be = open_image(&td, 1 * MiB, 4);
 	be->ops->close(be);
 	td_init_aio(&td, 0, 0);
