@@ -23,10 +23,7 @@
  *    nothing queued) on a device whose recent I/Os completed within
  *    AIO_FAST_NS, while recent such waits ended within AIO_WAIT_FAST_NS
  *    (on a loaded machine they do not, and the queue serves better; one in
- *    AIO_WAIT_PROBE waits anyway, to notice when the load goes), is done
- *    by its caller. Where the device's I/Os take less than AIO_SYNC_NS
- *    (zram, brd: the work is done inside the submitting syscall) that is
- *    one preadv/pwritev, as for BLK_IO_WAITED. Otherwise it is
+ *    AIO_WAIT_PROBE waits anyway, to notice when the load goes), is
  *    submitted by its caller without the eventfd signal,
  *    and the caller waits in io_getevents() for it, at most AIO_WAIT_NS,
  *    ending whatever it reaps (its own and others') in its thread: at
@@ -36,6 +33,12 @@
  *    the reaper then waits in io_getevents() itself, a tick at a time,
  *    until no orphan is left. A caller never waits this way from inside
  *    an end_io that it runs (aio_reaping).
+ *  - On a device that does its work inside the submitting syscall (zram,
+ *    brd: such a caller's I/O had mostly ended when io_submit() returned,
+ *    inline_avg) an idle READ/WRITE is instead done by its caller with one
+ *    preadv/pwritev, as for BLK_IO_WAITED, whatever the waits: the queue
+ *    would do the same work in io_submit() and add the reaper's wake-up.
+ *    One in AIO_WAIT_PROBE still goes by io_submit(), to keep measuring.
  *  - Every other submit() then takes the events already there (no wait)
  *    and ends them in its own thread: at depth, the threads that receive
  *    requests also complete them, in batches, and the reaper is not woken.
@@ -131,10 +134,13 @@
 #define AIO_WAIT_FAST_NS 20000ull
 #define AIO_WAIT_PROBE	32u
 /*
- * ... and where the device's I/Os take AIO_SYNC_NS or less on average, the
- * caller does its I/O with preadv/pwritev instead (aio_submit_sync()).
+ * ... and where at least AIO_SYNC_INLINE/256 of those waits found their I/O
+ * ended when io_submit() returned (inline_avg: the device did the work in
+ * the syscall), the caller does its I/O with preadv/pwritev instead
+ * (aio_submit_sync()).
  */
-#define AIO_SYNC_NS	20000ull
+#define AIO_INLINE_ONE	256u
+#define AIO_SYNC_INLINE	192u
 #define AIO_ORPHAN_TICK_NS 1000000	/* the reaper's wait while iocbs signal nothing */
 
 #ifndef IOV_MAX
@@ -199,6 +205,12 @@ struct aio_dev {
 	bool reaper_asleep;		/* lock: the reaper sleeps, or is about to, on the eventfd */
 	uint64_t lat_ns;		/* atomic: moving average of READ/WRITE completion time */
 	uint64_t wait_ns;		/* atomic: moving average of a caller's wait (aio_submit_wait) */
+	/*
+	 * atomic: moving average, in 1/AIO_INLINE_ONE, of those waits whose
+	 * I/O had ended by the time io_submit() returned
+	 */
+	uint64_t inline_avg;
+	unsigned int sync_probes;	/* lock: idle I/Os on an inline device (probe count) */
 	unsigned int wait_skips;	/* lock: idle-device I/Os while wait_ns is slow (probe count) */
 	/*
 	 * Bumped (release) before each io_submit(), read (acquire) after each
@@ -223,7 +235,7 @@ struct aio_dev {
 	uint64_t nr_eagain;		/* io_submit() said EAGAIN */
 	uint64_t nr_zero_writes;	/* ranges zeroed by writing zeroes */
 	uint64_t nr_sync;		/* READ/WRITE done in the submitter's thread */
-	uint64_t nr_idle_sync;		/* ... of them, on an idle device (aio_submit_sync(idle)) */
+	uint64_t nr_idle_sync;		/* ... of them, on an idle inline device (aio_submit_sync(idle)) */
 	uint64_t nr_waited;		/* READ/WRITE whose caller waited for them (aio_submit_wait) */
 	uint64_t nr_wait_missed;	/* ... and gave up after AIO_WAIT_NS: orphans */
 	uint64_t nr_wait_skipped;	/* idle-device READ/WRITE not waited for: the waits were slow */
@@ -555,9 +567,7 @@ static int aio_sync_transfer(struct aio_dev *ad, struct blk_io *io)
 	return err;
 }
 
-static bool aio_waits_pay_locked(struct aio_dev *ad);
 static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns);
-static void aio_wait_feed(struct aio_dev *ad, uint64_t waited);
 static bool aio_plugged(struct aio_dev *ad);
 
 /*
@@ -568,42 +578,36 @@ static bool aio_plugged(struct aio_dev *ad);
  *    the hand-off through the reaper and back, about three thread wake-ups
  *    per I/O.
  *  - true: any READ/WRITE on an idle device (nothing in flight, nothing
- *    queued) whose I/Os end in less than aio_sync_ns on average (0: never;
- *    within aio_fast_ns too), while the
- *    callers' waits pay (aio_waits_pay_locked()). Such a device does its
- *    work inside the submitting syscall (zram, brd, pmem) or nearly:
- *    io_submit() then io_getevents() would be two syscalls and the aio
- *    round trip for what one preadv does, and aio_submit_wait()'s
- *    deadline, which lets a slow I/O's caller go, could not fire anyway.
- *    Its time feeds lat_ns and wait_ns as an iocb and a wait would.
- * 1: done. 0: nothing done, take the queue (or, idle, aio_submit_wait()).
- * -1 (idle): nothing done, and the waits do not pay now: take the queue
- * without waiting (aio_waits_pay_locked() was asked once for this I/O).
+ *    queued), fast (lat_ns within aio_fast_ns), that does its work inside
+ *    the submitting syscall: at least aio_sync_inline/AIO_INLINE_ONE of
+ *    its callers' recent waits found their I/O ended when io_submit()
+ *    returned (zram, brd). There io_submit() then io_getevents() are two
+ *    syscalls for what one preadv does, and aio_submit_wait()'s deadline,
+ *    which lets a slow I/O's caller go, cannot fire. Whatever the waits
+ *    (aio_waits_pay_locked()): the thread does not sleep, and the queue
+ *    would do the same work in io_submit(), then wake the reaper. One such
+ *    I/O in AIO_WAIT_PROBE goes by aio_submit_wait() instead, which keeps
+ *    inline_avg current. Its time feeds lat_ns as an iocb's would.
+ * true: done. false: nothing done, take the queue (or aio_submit_wait()).
  */
-static int aio_submit_sync(struct aio_dev *ad, struct blk_io *io, bool idle)
+static bool aio_submit_sync(struct aio_dev *ad, struct blk_io *io, bool idle)
 {
 	LIST_HEAD(refused);
 	struct aio_dev *plug = aio_plug;
 	bool reaping = aio_reaping, drain, stop;
-	uint64_t t0 = 0, took;
+	uint64_t t0 = 0;
 	int res;
 
 	/* an end_io it runs (aio_reaping) does not wait again */
-	if (idle) {
-		uint64_t lat = __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED);
-
-		if (aio_reaping || lat > aio_fast_ns || lat >= aio_sync_ns)
-			return 0;
-	}
+	if (idle && (aio_reaping ||
+		     __atomic_load_n(&ad->lat_ns, __ATOMIC_RELAXED) > aio_fast_ns ||
+		     __atomic_load_n(&ad->inline_avg, __ATOMIC_RELAXED) < aio_sync_inline))
+		return false;
 	pthread_mutex_lock(&ad->lock);
 	if (ad->stopping || !list_empty(&ad->sq) || ad->inflight >= ad->qd ||
-	    (idle && ad->inflight)) {
+	    (idle && (ad->inflight || ++ad->sync_probes % AIO_WAIT_PROBE == 0))) {
 		pthread_mutex_unlock(&ad->lock);
-		return 0;
-	}
-	if (idle && !aio_waits_pay_locked(ad)) {
-		pthread_mutex_unlock(&ad->lock);
-		return -1;
+		return false;
 	}
 	ad->inflight++;
 	ad->nr_pending++;
@@ -612,11 +616,8 @@ static int aio_submit_sync(struct aio_dev *ad, struct blk_io *io, bool idle)
 	if (idle)
 		t0 = blk_now_ns();
 	res = aio_sync_transfer(ad, io);
-	if (idle) {
-		took = blk_now_ns() - t0;
-		aio_avg_feed(&ad->lat_ns, took);
-		aio_wait_feed(ad, took);
-	}
+	if (idle)
+		aio_avg_feed(&ad->lat_ns, blk_now_ns() - t0);
 
 	pthread_mutex_lock(&ad->lock);
 	ad->inflight--;
@@ -654,11 +655,11 @@ static int aio_submit_sync(struct aio_dev *ad, struct blk_io *io, bool idle)
 	if (stop)
 		aio_wake(ad);	/* close() waits in the reaper for nr_pending 0 */
 	aio_end(ad, &refused, AIO_END_CALLER);
-	return 1;
+	return true;
 }
 
 uint64_t aio_wait_ns = AIO_WAIT_NS, aio_fast_ns = AIO_FAST_NS, aio_wait_fast_ns = AIO_WAIT_FAST_NS,
-	 aio_sync_ns = AIO_SYNC_NS;
+	 aio_sync_inline = AIO_SYNC_INLINE;
 
 /* Feed @sample_ns to @avg's moving average (one eighth; racy between threads: it only steers). */
 static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
@@ -667,20 +668,6 @@ static void aio_avg_feed(uint64_t *avg, uint64_t sample_ns)
 	int64_t d = (int64_t)sample_ns - (int64_t)a;
 
 	__atomic_store_n(avg, (uint64_t)((int64_t)a + d / 8), __ATOMIC_RELAXED);
-}
-
-/*
- * A caller's wait for its own I/O took @waited. A fast wait while the
- * average says slow (a probe, once the load has gone) puts the waits back
- * at once: the average would take dozens of probes, 32 I/Os apart, to come
- * down.
- */
-static void aio_wait_feed(struct aio_dev *ad, uint64_t waited)
-{
-	if (waited <= aio_wait_fast_ns)
-		__atomic_store_n(&ad->wait_ns, waited, __ATOMIC_RELAXED);
-	else
-		aio_avg_feed(&ad->wait_ns, waited);
 }
 
 /*
@@ -698,6 +685,25 @@ static bool aio_waits_pay_locked(struct aio_dev *ad)
 		return true;
 	ad->nr_wait_skipped++;
 	return false;
+}
+
+/*
+ * The kernel's completion ring, mapped at the context's address (fs/aio.c:
+ * struct aio_ring; libaio reads it the same way): whether it holds events.
+ */
+struct aio_ring_hdr {
+	unsigned int id, nr, head, tail, magic;
+};
+#define AIO_RING_MAGIC	0xa10a10a1u
+
+static bool aio_ring_nonempty(struct aio_dev *ad)
+{
+	const struct aio_ring_hdr *ring = (const struct aio_ring_hdr *)ad->ctx;
+
+	if (!ring || ring->magic != AIO_RING_MAGIC)
+		return false;
+	return __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) !=
+	       __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -746,6 +752,12 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 		return false;
 	}
 
+	/*
+	 * Had the device done it inside io_submit()? An event in the ring
+	 * says so: nothing else is in flight on an idle device (but what
+	 * raced in since). A look, no syscall; the event stays for the wait.
+	 */
+	aio_avg_feed(&ad->inline_avg, aio_ring_nonempty(ad) ? AIO_INLINE_ONE : 0);
 	while (!__atomic_load_n(&mine, __ATOMIC_ACQUIRE)) {
 		LIST_HEAD(ends);
 		uint64_t now = blk_now_ns();
@@ -759,9 +771,17 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 			aio_drain(ad, false, &ends);
 		aio_end(ad, &ends, AIO_END_CALLER);	/* may end @req's io, and free it */
 	}
-	/* What this wait took, to its end or to giving up (@req may be gone). */
+	/*
+	 * What this wait took, to its end or to giving up (@req may be gone).
+	 * A fast wait while the average says slow (a probe, once the load has
+	 * gone) puts the waits back at once: the average would take dozens of
+	 * probes, 32 I/Os apart, to come down.
+	 */
 	waited = blk_now_ns() - (deadline - aio_wait_ns);
-	aio_wait_feed(ad, waited);
+	if (waited <= aio_wait_fast_ns)
+		__atomic_store_n(&ad->wait_ns, waited, __ATOMIC_RELAXED);
+	else
+		aio_avg_feed(&ad->wait_ns, waited);
 
 	pthread_mutex_lock(&ad->lock);
 	ad->nr_waited++;
@@ -849,16 +869,16 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 	LIST_HEAD(ends);
 	struct aio_req *req;
 	bool to_sq = false, plugged = true;
-	int ret, sync = 0;
+	int ret;
 
 	if (io->op > BLK_WRITE_ZEROES)
 		return -EOPNOTSUPP;
 	if (io->op == BLK_READ || io->op == BLK_WRITE) {
-		if ((io->flags & BLK_IO_WAITED) && aio_submit_sync(ad, io, false) > 0)
+		if ((io->flags & BLK_IO_WAITED) && aio_submit_sync(ad, io, false))
 			return 0;
 		/* a thread serving a batch does not wait for one of its I/Os */
 		plugged = blk_plugged();
-		if (!plugged && (sync = aio_submit_sync(ad, io, true)) > 0)
+		if (!plugged && aio_submit_sync(ad, io, true))
 			return 0;
 	}
 
@@ -890,7 +910,7 @@ static int aio_submit_one(struct aio_dev *ad, struct blk_io *io)
 			pthread_mutex_unlock(&ad->lock);
 			return ret;
 		}
-		if (!plugged && !sync && aio_submit_wait(ad, req))
+		if (!plugged && aio_submit_wait(ad, req))
 			return 0;
 	} else if (io->op == BLK_FLUSH) {
 		aio_prep_fdsync(ad, req);
@@ -1950,7 +1970,7 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   "aio_orphans %u\naio_latency_ns %llu\naio_req_grown %llu\n"
 			   "aio_ended_reaper %llu\naio_ended_callers %llu\naio_nosig %u\n"
 			   "aio_ended_worker %llu\naio_plug_flushes %llu\naio_wait_latency_ns %llu\n"
-			   "aio_wait_skipped %llu\naio_idle_sync %llu\n",
+			   "aio_wait_skipped %llu\naio_idle_sync %llu\naio_inline_pct %llu\n",
 			   ad->qd, ad->inflight, ad->nr_sq, ad->nr_wq,
 			   (unsigned long long)ad->nr_submitted,
 			   (unsigned long long)ad->nr_submit_calls,
@@ -1969,7 +1989,9 @@ static size_t aio_stat(struct blk_backend *be, char *buf, size_t len)
 			   (unsigned long long)ad->nr_plug_flushes,
 			   (unsigned long long)__atomic_load_n(&ad->wait_ns, __ATOMIC_RELAXED),
 			   (unsigned long long)ad->nr_wait_skipped,
-			   (unsigned long long)ad->nr_idle_sync);
+			   (unsigned long long)ad->nr_idle_sync,
+			   (unsigned long long)(__atomic_load_n(&ad->inline_avg, __ATOMIC_RELAXED) *
+						100 / AIO_INLINE_ONE));
 	pthread_mutex_unlock(&ad->lock);
 	return n;
 }

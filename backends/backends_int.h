@@ -35,7 +35,7 @@ extern void (*ram_test_slab_mapped)(struct blk_backend *be);
  * (a wait of 0 makes every such I/O an orphan that the reaper must find);
  * the daemon keeps the defaults.
  */
-extern uint64_t aio_wait_ns, aio_fast_ns, aio_wait_fast_ns, aio_sync_ns;
+extern uint64_t aio_wait_ns, aio_fast_ns, aio_wait_fast_ns, aio_sync_inline;
 /* Filters (is_filter): the same list, in the order blk_filter_names() gives. */
 extern const struct blk_backend_ops log_filter_ops;
 extern const struct blk_backend_ops delay_filter_ops;

@@ -41,6 +41,8 @@ static void *abuf(size_t len)
 
 static char tdir[512];		/* this test's directory; removed by teardown */
 static char loopdev[64];	/* attached by this test; detached by teardown */
+static int zram_idx = -1;	/* added by this test; removed by teardown */
+static struct blk_backend *zram_be;	/* open on it: closed by teardown first */
 
 /* A directory on a filesystem that takes O_DIRECT, or skip the test. */
 static void tdir_setup(void)
@@ -89,6 +91,17 @@ static void run(const char *cmd)
 static void tdir_teardown(void)
 {
 	char cmd[PATH_MAX + 64];
+
+	if (zram_be) {
+		zram_be->ops->close(zram_be);
+		zram_be = NULL;
+	}
+	if (zram_idx >= 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "echo %d >/sys/class/zram-control/hot_remove 2>/dev/null", zram_idx);
+		run(cmd);
+		zram_idx = -1;
+	}
 
 	if (loopdev[0]) {
 		snprintf(cmd, sizeof(cmd), "losetup -d %s 2>/dev/null", loopdev);
@@ -454,7 +467,7 @@ Test(aio, waited_io_ends_in_the_callers_thread)
 	char path[PATH_MAX];
 
 	need_tdir();
-	aio_sync_ns = 0;	/* do_rw() below goes by io_submit(), not preadv */
+	aio_sync_inline = UINT64_MAX;	/* do_rw() below goes by io_submit(), not preadv */
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, 20480, 7 * 512, 21);
 	memcpy(a, want, 4096);
@@ -565,7 +578,7 @@ Test(aio, idle_io_ends_in_its_submitters_thread)
 	/* however slow this machine is: wait for it (the daemon waits 100 us) */
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
-	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
+	aio_sync_inline = UINT64_MAX;	/* the wait in io_getevents(), never preadv/pwritev */
 	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 5);
@@ -622,7 +635,7 @@ Test(aio, slow_waits_stop_the_callers_wait_but_probes_go_on)
 	need_tdir();
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
-	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
+	aio_sync_inline = UINT64_MAX;	/* the wait in io_getevents(), never preadv/pwritev */
 	aio_wait_fast_ns = 0;		/* any wait is slow */
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 13);
@@ -667,7 +680,7 @@ Test(aio, given_up_io_is_found_by_the_reaper)
 	need_tdir();
 	aio_wait_ns = 0;		/* every caller gives up at once */
 	aio_fast_ns = UINT64_MAX;
-	aio_sync_ns = 0;		/* the wait in io_getevents(), not preadv/pwritev */
+	aio_sync_inline = UINT64_MAX;	/* the wait in io_getevents(), never preadv/pwritev */
 	aio_wait_fast_ns = UINT64_MAX;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 9);
@@ -696,13 +709,14 @@ Test(aio, given_up_io_is_found_by_the_reaper)
 }
 
 /*
- * On an idle device whose I/Os end within aio_sync_ns (zram, brd: the work
- * is done inside the submitting syscall), the caller does its READ/WRITE
- * with one preadv/pwritev: no io_submit(), no io_getevents(), end_io in its
- * thread before submit() returns. Its time feeds the device's latency, and
- * once that is above aio_sync_ns the caller waits in io_getevents() again.
+ * On an idle device that does its work inside the submitting syscall
+ * (zram, brd: aio_inline_pct at or above aio_sync_inline), the caller does
+ * its READ/WRITE with one preadv/pwritev: no io_submit(), no
+ * io_getevents(), end_io in its thread before submit() returns. One such
+ * I/O in 32 goes by io_submit() and the wait, to keep measuring; its time
+ * feeds the device's latency.
  */
-Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
+Test(aio, idle_inline_io_is_one_syscall_in_its_callers_thread)
 {
 	enum { N = 16 };
 	struct test_dev td;
@@ -715,7 +729,7 @@ Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
 	aio_wait_ns = 60ull * 1000000000u;
 	aio_fast_ns = UINT64_MAX;
 	aio_wait_fast_ns = UINT64_MAX;
-	aio_sync_ns = UINT64_MAX;
+	aio_sync_inline = 0;		/* whatever the image file does: an inline device */
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 29);
 	memcpy(buf, want, N * 4096);
@@ -726,6 +740,8 @@ Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
 		cr_assert(pthread_equal(t.tid, pthread_self()), "write %d ended in another thread", i);
 		cr_assert_eq(t.res, 0);
 	}
+	cr_assert_eq(stat_get(be, "aio_submit_calls"), 0, "an idle inline I/O went by io_submit()");
+	cr_assert_gt(stat_get(be, "aio_latency_ns"), 0, "pwritev's times feed no latency");
 	memset(buf, 0, N * 4096);
 	for (i = 0; i < N; i++) {
 		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
@@ -734,27 +750,26 @@ Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
 		cr_assert_eq(t.res, 0);
 	}
 	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
-	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N);
-	cr_assert_eq(stat_get(be, "aio_sync"), 2 * N);
-	cr_assert_eq(stat_get(be, "aio_submit_calls"), 0, "an idle fast I/O went by io_submit()");
-	cr_assert_eq(stat_get(be, "aio_waited"), 0);
+	/* the 32nd was the probe: io_submit() and the caller's wait */
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N - 1);
+	cr_assert_eq(stat_get(be, "aio_sync"), 2 * N - 1);
+	cr_assert_eq(stat_get(be, "aio_waited"), 1);
+	cr_assert_eq(stat_get(be, "aio_submit_calls"), 1);
 	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
 	cr_assert_eq(stat_get(be, "aio_errors"), 0);
-	cr_assert_gt(stat_get(be, "aio_latency_ns"), 0, "the preadv/pwritev times feed no latency");
-	cr_assert_gt(stat_get(be, "aio_wait_latency_ns"), 0);
 
-	/* the device is slower than aio_sync_ns now: back to io_submit() and the wait */
-	aio_sync_ns = 1;
+	/* not an inline device: back to io_submit() and the wait */
+	aio_sync_inline = UINT64_MAX;
 	for (i = 0; i < N; i++) {
 		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
 		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
 		cr_assert_eq(t.res, 0);
 	}
-	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N);
-	cr_assert_eq(stat_get(be, "aio_waited"), N);
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N - 1);
+	cr_assert_eq(stat_get(be, "aio_waited"), 1 + N);
 
 	/* a read past the end of a shrunken file fails here as by the queue */
-	aio_sync_ns = UINT64_MAX;
+	aio_sync_inline = 0;
 	{
 		char path[PATH_MAX];
 
@@ -763,7 +778,7 @@ Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
 		tid_submit(be, &t, BLK_READ, 8192, buf, 4096);
 		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
 		cr_assert_eq(t.res, -EIO);
-		cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N + 1);
+		cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N);
 		cr_assert_eq(stat_get(be, "aio_errors"), 1);
 	}
 	be->ops->close(be);
@@ -772,12 +787,12 @@ Test(aio, idle_fast_io_is_one_syscall_in_its_callers_thread)
 }
 
 /*
- * While the callers' waits are slow (a loaded machine), the idle fast
- * device's I/O goes by the queue too, with the same probe (one in 32):
- * the question whether a wait pays is asked once per I/O, not once for
- * preadv and again for io_getevents().
+ * An inline device's I/O is done by its caller even while the callers'
+ * waits are slow (a loaded machine): its thread does not sleep, and the
+ * queue would do the same work in io_submit() and wake the reaper besides.
+ * Only the probes (one in 32) ask whether a wait pays.
  */
-Test(aio, slow_waits_stop_the_callers_sync_but_probes_go_on)
+Test(aio, inline_io_is_done_by_its_caller_whatever_the_waits)
 {
 	enum { N = 64 };
 	struct test_dev td;
@@ -789,31 +804,32 @@ Test(aio, slow_waits_stop_the_callers_sync_but_probes_go_on)
 	need_tdir();
 	aio_fast_ns = UINT64_MAX;
 	aio_wait_fast_ns = 0;		/* any wait is slow */
-	aio_sync_ns = UINT64_MAX;
+	aio_sync_inline = 0;
 	be = open_image(&td, 4 * MiB, 0);
 	fill_pattern(want, N * 4096, 0, 31);
 	memcpy(buf, want, N * 4096);
 	for (i = 0; i < N; i++) {
 		tid_submit(be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
 		cr_assert_eq(tid_wait(&t), 0);
+		if ((i + 1) % 32)
+			cr_assert(pthread_equal(t.tid, pthread_self()),
+				  "write %d ended in another thread", i);
 	}
-	/* the first (nothing measured yet), then 1 of the next 63: the 32nd */
-	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2);
-	cr_assert_eq(stat_get(be, "aio_waited"), 0);
-	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
-	cr_assert_eq(stat_get(be, "aio_submitted"), N);
-
-	aio_wait_fast_ns = UINT64_MAX;	/* the waits are fast again */
+	/*
+	 * The probes, the 32nd and the 64th: the first waits (no wait measured
+	 * yet), the second finds the waits slow and goes by the queue.
+	 */
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), N - 2);
+	cr_assert_eq(stat_get(be, "aio_waited"), 1);
+	cr_assert_eq(stat_get(be, "aio_wait_skipped"), 1);
 	memset(buf, 0, N * 4096);
 	for (i = 0; i < N; i++) {
 		tid_submit(be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
-		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
-			     "read %d had not ended when submit() returned", i);
-		cr_assert(pthread_equal(t.tid, pthread_self()), "read %d ended in another thread", i);
+		cr_assert_eq(tid_wait(&t), 0);
 	}
 	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
-	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 + N);
-	cr_assert_eq(stat_get(be, "aio_wait_skipped"), N - 2);
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), 2 * N - 4);
+	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
 	be->ops->close(be);
 	free(buf);
 	free(want);
@@ -1258,7 +1274,7 @@ Test(aio, completions_at_depth_end_once_in_any_thread)
 
 	need_tdir();
 	aio_fast_ns = 0;	/* no caller waits for its own I/O: all of it goes by the queue */
-	aio_sync_ns = 0;
+	aio_sync_inline = UINT64_MAX;
 	be = open_image(&td, (uint64_t)N * 4096, QD);
 	fill_pattern(wbuf, (size_t)N * 4096, 0, 23);
 	memset(rbuf, 0, (size_t)N * 4096);
@@ -1336,7 +1352,7 @@ Test(aio, idle_sync_end_io_that_submits_does_not_nest)
 	need_tdir();
 	aio_fast_ns = UINT64_MAX;
 	aio_wait_fast_ns = UINT64_MAX;
-	aio_sync_ns = UINT64_MAX;
+	aio_sync_inline = 0;
 	be = open_image(&td, (uint64_t)N * 4096, 0);
 	fill_pattern(wbuf, (size_t)N * 4096, 0, 37);
 	memset(rbuf, 0, (size_t)N * 4096);
@@ -1353,7 +1369,8 @@ Test(aio, idle_sync_end_io_that_submits_does_not_nest)
 			  u[i].rcalls);
 	cr_assert_eq(end_io_depth_max, 1, "an end_io ran inside another one in its thread "
 		     "(%d deep): the submit() from an end_io did its I/O there", end_io_depth_max);
-	cr_assert_eq(stat_get(be, "aio_idle_sync"), N);
+	/* every write but the probes (one in 32) */
+	cr_assert_eq(stat_get(be, "aio_idle_sync"), N - N / 32);
 	cr_assert_eq(stat_get(be, "aio_completed"), 2 * N);
 	be->ops->close(be);
 	pthread_mutex_destroy(&th.lock);
@@ -1625,7 +1642,7 @@ Test(aio, refused_io_ends_in_its_submitter)
 
 	need_tdir();
 	aio_fast_ns = 0;	/* by the queue: what the reaper would have ended */
-	aio_sync_ns = 0;	/* refused by io_submit(), not failed by pwritev */
+	aio_sync_inline = UINT64_MAX;	/* refused by io_submit(), not failed by pwritev */
 	be = open_image(&td, 1 * MiB, 4);
 	be->ops->close(be);
 	td_init_aio(&td, 0, 0);
@@ -1884,4 +1901,80 @@ Test(aio, loop_exclusive)
 	td_init_loop(&td2);
 	be2 = td_open_ok(&td2);
 	be2->ops->close(be2);
+}
+
+/* ---- zram (root and zram-control only) ---- */
+
+/* Add a zram device of @size (hot_add), or skip; teardown removes it. */
+static void zram_add(uint64_t size)
+{
+	char path[128];
+	FILE *f;
+
+	if (geteuid())
+		cr_skip_test("zram devices need root");
+	f = fopen("/sys/class/zram-control/hot_add", "r");
+	if (!f)
+		cr_skip_test("no zram-control here");
+	if (fscanf(f, "%d", &zram_idx) != 1)
+		zram_idx = -1;
+	fclose(f);
+	if (zram_idx < 0)
+		cr_skip_test("zram hot_add gave no device");
+	snprintf(path, sizeof(path), "/sys/block/zram%d/disksize", zram_idx);
+	f = fopen(path, "w");
+	cr_assert_not_null(f, "%s", path);
+	fprintf(f, "%llu\n", (unsigned long long)size);
+	cr_assert_eq(fclose(f), 0, "%s: %s", path, strerror(errno));
+}
+
+/*
+ * zram compresses inside the submitting syscall: the idle callers' waits
+ * find their I/O ended when io_submit() returns, aio_inline_pct climbs past
+ * aio_sync_inline, and from then on the caller does each I/O with one
+ * pwritev/preadv (one in 32 still measures). The data is the data.
+ */
+Test(aio, zram_is_seen_to_work_inside_the_syscall)
+{
+	enum { N = 128 };
+	struct test_dev td;
+	unsigned char *buf = abuf(N * 4096), *want = malloc(N * 4096);
+	struct tid_io t;
+	uint64_t synced;
+	int i;
+
+	need_tdir();
+	/* every I/O not done by pwritev waits and measures, loaded or not */
+	aio_wait_ns = 60ull * 1000000000u;
+	aio_fast_ns = UINT64_MAX;
+	aio_wait_fast_ns = UINT64_MAX;
+	zram_add(16 * MiB);
+	td_init_aio(&td, 0, 0);
+	td_set(&td, "path", "/dev/zram%d", zram_idx);
+	zram_be = td_open_ok(&td);
+	fill_pattern(want, N * 4096, 0, 41);
+	memcpy(buf, want, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(zram_be, &t, BLK_WRITE, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1,
+			     "write %d had not ended when submit() returned", i);
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_geq(stat_get(zram_be, "aio_inline_pct"), 75);
+	synced = stat_get(zram_be, "aio_idle_sync");
+	/* 8 to 16 waits bring the average to 3/4, then all but the probes */
+	cr_assert_geq(synced, N / 2, "%llu of %d writes by pwritev",
+		      (unsigned long long)synced, N);
+	memset(buf, 0, N * 4096);
+	for (i = 0; i < N; i++) {
+		tid_submit(zram_be, &t, BLK_READ, (uint64_t)i * 4096, buf + i * 4096, 4096);
+		cr_assert_eq(__atomic_load_n(&t.calls, __ATOMIC_ACQUIRE), 1);
+		cr_assert_eq(t.res, 0);
+	}
+	cr_assert_eq(memcmp(buf, want, N * 4096), 0);
+	cr_assert_geq(stat_get(zram_be, "aio_idle_sync"), synced + N - N / 32 - 1);
+	zram_be->ops->close(zram_be);
+	zram_be = NULL;
+	free(buf);
+	free(want);
 }
