@@ -800,7 +800,6 @@ static bool aio_submit_wait(struct aio_dev *ad, struct aio_req *req)
 	return true;
 }
 
-
 /*
  * After a submit: end what has completed meanwhile, in this thread, without
  * waiting for anything (see "Which threads reap" above), and what the
